@@ -1,0 +1,155 @@
+"""Tile dtypes and the type-promotion rules shared by the frontend, interpreter and codegen.
+
+Promotion follows NumPy 2 (NEP 50: Python scalars are *weak*) with two documented deviations,
+because float64 is not a tile dtype:
+  * integer (or bool) with float -> that float (NumPy would widen to float64);
+  * float math on integers (``/``, ``exp``, ...) yields float32, not float64;
+  * a weak Python float meeting an integer tile gives float32.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str      # user-facing name: "float32", "bfloat16", ...
+    kind: str      # "b" bool, "i" signed, "u" unsigned, "f" float
+    bits: int
+
+    @property
+    def np(self) -> np.dtype:
+        return _NUMPY[self.name]
+
+    @property
+    def itemsize(self) -> int:
+        return max(1, self.bits // 8)
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in "iu"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "b"
+
+    def __repr__(self) -> str:
+        return f"tj.{self.name}"
+
+    __str__ = lambda self: self.name  # noqa: E731  (IR text uses the bare name)
+
+    def __call__(self, *args, **kwargs):
+        from tilejit.errors import outside_kernel
+        outside_kernel(f"tj.{self.name}(...)")
+
+
+bool_ = DType("bool", "b", 1)
+int8, int16, int32, int64 = (DType(f"int{b}", "i", b) for b in (8, 16, 32, 64))
+uint8, uint32 = DType("uint8", "u", 8), DType("uint32", "u", 32)
+float16, bfloat16, float32 = DType("float16", "f", 16), DType("bfloat16", "f", 16), DType("float32", "f", 32)
+float8e4m3, float8e5m2 = DType("float8e4m3", "f", 8), DType("float8e5m2", "f", 8)
+
+ALL = (bool_, int8, int16, int32, int64, uint8, uint32, float16, bfloat16, float32, float8e4m3, float8e5m2)
+BY_NAME = {d.name: d for d in ALL}
+_NUMPY = {
+    "bool": np.dtype(np.bool_), "int8": np.dtype(np.int8), "int16": np.dtype(np.int16),
+    "int32": np.dtype(np.int32), "int64": np.dtype(np.int64), "uint8": np.dtype(np.uint8),
+    "uint32": np.dtype(np.uint32), "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32),
+    "float8e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "float8e5m2": np.dtype(ml_dtypes.float8_e5m2),
+}
+_FROM_NUMPY = {v: BY_NAME[k] for k, v in _NUMPY.items()}
+
+
+def from_numpy(dt) -> DType:
+    """The tile dtype of a NumPy dtype; TypeError for dtypes tiles cannot hold (float64, ...)."""
+    dt = np.dtype(dt)
+    if dt in _FROM_NUMPY:
+        return _FROM_NUMPY[dt]
+    raise TypeError(f"dtype {dt} is not supported by tilejit (supported: {', '.join(BY_NAME)})")
+
+
+def lookup(x) -> DType:
+    """Accept a DType, a name, a NumPy dtype or a torch-style name like 'torch.float16'."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str):
+        name = x.rsplit(".", 1)[-1]
+        if name in BY_NAME:
+            return BY_NAME[name]
+        if name == "bool_":
+            return bool_
+    return from_numpy(x)
+
+
+def _int_promote(a: DType, b: DType) -> DType:
+    if a.kind == b.kind:
+        return a if a.bits >= b.bits else b
+    s, u = (a, b) if a.kind == "i" else (b, a)
+    if s.bits > u.bits:
+        return s
+    bits = min(64, 2 * u.bits)        # NumPy: uint8+int8 -> int16, uint32+int32 -> int64
+    return BY_NAME[f"int{max(bits, 16)}"]
+
+
+def promote(a: DType, b: DType) -> DType:
+    """Result dtype of a binary op between two strongly typed operands."""
+    if a == b:
+        return a
+    if a.is_bool:
+        return b
+    if b.is_bool:
+        return a
+    if a.is_float and b.is_float:
+        if a.bits != b.bits:
+            return a if a.bits > b.bits else b
+        return float32                  # float16 with bfloat16 (or two float8 kinds)
+    if a.is_float:
+        return a                        # deviation: NumPy widens int+float to float64
+    if b.is_float:
+        return b
+    return _int_promote(a, b)
+
+
+def weak_promote(strong: DType, value) -> DType:
+    """Result dtype of ``strong <op> value`` where value is a Python bool/int/float (NEP 50)."""
+    if isinstance(value, bool):
+        return strong
+    if isinstance(value, int):
+        return int32 if strong.is_bool else strong
+    if isinstance(value, float):
+        return strong if strong.is_float else float32
+    raise TypeError(f"not a Python scalar: {value!r}")
+
+
+def python_scalar_dtype(value) -> DType:
+    """Dtype a Python scalar takes when it must become a runtime value on its own."""
+    if isinstance(value, bool):
+        return bool_
+    if isinstance(value, int):
+        return int32 if -2**31 <= value < 2**31 else int64
+    if isinstance(value, float):
+        return float32
+    raise TypeError(f"not a Python scalar: {value!r}")
+
+
+def float_result(dt: DType) -> DType:
+    """Dtype of float math (exp, sqrt, /) on ``dt``: floats keep theirs, the rest get float32."""
+    return dt if dt.is_float else float32
+
+
+def fits(value, dt: DType) -> bool:
+    """Whether a weak Python scalar is representable in ``dt`` (NEP 50 raises otherwise)."""
+    if dt.is_float or isinstance(value, float):
+        return True
+    if dt.is_bool:
+        return value in (0, 1)
+    info = np.iinfo(dt.np)
+    return info.min <= value <= info.max

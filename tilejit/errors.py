@@ -1,0 +1,100 @@
+"""User-facing errors: each names the kernel, points at the user's source line with a caret, and
+is raised with a traceback that ends at that line instead of inside the compiler."""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import types
+
+from tilejit.ir import Loc
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class TilejitError(Exception):
+    """Base of tilejit's user-facing errors."""
+
+    def __init__(self, message: str, loc: Loc | None = None, kernel: str | None = None):
+        self.message, self.loc, self.kernel = message, loc, kernel
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        who = f"in kernel '{self.kernel}'" if self.kernel else ""
+        if self.loc is None or not self.loc.line:
+            return f"{who}: {self.message}" if who else self.message
+        head = f"at {self.loc} {who}: {self.message}".replace("  ", " ")
+        src = linecache.getline(self.loc.file, self.loc.line).rstrip("\n")
+        if not src:
+            return head
+        stripped = src.lstrip()
+        indent = len(src) - len(stripped)
+        col = max(self.loc.col - indent, 0)
+        width = max(1, (self.loc.end_col or self.loc.col + 1) - self.loc.col)
+        width = min(width, max(1, len(stripped) - col))
+        return f"{head}\n    {stripped}\n    {' ' * col}{'^' * width}"
+
+    def with_kernel(self, kernel: str) -> "TilejitError":
+        """Fill in the kernel name once it is known (errors raised deep inside helpers)."""
+        if self.kernel is None:
+            self.kernel = kernel
+            self.args = (self._render(),)
+        return self
+
+
+class CompileError(TilejitError):
+    """The kernel cannot be compiled: unsupported construct, shape or dtype mismatch, ..."""
+
+
+class LaunchError(TilejitError):
+    """A launch that cannot run: bad argument, bad grid, resource overflow, no device, ..."""
+
+
+class DeviceError(TilejitError):
+    """A CUDA driver call failed."""
+
+
+def outside_kernel(what: str):
+    raise TilejitError(f"{what} can only be used inside a @tj.kernel or @tj.func")
+
+
+def user_traceback(err: TilejitError) -> TilejitError:
+    """Give ``err`` a traceback whose only frame is the user's source line (when known).
+
+    Python never runs the kernel body, so no frame of it exists; we make one by executing a
+    ``raise`` compiled with the user's file name and line number and named after the kernel."""
+    loc = err.loc
+    if loc is None or not loc.line:
+        return err.with_traceback(None)
+    code = compile("\n" * (loc.line - 1) + "raise __tilejit_error__", loc.file, "exec")
+    code = code.replace(co_name=err.kernel or loc.func or "<kernel>")
+    try:
+        exec(code, {"__tilejit_error__": err.with_traceback(None)})
+    except TilejitError as e:
+        tb = e.__traceback__
+        # drop the exec frame of this function; keep the synthetic user frame
+        return e.with_traceback(tb.tb_next if tb is not None and tb.tb_next is not None else tb)
+    return err
+
+
+def reraise_for_user(err: TilejitError):
+    """Raise ``err`` from an API entry point so the traceback shows the user's call site and the
+    kernel line, with tilejit's own frames removed."""
+    err = user_traceback(err)
+    raise err.with_traceback(_strip_package_frames(err.__traceback__)) from None
+
+
+def _strip_package_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    frames = []
+    while tb is not None:
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+            frames.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(frames):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def excepthook_filter_enabled() -> bool:
+    return "TILEJIT_FULL_TRACEBACK" not in os.environ and sys.flags.dev_mode == 0

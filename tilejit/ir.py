@@ -1,0 +1,326 @@
+"""IR infrastructure shared by the tile IR and the SIMT IR: values, operations, single-block
+regions, functions, source locations and the stable text printer.
+
+Each IR has its own op enum (``TileOp`` below; ``simt.SimtOp``) and its own types; an
+``Operation`` is ``(op, operands, results, attrs, regions, loc)`` where ``attrs`` is a small
+frozen dataclass (``Attrs`` subclasses below) or None.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from tilejit.dtypes import DType
+
+
+# ---------------------------------------------------------------------------------------- locations
+@dataclass(frozen=True)
+class Loc:
+    """Where an op came from in the user's source (1-based line, 0-based columns)."""
+    file: str
+    line: int
+    col: int = 0
+    end_col: int | None = None
+    func: str = "?"
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col + 1}"
+
+
+UNKNOWN_LOC = Loc("<unknown>", 0)
+
+
+# -------------------------------------------------------------------------------------------- types
+@dataclass(frozen=True)
+class TileType:
+    """A tile of ``shape`` (``()`` for a scalar) holding ``dtype`` values."""
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.shape == ()
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __str__(self) -> str:
+        if not self.shape:
+            return str(self.dtype)
+        return f"tile<{'x'.join(map(str, self.shape))}x{self.dtype}>"
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    """A kernel array argument: data pointer plus runtime shape and strides (in elements)."""
+    dtype: DType
+    rank: int
+
+    def __str__(self) -> str:
+        return f"array<{self.rank}x{self.dtype}>"
+
+
+def scalar(dtype: DType) -> TileType:
+    return TileType((), dtype)
+
+
+# ------------------------------------------------------------------------------------------- values
+class Value:
+    """An SSA value: an op result or a block argument. ``hint`` is a debugging name."""
+    __slots__ = ("type", "hint", "owner")
+
+    def __init__(self, type, hint: str = "", owner: "Operation | None" = None):
+        self.type, self.hint, self.owner = type, hint, owner
+
+    def __repr__(self) -> str:
+        return f"Value({self.type}{', ' + self.hint if self.hint else ''})"
+
+
+# -------------------------------------------------------------------------------------------- attrs
+class Attrs:
+    """Base of the per-op attribute records; printed as ``{field=value, ...}``."""
+
+    def __str__(self) -> str:
+        parts = [f"{f.name}={_fmt(getattr(self, f.name))}" for f in dataclasses.fields(self)]
+        return "{" + ", ".join(parts) + "}"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_fmt(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    if isinstance(v, enum.Enum):
+        return v.name.lower()
+    return str(v)
+
+
+@dataclass(frozen=True)
+class ConstAttrs(Attrs):
+    value: bool | int | float            # the (splatted) constant; inf/nan allowed
+
+
+@dataclass(frozen=True)
+class AxisAttrs(Attrs):
+    axis: int
+
+
+@dataclass(frozen=True)
+class LoadAttrs(Attrs):
+    other: bool | int | float = 0        # value read for elements outside the array
+
+
+@dataclass(frozen=True)
+class PermAttrs(Attrs):
+    perm: tuple[int, ...]
+
+
+class ReduceKind(enum.Enum):
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    ARGMAX = "argmax"
+    ARGMIN = "argmin"
+
+
+@dataclass(frozen=True)
+class ReduceAttrs(Attrs):
+    kind: ReduceKind
+    axis: int
+    keepdims: bool = False
+
+
+@dataclass(frozen=True)
+class DotAttrs(Attrs):
+    allow_tf32: bool = False
+
+
+@dataclass(frozen=True)
+class ForAttrs(Attrs):
+    stages: int = 1                      # software pipelining depth asked for with tj.range
+    unroll: bool = False
+
+
+# --------------------------------------------------------------------------------------- tile ops
+class TileOp(enum.Enum):
+    # program and arguments
+    PROGRAM_ID = enum.auto()    # () -> i32                               attrs AxisAttrs
+    NUM_PROGRAMS = enum.auto()  # () -> i32                               attrs AxisAttrs
+    DIM = enum.auto()           # (array) -> i32: the array's runtime size along attrs.axis
+    # creation
+    CONSTANT = enum.auto()      # () -> scalar or tile filled with attrs.value   ConstAttrs
+    SPLAT = enum.auto()         # (scalar) -> tile of the result's shape
+    ARANGE = enum.auto()        # () -> tile<(end-start,) x i32>; attrs ConstAttrs(start)
+    # memory: offsets are one scalar per array dim; shape comes from the result/tile type
+    LOAD = enum.auto()          # (array, *offsets) -> tile                LoadAttrs
+    STORE = enum.auto()         # (array, *offsets, tile) -> ()
+    # elementwise binary (operands already broadcast to one shape and one dtype)
+    ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto()       # noqa: E702
+    TRUEDIV = enum.auto(); FLOORDIV = enum.auto(); MOD = enum.auto(); POW = enum.auto()  # noqa: E702
+    AND = enum.auto(); OR = enum.auto(); XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto()  # noqa: E702
+    MAXIMUM = enum.auto(); MINIMUM = enum.auto()                  # noqa: E702
+    # comparisons -> bool
+    EQ = enum.auto(); NE = enum.auto(); LT = enum.auto(); LE = enum.auto(); GT = enum.auto(); GE = enum.auto()  # noqa: E702
+    # elementwise unary
+    NEG = enum.auto(); INVERT = enum.auto(); ABS = enum.auto()    # noqa: E702
+    EXP = enum.auto(); EXP2 = enum.auto(); LOG = enum.auto(); LOG2 = enum.auto()  # noqa: E702
+    SQRT = enum.auto(); RSQRT = enum.auto(); SIN = enum.auto(); COS = enum.auto()  # noqa: E702
+    TANH = enum.auto(); SIGMOID = enum.auto()                     # noqa: E702
+    # other elementwise
+    FMA = enum.auto()           # (a, b, c) -> a*b+c
+    WHERE = enum.auto()         # (cond: bool, a, b) -> a if cond else b
+    CAST = enum.auto()          # (x) -> x converted to the result dtype
+    # shape
+    BROADCAST = enum.auto()     # (x) -> x broadcast to the result shape (same rank, 1 -> n)
+    RESHAPE = enum.auto()       # (x) -> same elements, row-major order, result shape
+    TRANS = enum.auto()         # (x) -> x transposed by attrs.perm         PermAttrs
+    # reductions and matmul
+    REDUCE = enum.auto()        # (x) -> reduced tile or scalar              ReduceAttrs
+    DOT = enum.auto()           # (a: MxK, b: KxN, acc: MxN f32/i32) -> MxN  DotAttrs
+    # structured control flow (single-block regions; each region ends with YIELD)
+    FOR = enum.auto()           # (lb, ub, step, *inits) -> results; region (iv, *iter_args)  ForAttrs
+    IF = enum.auto()            # (cond) -> results; regions then, else
+    WHILE = enum.auto()         # (*inits) -> results; region (*args) yields (cond, *next): do-while
+    YIELD = enum.auto()         # (*values) terminator of a region
+
+
+BINARY_OPS = frozenset({TileOp.ADD, TileOp.SUB, TileOp.MUL, TileOp.TRUEDIV, TileOp.FLOORDIV, TileOp.MOD,
+                        TileOp.POW, TileOp.AND, TileOp.OR, TileOp.XOR, TileOp.SHL, TileOp.SHR,
+                        TileOp.MAXIMUM, TileOp.MINIMUM})
+COMPARE_OPS = frozenset({TileOp.EQ, TileOp.NE, TileOp.LT, TileOp.LE, TileOp.GT, TileOp.GE})
+UNARY_OPS = frozenset({TileOp.NEG, TileOp.INVERT, TileOp.ABS, TileOp.EXP, TileOp.EXP2, TileOp.LOG,
+                       TileOp.LOG2, TileOp.SQRT, TileOp.RSQRT, TileOp.SIN, TileOp.COS, TileOp.TANH,
+                       TileOp.SIGMOID})
+FLOAT_UNARY_OPS = UNARY_OPS - {TileOp.NEG, TileOp.INVERT, TileOp.ABS}
+ELEMENTWISE_OPS = BINARY_OPS | COMPARE_OPS | UNARY_OPS | {TileOp.FMA, TileOp.WHERE, TileOp.CAST}
+CONTROL_OPS = frozenset({TileOp.FOR, TileOp.IF, TileOp.WHILE})
+
+
+# ----------------------------------------------------------------------------- operations, blocks
+class Operation:
+    __slots__ = ("op", "operands", "results", "attrs", "regions", "loc")
+
+    def __init__(self, op, operands=(), result_types=(), attrs: Attrs | None = None,
+                 regions: list["Block"] | None = None, loc: Loc = UNKNOWN_LOC):
+        self.op, self.operands, self.attrs, self.loc = op, list(operands), attrs, loc
+        self.results = [Value(t, owner=self) for t in result_types]
+        self.regions = regions or []
+
+    @property
+    def result(self) -> Value:
+        assert len(self.results) == 1, f"{self.op.name} has {len(self.results)} results"
+        return self.results[0]
+
+    def __repr__(self) -> str:
+        return f"<{self.op.name} at {self.loc}>"
+
+
+@dataclass
+class Block:
+    """A single-block region: arguments plus an op list (ending with YIELD inside control ops)."""
+    args: list[Value] = field(default_factory=list)
+    ops: list[Operation] = field(default_factory=list)
+
+    def walk(self) -> Iterator[Operation]:
+        """Every op in this block and nested regions, pre-order."""
+        for o in self.ops:
+            yield o
+            for r in o.regions:
+                yield from r.walk()
+
+
+@dataclass
+class Function:
+    """A kernel after the frontend: array/scalar arguments and a body block.
+
+    ``arg_names`` are the user's parameter names of the runtime (non-constexpr) arguments, in
+    order; ``meta`` carries compile-time facts later stages need (constexprs, num_warps, ...)."""
+    name: str
+    body: Block
+    arg_names: list[str]
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def args(self) -> list[Value]:
+        return self.body.args
+
+    def walk(self) -> Iterator[Operation]:
+        return self.body.walk()
+
+
+class Builder:
+    """Appends ops at the end of a block; ``at(block)`` switches the insertion block."""
+
+    def __init__(self, block: Block | None = None, loc: Loc = UNKNOWN_LOC):
+        self.block, self.loc = block, loc
+
+    def create(self, op, operands=(), result_types=(), attrs=None, regions=None, loc=None) -> Operation:
+        o = Operation(op, operands, result_types, attrs, regions, loc or self.loc)
+        self.block.ops.append(o)
+        return o
+
+    def at(self, block: Block) -> "Builder":
+        return Builder(block, self.loc)
+
+
+# ------------------------------------------------------------------------------------------ printer
+class Printer:
+    """Stable text form: ``%3 = add %1, %2 : tile<16x16xfloat32>  # file.py:12:9``.
+
+    Values are numbered in definition order, so two structurally equal functions print the same."""
+
+    def __init__(self, with_locs: bool = False):
+        self.names: dict[int, str] = {}
+        self.with_locs = with_locs
+
+    def name(self, v: Value) -> str:
+        key = id(v)
+        if key not in self.names:
+            self.names[key] = f"%{len(self.names)}"
+        return self.names[key]
+
+    def function(self, fn: Function) -> str:
+        args = ", ".join(f"{self.name(a)}: {a.type}" for a in fn.args)
+        lines = [f"func @{fn.name}({args}) {{"]
+        self._block(fn.body, 1, lines)
+        lines.append("}")
+        return "\n".join(lines)
+
+    def _block(self, block: Block, depth: int, lines: list[str]) -> None:
+        for o in block.ops:
+            self._op(o, depth, lines)
+
+    def _op(self, o: Operation, depth: int, lines: list[str]) -> None:
+        pad = "  " * depth
+        res = ", ".join(self.name(r) for r in o.results)
+        text = f"{res} = " if res else ""
+        text += o.op.name.lower()
+        if o.operands:
+            text += " " + ", ".join(self.name(v) for v in o.operands)
+        if o.attrs is not None:
+            text += " " + str(o.attrs)
+        if o.results:
+            text += " : " + ", ".join(str(r.type) for r in o.results)
+        if self.with_locs and o.loc is not UNKNOWN_LOC:
+            text += f"  # {o.loc}"
+        if not o.regions:
+            lines.append(pad + text)
+            return
+        lines.append(pad + text + " {")
+        for i, region in enumerate(o.regions):
+            if i:
+                lines.append(pad + "} {")
+            if region.args:
+                lines.append(pad + "  ^(" + ", ".join(f"{self.name(a)}: {a.type}" for a in region.args) + "):")
+            self._block(region, depth + 1, lines)
+        lines.append(pad + "}")
+
+
+def print_function(fn: Function, with_locs: bool = False) -> str:
+    return Printer(with_locs).function(fn)

@@ -1,0 +1,135 @@
+"""The in-kernel language surface (``import tilejit as tj``): markers the frontend recognises.
+
+Each in-kernel operation here is a *builtin*: a Python function tagged with
+``__tilejit_builtin__ = name``.  Called from ordinary Python it raises a clear error; inside a
+kernel the frontend never calls it but dispatches by name to ``tilejit.semantics``.  Host
+helpers (``cdiv``, ``next_power_of_2``) are plain functions, folded when their arguments are
+compile-time values.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+from tilejit.dtypes import (bfloat16, bool_, float8e4m3, float8e5m2, float16, float32, int8,  # noqa: F401
+                            int16, int32, int64, uint8, uint32)
+from tilejit.errors import outside_kernel
+
+inf = math.inf
+nan = math.nan
+pi = math.pi
+
+
+class constexpr:
+    """Annotation for compile-time parameters: ``BLOCK: tj.constexpr``."""
+
+
+def builtin(fn):
+    """Mark ``fn`` as an in-kernel operation named ``fn.__name__``."""
+    @functools.wraps(fn)
+    def marker(*args, **kwargs):
+        outside_kernel(f"tj.{fn.__name__}()")
+    marker.__tilejit_builtin__ = fn.__name__
+    return marker
+
+
+# --- program ----------------------------------------------------------------------------------
+@builtin
+def program_id(axis): ...
+@builtin
+def num_programs(axis): ...
+
+
+# --- creation ---------------------------------------------------------------------------------
+@builtin
+def arange(start, end): ...
+@builtin
+def zeros(shape, dtype=float32): ...
+@builtin
+def full(shape, value, dtype=None): ...
+
+
+# --- memory -----------------------------------------------------------------------------------
+@builtin
+def load(x, offsets, shape, other=0): ...
+@builtin
+def store(x, offsets, tile): ...
+
+
+# --- elementwise ------------------------------------------------------------------------------
+@builtin
+def exp(x): ...
+@builtin
+def exp2(x): ...
+@builtin
+def log(x): ...
+@builtin
+def log2(x): ...
+@builtin
+def sqrt(x): ...
+@builtin
+def rsqrt(x): ...
+@builtin
+def sin(x): ...
+@builtin
+def cos(x): ...
+@builtin
+def tanh(x): ...
+@builtin
+def sigmoid(x): ...
+@builtin
+def abs(x): ...
+@builtin
+def maximum(x, y): ...
+@builtin
+def minimum(x, y): ...
+@builtin
+def where(cond, x, y): ...
+@builtin
+def fma(x, y, z): ...
+@builtin
+def cast(x, dtype): ...
+
+
+# --- shape ------------------------------------------------------------------------------------
+@builtin
+def trans(x, *perm): ...
+@builtin
+def reshape(x, shape): ...
+@builtin
+def broadcast_to(x, shape): ...
+@builtin
+def expand_dims(x, axis): ...
+
+
+# --- reductions and matmul --------------------------------------------------------------------
+@builtin
+def sum(x, axis=None, keepdims=False): ...
+@builtin
+def max(x, axis=None, keepdims=False): ...
+@builtin
+def min(x, axis=None, keepdims=False): ...
+@builtin
+def argmax(x, axis, keepdims=False): ...
+@builtin
+def argmin(x, axis, keepdims=False): ...
+@builtin
+def dot(a, b, acc=None, allow_tf32=False): ...
+
+
+# --- loops ------------------------------------------------------------------------------------
+@builtin
+def range(start, stop=None, step=1, stages=1): ...
+@builtin
+def static_range(start, stop=None, step=1): ...
+
+
+# --- host helpers (also folded inside kernels on compile-time values) --------------------------
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division: the number of size-``b`` blocks covering ``a``."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
