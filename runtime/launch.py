@@ -1,0 +1,192 @@
+"""Loading PTX/cubin into a device's context and launching it, with arguments packed by the
+kernel's ``ParamDesc`` list. The runtime never needs to know how the code was made."""
+from __future__ import annotations
+
+import numbers
+import weakref
+
+import numpy as np
+
+from tilejit.errors import DeviceError, LaunchError
+from tilejit.runtime import driver
+from tilejit.runtime.arrays import as_kernel_array
+from tilejit.runtime.packing import ArgPacker
+
+JIT_LOG_BYTES = 1 << 16
+_ELF_MAGIC, _FATBIN_MAGIC = b"\x7fELF", b"\x50\xed\x55\xba"
+
+
+class LoadedKernel:
+    """One kernel function loaded on one device: check limits, pack arguments, launch.
+
+    ``launch_fn(kernel, grid, block_threads, stream, kernel_params_address)`` does the driver
+    call; tests inject a fake to inspect the packed parameters without a GPU."""
+
+    def __init__(self, function, device: int, name: str, shared_bytes: int, max_grid: tuple,
+                 max_threads: int, num_regs: int = 0, launch_fn=None):
+        self.function, self.device, self.name = function, device, name
+        self.shared_bytes, self.max_grid = shared_bytes, tuple(max_grid)
+        self.max_threads, self.num_regs = max_threads, num_regs
+        self._launch_fn = launch_fn or _driver_launch
+        self.context = None                 # set by load(): the device's primary context
+        self._last = (None, None)           # (params list last seen, its packer): one attribute,
+        self._packers: dict[tuple, ArgPacker] = {}      # so threads read a consistent pair
+
+    def launch(self, grid, block_threads: int, args, params, stream: int | None = None) -> None:
+        """Launch on ``grid`` (3 ints) with ``block_threads`` threads per block.
+
+        ``args`` holds one entry per runtime argument: a ``KernelArray`` (anything with ``ptr``,
+        ``shape``, ``strides``) for arrays, a number for scalars; ``params`` is the kernel's
+        ``ParamDesc`` list. Re-launching with the same ``params`` object reuses its packer."""
+        mx, my, mz = self.max_grid
+        if not (len(grid) == 3 and 0 < grid[0] <= mx and 0 < grid[1] <= my and 0 < grid[2] <= mz
+                and 0 < block_threads <= self.max_threads):
+            if self._check_geometry(grid, block_threads):
+                return                                  # an empty grid: nothing to run
+        last_params, packer = self._last
+        if params is not last_params:
+            packer = self._packer_for(params)
+            self._last = (params, packer)
+        self._launch_fn(self, grid, block_threads, stream, packer.pack(args))
+
+    def _packer_for(self, params) -> ArgPacker:
+        key = tuple(params)
+        if key not in self._packers:
+            self._packers[key] = ArgPacker(key, kernel=self.name)
+        return self._packers[key]
+
+    def _check_geometry(self, grid, block_threads: int) -> bool:
+        """Raise LaunchError for an impossible launch; True if the grid is empty."""
+        if len(grid) != 3 or any(not isinstance(g, numbers.Integral) or g < 0 for g in grid):
+            raise LaunchError(f"grid must be 3 non-negative ints, got {grid}", kernel=self.name)
+        for axis, (g, limit) in enumerate(zip(grid, self.max_grid)):
+            if g > limit:
+                raise LaunchError(f"grid {tuple(grid)} exceeds the device limit {self.max_grid} "
+                                  f"along axis {axis} ({g} > {limit})", kernel=self.name)
+        if not 0 < block_threads <= self.max_threads:
+            why = (f"the kernel uses {self.num_regs} registers per thread, so"
+                   if self.num_regs else "")
+            raise LaunchError(f"{block_threads} threads per block cannot run: {why} at most "
+                              f"{self.max_threads} threads per block fit".replace("  ", " "),
+                              kernel=self.name)
+        return 0 in grid
+
+
+def _driver_launch(kernel: LoadedKernel, grid, block_threads: int, stream, params_address) -> None:
+    cu = driver.cuda()
+    err, = cu.cuCtxSetCurrent(kernel.context)
+    if err:
+        driver.check(err, "cuCtxSetCurrent")
+    err, = cu.cuLaunchKernel(kernel.function, grid[0], grid[1], grid[2], block_threads, 1, 1,
+                             kernel.shared_bytes, stream or 0, params_address, 0)
+    if err:
+        raise DeviceError(f"cuLaunchKernel failed: {driver.error_string(err)}", kernel=kernel.name)
+
+
+def load(image: bytes, kernel_name: str, shared_bytes: int, device: int) -> LoadedKernel:
+    """Load a cubin, fatbin or PTX text on ``device`` and look up ``kernel_name``.
+
+    ``shared_bytes`` is the dynamic shared memory of every launch; over 48 KiB it is opted into
+    with cuFuncSetAttribute. Too much shared memory -> LaunchError before anything runs."""
+    props = driver.device_properties(device)
+    if shared_bytes > props.max_shared_per_block_optin:
+        raise LaunchError(f"the kernel needs {shared_bytes} bytes of shared memory; {props.name} "
+                          f"allows at most {props.max_shared_per_block_optin} per block",
+                          kernel=kernel_name)
+    driver.activate(device)
+    cu = driver.cuda()
+    module = _load_module(image, kernel_name)
+    function = driver.check(cu.cuModuleGetFunction(module, kernel_name.encode()),
+                            f"cuModuleGetFunction({kernel_name!r})")
+    attrs = cu.CUfunction_attribute
+    static_shared = driver.check(cu.cuFuncGetAttribute(attrs.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                                       function), "cuFuncGetAttribute")
+    if static_shared + shared_bytes > props.max_shared_per_block_optin:
+        raise LaunchError(f"the kernel needs {static_shared} static + {shared_bytes} dynamic bytes "
+                          f"of shared memory; at most {props.max_shared_per_block_optin} fit",
+                          kernel=kernel_name)
+    if static_shared + shared_bytes > props.max_shared_per_block:
+        driver.check(cu.cuFuncSetAttribute(function,
+                                           attrs.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           shared_bytes),
+                     "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+    max_threads = driver.check(cu.cuFuncGetAttribute(attrs.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                                     function), "cuFuncGetAttribute")
+    num_regs = driver.check(cu.cuFuncGetAttribute(attrs.CU_FUNC_ATTRIBUTE_NUM_REGS, function),
+                            "cuFuncGetAttribute")
+    kernel = LoadedKernel(function, device, kernel_name, shared_bytes, props.max_grid,
+                          max_threads, num_regs)
+    kernel.module = module          # the function is valid only while its module is loaded
+    kernel.context = driver.context(device)
+    weakref.finalize(kernel, _unload, module, device).atexit = False
+    return kernel
+
+
+def _load_module(image: bytes, kernel_name: str):
+    """cuModuleLoadDataEx with error and info logs; the driver's log goes into the DeviceError."""
+    cu = driver.cuda()
+    image = bytes(image)
+    if not image.startswith((_ELF_MAGIC, _FATBIN_MAGIC)) and not image.endswith(b"\0"):
+        image += b"\0"                  # PTX text must be NUL-terminated
+    error_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
+    jit = cu.CUjit_option
+    options = [jit.CU_JIT_ERROR_LOG_BUFFER, jit.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+               jit.CU_JIT_INFO_LOG_BUFFER, jit.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+               jit.CU_JIT_LOG_VERBOSE]
+    values = [error_log, JIT_LOG_BYTES, info_log, JIT_LOG_BYTES, 1]
+    err, module = cu.cuModuleLoadDataEx(image, len(options), options, values)
+    if err:
+        log = "\n".join(text for text in (_c_string(error_log), _c_string(info_log)) if text)
+        raise DeviceError(f"cuModuleLoadDataEx failed: {driver.error_string(err)}"
+                          + (f"\ndriver JIT log:\n{log}" if log else ""), kernel=kernel_name)
+    return module
+
+
+def _c_string(buf: bytearray) -> str:
+    return bytes(buf).split(b"\0", 1)[0].decode(errors="replace").strip()
+
+
+def _unload(module, device: int) -> None:
+    try:
+        driver.activate(device)
+        driver.cuda().cuModuleUnload(module)
+    except Exception:           # never raise from a finaliser
+        pass
+
+
+def select_device(devices, default) -> int:
+    """The one device holding the device-resident arrays (None entries are host arrays), or
+    ``default()`` when there are none. Arrays on two devices -> LaunchError."""
+    found = sorted({d for d in devices if d is not None})
+    if len(found) > 1:
+        raise LaunchError(f"array arguments live on different devices {found}; "
+                          "move them to one device")
+    return found[0] if found else default()
+
+
+def launch_arrays(kernel_for_device, grid, block_threads: int, args, params, writes=(),
+                  stream: int | None = None, array_args=None) -> None:
+    """Launch with user arguments: arrays become device views (NumPy copied in), the kernel
+    runs, and the NumPy arrays at indices ``writes`` get the results copied back.
+
+    ``kernel_for_device(device) -> LoadedKernel`` loads the kernel where the arrays live.
+    ``array_args`` lists which arguments are arrays (default: those ``params`` read from).
+    The stream is ``stream``, else the first array's own (torch's current stream, a CUDA Array
+    Interface stream), else the legacy default stream."""
+    if array_args is None:
+        array_args = sorted({p.arg for p in params if p.kind != "scalar"})
+    resident = {i: as_kernel_array(args[i]) for i in array_args
+                if not isinstance(args[i], np.ndarray)}
+    device = select_device([v.device for v in resident.values()], driver.current_device)
+    if stream is None:
+        stream = next((v.stream for v in resident.values() if v.stream is not None), None)
+    views = list(args)
+    for i in array_args:
+        views[i] = resident[i] if i in resident else as_kernel_array(args[i], device, stream)
+    kernel_for_device(device).launch(grid, block_threads, views, params, stream)
+    copied = [i for i in array_args if i not in resident]
+    for i in copied:
+        if i in writes:
+            views[i].copy_back(stream)
+    if copied:      # the temporary device copies are freed next: let the kernel finish first
+        driver.check(driver.cuda().cuStreamSynchronize(stream or 0), "cuStreamSynchronize")
