@@ -1,0 +1,389 @@
+"""LLVM emission: SIMT IR ``Function`` -> LLVM IR (llvmlite) -> PTX through the NVPTX target machine.
+
+The only part of tilejit that imports llvmlite (with its helpers ``codegen_base``,
+``codegen_math``, ``codegen_floatmath``, ``codegen_memory``, and ``codegen_host`` for CPU
+tests of the math).  Each SIMT op maps to a few
+LLVM instructions; a ``RegType(dtype, n)`` value is a Python list of n LLVM scalars, so
+GATHER/CONCAT/SPLAT cost nothing.
+
+Kernel ABI (how the runtime packs ``fn.meta["params"]``; ``param_struct_format`` gives the
+``struct`` code).  Every parameter is passed by value, in order, with its natural size:
+
+    ParamDesc kind / dtype             LLVM / PTX param           C type (bytes)
+    "ptr"   (any dtype)                ptr addrspace(1) / .u64    device pointer, uint64_t (8)
+    "dim"                              i32 / .u32                 int32_t (4)
+    "stride" int32 | int64             i32 | i64                  int32_t (4) | int64_t (8)
+    "scalar" bool                      i8 / .u8                   uint8_t 0 or 1 (1)
+    "scalar" int8 | uint8              i8                         int8_t | uint8_t (1)
+    "scalar" int16                     i16                        int16_t (2)
+    "scalar" int32 | uint32            i32                        int32_t | uint32_t (4)
+    "scalar" int64                     i64                        int64_t (8)
+    "scalar" float16 | bfloat16        half | bfloat / .b8[2]    IEEE half / bf16 bits, uint16_t (2)
+    "scalar" float32                   float / .f32               float (4)
+    "scalar" float8e4m3 | float8e5m2   i8                         fp8 bits, uint8_t (1)
+
+(``runtime/packing.py`` packs bool as '?' and float16 as 'e': the same bytes.)  The kernel
+uses ``fn.meta["shared_bytes"]`` bytes of *dynamic* shared memory (pass it as
+``sharedMemBytes`` at launch; above 48 KiB it also needs
+``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``) and must be launched with
+``32 * fn.meta["num_warps"]`` threads in x (``.maxntid`` in the PTX).
+"""
+from __future__ import annotations
+
+import functools
+import re
+import threading
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from tilejit import dtypes as D
+from tilejit import simt
+from tilejit.codegen_base import GLOBAL, I8, I32, I64, Ctx, const, reg_type
+from tilejit.codegen_math import elementwise
+from tilejit.codegen_memory import load_global, load_shared, store_global, store_shared
+from tilejit.errors import CompileError
+from tilejit.simt import ParamDesc, RegType, SimtOp
+
+TRIPLE = "nvptx64-nvidia-cuda"
+# target name -> (LLVM cpu, PTX ISA feature, sm number). PTX 7.0 is the oldest ISA with sm_80
+# (and what drivers since CUDA 11.0 accept); sm_90a needs PTX 8.0.
+TARGETS = {"sm_80": ("sm_80", "+ptx70", 80), "sm_90a": ("sm_90a", "+ptx80", 90)}
+_STRUCT_CODES = {"bool": "B", "int8": "b", "uint8": "B", "int16": "h", "int32": "i", "uint32": "I",
+                 "int64": "q", "float16": "H", "bfloat16": "H", "float32": "f",
+                 "float8e4m3": "B", "float8e5m2": "B"}
+
+
+# ------------------------------------------------------------------------------------ kernel ABI
+def param_llvm_type(desc: ParamDesc) -> ir.Type:
+    """The LLVM type of a kernel parameter (see the ABI table in the module docstring)."""
+    if desc.kind == "ptr":
+        return ir.PointerType(addrspace=GLOBAL)
+    if desc.kind == "dim":
+        return I32
+    if desc.dtype.is_bool:
+        return I8
+    return reg_type(desc.dtype)
+
+
+def param_struct_format(desc: ParamDesc) -> str:
+    """``struct`` format code of a parameter's bytes: 'Q' pointer, 'i' dim, dtype codes else
+    (half/bfloat16 and fp8 are passed as their raw bits: 'H' / 'B')."""
+    if desc.kind == "ptr":
+        return "Q"
+    if desc.kind == "dim":
+        return "i"
+    return _STRUCT_CODES[desc.dtype.name]
+
+
+# -------------------------------------------------------------------------------- target machines
+@functools.cache
+def _init_llvm() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+@functools.cache
+def target_machine(target: str) -> llvm.TargetMachine:
+    """The (cached: creating one is slow) NVPTX target machine for ``sm_80`` or ``sm_90a``."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r} (known: {', '.join(TARGETS)})")
+    _init_llvm()
+    cpu, features, _ = TARGETS[target]
+    return llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=cpu, features=features, opt=3)
+
+
+class _KernelAttributes(ir.values.FunctionAttributes):
+    """Function attributes that also accept LLVM string attributes (``"nvvm.maxntid"="128"``),
+    which llvmlite's attribute set rejects."""
+
+    def add(self, name: str):
+        if name.startswith('"'):
+            return set.add(self, name)
+        return super().add(name)
+
+
+# ---------------------------------------------------------------------------------------- emission
+def kernel_name(fn: simt.Function) -> str:
+    """The PTX entry name: the kernel's name with anything PTX rejects replaced by '_'."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", str(fn.meta.get("name", fn.name)))
+    return name if name and not name[0].isdigit() else "k_" + name
+
+
+class KernelEmitter:
+    """Translates one SIMT kernel into an llvmlite module, op by op (``op_<NAME>`` handlers)."""
+
+    def __init__(self, fn: simt.Function, target: str):
+        self.fn = fn
+        self.module = ir.Module(name=fn.name)
+        self.module.triple = TRIPLE
+        self.module.data_layout = str(target_machine(target).target_data)
+        params = fn.meta["params"]
+        fnty = ir.FunctionType(ir.VoidType(), [param_llvm_type(p) for p in params])
+        func = ir.Function(self.module, fnty, kernel_name(fn))
+        func.calling_convention = "ptx_kernel"
+        func.attributes = _KernelAttributes()
+        func.attributes.add(f'"nvvm.maxntid"="{32 * fn.meta.get("num_warps", 4)}"')
+        self.ctx = Ctx(self.module, func, TARGETS[target][2], fn.meta.get("name", fn.name))
+        self.values: dict[int, list] = {}
+
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.ctx.builder
+
+    def emit(self) -> ir.Module:
+        self.region(self.fn.body, [])
+        self.b.ret_void()
+        return self.module
+
+    # --- values and regions
+    def get(self, v) -> list:
+        return self.values[id(v)]
+
+    def set(self, v, regs: list) -> None:
+        self.values[id(v)] = regs
+
+    def region(self, block, arg_values: list[list]) -> list[list]:
+        """Emit a region's ops with its args bound; returns the values its YIELD passes on."""
+        for a, regs in zip(block.args, arg_values):
+            self.set(a, regs)
+        for op in block.ops:
+            if op.op == SimtOp.YIELD:
+                return [self.get(v) for v in op.operands]
+            self.ctx.loc = op.loc
+            handler = getattr(self, f"op_{op.op.name}", None)
+            if handler is None:
+                raise CompileError(f"LLVM emission does not support SIMT op {op.op.name}",
+                                   op.loc, self.ctx.kernel)
+            handler(op)
+        return []
+
+    # --- thread geometry and parameters
+    def _sreg(self, name: str):
+        return self.ctx.call(f"llvm.nvvm.read.ptx.sreg.{name}", I32, [])
+
+    def op_THREAD_ID(self, op):
+        self.set(op.result, [self._sreg("tid.x")])
+
+    def op_BLOCK_ID(self, op):
+        self.set(op.result, [self._sreg("ctaid." + "xyz"[op.attrs.axis])])
+
+    def op_GRID_DIM(self, op):
+        self.set(op.result, [self._sreg("nctaid." + "xyz"[op.attrs.axis])])
+
+    def op_PARAM(self, op):
+        desc = self.fn.meta["params"][op.attrs.axis]
+        arg = self.ctx.func.args[op.attrs.axis]
+        if desc.kind == "scalar" and desc.dtype.is_bool:
+            arg = self.b.icmp_unsigned("!=", arg, ir.Constant(I8, 0))
+        self.set(op.result, [arg])
+
+    # --- register vectors
+    def op_CONSTANT(self, op):
+        rt: RegType = op.result.type
+        values = op.attrs.values if len(op.attrs.values) == rt.n else op.attrs.values * rt.n
+        self.set(op.result, [const(rt.dtype, v) for v in values])
+
+    def op_SPLAT(self, op):
+        self.set(op.result, self.get(op.operands[0])[:1] * op.result.type.n)
+
+    def op_GATHER(self, op):
+        regs = self.get(op.operands[0])
+        self.set(op.result, [regs[i] for i in op.attrs.indices])
+
+    def op_CONCAT(self, op):
+        self.set(op.result, [r for v in op.operands for r in self.get(v)])
+
+    def op_ELEMENTWISE(self, op):
+        out: RegType = op.result.type
+        operands = [self.get(v) for v in op.operands]
+        dtypes = [v.type.dtype for v in op.operands]
+        regs = []
+        for i in range(out.n):
+            args = [o[i] if len(o) > 1 else o[0] for o in operands]
+            regs.append(elementwise(self.ctx, op.attrs.op, args, dtypes, out.dtype))
+        self.set(op.result, regs)
+
+    # --- warp shuffles
+    def _shuffle(self, x, dt: D.DType, kind: str, lane):
+        b = self.b
+        if dt.bits == 64:
+            halves = [b.trunc(b.lshr(b.bitcast(x, I64), ir.Constant(I64, s)), I32) for s in (0, 32)]
+            lo, hi = (b.zext(self._shfl(kind, h, lane), I64) for h in halves)
+            return b.or_(lo, b.shl(hi, ir.Constant(I64, 32)))
+        width = ir.IntType(max(dt.bits, 1))
+        bits = b.bitcast(x, width) if dt.is_float and dt.bits >= 16 else x
+        word = bits if dt.bits == 32 else b.zext(bits, I32)
+        out = self._shfl(kind, word, lane)
+        out = out if dt.bits == 32 else b.trunc(out, width)
+        return b.bitcast(out, reg_type(dt)) if dt.is_float and dt.bits >= 16 else out
+
+    def _shfl(self, kind: str, word, lane):
+        full = ir.Constant(I32, -1)
+        return self.ctx.call(f"llvm.nvvm.shfl.sync.{kind}.i32", I32, [full, word, lane, ir.Constant(I32, 31)])
+
+    def op_SHUFFLE_XOR(self, op):
+        dt, mask = op.result.type.dtype, ir.Constant(I32, op.attrs.mask)
+        self.set(op.result, [self._shuffle(x, dt, "bfly", mask) for x in self.get(op.operands[0])])
+
+    def op_SHUFFLE_IDX(self, op):
+        dt, lane = op.result.type.dtype, self.get(op.operands[1])[0]
+        self.set(op.result, [self._shuffle(x, dt, "idx", lane) for x in self.get(op.operands[0])])
+
+    # --- memory
+    def op_LOAD_GLOBAL(self, op):
+        ptr, offsets = self.get(op.operands[0])[0], self.get(op.operands[1])
+        masks = self.get(op.operands[2]) if len(op.operands) > 2 else None
+        dt = op.result.type.dtype
+        self.set(op.result, load_global(self.ctx, ptr, offsets, masks, dt, op.attrs.vec, op.attrs.other))
+
+    def op_STORE_GLOBAL(self, op):
+        ptr, offsets, values = (self.get(v) for v in op.operands[:3])
+        masks = self.get(op.operands[3]) if len(op.operands) > 3 else None
+        dt = op.operands[2].type.dtype
+        store_global(self.ctx, ptr[0], offsets, values, masks, dt, op.attrs.vec)
+
+    def op_LOAD_SHARED(self, op):
+        rt: RegType = op.result.type
+        vec = op.attrs.vec if op.attrs is not None else 1
+        self.set(op.result, load_shared(self.ctx, self.get(op.operands[0]), rt.n, rt.dtype, vec))
+
+    def op_STORE_SHARED(self, op):
+        vec = op.attrs.vec if op.attrs is not None else 1
+        store_shared(self.ctx, self.get(op.operands[0]), self.get(op.operands[1]),
+                     op.operands[1].type.dtype, vec)
+
+    def op_BARRIER(self, op):
+        self.ctx.call("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(I32, 0)])
+
+    # --- structured control flow
+    def _phis(self, values: list[list]) -> list[list]:
+        return [[self.b.phi(r.type) for r in regs] for regs in values]
+
+    @staticmethod
+    def _add_incoming(phis: list[list], values: list[list], block) -> None:
+        for phi_regs, regs in zip(phis, values):
+            for phi, r in zip(phi_regs, regs):
+                phi.add_incoming(r, block)
+
+    def op_FOR(self, op):
+        lb, ub, step = (self.get(v)[0] for v in op.operands[:3])
+        inits = [self.get(v) for v in op.operands[3:]]
+        iv_type = lb.type
+        ub, step = (self._int_like(v, iv_type) for v in (ub, step))
+        pre = self.b.block
+        head, body, done = self.ctx.block("for.head"), self.ctx.block("for.body"), self.ctx.block("for.done")
+        self.b.branch(head)
+        self.b.position_at_end(head)
+        iv = self.b.phi(iv_type)
+        args = self._phis(inits)
+        self.b.cbranch(self._loop_condition(iv, ub, step), body, done)
+        self.b.position_at_end(body)
+        nexts = self.region(op.regions[0], [[iv]] + args)
+        iv_next = self.b.add(iv, step)
+        latch = self.b.block
+        self.b.branch(head)
+        iv.add_incoming(lb, pre)
+        iv.add_incoming(iv_next, latch)
+        self._add_incoming(args, inits, pre)
+        self._add_incoming(args, nexts, latch)
+        self.b.position_at_end(done)
+        for res, regs in zip(op.results, args):
+            self.set(res, regs)
+
+    def _int_like(self, v, ty):
+        if v.type == ty:
+            return v
+        return self.b.sext(v, ty) if v.type.width < ty.width else self.b.trunc(v, ty)
+
+    def _loop_condition(self, iv, ub, step):
+        """Python range: ``iv < ub`` for a positive step, ``iv > ub`` for a negative one."""
+        if isinstance(step, ir.Constant):
+            return self.b.icmp_signed("<" if int(step.constant) > 0 else ">", iv, ub)
+        up, down = self.b.icmp_signed("<", iv, ub), self.b.icmp_signed(">", iv, ub)
+        positive = self.b.icmp_signed(">", step, ir.Constant(step.type, 0))
+        return self.b.select(positive, up, down)
+
+    def op_IF(self, op):
+        cond = self.get(op.operands[0])[0]
+        then_bb, else_bb, join = self.ctx.block("if.then"), self.ctx.block("if.else"), self.ctx.block("if.join")
+        self.b.cbranch(cond, then_bb, else_bb)
+        arms = []
+        for bb, region in zip((then_bb, else_bb), list(op.regions) + [None]):
+            self.b.position_at_end(bb)
+            values = self.region(region, []) if region is not None else []
+            arms.append((values, self.b.block))
+            self.b.branch(join)
+        self.b.position_at_end(join)
+        for i, res in enumerate(op.results):
+            regs = []
+            for j, first in enumerate(arms[0][0][i]):
+                phi = self.b.phi(first.type)
+                for values, end in arms:
+                    phi.add_incoming(values[i][j], end)
+                regs.append(phi)
+            self.set(res, regs)
+
+    def op_WHILE(self, op):
+        """Do-while: run the region, continue with ``next`` while ``cond``; results = last next."""
+        inits = [self.get(v) for v in op.operands]
+        pre = self.b.block
+        body, done = self.ctx.block("while.body"), self.ctx.block("while.done")
+        self.b.branch(body)
+        self.b.position_at_end(body)
+        args = self._phis(inits)
+        cond, *nexts = self.region(op.regions[0], args)
+        latch = self.b.block
+        self.b.cbranch(cond[0], body, done)
+        self._add_incoming(args, inits, pre)
+        self._add_incoming(args, nexts, latch)
+        self.b.position_at_end(done)
+        for res, regs in zip(op.results, nexts):
+            self.set(res, regs)
+
+
+# ------------------------------------------------------------------------------------- public API
+def emit_module(simt_fn: simt.Function, target: str = "sm_90a") -> ir.Module:
+    """The llvmlite.ir module of a SIMT kernel."""
+    return KernelEmitter(simt_fn, target).emit()
+
+
+def _parse_verified(llvm_ir: str) -> llvm.ModuleRef:
+    _init_llvm()
+    module = llvm.parse_assembly(llvm_ir)
+    module.verify()
+    return module
+
+
+def emit_llvm(simt_fn: simt.Function, target: str = "sm_90a") -> str:
+    """Verified LLVM IR text of a SIMT kernel (before optimisation)."""
+    text = str(emit_module(simt_fn, target))
+    _parse_verified(text)
+    return text
+
+
+def optimize(module: llvm.ModuleRef, target: str, level: int = 3) -> None:
+    """Run LLVM's standard O<level> pipeline on a parsed module, in place."""
+    tuning = llvm.create_pipeline_tuning_options(speed_level=level)
+    builder = llvm.create_pass_builder(target_machine(target), tuning)
+    builder.getModulePassManager().run(module, builder)
+
+
+# the cached target machines are shared; LLVM does not promise they are safe to use from
+# two threads at once (autotuning may compile in threads)
+_LLVM_LOCK = threading.Lock()
+
+
+def ptx_from_llvm(llvm_ir: str, target: str = "sm_90a", opt_level: int = 3) -> str:
+    """PTX text for LLVM IR text (verified, optimised at ``opt_level`` unless 0)."""
+    module = _parse_verified(llvm_ir)
+    with _LLVM_LOCK:
+        if opt_level:
+            optimize(module, target, opt_level)
+        return target_machine(target).emit_assembly(module)
+
+
+def compile_ptx(simt_fn: simt.Function, target: str = "sm_90a", opt_level: int = 3) -> str:
+    """PTX for ``target`` ("sm_80" or "sm_90a") of a SIMT kernel."""
+    return ptx_from_llvm(str(emit_module(simt_fn, target)), target, opt_level)
+

@@ -1,0 +1,199 @@
+"""LLVM emission basics shared by the codegen modules: the LLVM type of each dtype, constants,
+intrinsic declarations, the per-kernel emission context and CAST between all dtypes.
+
+Register form of each dtype (what one SIMT register becomes): bool -> i1; int8/uint8 -> i8;
+int16 -> i16; int32/uint32 -> i32; int64 -> i64; float16 -> half; bfloat16 -> bfloat;
+float32 -> float; float8e4m3/float8e5m2 -> i8 holding the fp8 bits.  In memory (global and
+shared) bool is one byte (0 or 1); every other dtype is stored in its register form.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from llvmlite import ir
+
+from tilejit import dtypes as D
+from tilejit.dtypes import DType
+from tilejit.errors import CompileError
+from tilejit.ir import Loc
+
+I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+GLOBAL, SHARED = 1, 3                     # NVPTX address spaces
+
+
+class BFloatType(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite.ir has no class for it); constants print as ``0xR<bits>``."""
+    intrinsic_name = "bf16"
+    null = "0xR0000"
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, BFloatType)
+
+    def __hash__(self) -> int:
+        return hash(BFloatType)
+
+    def format_constant(self, value) -> str:
+        bits = int(np.array(value, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16))
+        return f"0xR{bits:04X}"
+
+
+BF16 = BFloatType()
+FP8_DTYPES = (D.float8e4m3, D.float8e5m2)
+_REG_TYPES = {"bool": I1, "int8": I8, "uint8": I8, "int16": I16, "int32": I32, "uint32": I32,
+              "int64": I64, "float16": F16, "bfloat16": BF16, "float32": F32,
+              "float8e4m3": I8, "float8e5m2": I8}
+
+
+def reg_type(dt: DType) -> ir.Type:
+    """LLVM type of one register of ``dt``."""
+    return _REG_TYPES[dt.name]
+
+
+def mem_type(dt: DType) -> ir.Type:
+    """LLVM type of one element of ``dt`` in memory (bool is a byte)."""
+    return I8 if dt.is_bool else reg_type(dt)
+
+
+def is_llvm_float(dt: DType) -> bool:
+    """Floats LLVM computes with natively (fp8 is handled as bits)."""
+    return dt.is_float and dt not in FP8_DTYPES
+
+
+def const(dt: DType, value) -> ir.Constant:
+    """The register constant of ``dt`` holding the Python number ``value`` (inf/nan allowed)."""
+    ty = reg_type(dt)
+    if dt.is_bool:
+        return ir.Constant(I1, int(bool(value)))
+    if dt.is_int:
+        if isinstance(value, float):         # e.g. other=-inf for an int array: NumPy's cast
+            with np.errstate(invalid="ignore"):
+                value = np.array(value, np.float32).astype(dt.np).item()
+        v = int(value) & ((1 << dt.bits) - 1)
+        return ir.Constant(ty, v - (1 << dt.bits) if v >> (dt.bits - 1) else v)
+    if dt in FP8_DTYPES:
+        bits = np.array(float(value), np.float32).astype(dt.np).view(np.uint8)
+        return ir.Constant(I8, int(bits))
+    return ir.Constant(ty, float(value))
+
+
+class Ctx:
+    """What emission of one kernel shares: module, builder, current function and target."""
+
+    def __init__(self, module: ir.Module, func: ir.Function, sm: int, kernel: str):
+        self.module, self.func, self.sm, self.kernel = module, func, sm, kernel
+        self.builder = ir.IRBuilder(func.append_basic_block("entry"))
+        self.loc: Loc | None = None                  # loc of the op being emitted (for errors)
+
+    def block(self, name: str) -> ir.Block:
+        return self.func.append_basic_block(name)
+
+    def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """Declare (once) and return an intrinsic or external function."""
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return ir.Function(self.module, ir.FunctionType(ret, args), name)
+
+    def call(self, name: str, ret: ir.Type, args: list) -> ir.Value:
+        return self.builder.call(self.intrinsic(name, ret, [a.type for a in args]), args)
+
+    def error(self, message: str) -> CompileError:
+        return CompileError(message, self.loc, self.kernel)
+
+    def need_sm(self, sm: int, what: str) -> None:
+        if self.sm < sm:
+            raise self.error(f"{what} needs sm_{sm} or newer (compiling for sm_{self.sm})")
+
+
+# ------------------------------------------------------------------------------------ float helpers
+def to_f32(ctx: Ctx, x: ir.Value, dt: DType) -> ir.Value:
+    """Widen a float register to f32 (f16/bf16 exactly; fp8 through the sm_89+ converters)."""
+    b = ctx.builder
+    if dt == D.float32:
+        return x
+    if dt in FP8_DTYPES:
+        ctx.need_sm(89, f"{dt.name} arithmetic")
+        kind = "e4m3" if dt == D.float8e4m3 else "e5m2"
+        pair = ctx.call(f"llvm.nvvm.{kind}x2.to.f16x2.rn", ir.VectorType(F16, 2), [b.zext(x, I16)])
+        return b.fpext(b.extract_element(pair, ir.Constant(I32, 0)), F32)
+    return b.fpext(x, F32)
+
+
+def from_f32(ctx: Ctx, x: ir.Value, dt: DType) -> ir.Value:
+    """Round an f32 to the float ``dt`` (round to nearest even, like NumPy / ml_dtypes)."""
+    b = ctx.builder
+    if dt == D.float32:
+        return x
+    if dt not in FP8_DTYPES:
+        return b.fptrunc(x, reg_type(dt))
+    ctx.need_sm(89, f"conversion to {dt.name}")
+    kind = "e4m3" if dt == D.float8e4m3 else "e5m2"
+    pair = ctx.call(f"llvm.nvvm.ff.to.{kind}x2.rn", I16, [ir.Constant(F32, 0.0), x])
+    bits = b.trunc(pair, I8)
+    # the hardware saturates to the largest finite value; ml_dtypes rounds overflow to
+    # NaN (e4m3fn has no inf) or to inf (e5m2), so patch those results
+    limit, overflow_bits = (464.0, 0x7F) if dt == D.float8e4m3 else (59392.0, 0x7C)
+    absx = ctx.call("llvm.fabs.f32", F32, [x])
+    over = b.fcmp_ordered(">=", absx, ir.Constant(F32, limit))
+    sign = b.and_(bits, ir.Constant(I8, 0x80))
+    return b.select(over, b.or_(sign, ir.Constant(I8, overflow_bits)), bits)
+
+
+# --------------------------------------------------------------------------------------------- CAST
+def convert(ctx: Ctx, x: ir.Value, src: DType, dst: DType) -> ir.Value:
+    """``x.astype(dst)`` with NumPy's semantics (float -> int truncates toward zero)."""
+    b = ctx.builder
+    if src == dst:
+        return x
+    if dst.is_bool:
+        if src.is_int:
+            return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+        return b.fcmp_unordered("!=", to_f32(ctx, x, src), ir.Constant(F32, 0.0))   # nan -> True
+    if src.is_bool or src.is_int:
+        if dst.is_int:
+            return _int_to_int(b, x, src, dst)
+        return _int_to_float(ctx, x, src, dst)
+    if dst.is_float:
+        if is_llvm_float(src) and is_llvm_float(dst) and (src == D.float32 or dst == D.float32):
+            return b.fpext(x, F32) if dst == D.float32 else b.fptrunc(x, reg_type(dst))
+        return from_f32(ctx, to_f32(ctx, x, src), dst)
+    return _float_to_int(ctx, to_f32(ctx, x, src), dst)
+
+
+def _int_to_int(b: ir.IRBuilder, x, src: DType, dst: DType):
+    src_bits, dst_bits = x.type.width, dst.bits
+    if dst_bits < src_bits:
+        return b.trunc(x, reg_type(dst))
+    if dst_bits == src_bits:
+        return x
+    return b.sext(x, reg_type(dst)) if src.kind == "i" else b.zext(x, reg_type(dst))
+
+
+def _int_to_float(ctx: Ctx, x, src: DType, dst: DType):
+    b = ctx.builder
+    if dst in FP8_DTYPES:             # anything past 2**24 overflows fp8, so f32 is exact enough
+        return from_f32(ctx, _int_to_float(ctx, x, src, D.float32), dst)
+    # sm_80 has no int -> bf16 convert and LLVM would round twice through f32; through f64
+    # (exact for 32-bit ints) it rounds once, like NumPy
+    ty = F64 if dst == D.bfloat16 else reg_type(dst)
+    wide = b.sitofp(x, ty) if src.kind == "i" else b.uitofp(x, ty)
+    return b.fptrunc(wide, BF16) if dst == D.bfloat16 else wide
+
+
+def _float_to_int(ctx: Ctx, x32, dst: DType):
+    """f32 -> integer the way NumPy does on x86: truncate; NaN and out-of-range values give the
+    minimum of int32/int64 (cvttss2si); narrower types go through int32 (uint32 through int64)
+    and wrap."""
+    b = ctx.builder
+    wide = D.int64 if dst in (D.int64, D.uint32) else D.int32
+    wide_ty = reg_type(wide)
+    lo = ir.Constant(F32, -float(2 ** (wide.bits - 1)))
+    hi = ir.Constant(F32, float(2 ** (wide.bits - 1)))
+    in_range = b.and_(b.fcmp_ordered(">=", x32, lo), b.fcmp_ordered("<", x32, hi))
+    # fptosi is poison out of range; the select below never picks it there
+    value = b.select(in_range, b.fptosi(x32, wide_ty), ir.Constant(wide_ty, -(2 ** (wide.bits - 1))))
+    return value if wide.bits == dst.bits else b.trunc(value, reg_type(dst))

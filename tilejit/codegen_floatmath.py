@@ -1,0 +1,192 @@
+"""float32 math for LLVM emission: the elementwise float ops as f32 -> f32 functions.
+
+NVPTX has no libm, so the transcendentals are built here from PTX's approximate instructions
+(``ex2.approx``, ``sin.approx``) with range reduction, or from short polynomials, each aiming
+at a relative error of a few 1e-7 (absolute ~5e-7 for sin/cos over a few hundred periods):
+  exp   2**(x*log2 e) with the rounding error of the product folded back in
+  log   x = m * 2**e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1)
+  sin   k = rint(x / 2pi), sin.approx(x - k*2pi) with a three-part 2pi
+  tanh  odd Taylor series below 0.4, 1 - 2/(exp(2|x|) + 1) above
+"""
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from tilejit.codegen_base import F32, F64, I32, Ctx
+from tilejit.ir import TileOp
+
+LOG2E_HI, LOG2E_LO = 1.4426950216293335, 1.925963033500011e-08
+LN2_HI, LN2_LO = 0.6931471824645996, -1.9046542121259336e-09
+TWO_PI = (6.2831854820251465, -1.7484555314695172e-07, -7.105427357601002e-15)
+SQRT_HALF_BITS = 0x3F3504F3                    # float32 bits of sqrt(1/2)
+TANH_TAYLOR = (1.0, -1 / 3, 2 / 15, -17 / 315, 62 / 2835, -1382 / 155925, 21844 / 6081075)
+
+
+def f(value: float) -> ir.Constant:
+    return ir.Constant(F32, value)
+
+
+def _fabs(ctx: Ctx, x):
+    return ctx.call("llvm.fabs.f32", F32, [x])
+
+
+def _fma(ctx: Ctx, a, b, c):
+    return ctx.call("llvm.fma.f32", F32, [a, b, c])
+
+
+def _ex2(ctx: Ctx, x):
+    return ctx.call("llvm.nvvm.ex2.approx.ftz.f", F32, [x])
+
+
+def exp(ctx: Ctx, x):
+    b = ctx.builder
+    t = b.fmul(x, f(LOG2E_HI))
+    # c = x*log2(e) - t exactly enough: fma recovers the product's rounding error
+    c = b.fadd(_fma(ctx, x, f(LOG2E_HI), b.fneg(t)), b.fmul(x, f(LOG2E_LO)))
+    # c only matters where 2**t is finite and normal; for huge or infinite x it is nan or huge
+    c = b.select(b.fcmp_ordered("<", _fabs(ctx, t), f(256.0)), c, f(0.0))
+    return b.fmul(_ex2(ctx, t), _fma(ctx, c, f(LN2_HI), f(1.0)))
+
+
+def _log_parts(ctx: Ctx, x):
+    """(e: f32, log(m): f32) with x = m * 2**e, m in [sqrt(1/2), sqrt(2)); for finite x > 0."""
+    b = ctx.builder
+    tiny = b.fcmp_ordered("<", x, f(2.0 ** -126))           # subnormal: scale into normal range
+    scaled = b.select(tiny, b.fmul(x, f(2.0 ** 23)), x)
+    bits = b.bitcast(scaled, I32)
+    e = b.ashr(b.sub(bits, ir.Constant(I32, SQRT_HALF_BITS)), ir.Constant(I32, 23))
+    m = b.bitcast(b.sub(bits, b.shl(e, ir.Constant(I32, 23))), F32)
+    e = b.sitofp(b.sub(e, b.select(tiny, ir.Constant(I32, 23), ir.Constant(I32, 0))), F32)
+    fm = b.fsub(m, f(1.0))                                   # exact (Sterbenz)
+    s = b.fdiv(fm, b.fadd(fm, f(2.0)))
+    z = b.fmul(s, s)
+    poly = f(2 / 9)
+    for coeff in (2 / 7, 2 / 5, 2 / 3, 2.0):
+        poly = _fma(ctx, poly, z, f(coeff))
+    return e, b.fmul(s, poly)
+
+
+def _log_specials(ctx: Ctx, x, value):
+    """log's special cases: 0 -> -inf, negative or nan -> nan, inf -> inf."""
+    b = ctx.builder
+    value = b.select(b.fcmp_ordered("==", x, f(0.0)), f(-math.inf), value)
+    value = b.select(b.fcmp_unordered("<", x, f(0.0)), f(math.nan), value)
+    return b.select(b.fcmp_ordered("==", x, f(math.inf)), f(math.inf), value)
+
+
+def log(ctx: Ctx, x):
+    e, log_m = _log_parts(ctx, x)
+    value = _fma(ctx, e, f(LN2_HI), _fma(ctx, e, f(LN2_LO), log_m))
+    return _log_specials(ctx, x, value)
+
+
+def log2(ctx: Ctx, x):
+    e, log_m = _log_parts(ctx, x)
+    return _log_specials(ctx, x, _fma(ctx, log_m, f(LOG2E_HI), e))
+
+
+def _reduce_two_pi(ctx: Ctx, x):
+    b = ctx.builder
+    k = ctx.call("llvm.rint.f32", F32, [b.fmul(x, f(1 / (2 * math.pi)))])
+    minus_k = b.fneg(k)
+    r = x
+    for part in TWO_PI:
+        r = _fma(ctx, minus_k, f(part), r)
+    return r
+
+
+def sin(ctx: Ctx, x):
+    return ctx.call("llvm.nvvm.sin.approx.f", F32, [_reduce_two_pi(ctx, x)])
+
+
+def cos(ctx: Ctx, x):
+    return ctx.call("llvm.nvvm.cos.approx.f", F32, [_reduce_two_pi(ctx, x)])
+
+
+def tanh(ctx: Ctx, x):
+    b = ctx.builder
+    ax = _fabs(ctx, x)
+    z = b.fmul(x, x)
+    poly = f(TANH_TAYLOR[-1])
+    for coeff in reversed(TANH_TAYLOR[:-1]):
+        poly = _fma(ctx, poly, z, f(coeff))
+    small = b.fmul(x, poly)
+    big = b.fsub(f(1.0), b.fdiv(f(2.0), b.fadd(exp(ctx, b.fmul(ax, f(2.0))), f(1.0))))
+    big = ctx.call("llvm.copysign.f32", F32, [big, x])
+    return b.select(b.fcmp_ordered("<", ax, f(0.4)), small, big)
+
+
+def sigmoid(ctx: Ctx, x):
+    b = ctx.builder
+    return b.fdiv(f(1.0), b.fadd(f(1.0), exp(ctx, b.fneg(x))))
+
+
+def pow_(ctx: Ctx, x, y):
+    """C pow: 2**(y*log2|x|) with the sign of odd integer powers of negative x."""
+    b = ctx.builder
+    ax = _fabs(ctx, x)
+    one = f(1.0)
+    mag = _ex2(ctx, b.fmul(y, log2(ctx, ax)))
+    mag = b.select(b.fcmp_ordered("==", ax, one), one, mag)          # (+-1) ** inf
+    y_int = b.fcmp_ordered("==", ctx.call("llvm.floor.f32", F32, [y]), y)
+    half = b.fmul(y, f(0.5))
+    y_odd = b.and_(y_int, b.fcmp_ordered("!=", ctx.call("llvm.floor.f32", F32, [half]), half))
+    sign_bit = b.icmp_signed("<", b.bitcast(x, I32), ir.Constant(I32, 0))       # -0.0 too
+    value = b.select(b.and_(sign_bit, y_odd), b.fneg(mag), mag)
+    finite_negative = b.and_(b.fcmp_ordered("<", x, f(0.0)), b.fcmp_ordered(">", x, f(-math.inf)))
+    value = b.select(b.and_(finite_negative, b.not_(y_int)), f(math.nan), value)
+    exact_one = b.or_(b.fcmp_ordered("==", x, one), b.fcmp_ordered("==", y, f(0.0)))
+    return b.select(exact_one, one, value)
+
+
+def _floor_divmod(ctx: Ctx, x, y):
+    """NumPy's float divmod (npy_divmod), in f64 so that fmod is exact for quotients < 2**29."""
+    b = ctx.builder
+    a, d = b.fpext(x, F64), b.fpext(y, F64)
+    zero = ir.Constant(F64, 0.0)
+    mod = b.frem(a, d)
+    div = b.fdiv(b.fsub(a, mod), d)
+    fix = b.and_(b.fcmp_unordered("!=", mod, zero),
+                 b.xor(b.fcmp_ordered("<", d, zero), b.fcmp_ordered("<", mod, zero)))
+    signed_zero = ctx.call("llvm.copysign.f64", F64, [zero, d])
+    mod = b.select(fix, b.fadd(mod, d), b.select(b.fcmp_unordered("!=", mod, zero), mod, signed_zero))
+    div = b.select(fix, b.fsub(div, ir.Constant(F64, 1.0)), div)
+    floor = ctx.call("llvm.floor.f64", F64, [div])
+    floor = b.select(b.fcmp_ordered(">", b.fsub(div, floor), ir.Constant(F64, 0.5)),
+                     b.fadd(floor, ir.Constant(F64, 1.0)), floor)
+    quotient = b.fdiv(a, d)
+    zero_div = ctx.call("llvm.copysign.f64", F64, [zero, quotient])
+    floor = b.select(b.fcmp_unordered("!=", div, zero), floor, zero_div)
+    by_zero = b.fcmp_ordered("==", d, zero)
+    floor = b.select(by_zero, quotient, floor)
+    return b.fptrunc(floor, F32), b.fptrunc(mod, F32)
+
+
+FLOAT_UNARY = {
+    TileOp.NEG: lambda ctx, x: ctx.builder.fneg(x),
+    TileOp.ABS: _fabs,
+    TileOp.EXP: exp,
+    TileOp.EXP2: _ex2,
+    TileOp.LOG: log,
+    TileOp.LOG2: log2,
+    TileOp.SQRT: lambda ctx, x: ctx.call("llvm.sqrt.f32", F32, [x]),            # sqrt.rn (IEEE)
+    TileOp.RSQRT: lambda ctx, x: ctx.call("llvm.nvvm.rsqrt.approx.f", F32, [x]),  # rel err 2**-22.9
+    TileOp.SIN: sin,
+    TileOp.COS: cos,
+    TileOp.TANH: tanh,
+    TileOp.SIGMOID: sigmoid,
+}
+
+FLOAT_BINARY = {
+    TileOp.ADD: lambda ctx, a, c: ctx.builder.fadd(a, c),
+    TileOp.SUB: lambda ctx, a, c: ctx.builder.fsub(a, c),
+    TileOp.MUL: lambda ctx, a, c: ctx.builder.fmul(a, c),
+    TileOp.TRUEDIV: lambda ctx, a, c: ctx.builder.fdiv(a, c),                    # div.rn (IEEE)
+    TileOp.FLOORDIV: lambda ctx, a, c: _floor_divmod(ctx, a, c)[0],
+    TileOp.MOD: lambda ctx, a, c: _floor_divmod(ctx, a, c)[1],
+    TileOp.POW: pow_,
+    TileOp.MAXIMUM: lambda ctx, a, c: ctx.call("llvm.maximum.f32", F32, [a, c]),  # max.NaN.f32
+    TileOp.MINIMUM: lambda ctx, a, c: ctx.call("llvm.minimum.f32", F32, [a, c]),
+}

@@ -1,0 +1,79 @@
+"""Run codegen's elementwise LLVM on the host CPU (MCJIT), for CPU-only tests of the GPU math.
+
+``host_eval(TileOp.EXP, float32, x)`` emits ``out[i] = exp(x[i])`` with exactly the LLVM that
+``codegen_math.elementwise`` gives the GPU, swaps the NVVM approximate instructions for the
+exact operations they approximate (their own error is PTX's, ~2**-22), JIT-compiles it for the
+host and runs it on NumPy arrays.  This checks range reductions, polynomials, special values
+and integer semantics against NumPy without a GPU.  float16/bfloat16/float8 are not
+supported here (the host lacks their conversion routines); those dtypes only add a
+conversion around the float32 math.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import llvmlite.binding as llvm
+import numpy as np
+from llvmlite import ir
+
+from tilejit.codegen_base import I64, Ctx, mem_type
+from tilejit.codegen_math import elementwise
+from tilejit.codegen_memory import to_mem, to_reg
+from tilejit.dtypes import DType
+from tilejit.ir import TileOp
+
+HOST_APPROX = {   # NVVM approximation -> the exact operation it stands for (x in, r out)
+    "llvm.nvvm.ex2.approx.ftz.f": "%r = call float @llvm.exp2.f32(float %x)",
+    "llvm.nvvm.sin.approx.f": "%r = call float @llvm.sin.f32(float %x)",
+    "llvm.nvvm.cos.approx.f": "%r = call float @llvm.cos.f32(float %x)",
+    "llvm.nvvm.rsqrt.approx.f": "%s = call float @llvm.sqrt.f32(float %x)\n  %r = fdiv float 1.0, %s",
+}
+
+
+def _host_loop_module(tile_op: TileOp, in_dtype: DType, nargs: int, out: DType) -> str:
+    """``void f(out*, in0*, ..., i64 n)``: out[i] = op(in0[i], ...), emitted by codegen_math."""
+    mod, ptr = ir.Module("host"), ir.PointerType()
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ptr] * (1 + nargs) + [I64]), "f")
+    ctx = Ctx(mod, fn, 90, "host")
+    b, entry = ctx.builder, ctx.builder.block
+    head, body, done = ctx.block("head"), ctx.block("body"), ctx.block("done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    b.cbranch(b.icmp_signed("<", i, fn.args[-1]), body, done)
+    b.position_at_end(body)
+    ety = mem_type(in_dtype)
+    args = [to_reg(ctx, b.load(b.gep(p, [i], source_etype=ety), typ=ety), in_dtype) for p in fn.args[1:-1]]
+    r = elementwise(ctx, tile_op, args, [in_dtype] * nargs, out)
+    b.store(to_mem(ctx, r, out), b.gep(fn.args[0], [i], source_etype=mem_type(out)))
+    i.add_incoming(ir.Constant(I64, 0), entry)
+    i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+    b.ret_void()
+    text = str(mod)
+    for k, (name, exact) in enumerate(HOST_APPROX.items()):
+        text = re.sub(rf'declare float @"{re.escape(name)}"\(.*\)\n', "", text)
+        text = text.replace(f'@"{name}"', f'@"host{k}"')
+        text += f'\ndefine internal float @"host{k}"(float %x) {{\n  {exact}\n  ret float %r\n}}\n'
+    return text
+
+
+def host_eval(tile_op: TileOp, in_dtype: DType, *arrays, out: DType | None = None) -> np.ndarray:
+    """NumPy arrays in, the codegen's answer for ``tile_op`` computed on the host out."""
+    out = out or in_dtype
+    if any(d.is_float and d.bits < 32 for d in (in_dtype, out)):
+        raise ValueError(f"host_eval runs float32/int/bool only, not {in_dtype} -> {out}")
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = llvm.parse_assembly(_host_loop_module(tile_op, in_dtype, len(arrays), out))
+    module.verify()
+    engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()          # the engine owns the code: it lives until we return
+    cfn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (1 + len(arrays)), ctypes.c_int64)(
+        engine.get_function_address("f"))
+    ins = [np.ascontiguousarray(a, dtype=in_dtype.np) for a in arrays]
+    res = np.zeros(len(ins[0]), out.np)
+    cfn(res.ctypes.data, *[a.ctypes.data for a in ins], len(res))
+    return res

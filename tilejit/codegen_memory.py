@@ -1,0 +1,163 @@
+"""Global and shared memory access for LLVM emission: masked, vectorised loads and stores.
+
+A group of ``vec`` registers that the SIMT IR marks contiguous and ``vec * itemsize`` aligned
+becomes one vector access (``ld.global.v4.b32`` for four floats) when all its masks are true,
+and per-element predicated accesses otherwise; masked-off loads read ``GlobalAttrs.other``.
+Vector accesses are at most 16 bytes (the widest PTX load), so longer groups are split.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilejit.codegen_base import I8, I32, SHARED, Ctx, const, mem_type
+from tilejit.dtypes import DType
+
+SHARED_SYMBOL = "tj_smem"        # the kernel's dynamic shared memory buffer
+
+
+def to_reg(ctx: Ctx, v, dt: DType):
+    """A loaded element as a register (bool bytes become i1)."""
+    return ctx.builder.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if dt.is_bool else v
+
+
+def to_mem(ctx: Ctx, v, dt: DType):
+    """A register as the element to store (i1 becomes a 0/1 byte)."""
+    return ctx.builder.zext(v, I8) if dt.is_bool else v
+
+
+def _groups(n: int, vec: int, dt: DType) -> list[tuple[int, int]]:
+    """(first register, size) of each vector group; sizes are powers of two of at most 16 bytes."""
+    size = max(1, min(vec, 16 // dt.itemsize))
+    if n % size or size * dt.itemsize < 2 or size & (size - 1):
+        size = 1
+    return [(i, size) for i in range(0, n, size)]
+
+
+def _vector_load(ctx: Ctx, ptr, dt: DType, size: int) -> list:
+    b = ctx.builder
+    if size == 1:
+        return [to_reg(ctx, b.load(ptr, typ=mem_type(dt), align=dt.itemsize), dt)]
+    vty = ir.VectorType(mem_type(dt), size)
+    vector = b.load(ptr, typ=vty, align=size * dt.itemsize)
+    return [to_reg(ctx, b.extract_element(vector, ir.Constant(I32, j)), dt) for j in range(size)]
+
+
+def _vector_store(ctx: Ctx, ptr, values: list, dt: DType) -> None:
+    b = ctx.builder
+    if len(values) == 1:
+        b.store(to_mem(ctx, values[0], dt), ptr, align=dt.itemsize)
+        return
+    vector = ir.Constant(ir.VectorType(mem_type(dt), len(values)), None)
+    for j, v in enumerate(values):
+        vector = b.insert_element(vector, to_mem(ctx, v, dt), ir.Constant(I32, j))
+    b.store(vector, ptr, align=len(values) * dt.itemsize)
+
+
+def _element_ptr(ctx: Ctx, base, offset, dt: DType):
+    return ctx.builder.gep(base, [offset], source_etype=mem_type(dt))
+
+
+def _all_true(ctx: Ctx, masks: list):
+    acc = masks[0]
+    for m in masks[1:]:
+        acc = ctx.builder.and_(acc, m)
+    return acc
+
+
+def _if_else(ctx: Ctx, cond, then_fn, else_fn, name: str):
+    """Emit ``cond ? then_fn() : else_fn()`` as branches; both return lists of equal types."""
+    b = ctx.builder
+    then_bb, else_bb, join_bb = ctx.block(f"{name}.then"), ctx.block(f"{name}.else"), ctx.block(f"{name}.join")
+    b.cbranch(cond, then_bb, else_bb)
+    b.position_at_end(then_bb)
+    then_vals, then_end = then_fn(), b.block
+    b.branch(join_bb)
+    b.position_at_end(else_bb)
+    else_vals, else_end = else_fn(), b.block
+    b.branch(join_bb)
+    b.position_at_end(join_bb)
+    merged = []
+    for tv, ev in zip(then_vals, else_vals):
+        phi = b.phi(tv.type)
+        phi.add_incoming(tv, then_end)
+        phi.add_incoming(ev, else_end)
+        merged.append(phi)
+    return merged
+
+
+def _masked_load(ctx: Ctx, ptr, mask, dt: DType, other):
+    return _if_else(ctx, mask, lambda: _vector_load(ctx, ptr, dt, 1), lambda: [other], "ld")[0]
+
+
+def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, vec: int, other) -> list:
+    """Registers read from ``base[offsets[i]]``; where ``masks[i]`` is false, ``other``."""
+    other_value = const(dt, other)
+    out = []
+    for first, size in _groups(len(offsets), vec, dt):
+        ptrs = [_element_ptr(ctx, base, offsets[first + j], dt) for j in range(size)]
+        if masks is None:
+            out += _vector_load(ctx, ptrs[0], dt, size)
+            continue
+        group_masks = masks[first:first + size]
+
+        def slow(ptrs=ptrs, group_masks=group_masks):
+            return [_masked_load(ctx, p, m, dt, other_value) for p, m in zip(ptrs, group_masks)]
+        if size == 1:
+            out += slow()
+        else:
+            out += _if_else(ctx, _all_true(ctx, group_masks),
+                            lambda ptrs=ptrs, size=size: _vector_load(ctx, ptrs[0], dt, size), slow, "vld")
+    return out
+
+
+def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None, dt: DType, vec: int) -> None:
+    """``base[offsets[i]] = values[i]`` where ``masks[i]`` is true."""
+    for first, size in _groups(len(offsets), vec, dt):
+        ptrs = [_element_ptr(ctx, base, offsets[first + j], dt) for j in range(size)]
+        group = values[first:first + size]
+        if masks is None:
+            _vector_store(ctx, ptrs[0], group, dt)
+            continue
+        group_masks = masks[first:first + size]
+
+        def slow(ptrs=ptrs, group=group, group_masks=group_masks):
+            for p, v, m in zip(ptrs, group, group_masks):
+                _if_else(ctx, m, lambda p=p, v=v: _vector_store(ctx, p, [v], dt) or [], lambda: [], "st")
+            return []
+        if size == 1:
+            slow()
+        else:
+            _if_else(ctx, _all_true(ctx, group_masks),
+                     lambda ptrs=ptrs, group=group: _vector_store(ctx, ptrs[0], group, dt) or [], slow, "vst")
+
+
+# ---------------------------------------------------------------------------------- shared memory
+def shared_buffer(ctx: Ctx) -> ir.GlobalVariable:
+    """The kernel's one dynamic shared buffer: ``extern __shared__ __align__(16) char[]``."""
+    existing = ctx.module.globals.get(SHARED_SYMBOL)
+    if existing is not None:
+        return existing
+    buf = ir.GlobalVariable(ctx.module, ir.ArrayType(I8, 0), SHARED_SYMBOL, addrspace=SHARED)
+    buf.linkage = "external"
+    buf.type = ir.PointerType(addrspace=SHARED)   # opaque, like LLVM's own (llvmlite types it)
+    buf.align = 16
+    return buf
+
+
+def _shared_ptr(ctx: Ctx, addr):
+    return ctx.builder.gep(shared_buffer(ctx), [addr], source_etype=I8)
+
+
+def load_shared(ctx: Ctx, addrs: list, n: int, dt: DType, vec: int) -> list:
+    """Registers read from shared byte addresses ``addrs`` (one per register)."""
+    out = []
+    for first, size in _groups(n, vec, dt):
+        out += _vector_load(ctx, _shared_ptr(ctx, addrs[first]), dt, size)
+    return out
+
+
+def store_shared(ctx: Ctx, addrs: list, values: list, dt: DType, vec: int) -> None:
+    """Write ``values`` to shared byte addresses ``addrs`` (one per register)."""
+    for first, size in _groups(len(values), vec, dt):
+        _vector_store(ctx, _shared_ptr(ctx, addrs[first]), values[first:first + size], dt)
+

@@ -1,0 +1,157 @@
+"""The ``cuda`` backend: tile IR -> passes -> SIMT IR -> LLVM -> PTX -> cubin, kept in the on-disk
+cache, loaded per device and launched through ``tilejit.runtime``.
+
+The stages are data (``STAGES``): each takes the artifacts so far and adds one; ``compile`` runs
+them in order, so a reader finds the whole GPU path here and a user can dump any stage.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from tilejit import backends, dtypes
+from tilejit.simt import ParamDesc
+
+_CACHE_FILES = ("ptx", "cubin", "llvm_ir", "simt_ir")
+
+
+@dataclass
+class CudaArtifact:
+    """Everything the runtime needs to launch one specialisation, plus each stage's text."""
+    name: str
+    params: list[ParamDesc]
+    writes: tuple[int, ...]
+    num_warps: int
+    shared_bytes: int
+    ptx: str
+    cubin: bytes | None = None
+    llvm_ir: str | None = None
+    simt_ir: str | None = None
+    registers: int | None = None
+    spills: int | None = None
+    loaded: dict = field(default_factory=dict, repr=False)   # device -> LoadedKernel
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def kernel_for_device(self, device: int):
+        loaded = self.loaded.get(device)
+        if loaded is None:
+            from tilejit.runtime import launch
+            with self.lock:
+                loaded = self.loaded.get(device)
+                if loaded is None:
+                    image = self.cubin if self.cubin else self.ptx.encode()
+                    loaded = launch.load(image, self.name, self.shared_bytes, device)
+                    self.loaded[device] = loaded
+        return loaded
+
+    # --- (de)serialisation for the disk cache ----------------------------------------------------
+    def files(self) -> dict[str, bytes]:
+        out = {"ptx": self.ptx.encode(), "llvm_ir": (self.llvm_ir or "").encode(),
+               "simt_ir": (self.simt_ir or "").encode()}
+        if self.cubin:
+            out["cubin"] = self.cubin
+        return out
+
+    def meta(self) -> dict:
+        return {"name": self.name, "writes": list(self.writes), "num_warps": self.num_warps,
+                "shared_bytes": self.shared_bytes, "registers": self.registers, "spills": self.spills,
+                "params": [[p.kind, p.arg, p.axis, p.dtype.name] for p in self.params]}
+
+    @classmethod
+    def from_cache(cls, files: dict[str, bytes], meta: dict) -> "CudaArtifact":
+        params = [ParamDesc(k, a, ax, dtypes.BY_NAME[d]) for k, a, ax, d in meta["params"]]
+        return cls(meta["name"], params, tuple(meta["writes"]), meta["num_warps"], meta["shared_bytes"],
+                   files["ptx"].decode(), files.get("cubin"), files["llvm_ir"].decode(),
+                   files["simt_ir"].decode(), meta.get("registers"), meta.get("spills"))
+
+
+# ------------------------------------------------------------------------------------------ stages
+def stage_simt(state: dict) -> None:
+    from tilejit import ir
+    from tilejit.passes.pipeline import compile_to_simt
+    fn = compile_to_simt(state["tile_fn"], num_warps=state["num_warps"], target=state["target"])
+    state["simt_fn"], state["simt_ir"] = fn, ir.print_function(fn)
+
+
+def stage_llvm(state: dict) -> None:
+    from tilejit import codegen
+    state["llvm_ir"] = codegen.emit_llvm(state["simt_fn"], state["target"])
+    state["kernel_name"] = codegen.kernel_name(state["simt_fn"])
+
+
+def stage_ptx(state: dict) -> None:
+    from tilejit import codegen
+    state["ptx"] = codegen.ptx_from_llvm(state["llvm_ir"], state["target"])
+
+
+def stage_cubin(state: dict) -> None:
+    """Assemble with nvJitLink when it is installed; otherwise the driver JIT-compiles the PTX."""
+    try:
+        from tilejit import ptxas
+        asm = ptxas.assemble(state["ptx"], state["target"])
+    except ImportError:
+        return
+    state["cubin"], state["registers"], state["spills"] = asm.cubin, asm.registers, asm.spills
+
+
+STAGES = {"simt": stage_simt, "llvm": stage_llvm, "ptx": stage_ptx, "cubin": stage_cubin}
+
+
+def build(tile_fn, num_warps: int, target: str, stop_after: str | None = None) -> dict:
+    """Run the stages in order on one tile-IR function; returns every artifact made."""
+    state = {"tile_fn": tile_fn, "num_warps": num_warps, "target": target}
+    for name, stage in STAGES.items():
+        stage(state)
+        if name == stop_after:
+            break
+    return state
+
+
+# ----------------------------------------------------------------------------------------- backend
+class CudaBackend:
+    """Compiles for the current device's architecture and launches through tilejit.runtime."""
+
+    def available(self) -> bool:
+        from tilejit.runtime import driver
+        return driver.available()
+
+    @property
+    def target(self) -> str:
+        from tilejit.runtime import driver
+        if not driver.available():
+            return "sm_90a"
+        target = driver.device_properties(driver.current_device()).target
+        return target if target in ("sm_80", "sm_90a") else "sm_80"
+
+    def cache_key(self, pyfn, specs, constexprs: dict, num_warps: int) -> str:
+        from tilejit import fingerprint
+        from tilejit.runtime import driver
+        version = driver.device_properties(driver.current_device()).driver_version if driver.available() else 0
+        return fingerprint.cache_key(fingerprint.kernel_fingerprint(pyfn), list(specs), constexprs,
+                                     num_warps, self.target, version)
+
+    def lookup(self, key: str) -> CudaArtifact | None:
+        """The artifact in the on-disk cache under ``key`` (None: compile it)."""
+        from tilejit.runtime import cache
+        hit = cache.get(key)
+        return CudaArtifact.from_cache(*hit) if hit else None
+
+    def compile(self, tile_fn, options: dict) -> CudaArtifact:
+        state = build(tile_fn, options["num_warps"], self.target)
+        simt_fn = state["simt_fn"]
+        art = CudaArtifact(state["kernel_name"], list(simt_fn.meta["params"]), tuple(simt_fn.meta["writes"]),
+                           simt_fn.meta["num_warps"], simt_fn.meta["shared_bytes"], state["ptx"],
+                           state.get("cubin"), state["llvm_ir"], state["simt_ir"],
+                           state.get("registers"), state.get("spills"))
+        if options.get("cache_key"):
+            from tilejit.runtime import cache
+            cache.put(options["cache_key"], art.files(), art.meta())
+        return art
+
+    def launch(self, art: CudaArtifact, grid, args, stream) -> None:
+        from tilejit.runtime import launch
+        launch.launch_arrays(art.kernel_for_device, grid, 32 * art.num_warps, args, art.params,
+                             art.writes, stream)
+
+
+backends.register("cuda", CudaBackend())

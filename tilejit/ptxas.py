@@ -1,0 +1,81 @@
+"""PTX -> cubin with nvJitLink (``cuda.bindings.nvjitlink``, the ``nvidia-nvjitlink`` wheel), plus
+the resource report ptxas prints with ``-verbose``: registers, spill bytes, static shared memory.
+
+Needs no GPU, so CI assembles every kernel for sm_80 and sm_90a and checks it does not spill.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tilejit.errors import CompileError
+
+_USED = re.compile(r"^ptxas info\s*: Used (\d+) registers(.*)$", re.M)
+_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """A cubin and its ptxas resource report.
+
+    registers: registers per thread (the most over the entry functions); spills: bytes of
+    spill stores plus spill loads (summed); shared_bytes: *static* shared memory (dynamic
+    shared memory is chosen at launch and not counted); log: nvJitLink's info log."""
+    cubin: bytes
+    registers: int
+    spills: int
+    shared_bytes: int
+    log: str
+
+
+class PtxAssemblyError(CompileError):
+    """nvJitLink rejected the PTX (a compiler bug, or a resource the target lacks)."""
+
+
+def _read_log(handle, size_fn, read_fn) -> str:
+    size = size_fn(handle)
+    if size <= 1:
+        return ""
+    buf = bytearray(size)
+    read_fn(handle, buf)
+    return buf.rstrip(b"\x00").decode(errors="replace")
+
+
+def parse_report(log: str) -> tuple[int, int, int]:
+    """(registers, spill bytes, static shared bytes) from a ptxas ``-verbose`` info log."""
+    registers = shared = 0
+    for m in _USED.finditer(log):
+        registers = max(registers, int(m.group(1)))
+        smem = _SMEM.search(m.group(2))
+        shared = max(shared, int(smem.group(1)) if smem else 0)
+    spills = sum(int(stores) + int(loads) for stores, loads in _SPILLS.findall(log))
+    return registers, spills, shared
+
+
+def assemble(ptx: str, arch: str, options: tuple[str, ...] = ()) -> Assembled:
+    """Assemble ``ptx`` for ``arch`` (e.g. "sm_80", "sm_90a") into a cubin with nvJitLink."""
+    try:
+        from cuda.bindings import nvjitlink
+    except ImportError as e:          # cuda-python too old, or its nvjitlink module missing
+        raise PtxAssemblyError(f"nvJitLink is not available ({e}); install nvidia-nvjitlink") from None
+    opts = [f"-arch={arch}", "-verbose", *options]
+    try:
+        handle = nvjitlink.create(len(opts), opts)
+    except Exception as e:            # DynamicLibNotFoundError when the wheel is missing
+        raise PtxAssemblyError(f"nvJitLink could not start ({e}); install nvidia-nvjitlink") from None
+    try:
+        data = ptx.encode()
+        try:
+            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as e:
+            log = _read_log(handle, nvjitlink.get_error_log_size, nvjitlink.get_error_log)
+            raise PtxAssemblyError(f"ptxas (nvJitLink) failed for {arch}: {e}\n{log}") from None
+        log = _read_log(handle, nvjitlink.get_info_log_size, nvjitlink.get_info_log)
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+    finally:
+        nvjitlink.destroy(handle)
+    registers, spills, shared = parse_report(log)
+    return Assembled(bytes(cubin), registers, spills, shared, log)
