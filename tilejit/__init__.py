@@ -12,3 +12,7 @@ from tilejit.errors import CompileError, DeviceError, LaunchError, TilejitError 
 from tilejit.language import *  # noqa: F401,F403
 from tilejit.language import constexpr, cdiv, next_power_of_2, inf, nan, pi  # noqa: F401
 # each stage's public names are added below by the module that owns them
+from tilejit.kernel import Kernel, kernel  # noqa: F401
+from tilejit import testing  # noqa: F401,E402  (tj.testing; imports hypothesis only when used)
+from tilejit.runtime.arrays import DeviceArray, empty, to_device  # noqa: F401,E402
+from tilejit.frontend import func  # noqa: E402,F401

@@ -1,0 +1,295 @@
+"""Names, attributes and calls inside a traced kernel.
+
+Globals and closure variables become compile-time constants (recorded in ``deps`` for the cache
+key).  Calls dispatch to: ``tj`` builtins (``semantics.BUILTINS``), ``tj.func`` inlining, host
+helpers (``tj.cdiv``: folded on constants, inlined otherwise), dtype casts, tile methods, a few
+Python builtins and ``math`` functions.  Any other call is a compile error naming the callee.
+"""
+from __future__ import annotations
+
+import builtins
+import inspect
+import math
+import types
+
+import numpy as np
+
+from tilejit import dtypes, language, semantics
+from tilejit.dtypes import DType
+from tilejit.errors import CompileError
+from tilejit.frontend.values import (ArrayShape, BoundMethod, RangeSpec, StaticIter, TjFunc,
+                                     is_runtime)
+from tilejit.ir import ReduceKind, TileOp, TileType, Value, Operation, AxisAttrs
+from tilejit.semantics import ArrayHandle
+
+_HOST_HELPERS = (language.cdiv, language.next_power_of_2)
+_TILE_METHODS = {"to", "reshape", "trans", "sum", "max", "min", "argmax", "argmin", "broadcast_to",
+                 "expand_dims", "astype"}
+_MATH_UNARY = {math.exp: "exp", math.log: "log", math.log2: "log2", math.sqrt: "sqrt",
+               math.sin: "sin", math.cos: "cos", math.tanh: "tanh", math.fabs: "abs"}
+if hasattr(math, "exp2"):
+    _MATH_UNARY[math.exp2] = "exp2"
+_PY_BUILTINS = ("range", "len", "min", "max", "abs", "float", "int", "bool", "isinstance", "tuple",
+                "print")
+_CONST_METHOD_TYPES = (str, int, float, tuple, DType)
+_MAX_INLINE_DEPTH = 32
+_LIBRARY_MODULES = {"tilejit", "math", "numpy", "builtins"}
+
+
+class Calls:
+    """Mixin of the Tracer: globals, attributes, subscripts and calls."""
+
+    # --- names -------------------------------------------------------------------------------------
+    def _record_dep(self, frame, name: str, value) -> None:
+        if isinstance(value, types.ModuleType) or getattr(builtins, name, None) is value:
+            return
+        key = name if frame.info.is_kernel else f"{frame.info.fn.__qualname__}.{name}"
+        self.deps[key] = value
+
+    def load_global(self, frame, name: str):
+        g = frame.info.globals
+        if name in g:
+            value = g[name]
+        elif hasattr(builtins, name):
+            value = getattr(builtins, name)
+        else:
+            raise CompileError(f"name '{name}' is not defined", frame.b.loc)
+        self._record_dep(frame, name, value)
+        return _from_numpy_scalar(value)
+
+    def load_closure(self, frame, name: str):
+        cell = frame.info.cells.get(name)
+        try:
+            value = cell.cell_contents
+        except (AttributeError, ValueError):
+            raise CompileError(f"closure variable '{name}' is not available", frame.b.loc) from None
+        self._record_dep(frame, name, value)
+        return _from_numpy_scalar(value)
+
+    def dim(self, handle: ArrayHandle, axis: int) -> Value:
+        """``x.shape[axis]``: one DIM op per (array, axis), hoisted to the top of the kernel."""
+        key = (id(handle.value), axis)
+        if key not in self.dims:
+            op = Operation(TileOp.DIM, [handle.value], [TileType((), dtypes.int32)], AxisAttrs(axis))
+            self.entry.ops.insert(len(self.dims), op)
+            op.results[0].hint = f"{handle.name}.shape[{axis}]"
+            self.dims[key] = op.result
+        return self.dims[key]
+
+    # --- attributes and subscripts ------------------------------------------------------------------
+    def get_attr(self, frame, obj, name: str):
+        b = frame.b
+        if isinstance(obj, Value):
+            t = obj.type
+            if name == "T":
+                return semantics.trans(b, obj)
+            if name == "shape":
+                return t.shape
+            if name == "dtype":
+                return t.dtype
+            if name == "ndim":
+                return len(t.shape)
+            if name in _TILE_METHODS:
+                return BoundMethod(obj, name)
+            raise CompileError(f"a tile has no attribute '{name}'", b.loc)
+        if isinstance(obj, ArrayHandle):
+            if name == "shape":
+                return ArrayShape(obj)
+            if name == "dtype":
+                return obj.dtype
+            if name in ("ndim", "rank"):
+                return obj.rank
+            raise CompileError(f"array argument '{obj.name}' has no attribute '{name}' in a kernel "
+                               "(available: shape, dtype, ndim)", b.loc)
+        if is_runtime(obj):
+            raise CompileError(f"{semantics.describe(obj)} has no attribute '{name}'", b.loc)
+        try:
+            value = getattr(obj, name)
+        except AttributeError as e:
+            raise CompileError(str(e), b.loc) from None
+        if isinstance(obj, types.ModuleType) and not obj.__name__.split(".")[0] in _LIBRARY_MODULES:
+            self._record_dep(frame, f"{obj.__name__}.{name}", value)    # a user's config module
+        return _from_numpy_scalar(value)
+
+    def subscript(self, frame, obj, index):
+        b = frame.b
+        if isinstance(obj, ArrayShape):
+            bounds = (index.start, index.stop, index.step) if isinstance(index, slice) else ()
+            if bounds and not any(is_runtime(v) for v in bounds):
+                return tuple(self.dim(obj.handle, a) for a in range(obj.handle.rank)[index])
+            if not isinstance(index, int):
+                raise CompileError("x.shape must be indexed with a compile-time integer", b.loc)
+            axis = semantics.normalize_axis(b, index, obj.handle.rank, "shape")
+            return self.dim(obj.handle, axis)
+        if isinstance(obj, Value):
+            return semantics.subscript(b, obj, index)
+        if isinstance(obj, ArrayHandle):
+            raise CompileError(f"indexing the array argument '{obj.name}' is not supported; "
+                               "use tj.load / tj.store", b.loc)
+        if is_runtime(index):
+            raise CompileError("tuples can only be indexed with compile-time integers "
+                               "(use tj.static_range for the loop)", b.loc)
+        try:
+            return obj[index]
+        except Exception as e:
+            raise CompileError(f"{type(e).__name__} in compile-time expression: {e}", b.loc) from None
+
+    # --- calls -----------------------------------------------------------------------------------------
+    def call(self, frame, fn, args: list, kwargs: dict):
+        b = frame.b
+        if hasattr(fn, "__tilejit_builtin__"):
+            return self.call_builtin(frame, fn, args, kwargs)
+        if isinstance(fn, TjFunc) or getattr(fn, "__tilejit_func__", False):
+            self._record_dep(frame, fn.fn.__qualname__, fn)
+            return self.inline(frame, fn.fn, args, kwargs)
+        if isinstance(fn, type) and issubclass(fn, BaseException):
+            raise CompileError("`raise` is not supported in kernels", b.loc)
+        if isinstance(fn, DType):
+            return semantics.cast(b, *args, dtype=fn)
+        if isinstance(fn, BoundMethod):
+            return self.call_method(frame, fn, args, kwargs)
+        all_const = not any(is_runtime(a) for a in list(args) + list(kwargs.values()))
+        if any(fn is h for h in _HOST_HELPERS):
+            return fn(*args, **kwargs) if all_const else self.inline(frame, fn, args, kwargs)
+        py_builtin = next((n for n in _PY_BUILTINS if getattr(builtins, n) is fn), None)
+        if py_builtin is not None:
+            return getattr(self, "builtin_" + py_builtin)(frame, all_const, *args, **kwargs)
+        if isinstance(fn, types.BuiltinFunctionType) and fn in _MATH_UNARY and not all_const:
+            return semantics.unary(b, _MATH_UNARY[fn], *args)
+        if all_const and _is_pure_constant_call(fn):
+            return _fold(b, fn, args, kwargs)
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+        raise CompileError(f"call to {name}() is not supported in kernels", b.loc)
+
+    def call_builtin(self, frame, fn, args, kwargs):
+        name = fn.__tilejit_builtin__
+        try:
+            bound = inspect.signature(fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise CompileError(f"tj.{name}(): {e}", frame.b.loc) from None
+        bound.apply_defaults()
+        if name in ("range", "static_range"):
+            return self.make_range(frame, name, *bound.args, **bound.kwargs)
+        return semantics.BUILTINS[name](frame.b, *bound.args, **bound.kwargs)
+
+    def call_method(self, frame, method: BoundMethod, args, kwargs):
+        b, obj, name = frame.b, method.obj, method.name
+        if name in ("to", "astype"):
+            return semantics.cast(b, obj, *args, **kwargs)
+        if name == "reshape":
+            shape = args[0] if len(args) == 1 else tuple(args)
+            return semantics.reshape(b, obj, shape)
+        if name in ("max", "min", "sum", "argmax", "argmin"):
+            return semantics.reduce(b, ReduceKind(name), obj, *args, **kwargs)
+        return semantics.BUILTINS[name](b, obj, *args, **kwargs)
+
+    def inline(self, frame, pyfn, args, kwargs):
+        """Trace a ``tj.func`` (or host helper) body in the caller's block with its own locals."""
+        from tilejit.frontend.tracer import CodeInfo
+        sig = inspect.signature(pyfn)
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
+            raise CompileError(f"tj.func '{pyfn.__name__}' cannot take *args or **kwargs", frame.b.loc)
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise CompileError(f"{pyfn.__name__}(): {e}", frame.b.loc) from None
+        bound.apply_defaults()
+        if self.inline_depth >= _MAX_INLINE_DEPTH:
+            raise CompileError(f"tj.func '{pyfn.__name__}' is recursive (inlining too deep)", frame.b.loc)
+        self.inline_depth += 1
+        try:
+            return self.run(CodeInfo(pyfn, is_kernel=False), dict(bound.arguments), frame.b.block)
+        finally:
+            self.inline_depth -= 1
+
+    def make_range(self, frame, name, start, stop=None, step=1, stages=1):
+        b = frame.b
+        if stop is None:
+            start, stop = 0, start
+        for v in (start, stop, step):
+            if isinstance(v, Value) and (v.type.shape != () or v.type.dtype.is_float):
+                raise CompileError(f"{name}() bounds must be integer scalars, got {v.type}", b.loc)
+            if not isinstance(v, (int, Value)):
+                raise CompileError(f"{name}() bounds must be integers, got {semantics.describe(v)}", b.loc)
+        if isinstance(step, int) and step == 0:
+            raise CompileError(f"{name}() step must not be zero", b.loc)
+        if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
+            raise CompileError("tj.range(): stages must be a positive compile-time integer", b.loc)
+        if name == "static_range":
+            if any(isinstance(v, Value) for v in (start, stop, step)):
+                raise CompileError("tj.static_range() bounds must be compile-time constants", b.loc)
+            return StaticIter(tuple(range(start, stop, step)))
+        return RangeSpec(start, stop, step, stages)
+
+    # --- Python builtins ----------------------------------------------------------------------------------
+    def builtin_range(self, frame, all_const, *args):
+        return self.make_range(frame, "range", *args)
+
+    def builtin_len(self, frame, all_const, x):
+        if isinstance(x, ArrayShape):
+            return x.handle.rank
+        if isinstance(x, Value) and x.type.shape:
+            return x.type.shape[0]
+        if isinstance(x, (tuple, list, str, StaticIter)):
+            return len(x.items) if isinstance(x, StaticIter) else len(x)
+        raise CompileError(f"len() of {semantics.describe(x)} is not supported", frame.b.loc)
+
+    def _min_max(self, frame, all_const, which, args):
+        if len(args) == 1 and isinstance(args[0], tuple):
+            args = args[0]
+        if all_const:
+            return _fold(frame.b, builtins.min if which == "minimum" else builtins.max, args, {})
+        out = args[0]
+        for a in args[1:]:
+            out = semantics.binary(frame.b, which, out, a)
+        return out
+
+    def builtin_min(self, frame, all_const, *args):
+        return self._min_max(frame, all_const, "minimum", args)
+
+    def builtin_max(self, frame, all_const, *args):
+        return self._min_max(frame, all_const, "maximum", args)
+
+    def builtin_abs(self, frame, all_const, x):
+        return builtins.abs(x) if all_const else semantics.unary(frame.b, "abs", x)
+
+    def builtin_float(self, frame, all_const, x=0.0):
+        return _fold(frame.b, float, [x], {}) if all_const else semantics.cast(frame.b, x, dtypes.float32)
+
+    def builtin_int(self, frame, all_const, x=0):
+        return _fold(frame.b, int, [x], {}) if all_const else semantics.cast(frame.b, x, dtypes.int32)
+
+    def builtin_bool(self, frame, all_const, x=False):
+        return bool(x) if all_const else semantics.condition(frame.b, x)
+
+    def builtin_isinstance(self, frame, all_const, x, cls):
+        return isinstance(x, cls)
+
+    def builtin_tuple(self, frame, all_const, x=()):
+        if isinstance(x, ArrayShape):
+            return tuple(self.dim(x.handle, a) for a in range(x.handle.rank))
+        if isinstance(x, (tuple, list, str, range)):
+            return tuple(x)
+        raise CompileError(f"tuple() of {semantics.describe(x)} is not supported", frame.b.loc)
+
+    def builtin_print(self, frame, all_const, *args, **kwargs):
+        raise CompileError("call to print() is not supported in kernels", frame.b.loc)
+
+
+def _from_numpy_scalar(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _is_pure_constant_call(fn) -> bool:
+    """Functions safe to evaluate at compile time on constant arguments."""
+    if getattr(fn, "__module__", None) == "math":
+        return True
+    owner = getattr(fn, "__self__", None)
+    return isinstance(owner, _CONST_METHOD_TYPES) and not isinstance(owner, types.ModuleType)
+
+
+def _fold(b, fn, args, kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:
+        raise CompileError(f"{type(e).__name__} in compile-time expression: {e}", b.loc) from None

@@ -1,0 +1,508 @@
+"""Typed builders for every ``tj`` builtin and Python operator on tiles and runtime scalars.
+
+Each builder takes an ``ir.Builder`` (whose ``loc`` is the user's source position) and operands
+that are IR ``Value``s or Python numbers, infers the result shape (NumPy broadcasting) and dtype
+(``tilejit.dtypes`` promotion; Python numbers are weak, NEP 50), inserts the SPLAT / RESHAPE /
+BROADCAST / CAST ops the IR contract requires, and raises ``CompileError`` for shape and dtype
+mistakes.  Reductions: ``sum`` of bool or integers narrower than 32 bits gives int32, otherwise
+the input dtype; ``max``/``min`` keep the dtype; ``argmax``/``argmin`` give int32.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+from tilejit import dtypes
+from tilejit.dtypes import DType
+from tilejit.errors import CompileError
+from tilejit.ir import (AxisAttrs, Builder, ConstAttrs, DotAttrs, LoadAttrs, PermAttrs,
+                        ReduceAttrs, ReduceKind, TileOp, TileType, Value)
+
+BINARY = {"+": TileOp.ADD, "-": TileOp.SUB, "*": TileOp.MUL, "/": TileOp.TRUEDIV,
+          "//": TileOp.FLOORDIV, "%": TileOp.MOD, "**": TileOp.POW, "&": TileOp.AND, "|": TileOp.OR,
+          "^": TileOp.XOR, "<<": TileOp.SHL, ">>": TileOp.SHR, "maximum": TileOp.MAXIMUM,
+          "minimum": TileOp.MINIMUM}
+COMPARE = {"==": TileOp.EQ, "!=": TileOp.NE, "<": TileOp.LT, "<=": TileOp.LE, ">": TileOp.GT,
+           ">=": TileOp.GE}
+_BITWISE = {"&", "|", "^", "<<", ">>"}
+_ARITH = {"+", "-", "*", "/", "//", "%", "**"}
+FLOAT_UNARY = {"exp": TileOp.EXP, "exp2": TileOp.EXP2, "log": TileOp.LOG, "log2": TileOp.LOG2,
+               "sqrt": TileOp.SQRT, "rsqrt": TileOp.RSQRT, "sin": TileOp.SIN, "cos": TileOp.COS,
+               "tanh": TileOp.TANH, "sigmoid": TileOp.SIGMOID}
+
+
+def fail(b: Builder, message: str):
+    raise CompileError(message, b.loc)
+
+
+class ArrayHandle:
+    """A kernel array argument as the tracer sees it: its block argument and parameter name."""
+
+    def __init__(self, value: Value, name: str):
+        self.value, self.name = value, name
+
+    @property
+    def dtype(self) -> DType:
+        return self.value.type.dtype
+
+    @property
+    def rank(self) -> int:
+        return self.value.type.rank
+
+
+def is_number(x) -> bool:
+    return isinstance(x, (bool, int, float))
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy broadcasting of tile shapes; ValueError when they are incompatible."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(rank):
+        sizes = {s[len(s) - rank + d] for s in shapes if len(s) - rank + d >= 0} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"cannot broadcast {shapes}")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def const_shape(b: Builder, shape, what: str) -> tuple[int, ...]:
+    """A tile shape given as an int or a tuple of ints known at compile time."""
+    items = shape if isinstance(shape, (tuple, list)) else (shape,)
+    for s in items:
+        if isinstance(s, Value) or not isinstance(s, int) or isinstance(s, bool):
+            fail(b, f"{what}: tile shape must be compile-time constant, got {describe(s)} "
+                    "(use a tj.constexpr parameter)")
+        if s <= 0:
+            fail(b, f"{what}: tile dimensions must be positive, got {tuple(items)}")
+    return tuple(items)
+
+
+def normalize_axis(b: Builder, axis, rank: int, what: str) -> int:
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        fail(b, f"{what}: axis must be a compile-time integer, got {describe(axis)}")
+    if not -rank <= axis < rank:
+        fail(b, f"{what}: axis {axis} is out of range for a rank-{rank} tile")
+    return axis % rank
+
+
+# --- operands -----------------------------------------------------------------------------------
+def constant(b: Builder, value, type: TileType) -> Value:
+    """A CONSTANT of ``type`` holding the Python number ``value`` (checked to be representable)."""
+    dt = type.dtype
+    if not dtypes.fits(value, dt) or (not dt.is_float and isinstance(value, float)
+                                       and not (math.isfinite(value) and value == int(value))):
+        fail(b, f"the value {value!r} cannot be represented as {dt}")
+    v = bool(value) if dt.is_bool else float(value) if dt.is_float else int(value)
+    return b.create(TileOp.CONSTANT, (), [type], ConstAttrs(v)).result
+
+
+def shape_of(x) -> tuple[int, ...]:
+    return x.type.shape if isinstance(x, Value) else ()
+
+
+def _check_operand(b: Builder, x, what: str):
+    if isinstance(x, Value) and isinstance(x.type, TileType):
+        return
+    if not is_number(x):
+        fail(b, f"{what}: expected a tile, a scalar or a number, got {describe(x)}")
+
+
+def describe(x) -> str:
+    if isinstance(x, ArrayHandle):
+        return f"the array argument '{x.name}' (load a tile from it first)"
+    if isinstance(x, Value):
+        return str(x.type)
+    return f"{type(x).__name__} {x!r}"
+
+
+def result_dtype(b: Builder, operands) -> DType:
+    """Promoted dtype of strong operands (Values) and weak Python numbers (NEP 50)."""
+    strong = [x.type.dtype for x in operands if isinstance(x, Value)]
+    weak = [x for x in operands if not isinstance(x, Value)]
+    if strong:
+        dt = functools.reduce(dtypes.promote, strong)
+    else:
+        dt = functools.reduce(dtypes.promote, [dtypes.python_scalar_dtype(w) for w in weak])
+    for w in weak:
+        dt = dtypes.weak_promote(dt, w)
+    for w in weak:
+        if not isinstance(w, float) and not dtypes.fits(w, dt):
+            fail(b, f"the Python integer {w} does not fit in {dt}")
+    return dt
+
+
+def convert(b: Builder, x, dtype: DType, shape: tuple[int, ...]) -> Value:
+    """``x`` (Value or number) as a Value of exactly ``tile<shape x dtype>``: CAST, then
+    SPLAT (scalar), RESHAPE (prepend unit dims) and BROADCAST (unit dims -> n) as needed."""
+    if not isinstance(x, Value):
+        return constant(b, x, TileType(shape, dtype))
+    if x.type.dtype != dtype:
+        x = b.create(TileOp.CAST, [x], [TileType(x.type.shape, dtype)]).result
+    src = x.type.shape
+    if src == shape:
+        return x
+    if src == ():
+        return b.create(TileOp.SPLAT, [x], [TileType(shape, dtype)]).result
+    if len(src) < len(shape):
+        src = (1,) * (len(shape) - len(src)) + src
+        x = b.create(TileOp.RESHAPE, [x], [TileType(src, dtype)]).result
+    if src != shape:
+        x = b.create(TileOp.BROADCAST, [x], [TileType(shape, dtype)]).result
+    return x
+
+
+def _broadcast(b: Builder, *shapes) -> tuple[int, ...]:
+    try:
+        return broadcast_shapes(*shapes)
+    except ValueError:
+        fail(b, "cannot broadcast shapes " + " and ".join(str(s) for s in shapes))
+
+
+# --- elementwise ----------------------------------------------------------------------------------
+def binary(b: Builder, op: str, x, y) -> Value:
+    """``x <op> y`` for an arithmetic, bitwise, comparison or maximum/minimum operator."""
+    for v in (x, y):
+        _check_operand(b, v, f"operator {op}")
+    shape = _broadcast(b, shape_of(x), shape_of(y))
+    dt = result_dtype(b, [x, y])
+    if op in _BITWISE and dt.is_float:
+        fail(b, f"operator {op} needs integer or bool operands, got {dt}")
+    if (op in _ARITH or op in ("<<", ">>")) and dt.is_bool:
+        fail(b, f"operator {op} is not defined on bool operands; cast them first")
+    if op == "/":
+        dt = dtypes.float_result(dt)
+    xv, yv = convert(b, x, dt, shape), convert(b, y, dt, shape)
+    if op in COMPARE:
+        return b.create(COMPARE[op], [xv, yv], [TileType(shape, dtypes.bool_)]).result
+    return b.create(BINARY[op], [xv, yv], [TileType(shape, dt)]).result
+
+
+def to_bool(b: Builder, x) -> Value:
+    """A bool Value for a runtime condition (non-bool scalars compare against zero)."""
+    if isinstance(x, Value) and isinstance(x.type, TileType) and x.type.dtype.is_bool:
+        return x
+    if not isinstance(x, Value):
+        return constant(b, bool(x), TileType((), dtypes.bool_))
+    return binary(b, "!=", x, 0)
+
+
+def condition(b: Builder, x) -> Value:
+    """A scalar bool for ``if``/``while``; a tile's truth value is ambiguous."""
+    if isinstance(x, Value) and x.type.shape != ():
+        fail(b, f"the truth value of a {x.type} is ambiguous: conditions must be scalars "
+                "(use tj.where for elementwise choice)")
+    _check_operand(b, x, "condition")
+    return to_bool(b, x)
+
+
+def unary(b: Builder, op: str, x) -> Value:
+    """``-x``, ``~x``, ``not x``, ``+x`` and the float math functions (``exp``, ...)."""
+    _check_operand(b, x, f"{op}()")
+    if not isinstance(x, Value):
+        x = convert(b, x, dtypes.python_scalar_dtype(x), ())
+    dt, shape = x.type.dtype, x.type.shape
+    if op == "+":
+        return x
+    if op == "not":
+        return binary(b, "==", condition(b, x), False)
+    if op == "-":
+        if dt.is_bool:
+            fail(b, "unary - is not defined on bool; use ~ or `not`")
+        return b.create(TileOp.NEG, [x], [x.type]).result
+    if op == "~":
+        if dt.is_float:
+            fail(b, f"operator ~ needs integer or bool operands, got {dt}")
+        return b.create(TileOp.INVERT, [x], [x.type]).result
+    if op == "abs":
+        return x if dt.is_bool else b.create(TileOp.ABS, [x], [x.type]).result
+    out = dtypes.float_result(dt)
+    x = convert(b, x, out, shape)
+    return b.create(FLOAT_UNARY[op], [x], [TileType(shape, out)]).result
+
+
+def where(b: Builder, cond, x, y) -> Value:
+    for v in (cond, x, y):
+        _check_operand(b, v, "where")
+    shape = _broadcast(b, shape_of(cond), shape_of(x), shape_of(y))
+    dt = result_dtype(b, [x, y])
+    c = convert(b, to_bool(b, cond), dtypes.bool_, shape)
+    xv, yv = convert(b, x, dt, shape), convert(b, y, dt, shape)
+    return b.create(TileOp.WHERE, [c, xv, yv], [TileType(shape, dt)]).result
+
+
+def fma(b: Builder, x, y, z) -> Value:
+    for v in (x, y, z):
+        _check_operand(b, v, "fma")
+    shape = _broadcast(b, shape_of(x), shape_of(y), shape_of(z))
+    dt = result_dtype(b, [x, y, z])
+    args = [convert(b, v, dt, shape) for v in (x, y, z)]
+    return b.create(TileOp.FMA, args, [TileType(shape, dt)]).result
+
+
+def cast(b: Builder, x, dtype) -> Value:
+    _check_operand(b, x, "cast")
+    dt = _dtype_arg(b, dtype, "cast")
+    return convert(b, x, dt, shape_of(x))
+
+
+def _dtype_arg(b: Builder, dtype, what: str) -> DType:
+    try:
+        return dtypes.lookup(dtype)
+    except (TypeError, KeyError):
+        fail(b, f"{what}: {dtype!r} is not a tilejit dtype")
+
+
+# --- creation -----------------------------------------------------------------------------------
+def program_id(b: Builder, axis) -> Value:
+    return _grid_query(b, TileOp.PROGRAM_ID, axis, "program_id")
+
+
+def num_programs(b: Builder, axis) -> Value:
+    return _grid_query(b, TileOp.NUM_PROGRAMS, axis, "num_programs")
+
+
+def _grid_query(b: Builder, op: TileOp, axis, what: str) -> Value:
+    if not isinstance(axis, int) or isinstance(axis, bool) or axis not in (0, 1, 2):
+        fail(b, f"{what}: axis must be the constant 0, 1 or 2, got {describe(axis)}")
+    return b.create(op, (), [TileType((), dtypes.int32)], AxisAttrs(axis)).result
+
+
+def zeros(b: Builder, shape, dtype=dtypes.float32) -> Value:
+    return full(b, shape, 0, dtype)
+
+
+def full(b: Builder, shape, value, dtype=None) -> Value:
+    shape = const_shape(b, shape, "full")
+    _check_operand(b, value, "full")
+    if dtype is None:
+        dt = value.type.dtype if isinstance(value, Value) else dtypes.python_scalar_dtype(value)
+    else:
+        dt = _dtype_arg(b, dtype, "full")
+    if isinstance(value, Value) and value.type.shape != ():
+        fail(b, f"full: the fill value must be a scalar, got {value.type}")
+    return convert(b, value, dt, shape)
+
+
+def arange(b: Builder, start, end=None) -> Value:
+    if end is None:
+        start, end = 0, start
+    for v in (start, end):
+        if not isinstance(v, int) or isinstance(v, bool):
+            fail(b, "arange: bounds must be compile-time integers (add a runtime offset "
+                    "to the result instead)")
+    if end <= start:
+        fail(b, f"arange: empty range ({start}, {end})")
+    return b.create(TileOp.ARANGE, (), [TileType((end - start,), dtypes.int32)],
+                    ConstAttrs(start)).result
+
+
+# --- shape ----------------------------------------------------------------------------------------
+def _tile(b: Builder, x, what: str) -> Value:
+    if not (isinstance(x, Value) and isinstance(x.type, TileType)):
+        fail(b, f"{what}: expected a tile, got {describe(x)}")
+    return x
+
+
+def reshape(b: Builder, x, shape) -> Value:
+    x = _tile(b, x, "reshape")
+    shape = list(shape if isinstance(shape, (tuple, list)) else (shape,))
+    if shape.count(-1) == 1:
+        known = math.prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = x.type.numel // known if known else 0
+    shape = const_shape(b, tuple(shape), "reshape")
+    if math.prod(shape) != x.type.numel:
+        fail(b, f"cannot reshape a tile of shape {x.type.shape} into {shape}")
+    if shape == x.type.shape:
+        return x
+    op = TileOp.SPLAT if x.type.shape == () else TileOp.RESHAPE
+    return b.create(op, [x], [TileType(shape, x.type.dtype)]).result
+
+
+def expand_dims(b: Builder, x, axis) -> Value:
+    x = _tile(b, x, "expand_dims")
+    shape = list(x.type.shape)
+    axis = normalize_axis(b, axis, len(shape) + 1, "expand_dims")
+    shape.insert(axis, 1)
+    return reshape(b, x, tuple(shape))
+
+
+def broadcast_to(b: Builder, x, shape) -> Value:
+    _check_operand(b, x, "broadcast_to")
+    shape = const_shape(b, shape, "broadcast_to")
+    if _broadcast(b, shape_of(x), shape) != shape:
+        fail(b, f"cannot broadcast a tile of shape {shape_of(x)} to {shape}")
+    dt = x.type.dtype if isinstance(x, Value) else dtypes.python_scalar_dtype(x)
+    return convert(b, x, dt, shape)
+
+
+def trans(b: Builder, x, *perm) -> Value:
+    x = _tile(b, x, "trans")
+    rank = len(x.type.shape)
+    if len(perm) == 1 and isinstance(perm[0], (tuple, list)):
+        perm = tuple(perm[0])
+    perm = tuple(perm) or tuple(reversed(range(rank)))
+    if sorted(perm) != list(range(rank)) or not all(isinstance(p, int) for p in perm):
+        fail(b, f"trans: {perm} is not a permutation of the axes of a rank-{rank} tile")
+    if perm == tuple(range(rank)):
+        return x
+    shape = tuple(x.type.shape[p] for p in perm)
+    return b.create(TileOp.TRANS, [x], [TileType(shape, x.type.dtype)], PermAttrs(perm)).result
+
+
+def subscript(b: Builder, x, index) -> Value:
+    """``t[:, None]``, ``t[None, :]``, ``t[..., None]``: insert unit dimensions."""
+    x = _tile(b, x, "indexing")
+    items = index if isinstance(index, tuple) else (index,)
+    if sum(i is Ellipsis for i in items) > 1:
+        fail(b, "an index can only have a single ellipsis ('...')")
+    kept = sum(isinstance(i, slice) for i in items)
+    src, out = list(x.type.shape), []
+    for i in items:
+        if i is None:
+            out.append(1)
+        elif i is Ellipsis:
+            n = len(src) - kept
+            out.extend(src[:n])
+            del src[:n]
+        elif isinstance(i, slice) and i == slice(None):
+            if not src:
+                fail(b, f"too many indices for a tile of shape {x.type.shape}")
+            out.append(src.pop(0))
+        elif isinstance(i, slice):
+            fail(b, "slicing a tile with bounds is not supported (only ':' and None)")
+        else:
+            fail(b, f"indexing a tile with {describe(i)} is not supported (only ':' and None)")
+    return reshape(b, x, tuple(out + src))
+
+
+# --- reductions and matmul ------------------------------------------------------------------------
+def _reduce_dtype(kind: ReduceKind, dt: DType) -> DType:
+    if kind in (ReduceKind.ARGMAX, ReduceKind.ARGMIN):
+        return dtypes.int32
+    if kind == ReduceKind.SUM and (dt.is_bool or (dt.is_int and dt.bits < 32)):
+        return dtypes.int32
+    return dt
+
+
+def reduce(b: Builder, kind: ReduceKind, x, axis=None, keepdims=False) -> Value:
+    what = kind.value
+    if not (isinstance(x, Value) and isinstance(x.type, TileType)):
+        fail(b, f"{what}: expected a tile, got {describe(x)}")
+    if not isinstance(keepdims, bool):
+        fail(b, f"{what}: keepdims must be a compile-time bool")
+    shape = x.type.shape
+    out_dt = _reduce_dtype(kind, x.type.dtype)
+    if axis is None:
+        if shape == ():
+            return convert(b, x, out_dt, ())
+        flat = reshape(b, x, (x.type.numel,)) if len(shape) > 1 else x
+        total = b.create(TileOp.REDUCE, [flat], [TileType((), out_dt)], ReduceAttrs(kind, 0)).result
+        return convert(b, total, out_dt, (1,) * len(shape)) if keepdims else total
+    if shape == ():
+        fail(b, f"{what}: cannot reduce a scalar along axis {axis}")
+    axis = normalize_axis(b, axis, len(shape), what)
+    out = shape[:axis] + ((1,) if keepdims else ()) + shape[axis + 1:]
+    return b.create(TileOp.REDUCE, [x], [TileType(out, out_dt)],
+                    ReduceAttrs(kind, axis, keepdims)).result
+
+
+def dot(b: Builder, a, bm, acc=None, allow_tf32=False) -> Value:
+    a, bm = _tile(b, a, "dot"), _tile(b, bm, "dot")
+    if len(a.type.shape) != 2 or len(bm.type.shape) != 2:
+        fail(b, f"dot: operands must be 2-D tiles, got {a.type} and {bm.type}")
+    (m, k), (k2, n) = a.type.shape, bm.type.shape
+    if k != k2:
+        fail(b, f"dot: K mismatch ({k} vs {k2})")
+    da, db = a.type.dtype, bm.type.dtype
+    if da != db:
+        fail(b, f"dot: operand dtypes differ ({da} and {db}); cast one of them")
+    if da.is_int and da.bits == 8:
+        acc_dt = dtypes.int32
+    elif da.is_float:
+        acc_dt = dtypes.float32
+    else:
+        fail(b, f"dot: {da} operands are not supported (use float16, bfloat16, float32 or int8)")
+    if not isinstance(allow_tf32, bool):
+        fail(b, "dot: allow_tf32 must be a compile-time bool")
+    out = TileType((m, n), acc_dt)
+    if acc is None:
+        acc = constant(b, 0, out)
+    elif not isinstance(acc, Value) or acc.type != out:
+        fail(b, f"dot: acc must be a {out}, got {describe(acc)}")
+    return b.create(TileOp.DOT, [a, bm, acc], [out], DotAttrs(allow_tf32)).result
+
+
+# --- memory ---------------------------------------------------------------------------------------
+def _array(b: Builder, x, what: str) -> ArrayHandle:
+    if not isinstance(x, ArrayHandle):
+        fail(b, f"{what}: the first argument must be an array argument of the kernel, got {describe(x)}")
+    return x
+
+
+def _offsets(b: Builder, arr: ArrayHandle, offsets, what: str) -> list[Value]:
+    items = tuple(offsets) if isinstance(offsets, (tuple, list)) else (offsets,)
+    if len(items) != arr.rank:
+        fail(b, f"{what}: {len(items)} offset(s) given for the rank-{arr.rank} array '{arr.name}'")
+    out = []
+    for o in items:
+        if isinstance(o, Value) and o.type.shape == () and not o.type.dtype.is_float:
+            out.append(convert(b, o, dtypes.int32, ()) if o.type.dtype.is_bool else o)
+        elif isinstance(o, int) and not isinstance(o, bool):
+            out.append(constant(b, o, TileType((), dtypes.python_scalar_dtype(o))))
+        else:
+            fail(b, f"{what}: offsets must be integer scalars, got {describe(o)}")
+    return out
+
+
+def load(b: Builder, x, offsets, shape, other=0) -> Value:
+    arr = _array(b, x, "load")
+    offs = _offsets(b, arr, offsets, "load")
+    shape = const_shape(b, shape, "load")
+    if len(shape) != arr.rank:
+        fail(b, f"load: tile shape {shape} has rank {len(shape)} but '{arr.name}' has rank {arr.rank}")
+    if not is_number(other):
+        fail(b, f"load: `other` must be a compile-time number, got {describe(other)}")
+    dt = arr.dtype
+    if not dt.is_float and isinstance(other, float) and not (math.isfinite(other) and other == int(other)):
+        fail(b, f"load: other={other!r} cannot be represented as {dt}")
+    if not dtypes.fits(other, dt):
+        fail(b, f"load: other={other!r} cannot be represented as {dt}")
+    other = bool(other) if dt.is_bool else float(other) if dt.is_float else int(other)
+    return b.create(TileOp.LOAD, [arr.value, *offs], [TileType(shape, dt)], LoadAttrs(other)).result
+
+
+def store(b: Builder, x, offsets, tile) -> None:
+    arr = _array(b, x, "store")
+    offs = _offsets(b, arr, offsets, "store")
+    _check_operand(b, tile, "store")
+    shape = shape_of(tile)
+    if shape == ():
+        shape = (1,) * arr.rank          # a scalar stores one element
+    if len(shape) != arr.rank:
+        fail(b, f"store: tile rank {len(shape)} does not match the rank {arr.rank} of '{arr.name}'")
+    value = convert(b, tile, arr.dtype, shape)
+    b.create(TileOp.STORE, [arr.value, *offs, value])
+
+
+# --- the builtin table: language.py marker name -> builder ----------------------------------------
+def _unary_builder(name):
+    return lambda b, x: unary(b, name, x)
+
+
+def _reduce_builder(kind):
+    return lambda b, x, axis=None, keepdims=False: reduce(b, kind, x, axis, keepdims)
+
+
+BUILTINS = {
+    "program_id": program_id, "num_programs": num_programs,
+    "arange": arange, "zeros": zeros, "full": full, "load": load, "store": store,
+    **{name: _unary_builder(name) for name in FLOAT_UNARY}, "abs": _unary_builder("abs"),
+    "maximum": lambda b, x, y: binary(b, "maximum", x, y),
+    "minimum": lambda b, x, y: binary(b, "minimum", x, y),
+    "where": where, "fma": fma, "cast": cast,
+    "trans": trans, "reshape": reshape, "broadcast_to": broadcast_to, "expand_dims": expand_dims,
+    "sum": _reduce_builder(ReduceKind.SUM), "max": _reduce_builder(ReduceKind.MAX),
+    "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
+    "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot,
+}
