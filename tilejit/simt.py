@@ -68,6 +68,11 @@ class SimtOp(enum.Enum):
     # warp level
     SHUFFLE_XOR = enum.auto()    # (x) -> x of lane (laneid ^ attrs.mask), register by register  MaskAttrs
     SHUFFLE_IDX = enum.auto()    # (x, lane: i32 n=1) -> x of lane `lane`
+    # Memory ops are per register: offsets/addresses/mask have as many registers as the value.
+    # With attrs.vec = v > 1, registers [g*v, g*v+v) have consecutive offsets and the group's
+    # first element is v*itemsize aligned, so the group can be one vector access; a global
+    # mask may still differ inside a group (a ragged edge): then only the in-bounds elements
+    # may be touched (emit the vector access when the whole group is in bounds, else per element).
     # global memory; offsets are element offsets (i32 or i64) from the pointer
     LOAD_GLOBAL = enum.auto()    # (ptr, offsets, mask: bool) -> n values; masked-off read attrs.other  GlobalAttrs
     STORE_GLOBAL = enum.auto()   # (ptr, offsets, value, mask: bool) -> ()                   GlobalAttrs
@@ -75,6 +80,9 @@ class SimtOp(enum.Enum):
     LOAD_SHARED = enum.auto()    # (addr) -> n values of the result dtype                     SharedAttrs
     STORE_SHARED = enum.auto()   # (addr, value) -> ()                                          SharedAttrs
     BARRIER = enum.auto()        # bar.sync 0 across the CTA
+    SHARED_ALLOC = enum.auto()   # () -> i32: byte address of shared buffer attrs.buffer   AllocAttrs
+    #   (made by lowering; ``plan_shared_memory`` replaces each by a CONSTANT, so emitted code
+    #   never contains one)
     # structured control flow: same as TileOp.FOR / IF / WHILE / YIELD
     FOR = enum.auto()
     IF = enum.auto()
@@ -113,3 +121,65 @@ class GlobalAttrs(Attrs):
 @dataclass(frozen=True)
 class SharedAttrs(Attrs):
     vec: int = 1                  # groups of `vec` registers are contiguous and vec*itemsize aligned
+    buffer: int = -1              # which SHARED_ALLOC buffer the addresses point into (-1: unknown)
+
+
+@dataclass(frozen=True)
+class AllocAttrs(Attrs):
+    buffer: int                   # id, unique in the function
+    size: int                     # bytes
+    align: int = 16
+
+
+# ------------------------------------------------------------------------------------ verifier
+class SimtVerifyError(Exception):
+    """The SIMT IR breaks an invariant of this module (a compiler bug, never a user error)."""
+
+
+def _n(v) -> int:
+    return v.type.n if isinstance(v.type, RegType) else 1
+
+
+def _check_memory(o) -> str | None:
+    n = _n(o.results[0]) if o.results else _n(o.operands[2 if o.op is SimtOp.STORE_GLOBAL else 1])
+    regs = {SimtOp.LOAD_GLOBAL: o.operands[1:], SimtOp.STORE_GLOBAL: o.operands[1:],
+            SimtOp.LOAD_SHARED: o.operands[:1], SimtOp.STORE_SHARED: o.operands}[o.op]
+    if any(_n(x) != n for x in regs):
+        return "offsets/addresses, mask and value must have one register each per element"
+    if o.op in (SimtOp.LOAD_GLOBAL, SimtOp.STORE_GLOBAL) and not isinstance(o.operands[0].type, PtrType):
+        return "the first operand must be a pointer PARAM"
+    if n % o.attrs.vec:
+        return f"vec={o.attrs.vec} does not divide {n} registers"
+    return None
+
+
+_SPECS = {
+    SimtOp.ELEMENTWISE: lambda o: None if all(_n(x) == _n(o.results[0]) for x in o.operands)
+    else "operands and result must have the same register count",
+    SimtOp.SPLAT: lambda o: None if _n(o.operands[0]) == 1 else "SPLAT takes one register",
+    SimtOp.GATHER: lambda o: None if all(0 <= i < _n(o.operands[0]) for i in o.attrs.indices)
+    and len(o.attrs.indices) == _n(o.results[0]) else "GATHER indices out of range",
+    SimtOp.CONCAT: lambda o: None if sum(map(_n, o.operands)) == _n(o.results[0]) else "CONCAT size",
+    SimtOp.SHUFFLE_XOR: lambda o: None if 0 < o.attrs.mask < 32 and o.results[0].type == o.operands[0].type
+    else "SHUFFLE_XOR mask must be in 1..31 and keep the type",
+    SimtOp.LOAD_GLOBAL: _check_memory, SimtOp.STORE_GLOBAL: _check_memory,
+    SimtOp.LOAD_SHARED: _check_memory, SimtOp.STORE_SHARED: _check_memory,
+    SimtOp.CONSTANT: lambda o: None if len(o.attrs.values) == _n(o.results[0]) else "CONSTANT size",
+}
+
+
+def verify(fn: Function) -> None:
+    """Check every op against its spec and that each operand is defined before use."""
+    def block(b, defined: set) -> None:
+        defined = defined | set(b.args)
+        for o in b.ops:
+            missing = [x for x in o.operands if x not in defined]
+            if missing:
+                raise SimtVerifyError(f"{o.op.name} uses a value not defined before it")
+            problem = _SPECS.get(o.op, lambda o: None)(o)
+            if problem:
+                raise SimtVerifyError(f"{o.op.name}: {problem}")
+            for r in o.regions:
+                block(r, defined)
+            defined |= set(o.results)
+    block(fn.body, set())

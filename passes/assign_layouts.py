@@ -1,0 +1,244 @@
+"""Layout assignment: pick a distributed layout for every tile value of a tile-IR function.
+
+Anchors are memory ops (a load gets the blocked layout its array's contiguity and alignment
+allow) and reductions (their result lives in the slice of their operand's layout, so a
+keepdims result broadcasts back without moving data).  Elementwise ops take an operand's
+layout; transposes and unit-dim reshapes keep data where it is (permuted / re-dimmed layouts).
+
+A tile loaded only to be broadcast into an elementwise op (a bias row) is loaded straight in
+the broadcast-collapsed layout of that op (``pin_broadcast_loads``), so the broadcast is free.
+
+Values built only from constants, splats and aranges are *deferred*: they have no layout of
+their own and lowering materialises them directly in whatever layout each use wants, so
+``zeros`` / ``arange`` masks never cost a conversion.
+
+Result, in ``fn.meta``: ``"layouts"`` {tile Value: Layout} for every non-deferred tile value
+(region arguments included) and ``"deferred"`` (a set of Values).
+"""
+from __future__ import annotations
+
+from tilejit import ir
+from tilejit.ir import ELEMENTWISE_OPS, TileOp, TileType
+from tilejit.passes import layouts as L
+from tilejit.specs import ArraySpec
+
+DEFERRED_OPS = frozenset({TileOp.CONSTANT, TileOp.SPLAT, TileOp.ARANGE})
+
+
+def is_tile(v: ir.Value) -> bool:
+    return isinstance(v.type, TileType) and v.type.shape != ()
+
+
+def array_spec(fn: ir.Function, array: ir.Value) -> ArraySpec:
+    """The specialisation of array argument ``array`` (conservative when none was recorded)."""
+    index = next(i for i, a in enumerate(fn.args) if a is array)
+    specs = fn.meta.get("specs") or []
+    if index < len(specs) and isinstance(specs[index], ArraySpec):
+        return specs[index]
+    return ArraySpec(array.type.dtype, array.type.rank, unit_inner_stride=False, aligned16=False,
+                     large=True)
+
+
+def memory_layout(shape, spec: ArraySpec, num_warps: int) -> L.Layout:
+    """The layout for moving a tile to/from an array: 16 bytes per thread along a unit-stride
+    last dim (one vector access each), one element per thread otherwise."""
+    item = spec.dtype.itemsize
+    return L.default_blocked(shape, item, num_warps, 16 if spec.unit_inner_stride else item)
+
+
+def default_layout(t: TileType, num_warps: int) -> L.Layout:
+    return L.default_blocked(t.shape, t.dtype.itemsize, num_warps)
+
+
+class LayoutAssigner:
+    def __init__(self, fn: ir.Function, num_warps: int):
+        self.fn, self.num_warps = fn, num_warps
+        self.layouts: dict[ir.Value, L.Layout] = {}
+        self.deferred: set[ir.Value] = set()
+        self.slice_parent: dict[L.Layout, L.Layout] = {}   # keepdims slice -> the reduced layout
+        self.pinned: dict[ir.Value, L.Layout] = {}          # set by pin_broadcast_loads
+
+    def set(self, v: ir.Value, layout: L.Layout | None) -> None:
+        """Record ``v``'s layout; None marks it deferred.  A pinned layout always wins."""
+        layout = self.pinned.get(v, layout)
+        if layout is None:
+            self.layouts.pop(v, None)
+            self.deferred.add(v)
+        else:
+            self.deferred.discard(v)
+            self.layouts[v] = layout
+
+    def layout_or_default(self, v: ir.Value) -> L.Layout:
+        return self.layouts.get(v) or default_layout(v.type, self.num_warps)
+
+    def block(self, block: ir.Block) -> None:
+        for o in block.ops:
+            handler = getattr(self, f"op_{o.op.name}", None)
+            if handler is not None:
+                handler(o)
+            elif o.op in ELEMENTWISE_OPS:
+                self.elementwise(o)
+            elif o.op in DEFERRED_OPS and o.results and is_tile(o.result):
+                self.set(o.result, None)
+
+    # --- value ops ---------------------------------------------------------------------------
+    def elementwise(self, o: ir.Operation) -> None:
+        if not is_tile(o.result):
+            return
+        found = [self.layouts[x] for x in o.operands if x in self.layouts]
+        if not found:
+            self.set(o.result, None)
+            return
+        blocked = [x for x in found if x.kind == "blocked"]
+        self.set(o.result, (blocked or found)[0])
+
+    def op_LOAD(self, o: ir.Operation) -> None:
+        spec = array_spec(self.fn, o.operands[0])
+        self.set(o.result, memory_layout(o.result.type.shape, spec, self.num_warps))
+
+    def op_REDUCE(self, o: ir.Operation) -> None:
+        if not is_tile(o.result):
+            return
+        a = o.attrs
+        src = self.layout_or_default(o.operands[0])
+        out = L.sliced(src, a.axis, a.keepdims)
+        if a.keepdims:
+            self.slice_parent[out] = src
+        self.set(o.result, out)
+
+    def op_BROADCAST(self, o: ir.Operation) -> None:
+        src = o.operands[0]
+        if src not in self.layouts:
+            self.set(o.result, None)
+            return
+        parent = self.slice_parent.get(self.layouts[src])
+        if parent is not None and parent.shape == o.result.type.shape:
+            self.set(o.result, parent)
+        else:
+            self.set(o.result, default_layout(o.result.type, self.num_warps))
+
+    def op_RESHAPE(self, o: ir.Operation) -> None:
+        src = o.operands[0]
+        if not is_tile(o.result):
+            return
+        if src not in self.layouts:
+            # deferred unless the reshape moves elements (then its source must be concrete)
+            ok = not is_tile(src) or L.unit_dims_changed(
+                default_layout(src.type, self.num_warps), o.result.type.shape) is not None
+            self.set(o.result, None if ok else default_layout(o.result.type, self.num_warps))
+            return
+        moved = L.unit_dims_changed(self.layouts[src], o.result.type.shape)
+        self.set(o.result, moved or default_layout(o.result.type, self.num_warps))
+
+    def op_TRANS(self, o: ir.Operation) -> None:
+        src = o.operands[0]
+        if src not in self.layouts:
+            self.set(o.result, None)
+            return
+        self.set(o.result, L.permuted(self.layouts[src], o.attrs.perm))
+
+    def op_DOT(self, o: ir.Operation) -> None:
+        self.set(o.result, default_layout(o.result.type, self.num_warps))
+
+    # --- control flow ------------------------------------------------------------------------
+    def carried(self, args, inits, region: ir.Block, yields_of) -> None:
+        """Region args take their init's layout; an arg whose init is deferred takes the layout
+        its yielded value gets, and the region is assigned again with it."""
+        pending = []
+        for a, init in zip(args, inits):
+            if is_tile(a):
+                self.set(a, self.layouts.get(init))
+                if init not in self.layouts:
+                    pending.append(a)
+        self.block(region)
+        if pending:
+            yields = dict(zip(args, yields_of(region)))
+            for a in pending:
+                self.set(a, self.layouts.get(yields[a]) or default_layout(a.type, self.num_warps))
+            self.block(region)
+
+    def op_FOR(self, o: ir.Operation) -> None:
+        region = o.regions[0]
+        self.carried(region.args[1:], o.operands[3:], region, lambda r: r.ops[-1].operands)
+        for res, a in zip(o.results, region.args[1:]):
+            if is_tile(res):
+                self.set(res, self.layouts[a])
+
+    def op_WHILE(self, o: ir.Operation) -> None:
+        region = o.regions[0]
+        self.carried(region.args, o.operands, region, lambda r: r.ops[-1].operands[1:])
+        for res, a in zip(o.results, region.args):
+            if is_tile(res):
+                self.set(res, self.layouts[a])
+
+    def op_IF(self, o: ir.Operation) -> None:
+        for region in o.regions:
+            self.block(region)
+        for i, res in enumerate(o.results):
+            if is_tile(res):
+                found = [self.layouts.get(r.ops[-1].operands[i]) for r in o.regions]
+                found = [x for x in found if x is not None]
+                self.set(res, found[0] if found else default_layout(res.type, self.num_warps))
+
+
+def assign_layouts(fn: ir.Function, num_warps: int) -> ir.Function:
+    """Fill ``fn.meta["layouts"]`` and ``fn.meta["deferred"]`` (see the module docstring)."""
+    assigner = LayoutAssigner(fn, num_warps)
+    for a in fn.args:
+        if is_tile(a):
+            assigner.set(a, default_layout(a.type, num_warps))
+    assigner.block(fn.body)
+    if pin_broadcast_loads(fn, assigner):
+        assigner.block(fn.body)
+    fn.meta["layouts"] = assigner.layouts
+    fn.meta["deferred"] = assigner.deferred
+    return fn
+
+
+def _uses(fn: ir.Function) -> dict:
+    uses: dict[ir.Value, list[ir.Operation]] = {}
+    for o in fn.walk():
+        for x in o.operands:
+            uses.setdefault(x, []).append(o)
+    return uses
+
+
+def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
+    """A tile loaded only to be (cast, reshaped and) broadcast into one elementwise op (a bias
+    row, a column of scales) is loaded straight into the broadcast-collapsed layout of that op, so the
+    broadcast stays inside each thread instead of going through shared memory (Triton
+    rematerialises such loads the same way).  Returns whether anything was pinned."""
+    uses, pinned = _uses(fn), False
+    for o in fn.walk():
+        users = uses.get(o.results[0], []) if o.op is TileOp.BROADCAST else []
+        if len(users) != 1 or users[0].result not in assigner.layouts:
+            continue
+        want = assigner.layouts[users[0].result]
+        src = o.operands[0]
+        chain = [src]
+        while src.owner is not None and src.owner.op in (TileOp.RESHAPE, TileOp.CAST) and len(uses[src]) == 1:
+            src = src.owner.operands[0]
+            chain.append(src)
+        if src.owner is None or src.owner.op is not TileOp.LOAD or len(uses[src]) != 1:
+            continue
+        dims = [d for d, (a, b) in enumerate(zip(o.operands[0].type.shape, want.shape)) if a != b]
+        load_layout = L.unit_dims_changed(L.collapsed(want, dims), src.type.shape)
+        if load_layout is not None and load_layout != assigner.layouts.get(src):
+            assigner.pinned[src] = load_layout
+            assigner.pinned[o.result] = want
+            pinned = True
+    return pinned
+
+
+def layouts_text(fn: ir.Function) -> str:
+    """The function's text followed by one ``%v: layout`` line per tile value (for dumps)."""
+    printer = ir.Printer()
+    text = printer.function(fn)
+    lines = [text, "# layouts"]
+    for o in fn.walk():
+        for r in list(o.results) + [a for reg in o.regions for a in reg.args]:
+            if r in fn.meta.get("layouts", {}):
+                lines.append(f"#   {printer.name(r)}: {fn.meta['layouts'][r]}")
+            elif r in fn.meta.get("deferred", ()):
+                lines.append(f"#   {printer.name(r)}: deferred")
+    return "\n".join(lines)

@@ -1,0 +1,375 @@
+"""Lowering tile IR to SIMT IR: the driver, value environment, thread geometry and params,
+elementwise and shape ops, materialisation of deferred values, and structured control flow.
+
+Every tile value becomes ``RegType(dtype, layout.n)`` per thread; scalars are uniform
+``RegType(dtype, 1)``.  Element coordinates are a runtime *thread part* (bit fields of the
+lane and warp ids, computed once in the function's prologue) plus compile-time *register
+parts* (vector constants).  Memory ops, reductions and shared-memory exchanges live in
+``lower_memory``, ``lower_reduce`` and ``lower_shared``.
+"""
+from __future__ import annotations
+
+from tilejit import dtypes as D
+from tilejit import ir, simt
+from tilejit.errors import CompileError
+from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
+from tilejit.passes import layouts as L
+from tilejit.passes import lower_memory, lower_reduce, lower_shared
+from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
+from tilejit.simt import RegType, SimtOp
+
+I32 = D.int32
+rowmajor = lower_shared.rowmajor
+
+
+class Lowering:
+    def __init__(self, fn: ir.Function, num_warps: int):
+        self.fn, self.num_warps = fn, num_warps
+        self.layouts: dict = fn.meta["layouts"]
+        self.deferred: set = fn.meta["deferred"]
+        self.prologue = ir.Builder(ir.Block())
+        self.b = ir.Builder(ir.Block())
+        self.values: dict[ir.Value, ir.Value] = {}
+        self.scopes: list[dict] = [{}]
+        self.geometry: dict = {}              # prologue values, keyed by what they compute
+        self.next_buffer = 0
+        self.params: list[simt.ParamDesc] = []
+        self.param_index: dict[tuple, int] = {}
+        self.writes: set[int] = set()
+        self.multiples = lower_memory.KnownMultiples(fn)
+        self.describe_params()
+
+    # --- building ----------------------------------------------------------------------------
+    def emit(self, op, operands, rtype=None, attrs=None, regions=None, builder=None) -> ir.Operation:
+        b = builder or self.b
+        return b.create(op, operands, [rtype] if rtype is not None else [], attrs, regions)
+
+    def const(self, dtype, values, builder=None) -> ir.Value:
+        values = tuple(values)
+        return self.emit(SimtOp.CONSTANT, [], RegType(dtype, len(values)),
+                         simt.VectorConstAttrs(values), builder=builder).result
+
+    def ew(self, op: TileOp, operands, dtype, builder=None) -> ir.Value:
+        n = operands[0].type.n
+        return self.emit(SimtOp.ELEMENTWISE, operands, RegType(dtype, n), simt.EwAttrs(op),
+                         builder=builder).result
+
+    def cast(self, x: ir.Value, dtype, builder=None) -> ir.Value:
+        return x if x.type.dtype == dtype else self.ew(TileOp.CAST, [x], dtype, builder)
+
+    def splat(self, x: ir.Value, n: int, builder=None) -> ir.Value:
+        if x.type.n == n:
+            return x
+        return self.emit(SimtOp.SPLAT, [x], RegType(x.type.dtype, n), builder=builder).result
+
+    def gather(self, x: ir.Value, idx) -> ir.Value:
+        idx = tuple(idx)
+        if idx == tuple(range(x.type.n)):
+            return x
+        return self.emit(SimtOp.GATHER, [x], RegType(x.type.dtype, len(idx)),
+                         simt.IndicesAttrs(idx)).result
+
+    def concat(self, xs) -> ir.Value:
+        if len(xs) == 1:
+            return xs[0]
+        n = sum(x.type.n for x in xs)
+        return self.emit(SimtOp.CONCAT, xs, RegType(xs[0].type.dtype, n)).result
+
+    def lookup(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def remember(self, key, value):
+        self.scopes[-1][key] = value
+        return value
+
+    # --- thread geometry and params (all in the prologue) ------------------------------------
+    def geo(self, key, make):
+        if key not in self.geometry:
+            self.geometry[key] = make()
+        return self.geometry[key]
+
+    def thread_id(self, src: str) -> ir.Value:
+        p = self.prologue
+        tid = self.geo("tid", lambda: self.emit(SimtOp.THREAD_ID, [], RegType(I32), builder=p).result)
+        if src == "tid":
+            return tid
+        if src == "lane":
+            return self.geo("lane", lambda: self.ew(TileOp.AND, [tid, self.const(I32, [31], p)], I32, p))
+        return self.geo("warp", lambda: self.ew(TileOp.SHR, [tid, self.const(I32, [5], p)], I32, p))
+
+    def bitfield_sum(self, terms) -> ir.Value:
+        """sum(((lane or warp) >> shift) & mask) * scale) over ``terms``, as one i32 scalar."""
+        terms = tuple(t for t in terms if t.bits and t.scale)
+        return self.geo(("bits", terms), lambda: self._bitfield_sum(terms))
+
+    def _bitfield_sum(self, terms) -> ir.Value:
+        p = self.prologue
+        total = None
+        for t in terms:
+            v = self.thread_id(t.src)
+            if t.shift:
+                v = self.ew(TileOp.SHR, [v, self.const(I32, [t.shift], p)], I32, p)
+            v = self.ew(TileOp.AND, [v, self.const(I32, [(1 << t.bits) - 1], p)], I32, p)
+            if t.scale != 1:
+                v = self.ew(TileOp.MUL, [v, self.const(I32, [t.scale], p)], I32, p)
+            total = v if total is None else self.ew(TileOp.ADD, [total, v], I32, p)
+        return total if total is not None else self.const(I32, [0], p)
+
+    def thread_coord(self, layout: L.Layout, dim: int) -> ir.Value:
+        return self.bitfield_sum(layout.terms[dim])
+
+    def thread_linear(self, layout: L.Layout, coefs) -> ir.Value:
+        """Thread part of ``sum(coord_d * coefs[d])`` (i32 scalar)."""
+        return self.bitfield_sum(L.BitTerm(t.src, t.shift, t.bits, t.scale * c)
+                                 for ts, c in zip(layout.terms, coefs) for t in ts)
+
+    def primary_thread(self, layout: L.Layout) -> ir.Value | None:
+        """bool: this thread is the first of its replicas (None when the layout has none)."""
+        rl, rw = layout.replica_bits("lane"), layout.replica_bits("warp")
+        if not rl and not rw:
+            return None
+        p = self.prologue
+
+        def make():
+            zero = self.const(I32, [0], p)
+            ok = None
+            for src, bits in (("lane", rl), ("warp", rw)):
+                if bits:
+                    masked = self.ew(TileOp.AND, [self.thread_id(src), self.const(I32, [bits], p)], I32, p)
+                    test = self.ew(TileOp.EQ, [masked, zero], D.bool_, p)
+                    ok = test if ok is None else self.ew(TileOp.AND, [ok, test], D.bool_, p)
+            return ok
+        return self.geo(("primary", rl, rw), make)
+
+    def describe_params(self) -> None:
+        for i, a in enumerate(self.fn.args):
+            if isinstance(a.type, ArrayType):
+                spec = array_spec(self.fn, a)
+                self.add_param("ptr", i, None, a.type.dtype)
+                for d in range(a.type.rank):
+                    self.add_param("dim", i, d, I32)
+                for d in range(a.type.rank):
+                    if not (d == a.type.rank - 1 and spec.unit_inner_stride):
+                        self.add_param("stride", i, d, D.int64 if spec.large else I32)
+            else:
+                self.add_param("scalar", i, None, a.type.dtype)
+
+    def add_param(self, kind, arg, axis, dtype) -> None:
+        self.param_index[(kind, arg, axis)] = len(self.params)
+        self.params.append(simt.ParamDesc(kind, arg, axis, dtype))
+
+    def param(self, kind: str, arg: int, axis: int | None = None) -> ir.Value:
+        index = self.param_index[(kind, arg, axis)]
+        desc = self.params[index]
+        rtype = simt.PtrType(desc.dtype) if kind == "ptr" else RegType(desc.dtype)
+        return self.geo(("param", index), lambda: self.emit(
+            SimtOp.PARAM, [], rtype, ir.AxisAttrs(index), builder=self.prologue).result)
+
+    def alloc_shared(self, size: int) -> tuple[ir.Value, int]:
+        buf = self.next_buffer
+        self.next_buffer += 1
+        base = self.emit(SimtOp.SHARED_ALLOC, [], RegType(I32), simt.AllocAttrs(buf, max(size, 1))).result
+        return base, buf
+
+    # --- values ------------------------------------------------------------------------------
+    def layout_of(self, v: ir.Value) -> L.Layout:
+        return self.layouts.get(v) or default_layout(v.type, self.num_warps)
+
+    def get(self, v: ir.Value, layout: L.Layout | None = None) -> ir.Value:
+        """``v`` in SIMT form, in ``layout`` (its own layout when None) for tiles."""
+        if not is_tile(v):
+            return self.values[v]
+        if v in self.deferred:
+            return self.materialize(v, layout or default_layout(v.type, self.num_warps))
+        sv, own = self.values[v], self.layouts[v]
+        if layout is None or layout == own:
+            return sv
+        key = ("convert", v, layout)
+        return self.lookup(key) or self.remember(key, self.convert(sv, own, layout, v.type.dtype))
+
+    def convert(self, sv, src: L.Layout, dst: L.Layout, dtype) -> ir.Value:
+        idx = L.same_elements(src, dst)
+        if idx is not None:
+            return self.gather(sv, idx)
+        strides = rowmajor(src.shape)
+        return lower_shared.exchange(self, sv, src, strides, dst, strides, dtype)
+
+    def materialize(self, v: ir.Value, layout: L.Layout) -> ir.Value:
+        key = ("materialize", v, layout)
+        found = self.lookup(key)
+        if found is None:
+            found = self.remember(key, self._materialize(v.owner, layout))
+        return found
+
+    def _materialize(self, o: ir.Operation, layout: L.Layout) -> ir.Value:
+        t = o.result.type
+        if o.op is TileOp.CONSTANT:
+            return self.const(t.dtype, [o.attrs.value] * layout.n)
+        if o.op is TileOp.SPLAT or (o.op is TileOp.RESHAPE and not is_tile(o.operands[0])):
+            return self.splat(self.get(o.operands[0]), layout.n)
+        if o.op is TileOp.ARANGE:
+            regs = [o.attrs.value + c[0] for c in layout.regs]
+            return self.ew(TileOp.ADD, [self.splat(self.thread_coord(layout, 0), layout.n),
+                                        self.const(I32, regs)], I32)
+        if o.op is TileOp.BROADCAST:
+            return self.broadcast(o, layout)
+        if o.op is TileOp.RESHAPE:
+            return self.get(o.operands[0], L.unit_dims_changed(layout, o.operands[0].type.shape))
+        if o.op is TileOp.TRANS:
+            inverse = tuple(sorted(range(len(o.attrs.perm)), key=lambda i: o.attrs.perm[i]))
+            return self.get(o.operands[0], L.permuted(layout, inverse))
+        assert o.op in ELEMENTWISE_OPS, o.op
+        return self.ew(o.op, [self.get(x, layout) for x in o.operands], t.dtype)
+
+    def broadcast(self, o: ir.Operation, dst: L.Layout) -> ir.Value:
+        src_v = o.operands[0]
+        dims = [d for d, (a, b) in enumerate(zip(src_v.type.shape, dst.shape)) if a != b]
+        src = L.collapsed(dst, dims) if src_v in self.deferred else self.layout_of(src_v)
+        sv = self.get(src_v, src)
+
+        def zero_dims(c):
+            c = c.copy()
+            c[..., dims] = 0
+            return c
+        idx = L.register_map(src, dst, zero_dims)
+        if idx is not None:
+            return self.gather(sv, idx)
+        strides = rowmajor(src.shape)
+        dst_strides = tuple(0 if d in dims else s for d, s in enumerate(strides))
+        return lower_shared.exchange(self, sv, src, strides, dst, dst_strides, src_v.type.dtype)
+
+    # --- ops -----------------------------------------------------------------------------------
+    def block(self, block: ir.Block) -> None:
+        for o in block.ops:
+            if o.op is TileOp.YIELD:
+                continue
+            if o.results and any(r in self.deferred for r in o.results):
+                continue                      # materialised at each use
+            handler = getattr(self, f"op_{o.op.name}", None)
+            if handler is not None:
+                handler(o)
+            elif o.op in ELEMENTWISE_OPS:
+                lay = self.layouts.get(o.result) if is_tile(o.result) else None
+                self.values[o.result] = self.ew(o.op, [self.get(x, lay) for x in o.operands],
+                                                o.result.type.dtype)
+            else:
+                raise CompileError(f"'{o.op.name.lower()}' is not supported by the SIMT lowering yet", o.loc)
+
+    def op_CONSTANT(self, o):
+        self.values[o.result] = self.const(o.result.type.dtype, [o.attrs.value])
+
+    def op_PROGRAM_ID(self, o):
+        self.values[o.result] = self.geo(("block_id", o.attrs.axis), lambda: self.emit(
+            SimtOp.BLOCK_ID, [], RegType(I32), o.attrs, builder=self.prologue).result)
+
+    def op_NUM_PROGRAMS(self, o):
+        self.values[o.result] = self.geo(("grid_dim", o.attrs.axis), lambda: self.emit(
+            SimtOp.GRID_DIM, [], RegType(I32), o.attrs, builder=self.prologue).result)
+
+    def op_DIM(self, o):
+        arg = next(i for i, a in enumerate(self.fn.args) if a is o.operands[0])
+        self.values[o.result] = self.cast(self.param("dim", arg, o.attrs.axis), o.result.type.dtype)
+
+    def op_LOAD(self, o):
+        self.values[o.result] = lower_memory.load(self, o)
+
+    def op_STORE(self, o):
+        lower_memory.store(self, o)
+
+    def op_REDUCE(self, o):
+        self.values[o.result] = lower_reduce.reduce(self, o)
+
+    def op_DOT(self, o):
+        self.values[o.result] = lower_shared.dot_fallback(self, o)
+
+    def op_BROADCAST(self, o):
+        self.values[o.result] = self.broadcast(o, self.layouts[o.result])
+
+    def op_RESHAPE(self, o):
+        src_v, dst = o.operands[0], self.layouts.get(o.result)
+        src = self.layout_of(src_v)
+        sv = self.get(src_v, src)
+        if dst is None:                       # a one-element tile to a scalar: every thread has it
+            self.values[o.result] = self.gather(sv, [0])
+        elif L.unit_dims_changed(src, dst.shape) == dst:
+            self.values[o.result] = sv
+        else:
+            self.values[o.result] = lower_shared.exchange(
+                self, sv, src, rowmajor(src.shape), dst, rowmajor(dst.shape), src_v.type.dtype)
+
+    def op_TRANS(self, o):
+        src_v, dst, perm = o.operands[0], self.layouts[o.result], o.attrs.perm
+        src = self.layout_of(src_v)
+        sv = self.get(src_v, src)
+        if L.permuted(src, perm) == dst:
+            self.values[o.result] = sv
+            return
+        dst_strides = rowmajor(dst.shape)
+        src_strides = [0] * len(perm)
+        for i, p in enumerate(perm):
+            src_strides[p] = dst_strides[i]
+        self.values[o.result] = lower_shared.exchange(self, sv, src, tuple(src_strides), dst,
+                                                      dst_strides, src_v.type.dtype)
+
+    # --- control flow ----------------------------------------------------------------------------
+    def reg_type(self, v: ir.Value) -> RegType:
+        return RegType(v.type.dtype, self.layouts[v].n if is_tile(v) else 1)
+
+    def region(self, tile_block: ir.Block, targets, skip: int = 0) -> ir.Block:
+        """Lower ``tile_block`` into a new SIMT block whose args mirror the tile block's; its
+        YIELD converts operand ``skip + i`` to the layout of ``targets[i]``."""
+        out = ir.Block([ir.Value(self.reg_type(a)) for a in tile_block.args])
+        outer = self.b
+        self.b = ir.Builder(out)
+        self.scopes.append({})
+        for a, sa in zip(tile_block.args, out.args):
+            self.values[a] = sa
+        self.block(tile_block)
+        ys = tile_block.ops[-1].operands
+        converted = [self.get(y) for y in ys[:skip]]
+        converted += [self.get(y, self.layouts.get(t)) for y, t in zip(ys[skip:], targets)]
+        self.emit(SimtOp.YIELD, converted)
+        self.scopes.pop()
+        self.b = outer
+        return out
+
+    def control(self, o, simt_op, operands, regions) -> None:
+        op = self.b.create(simt_op, operands, [self.reg_type(r) for r in o.results], o.attrs, regions)
+        for r, sr in zip(o.results, op.results):
+            self.values[r] = sr
+
+    def op_FOR(self, o):
+        region = o.regions[0]
+        args = region.args[1:]
+        inits = [self.get(x, self.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
+        body = self.region(region, args)
+        self.control(o, SimtOp.FOR, [self.get(x) for x in o.operands[:3]] + inits, [body])
+
+    def op_WHILE(self, o):
+        region = o.regions[0]
+        inits = [self.get(x, self.layouts.get(a)) for x, a in zip(o.operands, region.args)]
+        body = self.region(region, region.args, skip=1)
+        self.control(o, SimtOp.WHILE, inits, [body])
+
+    def op_IF(self, o):
+        regions = [self.region(r, o.results) for r in o.regions]
+        self.control(o, SimtOp.IF, [self.get(o.operands[0])], regions)
+
+    # --- the function ------------------------------------------------------------------------------
+    def run(self) -> ir.Function:
+        for i, a in enumerate(self.fn.args):
+            if not isinstance(a.type, ArrayType):
+                self.values[a] = self.param("scalar", i)
+        self.block(self.fn.body)
+        body = ir.Block([], self.prologue.block.ops + self.b.block.ops)
+        meta = {"params": self.params, "num_warps": self.num_warps, "name": self.fn.name,
+                "writes": sorted(self.writes), "shared_bytes": 0}
+        return ir.Function(self.fn.name, body, list(self.fn.arg_names), meta)
+
+
+def lower_to_simt(fn: ir.Function, num_warps: int) -> ir.Function:
+    """The SIMT function of tile function ``fn`` (after ``assign_layouts``)."""
+    return Lowering(fn, num_warps).run()

@@ -1,0 +1,150 @@
+"""Lowering of LOAD / STORE to masked global accesses with element offsets.
+
+Element ``[i0, i1, ...]`` of a tile at offsets ``(o0, o1, ...)`` is at element offset
+``sum((o_d + i_d) * stride_d)`` from the array's data pointer and is in bounds when
+``0 <= o_d + i_d < dim_d`` for every d.  The stride of a specialised unit inner dim is the
+constant 1; index math is 64-bit when the array is ``large`` (or an offset is 64-bit).
+Registers that the layout keeps contiguous along a unit-stride, 16-byte aligned last dim
+are marked ``GlobalAttrs(vec=...)`` so LLVM emission can use 16-byte vector accesses.
+"""
+from __future__ import annotations
+
+import math
+
+from tilejit import dtypes as D
+from tilejit import ir, simt
+from tilejit.errors import CompileError
+from tilejit.ir import TileOp
+from tilejit.passes import layouts as L
+from tilejit.passes.assign_layouts import array_spec, is_tile, memory_layout
+
+
+class KnownMultiples:
+    """Which number each integer scalar of a function is known to be a multiple of (1 when
+    nothing is known): enough to prove ``program_id * BLOCK`` offsets keep vectors aligned."""
+
+    def __init__(self, fn: ir.Function):
+        self.loop_ivs = {o.regions[0].args[0]: (o.operands[0], o.operands[2])
+                         for o in fn.walk() if o.op is TileOp.FOR}
+        self.memo: dict[ir.Value, int] = {}
+
+    def of(self, v: ir.Value) -> int:
+        if v not in self.memo:
+            self.memo[v] = 1                  # breaks cycles; refined below
+            self.memo[v] = self._of(v)
+        return self.memo[v]
+
+    def _of(self, v: ir.Value) -> int:
+        o = v.owner
+        if o is None:                         # FOR iv = lb + k*step
+            lb_step = self.loop_ivs.get(v)
+            return math.gcd(self.of(lb_step[0]), self.of(lb_step[1])) if lb_step else 1
+        if o.op is TileOp.CONSTANT:
+            value = o.attrs.value
+            return (abs(value) or 1 << 30) if type(value) is int else 1
+        rule = _MULTIPLE_RULES.get(o.op)
+        return rule(o, [self.of(x) for x in o.operands]) if rule else 1
+
+
+def _small_const(v: ir.Value):
+    o = v.owner
+    if o is not None and o.op is TileOp.CONSTANT and type(o.attrs.value) is int and 0 <= o.attrs.value < 31:
+        return o.attrs.value
+    return None
+
+
+_MULTIPLE_RULES = {
+    TileOp.MUL: lambda o, m: m[0] * m[1],                        # (p*x)*(q*y) = pq*(x*y)
+    TileOp.ADD: lambda o, m: math.gcd(m[0], m[1]),               # p*x + q*y = gcd(p,q)*(...)
+    TileOp.SUB: lambda o, m: math.gcd(m[0], m[1]),               # p*x - q*y = gcd(p,q)*(...)
+    TileOp.CAST: lambda o, m: m[0],                              # same integer, other width
+    TileOp.SHL: lambda o, m: m[0] << (_small_const(o.operands[1]) or 0),   # (p*x) << k = p*2^k*x
+}
+
+
+def _arg_index(lw, array: ir.Value) -> int:
+    return next(i for i, a in enumerate(lw.fn.args) if a is array)
+
+
+def _element_offsets(lw, array, offsets, layout: L.Layout):
+    """(ptr, offsets, mask, vec) of a ``layout`` tile at ``offsets`` of ``array``."""
+    spec, arg = array_spec(lw.fn, array), _arg_index(lw, array)
+    rank, n = array.type.rank, layout.n
+    wide = spec.large or any(o.type.dtype.bits == 64 for o in offsets)
+    idx_dt = D.int64 if wide else D.int32
+    total = mask = None
+    for d in range(rank):
+        base = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[d]), idx_dt),
+                                  lw.cast(lw.thread_coord(layout, d), idx_dt)], idx_dt)
+        dim = lw.cast(lw.param("dim", arg, d), idx_dt)
+        regs = [c[d] for c in layout.regs]
+        if len(set(regs)) == 1:               # same index in every register: test it once
+            idx = lw.ew(TileOp.ADD, [base, lw.const(idx_dt, regs[:1])], idx_dt)
+            ok = _in_range(lw, idx, dim, idx_dt)
+            idx, ok = lw.splat(idx, n), lw.splat(ok, n)
+        else:
+            idx = lw.ew(TileOp.ADD, [lw.splat(base, n), lw.const(idx_dt, regs)], idx_dt)
+            ok = _in_range(lw, idx, lw.splat(dim, n), idx_dt)
+        mask = ok if mask is None else lw.ew(TileOp.AND, [mask, ok], D.bool_)
+        if not (d == rank - 1 and spec.unit_inner_stride):
+            stride = lw.cast(lw.param("stride", arg, d), idx_dt)
+            idx = lw.ew(TileOp.MUL, [idx, lw.splat(stride, n)], idx_dt)
+        total = idx if total is None else lw.ew(TileOp.ADD, [total, idx], idx_dt)
+    vec = 1
+    if spec.unit_inner_stride and spec.aligned16 and rank:
+        vec = min(L.contiguous_run(layout), 16 // spec.dtype.itemsize)
+        vec = math.gcd(vec, lw.multiples.of(offsets[-1]))
+    return lw.param("ptr", arg), total, mask, vec
+
+
+def _in_range(lw, idx, dim, idx_dt):
+    zero = lw.splat(lw.const(idx_dt, [0]), idx.type.n)
+    return lw.ew(TileOp.AND, [lw.ew(TileOp.GE, [idx, zero], D.bool_),
+                              lw.ew(TileOp.LT, [idx, dim], D.bool_)], D.bool_)
+
+
+def load(lw, o: ir.Operation) -> ir.Value:
+    array, offsets = o.operands[0], o.operands[1:]
+    layout = lw.layouts[o.result]
+    ptr, offs, mask, vec = _element_offsets(lw, array, offsets, layout)
+    dt = o.result.type.dtype
+    return lw.emit(simt.SimtOp.LOAD_GLOBAL, [ptr, offs, mask], simt.RegType(dt, layout.n),
+                   simt.GlobalAttrs(vec=vec, other=o.attrs.other if o.attrs else 0)).result
+
+
+def _fast_dim(layout: L.Layout):
+    """The dim along which neighbouring lanes step (None when no lane term exists)."""
+    best = None
+    for d, terms in enumerate(layout.terms):
+        for t in terms:
+            if t.src == "lane" and t.bits and (best is None or t.shift < best[0]):
+                best = (t.shift, d)
+    return None if best is None else best[1]
+
+
+def store_layout(lw, tile: ir.Value, spec) -> L.Layout:
+    """The layout to store ``tile`` in: its own, unless its lanes run across the contiguous
+    dim (a transpose) while the array is contiguous there; then the coalesced memory layout."""
+    want = memory_layout(tile.type.shape, spec, lw.num_warps)
+    if tile in lw.deferred or tile not in lw.layouts:
+        return want
+    own = lw.layouts[tile]
+    rank = len(own.shape)
+    if spec.unit_inner_stride and rank >= 2 and own.shape[-1] > 1 and _fast_dim(own) not in (None, rank - 1):
+        return want
+    return own
+
+
+def store(lw, o: ir.Operation) -> None:
+    array, offsets, tile = o.operands[0], o.operands[1:-1], o.operands[-1]
+    spec = array_spec(lw.fn, array)
+    if not is_tile(tile):
+        raise CompileError("storing a scalar is not supported by the SIMT lowering yet", o.loc)
+    layout = store_layout(lw, tile, spec)
+    value = lw.get(tile, layout)
+    ptr, offs, mask, vec = _element_offsets(lw, array, offsets, layout)
+    primary = lw.primary_thread(layout)
+    if primary is not None:                   # replicas hold the same values: one writes
+        mask = lw.ew(TileOp.AND, [mask, lw.splat(primary, layout.n)], D.bool_)
+    lw.writes.add(_arg_index(lw, array))
+    lw.emit(simt.SimtOp.STORE_GLOBAL, [ptr, offs, value, mask], None, simt.GlobalAttrs(vec=vec))

@@ -1,0 +1,100 @@
+"""Data movement through shared memory: layout conversions (transpose, reshape, broadcasts
+that cross threads) and the fallback DOT.
+
+An exchange writes every source register to ``base + item * sum(coord_d * src_strides[d])``
+and reads every destination register from ``base + item * sum(coord_d * dst_strides[d])``;
+transposes, reshapes and broadcasts differ only in those strides.  Barriers are not placed
+here: ``insert_barriers`` puts them where a buffer is read after a write or reused.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tilejit import dtypes as D
+from tilejit import ir, simt
+from tilejit.ir import TileOp
+from tilejit.passes import layouts as L
+
+
+def rowmajor(shape) -> tuple[int, ...]:
+    """Row-major element strides of ``shape``."""
+    strides, step = [], 1
+    for s in reversed(shape):
+        strides.append(step)
+        step *= s
+    return tuple(reversed(strides))
+
+
+def addresses(lw, base, layout: L.Layout, strides, item: int, more_terms=(), extra: int = 0):
+    """(byte address of each register, widest aligned vector) for ``layout`` registers at
+    ``base + extra + item * sum(coord_d * strides[d]) + more_terms``."""
+    terms = [L.BitTerm(t.src, t.shift, t.bits, t.scale * s * item)
+             for ts, s in zip(layout.terms, strides) for t in ts] + list(more_terms)
+    thread = lw.ew(TileOp.ADD, [base, lw.bitfield_sum(terms)], D.int32)
+    regs = [extra + item * sum(c * s for c, s in zip(coord, strides)) for coord in layout.regs]
+    addr = lw.ew(TileOp.ADD, [lw.splat(thread, layout.n), lw.const(D.int32, regs)], D.int32)
+    table = layout.table() @ np.array(strides, np.int64) * item + extra if layout.rank else \
+        np.full((layout.num_warps * L.WARP_SIZE, layout.n), extra, np.int64)
+    if more_terms:
+        tid = np.arange(layout.num_warps * L.WARP_SIZE)
+        table = table + sum(t.eval(tid % L.WARP_SIZE, tid // L.WARP_SIZE) for t in more_terms)[:, None]
+    return addr, L.vector_width(table, item)
+
+
+def exchange(lw, sv, src: L.Layout, src_strides, dst: L.Layout, dst_strides, dtype) -> ir.Value:
+    """``sv`` (in ``src``) re-read in ``dst`` through a shared buffer."""
+    item = dtype.itemsize
+    size = item * (1 + sum((s - 1) * st for s, st in zip(src.shape, src_strides)))
+    base, buf = lw.alloc_shared(size)
+    addr, vec = addresses(lw, base, src, src_strides, item)
+    lw.emit(simt.SimtOp.STORE_SHARED, [addr, sv], None, simt.SharedAttrs(vec, buf))
+    addr, vec = addresses(lw, base, dst, dst_strides, item)
+    return lw.emit(simt.SimtOp.LOAD_SHARED, [addr], simt.RegType(dtype, dst.n),
+                   simt.SharedAttrs(vec, buf)).result
+
+
+def _stage_operand(lw, v: ir.Value):
+    """Store DOT operand ``v`` row-major into a new shared buffer: (base, buffer, item, dtype)."""
+    lay, item = lw.layout_of(v), v.type.dtype.itemsize
+    rows, cols = v.type.shape
+    base, buf = lw.alloc_shared(item * rows * cols)
+    addr, vec = addresses(lw, base, lay, (cols, 1), item)
+    lw.emit(simt.SimtOp.STORE_SHARED, [addr, lw.get(v, lay)], None, simt.SharedAttrs(vec, buf))
+    return base, buf, item, v.type.dtype
+
+
+def dot_fallback(lw, o: ir.Operation) -> ir.Value:
+    """FALLBACK DOT (no tensor cores; issue #4 replaces it): A and B go to shared memory
+    row-major, then each thread runs a loop over K doing one FMA per accumulator register,
+    reading ``A[i, k]`` and ``B[k, j]`` for its registers' rows and columns.  Products are
+    exact in float32 for fp16/bf16 inputs; int8 products accumulate in int32."""
+    a_v, b_v, acc_v = o.operands
+    k, n = a_v.type.shape[1], b_v.type.shape[1]
+    dst = lw.layouts[o.result]
+    acc_dt = o.result.type.dtype
+    bufs = [_stage_operand(lw, a_v), _stage_operand(lw, b_v)]
+    acc = lw.get(acc_v, dst)
+    # per register: byte address of A[i, 0] and of B[0, j]; the loop adds k * stride
+    (a_base, a_buf, a_item, a_dt), (b_base, b_buf, b_item, b_dt) = bufs
+    a_row, _ = addresses(lw, a_base, dst, (k, 0), a_item)
+    b_col, _ = addresses(lw, b_base, dst, (0, 1), b_item)
+    i32 = simt.RegType(D.int32)
+    body = ir.Block([ir.Value(i32), ir.Value(acc.type)])
+    outer, lw.b = lw.b, ir.Builder(body)
+    kk, cur = body.args
+    step_a = lw.splat(lw.ew(TileOp.MUL, [kk, lw.const(D.int32, [a_item])], D.int32), dst.n)
+    step_b = lw.splat(lw.ew(TileOp.MUL, [kk, lw.const(D.int32, [n * b_item])], D.int32), dst.n)
+    av = lw.emit(simt.SimtOp.LOAD_SHARED, [lw.ew(TileOp.ADD, [a_row, step_a], D.int32)],
+                 simt.RegType(a_dt, dst.n), simt.SharedAttrs(1, a_buf)).result
+    bv = lw.emit(simt.SimtOp.LOAD_SHARED, [lw.ew(TileOp.ADD, [b_col, step_b], D.int32)],
+                 simt.RegType(b_dt, dst.n), simt.SharedAttrs(1, b_buf)).result
+    av, bv = lw.cast(av, acc_dt), lw.cast(bv, acc_dt)
+    if acc_dt.is_float:
+        nxt = lw.ew(TileOp.FMA, [av, bv, cur], acc_dt)
+    else:
+        nxt = lw.ew(TileOp.ADD, [cur, lw.ew(TileOp.MUL, [av, bv], acc_dt)], acc_dt)
+    lw.emit(simt.SimtOp.YIELD, [nxt])
+    lw.b = outer
+    bounds = [lw.const(D.int32, [0]), lw.const(D.int32, [k]), lw.const(D.int32, [1])]
+    loop = lw.b.create(simt.SimtOp.FOR, bounds + [acc], [acc.type], None, [body])
+    return loop.result

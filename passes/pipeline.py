@@ -1,0 +1,112 @@
+"""The compiler's pass pipeline, in order, in one list: tile IR -> tile IR passes, the lowering
+to SIMT IR, then SIMT IR passes.
+
+    compile_to_simt(tile_fn, num_warps=4, target="sm_90a", dump=None) -> SIMT ir.Function
+
+With ``TILEJIT_DEBUG=1`` the IR is verified after every pass (``tilejit.verifier.verify`` for
+tile IR when that module exists, ``simt.verify`` for SIMT IR); ``dump(stage_name, text)`` is
+called with the input and with each stage's output text.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from tilejit import ir, simt
+from tilejit.passes.assign_layouts import assign_layouts, layouts_text
+from tilejit.passes.canonicalize import canonicalize
+from tilejit.passes.dce import dce
+from tilejit.passes.lower import lower_to_simt
+from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
+
+
+@dataclass(frozen=True)
+class Options:
+    num_warps: int = 4
+    target: str = "sm_90a"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable            # (fn, Options) -> fn
+    level: str               # IR level of the stage's *output*: "tile" or "simt"
+
+
+PIPELINE = [
+    Stage("canonicalize", lambda fn, opt: canonicalize(fn), "tile"),
+    Stage("dce", lambda fn, opt: dce(fn), "tile"),
+    Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
+    Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
+    Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
+    Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
+]
+
+
+def _tile_verifier():
+    try:
+        return importlib.import_module("tilejit.verifier").verify
+    except ImportError:
+        return None
+
+
+def stage_text(fn: ir.Function, level: str) -> str:
+    if level == "simt":
+        meta = {k: fn.meta.get(k) for k in ("num_warps", "shared_bytes", "writes")}
+        return ir.print_function(fn) + f"\n# {meta}"
+    if "layouts" in fn.meta:
+        return layouts_text(fn)
+    return ir.print_function(fn)
+
+
+def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_90a",
+                    dump: Callable[[str, str], None] | None = None) -> ir.Function:
+    """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
+    if num_warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
+    options = Options(num_warps, target)
+    debug = os.environ.get("TILEJIT_DEBUG") == "1"
+    verify_tile = _tile_verifier() if debug else None
+    fn = clone_function(tile_fn)
+    if dump:
+        dump("input", stage_text(fn, "tile"))
+    for stage in PIPELINE:
+        fn = stage.run(fn, options)
+        if debug:
+            if stage.level == "simt":
+                simt.verify(fn)
+            elif verify_tile is not None:
+                verify_tile(fn)
+        if dump:
+            dump(stage.name, stage_text(fn, stage.level))
+    fn.meta["target"] = target
+    return fn
+
+
+# ------------------------------------------------------------------------------------ cloning
+def clone_function(fn: ir.Function) -> ir.Function:
+    """A deep copy of ``fn``'s ops, blocks and values (types, attrs and locs are shared)."""
+    values: dict[ir.Value, ir.Value] = {}
+
+    def value(v: ir.Value) -> ir.Value:
+        return values.get(v, v)
+
+    def block(b: ir.Block) -> ir.Block:
+        args = []
+        for a in b.args:
+            values[a] = ir.Value(a.type, a.hint)
+            args.append(values[a])
+        ops = []
+        for o in b.ops:
+            regions = [block(r) for r in o.regions]
+            new = ir.Operation(o.op, [value(x) for x in o.operands], [r.type for r in o.results],
+                               o.attrs, regions, o.loc)
+            for r, nr in zip(o.results, new.results):
+                nr.hint = r.hint
+                values[r] = nr
+            ops.append(new)
+        return ir.Block(args, ops)
+
+    return ir.Function(fn.name, block(fn.body), list(fn.arg_names), dict(fn.meta))

@@ -1,0 +1,145 @@
+"""SIMT-IR passes for shared memory: planning (byte offsets, reusing the bytes of buffers whose
+live ranges do not overlap) and barrier insertion.
+
+Shared memory exists explicitly only in SIMT IR (lowering makes one SHARED_ALLOC per layout
+conversion, cross-warp reduction and fallback DOT), so both passes run after lowering and see
+every buffer without a side table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilejit import ir, simt
+from tilejit.simt import SimtOp
+
+SHARED_ACCESS = (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED)
+DEDICATED_BYTES = 512    # buffers this small keep their own bytes: reuse would save almost
+                         # nothing and would cost a barrier before the next writer
+
+
+# ------------------------------------------------------------------------------------ planning
+@dataclass
+class Buffer:
+    id: int
+    size: int
+    align: int
+    start: int = 0        # live range, in pre-order op positions (inclusive)
+    end: int = 0
+    offset: int = 0
+
+
+def _number(block: ir.Block, parent, pos: dict, end: dict, owner: dict, counter: list) -> None:
+    """Pre-order position of each op, the last position inside it, and its enclosing op."""
+    for o in block.ops:
+        pos[o] = counter[0]
+        owner[o] = parent
+        counter[0] += 1
+        for r in o.regions:
+            _number(r, o, pos, end, owner, counter)
+        end[o] = counter[0] - 1
+
+
+def live_ranges(fn: ir.Function) -> list[Buffer]:
+    """Each buffer lives from its SHARED_ALLOC to its last access; an access nested in a loop
+    keeps the buffer live until that loop (in the allocating block) ends."""
+    pos, end, owner = {}, {}, {}
+    _number(fn.body, None, pos, end, owner, [0])
+    allocs = {o.attrs.buffer: o for o in pos if o.op is SimtOp.SHARED_ALLOC}
+    buffers = {b: Buffer(b, o.attrs.size, o.attrs.align, pos[o], pos[o]) for b, o in allocs.items()}
+    for o in pos:
+        if o.op in SHARED_ACCESS and o.attrs.buffer in buffers:
+            home = owner[allocs[o.attrs.buffer]]
+            x = o
+            while owner[x] is not home:
+                x = owner[x]
+            buf = buffers[o.attrs.buffer]
+            buf.end = max(buf.end, end[x])
+    return sorted(buffers.values(), key=lambda b: (b.start, b.id))
+
+
+def _overlaps_in_time(a: Buffer, b: Buffer) -> bool:
+    if a.size <= DEDICATED_BYTES or b.size <= DEDICATED_BYTES:
+        return True
+    return a.start <= b.end and b.start <= a.end
+
+
+def plan_shared_memory(fn: ir.Function) -> ir.Function:
+    """Give each buffer a byte offset (first fit among the buffers live at the same time),
+    replace each SHARED_ALLOC by a CONSTANT of its offset, and record ``meta["shared_bytes"]``
+    and ``meta["shared_buffers"]`` ({id: (offset, size)})."""
+    placed: list[Buffer] = []
+    for buf in live_ranges(fn):
+        offset = 0
+        for other in sorted((p for p in placed if _overlaps_in_time(p, buf)), key=lambda p: p.offset):
+            if offset + buf.size <= other.offset:
+                break
+            offset = max(offset, -(-(other.offset + other.size) // buf.align) * buf.align)
+        buf.offset = offset
+        placed.append(buf)
+    offsets = {b.id: b for b in placed}
+    for o in fn.walk():
+        if o.op is SimtOp.SHARED_ALLOC:
+            o.op, o.attrs = SimtOp.CONSTANT, simt.VectorConstAttrs((offsets[o.attrs.buffer].offset,))
+    fn.meta["shared_bytes"] = max((b.offset + b.size for b in placed), default=0)
+    fn.meta["shared_buffers"] = {b.id: (b.offset, b.size) for b in placed}
+    return fn
+
+
+# ----------------------------------------------------------------------------------- barriers
+@dataclass(frozen=True)
+class Pending:
+    """Byte ranges written and read since the last barrier."""
+    written: frozenset = frozenset()
+    read: frozenset = frozenset()
+
+    def __or__(self, other: "Pending") -> "Pending":
+        return Pending(self.written | other.written, self.read | other.read)
+
+
+def _hits(ranges, rng) -> bool:
+    return any(lo < rng[1] and rng[0] < hi for lo, hi in ranges)
+
+
+class BarrierInserter:
+    """A BARRIER goes before a shared read of bytes written since the last barrier (another
+    thread wrote them) and before a shared write of bytes read or written since then (another
+    thread may not have read them yet).  Loops are analysed with their back edge."""
+
+    def __init__(self, fn: ir.Function):
+        self.ranges = {b: (off, off + size) for b, (off, size) in fn.meta.get("shared_buffers", {}).items()}
+        self.count = 0
+
+    def block(self, block: ir.Block, state: Pending, insert: bool) -> Pending:
+        out = []
+        for o in block.ops:
+            if o.op in SHARED_ACCESS:
+                rng = self.ranges[o.attrs.buffer]
+                reading = o.op is SimtOp.LOAD_SHARED
+                if _hits(state.written if reading else state.written | state.read, rng):
+                    if insert:
+                        out.append(ir.Operation(SimtOp.BARRIER, loc=o.loc))
+                        self.count += 1
+                    state = Pending()
+                state = Pending(state.written | ({rng} if not reading else set()),
+                                state.read | ({rng} if reading else set()))
+            elif o.op is SimtOp.BARRIER:
+                state = Pending()
+            elif o.op in (SimtOp.FOR, SimtOp.WHILE):
+                body = o.regions[0]
+                first = self.block(body, state, False)
+                last = self.block(body, state | first, insert)
+                state = last if o.op is SimtOp.WHILE else state | last
+            elif o.op is SimtOp.IF:
+                then, other = (self.block(r, state, insert) for r in o.regions)
+                state = then | other
+            out.append(o)
+        if insert:
+            block.ops[:] = out
+        return state
+
+
+def insert_barriers(fn: ir.Function) -> ir.Function:
+    inserter = BarrierInserter(fn)
+    inserter.block(fn.body, Pending(), True)
+    fn.meta["barriers"] = inserter.count
+    return fn

@@ -1,0 +1,361 @@
+"""The ``emulate`` backend: runs compiled SIMT IR with NumPy -- the same program the GPU gets.
+
+Every value is an array of shape (ctas, threads, registers): a batch of CTAs runs at once, all
+threads of a CTA in lockstep (so BARRIER is a sync point by construction).  Control flow is
+uniform inside a CTA; CTAs of a batch that disagree on a branch or trip count are split and
+run separately.  Global memory is the caller's NumPy arrays (offsets are elements from each
+array's first element, any strides, written in place).  Shuffles follow the PTX ``shfl.sync``
+definition; elementwise ops use the interpreter's reference semantics.
+
+Checks that catch compiler bugs without a GPU: a shared-memory read of bytes another thread
+wrote since the last BARRIER (or a write of bytes another thread read or wrote since then)
+is a race; a ``vec`` access whose offsets are not contiguous or whose address is not aligned
+is an error; control values must be uniform across each CTA.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tilejit import backends, ir
+from tilejit.errors import LaunchError
+from tilejit.interpreter import elementwise_fn
+from tilejit.simt import PtrType, SimtOp
+
+WARP = 32
+MAX_BATCH_THREADS = 1 << 16
+
+
+class EmulatorError(LaunchError):
+    """The SIMT program did something the hardware would not do correctly (race, misaligned
+    vector access, divergent control flow): always a compiler bug."""
+
+
+class GlobalArray:
+    """An array argument as global memory: element offsets from its first element."""
+
+    def __init__(self, a: np.ndarray, name: str):
+        self.array, self.name, self.item = a, name, a.itemsize
+        strides = [s // a.itemsize for s in a.strides]
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(a.shape, strides)) if a.size else 0
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(a.shape, strides)) if a.size else -1
+        low = a[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in a.strides)]
+        self.flat = np.lib.stride_tricks.as_strided(low, shape=(hi - lo + 1,), strides=(a.itemsize,),
+                                                    writeable=a.flags.writeable)
+        self.base = -lo
+        self.address = a.__array_interface__["data"][0]
+
+    def index(self, offsets: np.ndarray) -> np.ndarray:
+        idx = offsets.astype(np.int64) + self.base
+        if idx.size and (idx.min() < 0 or idx.max() >= len(self.flat)):
+            raise EmulatorError(f"access outside argument '{self.name}' (a masked-in element is out of bounds)")
+        return idx
+
+
+class Frame:
+    """The values of a set of CTAs of the batch (``ids`` index the batch)."""
+
+    def __init__(self, env: dict, ids: np.ndarray):
+        self.env, self.ids = env, ids
+
+    def subset(self, sel: np.ndarray) -> "Frame":
+        env = {k: (v[sel] if isinstance(v, np.ndarray) else v) for k, v in self.env.items()}
+        return Frame(env, self.ids[sel])
+
+    def __getitem__(self, v):
+        return self.env[v]
+
+    def __setitem__(self, v, x):
+        self.env[v] = x
+
+
+def uniform(x: np.ndarray, what: str) -> np.ndarray:
+    """The per-CTA value of a control operand, which every thread must agree on."""
+    first = x[:, 0, 0]
+    if not (x == first[:, None, None]).all():
+        raise EmulatorError(f"{what} differs between threads of a CTA")
+    return first
+
+
+class Machine:
+    """One launch of a SIMT function over a grid."""
+
+    def __init__(self, fn: ir.Function, grid, params: list, race_check: bool = True):
+        self.fn, self.grid, self.params, self.race_check = fn, tuple(grid), params, race_check
+        self.threads = WARP * fn.meta["num_warps"]
+        self.tid = np.arange(self.threads, dtype=np.int32)
+        self.shared_bytes = -(-fn.meta.get("shared_bytes", 0) // 16) * 16 + 16
+        self.ew_cache: dict = {}
+
+    def run(self) -> None:
+        gx, gy, gz = self.grid
+        ids = np.array([(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)], np.int32)
+        batch = max(1, MAX_BATCH_THREADS // self.threads)
+        with np.errstate(all="ignore"):
+            for start in range(0, len(ids), batch):
+                self.block_ids = ids[start:start + batch]
+                c = len(self.block_ids)
+                self.shared = np.zeros((c, self.shared_bytes), np.uint8)
+                self.writer = np.full((c, self.shared_bytes), -1, np.int32)
+                self.reader = np.full((c, self.shared_bytes), -1, np.int32)
+                self.block(self.fn.body, Frame({}, np.arange(c)))
+
+    def full(self, f: Frame, value, dtype, n: int = 1) -> np.ndarray:
+        return np.full((len(f.ids), self.threads, n), value, dtype)
+
+    def block(self, block: ir.Block, f: Frame):
+        """Run ``block``; the operands of its YIELD (or None)."""
+        for o in block.ops:
+            if o.op is SimtOp.YIELD:
+                return [f[x] for x in o.operands]
+            result = getattr(self, f"op_{o.op.name}")(o, f)
+            if o.results and len(o.results) == 1 and not o.regions:
+                f[o.result] = result
+        return None
+
+    # --- geometry, params, registers -------------------------------------------------------------
+    def op_THREAD_ID(self, o, f):
+        return np.broadcast_to(self.tid[None, :, None], (len(f.ids), self.threads, 1))
+
+    def op_BLOCK_ID(self, o, f):
+        ids = self.block_ids[f.ids, o.attrs.axis]
+        return np.broadcast_to(ids[:, None, None], (len(f.ids), self.threads, 1))
+
+    def op_GRID_DIM(self, o, f):
+        return self.full(f, self.grid[o.attrs.axis], np.int32)
+
+    def op_PARAM(self, o, f):
+        value = self.params[o.attrs.axis]
+        if isinstance(o.result.type, PtrType):
+            return value
+        return self.full(f, value, o.result.type.dtype.np)
+
+    def op_CONSTANT(self, o, f):
+        values = np.array(o.attrs.values).astype(o.result.type.dtype.np)
+        return np.broadcast_to(values, (len(f.ids), self.threads, len(values)))
+
+    def op_SPLAT(self, o, f):
+        x = f[o.operands[0]]
+        return np.broadcast_to(x[:, :, :1], x.shape[:2] + (o.result.type.n,))
+
+    def op_GATHER(self, o, f):
+        return f[o.operands[0]][:, :, list(o.attrs.indices)]
+
+    def op_CONCAT(self, o, f):
+        return np.concatenate([f[x] for x in o.operands], axis=2)
+
+    def op_ELEMENTWISE(self, o, f):
+        fn = self.ew_cache.get(o)
+        if fn is None:
+            fn = elementwise_fn(o.attrs.op, o.result.type.dtype, [x.type.dtype for x in o.operands])
+            self.ew_cache[o] = fn
+        out = fn(*[f[x] for x in o.operands])
+        return np.broadcast_to(out, f[o.operands[0]].shape[:2] + (o.result.type.n,))
+
+    # --- warp shuffles -----------------------------------------------------------------------------
+    def op_SHUFFLE_XOR(self, o, f):
+        src = (self.tid & ~(WARP - 1)) | ((self.tid & (WARP - 1)) ^ o.attrs.mask)
+        return f[o.operands[0]][:, src, :]
+
+    def op_SHUFFLE_IDX(self, o, f):
+        x, lane = f[o.operands[0]], f[o.operands[1]][:, :, 0]
+        src = (self.tid & ~(WARP - 1))[None, :] | (lane & (WARP - 1))
+        return np.take_along_axis(x, np.broadcast_to(src[:, :, None], x.shape), axis=1)
+
+    # --- global memory -----------------------------------------------------------------------------
+    def check_vector(self, o, ptr: GlobalArray, offs: np.ndarray, mask: np.ndarray) -> None:
+        v = o.attrs.vec
+        if v == 1:
+            return
+        groups = offs.reshape(offs.shape[:2] + (-1, v)).astype(np.int64)
+        if not (groups - groups[..., :1] == np.arange(v)).all():
+            raise EmulatorError(f"{o.op.name} vec={v}: offsets of a group are not contiguous")
+        whole = mask.reshape(groups.shape).all(axis=-1)
+        addr = ptr.address + groups[..., 0][whole] * ptr.item
+        if (addr % (v * ptr.item)).any():
+            raise EmulatorError(f"{o.op.name} vec={v}: a group is not {v * ptr.item}-byte aligned")
+
+    def op_LOAD_GLOBAL(self, o, f):
+        ptr, offs, mask = f[o.operands[0]], f[o.operands[1]], f[o.operands[2]]
+        self.check_vector(o, ptr, offs, mask)
+        out = self.full(f, o.attrs.other, o.result.type.dtype.np, o.result.type.n)
+        out[mask] = ptr.flat[ptr.index(offs[mask])]
+        return out
+
+    def op_STORE_GLOBAL(self, o, f):
+        ptr, offs, value, mask = (f[x] for x in o.operands)
+        self.check_vector(o, ptr, offs, mask)
+        if not ptr.flat.flags.writeable:
+            raise LaunchError(f"argument '{ptr.name}' is stored to but is read-only")
+        ptr.flat[ptr.index(offs[mask])] = value[mask]
+
+    # --- shared memory -------------------------------------------------------------------------------
+    def shared_index(self, o, f, addr: np.ndarray, item: int):
+        if (addr % item).any() or addr.min() < 0 or addr.max() + item > self.shared_bytes:
+            raise EmulatorError(f"{o.op.name}: misaligned or out-of-range shared address")
+        rows = np.broadcast_to(f.ids[:, None, None], addr.shape)
+        return rows, addr
+
+    def race(self, o, f, rows, addr, track: np.ndarray, others_of: str):
+        if not self.race_check:
+            return
+        seen = track[rows, addr]
+        tid = np.broadcast_to(self.tid[None, :, None], addr.shape)
+        if ((seen != -1) & (seen != tid)).any():
+            raise EmulatorError(f"shared-memory race: {o.op.name} touches bytes {others_of} "
+                                f"another thread since the last BARRIER")
+
+    def mark(self, track, rows, addr):
+        """Record who touched each element (by its first byte: lowering never mixes element
+        sizes within one buffer between two barriers)."""
+        if self.race_check:
+            track[rows, addr] = np.broadcast_to(self.tid[None, :, None], addr.shape)
+
+    def op_LOAD_SHARED(self, o, f):
+        dt = o.result.type.dtype.np
+        addr = f[o.operands[0]].astype(np.int64)
+        rows, addr = self.shared_index(o, f, addr, dt.itemsize)
+        self.race(o, f, rows, addr, self.writer, "written by")
+        self.mark(self.reader, rows, addr)
+        return self.shared.view(dt)[rows, addr // dt.itemsize]
+
+    def op_STORE_SHARED(self, o, f):
+        addr, value = f[o.operands[0]].astype(np.int64), f[o.operands[1]]
+        dt = value.dtype
+        rows, addr = self.shared_index(o, f, addr, dt.itemsize)
+        self.race(o, f, rows, addr, self.writer, "written by")
+        self.race(o, f, rows, addr, self.reader, "read by")
+        self.mark(self.writer, rows, addr)
+        self.shared.view(dt)[rows, addr // dt.itemsize] = value
+
+    def op_BARRIER(self, o, f):
+        self.writer[f.ids] = -1
+        self.reader[f.ids] = -1
+
+    # --- control flow ------------------------------------------------------------------------------
+    def split(self, o, f: Frame, keys: np.ndarray, run) -> None:
+        """Run ``run(frame, key)`` per group of CTAs sharing a control ``key``; merge results."""
+        groups = {}
+        for i, k in enumerate(map(tuple, keys)):
+            groups.setdefault(k, []).append(i)
+        if len(groups) == 1:
+            results = run(f, next(iter(groups)))
+        else:
+            results = None
+            for k, members in groups.items():
+                sel = np.array(members)
+                part = run(f.subset(sel), k)
+                if results is None:
+                    results = [np.empty((len(f.ids),) + p.shape[1:], p.dtype) for p in part]
+                for r, p in zip(results, part):
+                    r[sel] = p
+        for r, x in zip(o.results, results or []):
+            f[r] = x
+
+    def op_FOR(self, o, f):
+        bounds = np.stack([uniform(f[x], "a loop bound") for x in o.operands[:3]], axis=1)
+        body = o.regions[0]
+
+        def run(frame, key):
+            lb, ub, step = (int(k) for k in key)
+            carried = [frame[x] for x in o.operands[3:]]
+            for i in range(lb, ub, step):
+                frame[body.args[0]] = self.full(frame, i, body.args[0].type.dtype.np)
+                for a, v in zip(body.args[1:], carried):
+                    frame[a] = v
+                carried = self.block(body, frame)
+            return carried
+        self.split(o, f, bounds, run)
+
+    def op_IF(self, o, f):
+        cond = uniform(f[o.operands[0]], "an if condition").astype(bool)
+        self.split(o, f, cond[:, None], lambda frame, key: self.block(o.regions[0 if key[0] else 1], frame))
+
+    def op_WHILE(self, o, f):
+        body = o.regions[0]
+        carried = [f[x] for x in o.operands]
+        results = [np.empty((len(f.ids),) + c.shape[1:], c.dtype) for c in carried]
+        where, frame = np.arange(len(f.ids)), f
+        while True:
+            for a, v in zip(body.args, carried):
+                frame[a] = v
+            out = self.block(body, frame)
+            cond = uniform(out[0], "a while condition").astype(bool)
+            for r, v in zip(results, out[1:]):
+                r[where[~cond]] = v[~cond]
+            if not cond.any():
+                break
+            keep = np.nonzero(cond)[0]
+            carried = [v[keep] for v in out[1:]]
+            if len(keep) < len(where):
+                frame, where = frame.subset(keep), where[keep]
+        for r, x in zip(o.results, results):
+            f[r] = x
+
+
+# ------------------------------------------------------------------------------- launching
+def bind_params(fn: ir.Function, args: list) -> list:
+    """The value of each ``meta["params"]`` entry for host arguments ``args``."""
+    names = fn.arg_names
+    wanted = 1 + max((p.arg for p in fn.meta["params"]), default=-1)
+    if len(args) < wanted:
+        raise LaunchError(f"kernel '{fn.meta.get('name', fn.name)}' takes {wanted} runtime arguments, "
+                          f"got {len(args)}")
+    arrays = {}
+    out = []
+    for p in fn.meta["params"]:
+        arg = args[p.arg]
+        name = names[p.arg] if p.arg < len(names) else f"#{p.arg}"
+        if p.kind == "scalar":
+            out.append(np.asarray(arg).astype(p.dtype.np)[()])
+            continue
+        if p.arg not in arrays:
+            arrays[p.arg] = GlobalArray(_host_array(arg, name), name)
+        a = arrays[p.arg]
+        if p.kind == "ptr":
+            out.append(a)
+        elif p.kind == "dim":
+            out.append(np.int32(a.array.shape[p.axis]))
+        else:
+            out.append(p.dtype.np.type(a.array.strides[p.axis] // a.item))
+    return out
+
+
+def _host_array(arg, name: str) -> np.ndarray:
+    if isinstance(arg, np.ndarray):
+        return arg
+    device = getattr(arg, "__dlpack_device__", None)
+    if device is not None and device()[0] == 1:
+        return np.from_dlpack(arg)
+    raise LaunchError(f"argument '{name}': the emulate backend runs on host memory and cannot "
+                      f"use a {type(arg).__name__}; pass a NumPy array")
+
+
+def run(fn: ir.Function, grid, args: list, race_check: bool = True) -> None:
+    """Run SIMT function ``fn`` over ``grid`` (int or tuple of up to 3 ints) on host ``args``
+    (NumPy arrays, written in place, and scalars, in the kernel's runtime-argument order)."""
+    grid = (grid,) if isinstance(grid, int) else tuple(grid)
+    Machine(fn, grid + (1,) * (3 - len(grid)), bind_params(fn, list(args)), race_check).run()
+
+
+class EmulatedKernel:
+    """The ``emulate`` artifact: the SIMT function plus its text for ``kernel.inspect``."""
+
+    def __init__(self, fn: ir.Function):
+        self.fn = fn
+        self.simt_ir = ir.print_function(fn)
+        self.shared_bytes = fn.meta.get("shared_bytes", 0)
+
+
+class EmulateBackend:
+    name = "emulate"
+    target = "emulate"
+
+    def compile(self, tile_fn: ir.Function, options: dict) -> EmulatedKernel:
+        from tilejit.passes.pipeline import compile_to_simt
+        return EmulatedKernel(compile_to_simt(tile_fn, num_warps=options.get("num_warps", 4)))
+
+    def launch(self, artifact: EmulatedKernel, grid, args: list, stream=None) -> None:
+        run(artifact.fn, grid, args)
+
+
+backends.register("emulate", EmulateBackend())
