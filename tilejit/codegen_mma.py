@@ -1,0 +1,140 @@
+"""LLVM emission of the tensor-core and async-copy instructions (``ldmatrix``, ``mma.sync``,
+``cp.async`` and its groups) through the NVVM intrinsics listed in ``/work/shared/NVVM.md``.
+
+Plain functions on an ``llvmlite.ir.IRBuilder`` positioned inside a ``ptx_kernel`` function:
+they declare the intrinsic in the builder's module once and return LLVM values, so the SIMT
+emitter can call them from its ``op_LDMATRIX`` / ``op_MMA`` / ``op_CP_ASYNC`` handlers.  Register
+conventions match ``tilejit.emulator_mma``: A/B fragments and ldmatrix results are ``i32``
+values (packed 16/8-bit elements, low first), accumulators are ``float`` (f32) or ``i32`` (s32).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+I32, F16, F32 = ir.IntType(32), ir.HalfType(), ir.FloatType()
+HALF2 = ir.VectorType(F16, 2)
+GLOBAL, SHARED = 1, 3                      # NVPTX address spaces
+
+
+def _declare(builder: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    """The module's declaration of ``name`` (created on first use)."""
+    module = builder.module
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(ret, args), name)
+
+
+def _unpack(builder: ir.IRBuilder, value: ir.Value, count: int) -> list[ir.Value]:
+    if count == 1 and not isinstance(value.type, ir.LiteralStructType):
+        return [value]
+    return [builder.extract_value(value, i) for i in range(count)]
+
+
+def _check_pointer(ptr: ir.Value, addrspace: int, what: str) -> None:
+    if not isinstance(ptr.type, ir.PointerType) or ptr.type.addrspace != addrspace:
+        raise TypeError(f"{what} must be a ptr addrspace({addrspace}), got {ptr.type}")
+
+
+# ------------------------------------------------------------------------------------- ldmatrix
+def ldmatrix(builder: ir.IRBuilder, shared_ptr: ir.Value, num: int, trans: bool = False) -> list[ir.Value]:
+    """``ldmatrix.sync.aligned.m8n8.x<num>{.trans}.shared.b16`` from this lane's row address
+    ``shared_ptr`` (``ptr addrspace(3)``, 16-byte aligned); returns ``num`` i32 registers."""
+    if num not in (1, 2, 4):
+        raise ValueError(f"ldmatrix .x{num}: only .x1, .x2, .x4 exist")
+    _check_pointer(shared_ptr, SHARED, "ldmatrix address")
+    name = f"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}.b16.p3"
+    ret = I32 if num == 1 else ir.LiteralStructType([I32] * num)
+    call = builder.call(_declare(builder, name, ret, [shared_ptr.type]), [shared_ptr])
+    return _unpack(builder, call, num)
+
+
+# ------------------------------------------------------------------------------------------ mma
+# A/B type -> (NVVM intrinsic as in NVVM.md, accumulator is s32).  Every kind takes 4 A, 2 B
+# and 4 C registers (PTX ISA §9.7.14.5.7/8/10; ``passes.mma_layouts.MMA_KINDS`` holds the maps).
+MMA_INTRINSICS = {
+    "bf16": ("llvm.nvvm.mma.m16n8k16.row.col.bf16", False),
+    "f16": ("llvm.nvvm.mma.m16n8k16.row.col.f32.f32", False),
+    "tf32": ("llvm.nvvm.mma.m16n8k8.row.col.tf32", False),
+    "s8": ("llvm.nvvm.mma.m16n8k32.row.col.s8", True),
+    "e4m3": ("llvm.nvvm.mma.m16n8k32.row.col.f32.e4m3.e4m3.f32", False),
+    "e5m2": ("llvm.nvvm.mma.m16n8k32.row.col.f32.e5m2.e5m2.f32", False),
+}
+# fp8 mma.m16n8k32 needs PTX ISA 8.4 (and sm_89+).  Under "+ptx80" -- tilejit's sm_90a target --
+# LLVM 22 cannot select the intrinsic and *aborts the process* ("LLVM ERROR: Cannot select"),
+# so ``mma`` refuses fp8 unless the caller says the target's PTX ISA is new enough.
+FP8_MIN_PTX = 84
+
+
+def mma(builder: ir.IRBuilder, a: list[ir.Value], b: list[ir.Value], c: list[ir.Value],
+        kind, ptx_version: int = 80) -> list[ir.Value]:
+    """``mma.sync.aligned.<shape>.row.col`` of ``kind`` (an A/B type name "bf16", "f16",
+    "tf32", "s8", "e4m3", "e5m2", or a ``passes.mma_layouts.MmaKind``): ``a`` = 4 i32, ``b`` =
+    2 i32, ``c`` = 4 float (4 i32 for s8); returns the 4 accumulator values D.  The f16
+    intrinsic takes ``<2 x half>`` operands: the i32 registers are bitcast (same bits).  tf32
+    operands are f32 bit patterns (round them with ``f32_to_tf32`` first; un-rounded bits are
+    modelled as truncated by ``emulator_mma``).  The fp8 kinds need sm_89+ and a target whose PTX
+    ISA (``ptx_version``, e.g. 84 for "+ptx84") is at least ``FP8_MIN_PTX``."""
+    ab_type = getattr(kind, "ab_type", kind)
+    name, int_acc = MMA_INTRINSICS[ab_type]
+    if ab_type in ("e4m3", "e5m2") and ptx_version < FP8_MIN_PTX:
+        raise ValueError(f"{name} needs PTX ISA {FP8_MIN_PTX / 10:.1f} (+ptx{FP8_MIN_PTX}); "
+                         f"the target has {ptx_version / 10:.1f}")
+    if (len(a), len(b), len(c)) != (4, 2, 4):
+        raise ValueError(f"{name} takes 4 + 2 + 4 registers, got {len(a)} + {len(b)} + {len(c)}")
+    acc = I32 if int_acc else F32
+    if ab_type == "f16":
+        a = [_as(builder, x, HALF2) for x in a]
+        b = [_as(builder, x, HALF2) for x in b]
+    else:
+        a = [_as(builder, x, I32) for x in a]
+        b = [_as(builder, x, I32) for x in b]
+    c = [_as(builder, x, acc) for x in c]
+    fn = _declare(builder, name, ir.LiteralStructType([acc] * 4), [x.type for x in (*a, *b, *c)])
+    return _unpack(builder, builder.call(fn, [*a, *b, *c]), 4)
+
+
+def _as(builder: ir.IRBuilder, x: ir.Value, ty: ir.Type) -> ir.Value:
+    """``x`` as ``ty`` (a bitcast between same-width types; no-op when already ``ty``)."""
+    return x if x.type == ty else builder.bitcast(x, ty)
+
+
+def f32_to_tf32(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """``cvt.rna.tf32.f32``: an f32 rounded to tf32 (ties away from zero), as the i32 register
+    an mma tf32 operand takes (``llvm.nvvm.f2tf32.rna``)."""
+    return builder.call(_declare(builder, "llvm.nvvm.f2tf32.rna", I32, [F32]), [x])
+
+
+# ------------------------------------------------------------------------------------- cp.async
+def cp_async_16(builder: ir.IRBuilder, shared_ptr: ir.Value, global_ptr: ir.Value,
+                src_bytes: ir.Value | None = None) -> None:
+    """``cp.async.cg.shared.global [shared_ptr], [global_ptr], 16{, src_bytes}``: an async
+    16-byte copy (both addresses 16-byte aligned).  With ``src_bytes`` (an i32, 0..16) only
+    that many bytes are read and the rest of the 16 are zero-filled, so ``src_bytes = 0`` is a
+    masked copy that writes zeros without touching global memory."""
+    _check_pointer(shared_ptr, SHARED, "cp.async destination")
+    _check_pointer(global_ptr, GLOBAL, "cp.async source")
+    args = [shared_ptr, global_ptr]
+    name = "llvm.nvvm.cp.async.cg.shared.global.16"
+    if src_bytes is not None:
+        name += ".s"
+        args.append(src_bytes)
+    builder.call(_declare(builder, name, ir.VoidType(), [x.type for x in args]), args)
+
+
+def cp_async_commit_group(builder: ir.IRBuilder) -> None:
+    """``cp.async.commit_group``."""
+    builder.call(_declare(builder, "llvm.nvvm.cp.async.commit.group", ir.VoidType(), []), [])
+
+
+def cp_async_wait_group(builder: ir.IRBuilder, n: int) -> None:
+    """``cp.async.wait_group n``; ``n`` is an immediate (a Python int), as PTX requires."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"cp.async.wait_group needs a non-negative constant, got {n!r}")
+    fn = _declare(builder, "llvm.nvvm.cp.async.wait.group", ir.VoidType(), [I32])
+    builder.call(fn, [ir.Constant(I32, n)])
+
+
+def cp_async_wait_all(builder: ir.IRBuilder) -> None:
+    """``cp.async.wait_all`` (commit + wait for every group)."""
+    builder.call(_declare(builder, "llvm.nvvm.cp.async.wait.all", ir.VoidType(), []), [])
