@@ -10,6 +10,8 @@ import types
 from tilejit.ir import Loc
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the compiler's own source folders: in a source checkout the root also holds users' tests/examples
+_COMPILER_DIRS = tuple(os.path.join(_PACKAGE_DIR, d) + os.sep for d in ("tilejit", "passes", "runtime"))
 
 
 class TilejitError(Exception):
@@ -87,7 +89,7 @@ def reraise_for_user(err: TilejitError):
 def _strip_package_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
     frames = []
     while tb is not None:
-        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_COMPILER_DIRS):
             frames.append(tb)
         tb = tb.tb_next
     out = None

@@ -1,0 +1,39 @@
+"""Tiled matmul C = A @ B: one program per (BM, BN) block of C, float32 accumulation; ragged
+M, N and K work because loads past the edge read zeros and stores past it are dropped."""
+import numpy as np
+
+import tilejit as tj
+
+
+@tj.kernel
+def matmul_kernel(a, b, c, BM: tj.constexpr = 64, BN: tj.constexpr = 64, BK: tj.constexpr = 32):
+    m = tj.program_id(0) * BM
+    n = tj.program_id(1) * BN
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in tj.range(0, a.shape[1], BK, stages=3):
+        acc = tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (k, n), (BK, BN)), acc)
+    tj.store(c, (m, n), acc.to(c.dtype))
+
+
+def run(a, b, out_dtype=np.float32, BM=64, BN=64, BK=32):
+    c = np.empty((a.shape[0], b.shape[1]), out_dtype)
+    grid = (tj.cdiv(a.shape[0], BM), tj.cdiv(b.shape[1], BN))
+    matmul_kernel[grid](a, b, c, BM=BM, BN=BN, BK=BK)
+    return c
+
+
+def reference(a, b):
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def example_inputs(rng):
+    a = rng.standard_normal((257, 300)).astype(np.float16)
+    b = rng.standard_normal((300, 129)).astype(np.float16)
+    return a, b
+
+
+if __name__ == "__main__":
+    a, b = example_inputs(np.random.default_rng(0))
+    out, ref = run(a, b), reference(a, b)
+    tj.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    print(f"matmul {a.shape} @ {b.shape} (float16 -> float32): max error {np.abs(out - ref).max():.2e}")

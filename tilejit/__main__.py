@@ -1,0 +1,6 @@
+"""``python -m tilejit``: the ``tilejit`` command line."""
+import sys
+
+from tilejit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,86 @@
+"""The backend registry: a name (``cuda``, ``emulate``, ``interpret``) maps to an object that
+compiles a kernel's tile IR into an artifact and launches that artifact on a grid.
+
+A backend is any object with
+
+    compile(tile_fn: ir.Function, options: dict) -> artifact
+    launch(artifact, grid: tuple[int, int, int], args: list, stream) -> None
+
+and optionally ``available() -> bool`` (e.g. "a CUDA device is present"), ``target`` (a
+string that becomes part of the specialisation key, e.g. ``"sm_90a"``), and an on-disk cache:
+``cache_key(pyfn, specs, constexprs, num_warps) -> str`` with ``lookup(key) -> artifact | None``
+(on a hit the frontend does not run; on a miss ``options["cache_key"]`` is passed to compile).  Artifacts may carry the
+text of later stages as attributes (``simt_ir``, ``llvm_ir``, ``ptx``, ...); ``kernel.inspect``
+reads them.  Modules register their backend on import with ``register(name, backend)``; the
+table ``PROVIDERS`` says which module to import to get each one.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from tilejit.errors import LaunchError
+
+# name -> modules that register it when imported (tried in order)
+PROVIDERS: dict[str, tuple[str, ...]] = {
+    "interpret": ("tilejit.interpreter",),
+    "emulate": ("tilejit.emulator",),
+    "cuda": ("tilejit.cuda_backend",),
+}
+NAMES = tuple(PROVIDERS)
+
+_registry: dict[str, object] = {}
+_notice_printed = False
+
+
+def register(name: str, backend) -> None:
+    """Make ``backend`` the implementation of ``name`` (called by the module that provides it)."""
+    _registry[name] = backend
+
+
+def get(name: str):
+    """The backend called ``name``, importing its provider on first use; LaunchError if there is
+    none (never another backend in its place)."""
+    if name not in PROVIDERS and name not in _registry:
+        raise LaunchError(f"unknown backend '{name}' (choose one of: {', '.join(NAMES)})")
+    if name not in _registry:
+        for module in PROVIDERS.get(name, ()):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                continue
+            if name in _registry:
+                break
+    if name not in _registry:
+        raise LaunchError(f"backend '{name}' is not built yet")
+    return _registry[name]
+
+
+def _usable(name: str) -> bool:
+    try:
+        backend = get(name)
+    except LaunchError:
+        return False
+    available = getattr(backend, "available", None)
+    return available is None or bool(available())
+
+
+def selected() -> str:
+    """The backend to launch on: ``$TILEJIT_BACKEND`` when set, else cuda when a device is
+    present, else emulate (or interpret while the emulator is not built), with a one-line notice
+    on stderr the first time."""
+    global _notice_printed
+    name = os.environ.get("TILEJIT_BACKEND", "").strip().lower()
+    if name:
+        if name not in PROVIDERS:
+            raise LaunchError(f"TILEJIT_BACKEND={name!r} is not a backend (choose one of: {', '.join(NAMES)})")
+        return name
+    if _usable("cuda"):
+        return "cuda"
+    fallback = "emulate" if _usable("emulate") else "interpret"
+    if not _notice_printed:
+        _notice_printed = True
+        print(f"tilejit: no CUDA device; running kernels on the '{fallback}' backend "
+              f"(set TILEJIT_BACKEND to choose)", file=sys.stderr)
+    return fallback

@@ -1,0 +1,141 @@
+"""The ``tilejit`` command: ``demo``, ``compile FILE::KERNEL --emit STAGE`` and ``cache info|clear``."""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+from tilejit import backends, dtypes
+from tilejit.errors import TilejitError
+from tilejit.kernel import Kernel
+from tilejit.specs import ArraySpec, ScalarSpec
+
+STAGES = {"tile": "tile_ir", "simt": "simt_ir", "llvm": "llvm_ir", "ptx": "ptx", "sass": "sass"}
+_SHORT_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i8": "int8", "i16": "int16",
+                 "i32": "int32", "i64": "int64", "u8": "uint8", "u32": "uint32", "i1": "bool"}
+_SIG_ITEM = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(?:\[\s*(\d+)\s*\])?\s*$")
+
+
+def parse_signature(text: str) -> list:
+    """``"float16[2], float16[2], int32"`` -> specs: ``DTYPE[RANK]`` an array, ``DTYPE`` a scalar."""
+    specs = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        match = _SIG_ITEM.match(item)
+        if not match:
+            raise ValueError(f"cannot read signature item {item!r} (write e.g. float16[2] or int32)")
+        try:
+            dt = dtypes.lookup(_SHORT_DTYPES.get(match[1], match[1]))
+        except TypeError as err:
+            raise ValueError(str(err)) from None
+        specs.append(ScalarSpec(dt) if match[2] is None else ArraySpec(dt, int(match[2])))
+    return specs
+
+
+def parse_const(text: str) -> tuple[str, object]:
+    """``NAME=VALUE``; VALUE is a Python literal or a dtype name (``float16``, ``tj.float16``)."""
+    name, sep, raw = text.partition("=")
+    if not sep:
+        raise ValueError(f"--const wants NAME=VALUE, got {text!r}")
+    try:
+        return name.strip(), ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError):
+        pass
+    try:
+        return name.strip(), dtypes.lookup(raw.strip())
+    except TypeError:
+        return name.strip(), raw.strip()
+
+
+def load_kernel(target: str) -> Kernel:
+    """``path/to/file.py::kernel_name`` -> the Kernel object (the file runs as a module, not main)."""
+    path, sep, name = target.rpartition("::")
+    if not sep:
+        raise ValueError(f"expected FILE::KERNEL, got {target!r}")
+    spec = importlib.util.spec_from_file_location(f"tilejit_cli_{Path(path).stem}", path)
+    if spec is None:
+        raise ValueError(f"cannot load {path!r}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found = getattr(module, name, None)
+    if not isinstance(found, Kernel):
+        raise ValueError(f"{path} has no @tj.kernel named {name!r}")
+    return found
+
+
+def compile_command(args) -> int:
+    kern = load_kernel(args.target)
+    consts = dict(parse_const(c) for c in args.const)
+    for name in consts:
+        if name not in kern.constexpr_names:
+            raise ValueError(f"{name!r} is not a constexpr parameter of {kern.name} "
+                             f"(those are: {', '.join(sorted(kern.constexpr_names)) or 'none'})")
+    for p in kern.params:
+        if p.name in kern.constexpr_names and p.name not in consts:
+            if p.default is p.empty:
+                raise ValueError(f"give the constexpr {p.name!r} with --const {p.name}=VALUE")
+            consts[p.name] = p.default
+    if args.sig is None:
+        raise ValueError(f"give --sig with one item per runtime parameter ({', '.join(kern.runtime_names)}), "
+                         f"e.g. --sig 'float32[2], int32'")
+    specs = parse_signature(args.sig)
+    if len(specs) != len(kern.runtime_names):
+        raise ValueError(f"--sig has {len(specs)} items but {kern.name} has {len(kern.runtime_names)} "
+                         f"runtime parameters ({', '.join(kern.runtime_names)})")
+    consts = {p.name: consts[p.name] for p in kern.params if p.name in consts}
+    found = kern.inspect_specs(specs, consts, args.num_warps, args.backend)
+    text = getattr(found, STAGES[args.emit])
+    if text is None:
+        print(f"tilejit: stage '{args.emit}' is not built yet", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
+
+
+def cache_command(args) -> int:
+    try:
+        from tilejit.runtime import cache
+        action = getattr(cache, args.action)
+    except (ImportError, AttributeError):
+        print("tilejit: the on-disk kernel cache is not built yet", file=sys.stderr)
+        return 2
+    result = action()
+    if result is not None:
+        print(result)
+    return 0
+
+
+def demo_command(args) -> int:
+    from tilejit.demo import run_demo
+    return 0 if run_demo(args.backend) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tilejit", description="JIT compiler for GPU tile kernels")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="compile and run the example kernels, check them against NumPy")
+    demo.add_argument("--backend", choices=backends.NAMES, help="default: $TILEJIT_BACKEND or the best available")
+    demo.set_defaults(handler=demo_command)
+    comp = sub.add_parser("compile", help="print one compilation stage of a kernel")
+    comp.add_argument("target", help="FILE::KERNEL")
+    comp.add_argument("--const", action="append", default=[], metavar="NAME=VALUE")
+    comp.add_argument("--sig", help="runtime parameters in order, e.g. 'float16[2], float16[2], int32'")
+    comp.add_argument("--num-warps", type=int, default=4)
+    comp.add_argument("--backend", choices=backends.NAMES, help="backend that builds the later stages")
+    comp.add_argument("--emit", choices=list(STAGES), default="tile")
+    comp.set_defaults(handler=compile_command)
+    cache = sub.add_parser("cache", help="inspect or clear the on-disk kernel cache")
+    cache.add_argument("action", choices=["info", "clear"])
+    cache.set_defaults(handler=cache_command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (TilejitError, ValueError, FileNotFoundError) as err:
+        print(f"tilejit: {err}", file=sys.stderr)
+        return 1

@@ -1,0 +1,297 @@
+"""``@tj.kernel`` and the launch path: argument binding, specialisation, the in-memory compile
+cache, grid checks and the hand-off to a backend (``tilejit.backends``).
+
+    kernel[grid](*args, num_warps=4, stream=None, **constexprs)
+
+Every launch mistake is a ``LaunchError`` naming the kernel, raised before anything runs.
+"""
+from __future__ import annotations
+
+import difflib
+import sys
+import inspect as pyinspect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilejit import backends, dtypes, ir
+from tilejit.errors import CompileError, LaunchError, TilejitError, reraise_for_user
+from tilejit.language import constexpr
+from tilejit.specs import ArraySpec, ScalarSpec
+
+_GRID_LIMITS = (2**31 - 1, 65535, 65535)        # CUDA's gridDim.x, .y, .z maxima
+_STAGES = ("simt_ir", "llvm_ir", "ptx", "cubin", "sass", "registers", "spills", "shared_bytes")
+
+
+def kernel(fn=None):
+    """Decorator turning a Python function into a launchable ``Kernel``."""
+    if fn is None:
+        return kernel
+    return Kernel(fn)
+
+
+def _is_constexpr(annotation) -> bool:
+    return annotation is constexpr or (isinstance(annotation, str) and annotation.split(".")[-1] == "constexpr")
+
+
+@dataclass
+class Inspection:
+    """The artifacts of every stage built so far for one specialisation (None: not built)."""
+    tile_ir: str
+    backend: str | None = None
+    simt_ir: str | None = None
+    llvm_ir: str | None = None
+    ptx: str | None = None
+    cubin: bytes | None = None
+    sass: str | None = None
+    registers: int | None = None
+    spills: int | None = None
+    shared_bytes: int | None = None
+
+
+@dataclass
+class _Compiled:
+    backend: object
+    artifact: object
+    tile_text: str | None = field(repr=False)     # printed before the backend ran; None: from disk
+
+
+class Kernel:
+    """A ``@tj.kernel`` function: launch it with ``kernel[grid](*args, **constexprs)``."""
+
+    def __init__(self, fn):
+        self.fn, self.name = fn, fn.__name__
+        self.signature = pyinspect.signature(fn)
+        self.params = list(self.signature.parameters.values())
+        for p in self.params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+                code = fn.__code__
+                raise CompileError(f"kernel parameters must be plain named parameters, not '{p}'",
+                                   ir.Loc(code.co_filename, code.co_firstlineno, func=self.name), self.name)
+        self.constexpr_names = frozenset(p.name for p in self.params if _is_constexpr(p.annotation))
+        self.runtime_names = [p.name for p in self.params if p.name not in self.constexpr_names]
+        self._cache: dict[tuple, _Compiled] = {}
+
+    def __repr__(self) -> str:
+        return f"<tj.kernel {self.name}{self.signature}>"
+
+    def __call__(self, *args, **kwargs):
+        err = LaunchError(f"launch kernel '{self.name}' with {self.name}[grid](...); "
+                          f"calling it directly is not supported")
+        raise_at_caller(err, self.name, sys._getframe(1))
+
+    def __getitem__(self, grid):
+        def launch(*args, num_warps: int = 4, stream=None, **kwargs):
+            try:
+                self._launch(grid, args, kwargs, num_warps, stream)
+            except TilejitError as err:
+                raise_at_caller(err, self.name, sys._getframe(1))
+        return launch
+
+    # --- binding and specialisation ------------------------------------------------------------
+    def bind(self, args: tuple, kwargs: dict) -> dict:
+        """Map every parameter name to its value (defaults applied); LaunchError on a mismatch."""
+        positional = [p for p in self.params if p.kind is not p.KEYWORD_ONLY]
+        if len(args) > len(positional):
+            raise LaunchError(f"takes {len(positional)} positional arguments "
+                              f"({', '.join(p.name for p in positional)}) but {len(args)} were given")
+        bound = {p.name: a for p, a in zip(positional, args)}
+        names = [p.name for p in self.params]
+        for key, value in kwargs.items():
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise LaunchError(f"unexpected argument '{key}'{hint}: the parameters are {', '.join(names)}")
+            if key in bound:
+                raise LaunchError(f"argument '{key}' was given twice")
+            bound[key] = value
+        for p in self.params:
+            if p.name not in bound:
+                if p.default is p.empty:
+                    kind = "constexpr " if p.name in self.constexpr_names else ""
+                    raise LaunchError(f"missing {kind}argument '{p.name}'")
+                bound[p.name] = p.default
+        return {name: bound[name] for name in names}
+
+    def specialise(self, bound: dict) -> tuple[tuple, dict, list]:
+        """(specs of the runtime arguments, constexpr values, the runtime values to launch with)."""
+        specs, values, consts = [], [], {}
+        for name, value in bound.items():
+            if name in self.constexpr_names:
+                consts[name] = _constexpr_value(name, value)
+                continue
+            spec, launch_value = classify_argument(name, value)
+            specs.append(spec)
+            values.append(launch_value)
+        return tuple(specs), consts, values
+
+    # --- compiling -----------------------------------------------------------------------------
+    def compile(self, specs: tuple, consts: dict, num_warps: int, backend_name: str) -> _Compiled:
+        """The artifact for one specialisation on one backend, compiled at most once per process
+        (and, for backends with an on-disk cache, looked up there before the frontend runs)."""
+        backend = backends.get(backend_name)
+        key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
+               backend_name, getattr(backend, "target", None))
+        entry = self._cache.get(key)
+        if entry is not None:
+            return entry
+        disk_key = backend.cache_key(self.fn, specs, consts, num_warps) if hasattr(backend, "cache_key") else None
+        artifact = backend.lookup(disk_key) if disk_key is not None else None
+        text = None
+        if artifact is None:
+            tile_fn = self.tile_ir(specs, consts)
+            text = ir.print_function(tile_fn)
+            options = {"name": self.name, "num_warps": num_warps, "constexprs": dict(consts),
+                       "specs": specs, "pyfn": self.fn, "cache_key": disk_key}
+            artifact = backend.compile(tile_fn, options)
+        entry = self._cache[key] = _Compiled(backend, artifact, text)
+        return entry
+
+    def tile_ir(self, specs, consts: dict) -> ir.Function:
+        """Run the frontend: the tile IR of this kernel for one specialisation."""
+        from tilejit.frontend import compile_tile_ir
+        return compile_tile_ir(self.fn, list(specs), dict(consts), name=self.name)
+
+    def _launch(self, grid, args, kwargs, num_warps, stream) -> None:
+        bound = self.bind(args, kwargs)
+        specs, consts, values = self.specialise(bound)
+        grid3 = normalise_grid(grid(dict(bound)) if callable(grid) else grid)
+        _check_num_warps(num_warps)
+        entry = self.compile(specs, consts, num_warps, backends.selected())
+        entry.backend.launch(entry.artifact, grid3, values, stream)
+
+    # --- inspection ----------------------------------------------------------------------------
+    def inspect(self, *args, num_warps: int = 4, **kwargs) -> Inspection:
+        """Compile for these arguments (nothing runs) and return every stage's artifact."""
+        try:
+            specs, consts, _ = self.specialise(self.bind(args, kwargs))
+            _check_num_warps(num_warps)
+            return self.inspect_specs(specs, consts, num_warps)
+        except TilejitError as err:
+            raise_at_caller(err, self.name, sys._getframe(1))
+
+    def inspect_specs(self, specs, consts: dict, num_warps: int = 4, backend: str | None = None) -> Inspection:
+        """Like ``inspect`` from specs and constexprs. Without ``backend`` the richest backend
+        that compiles here is used (cuda, then emulate); the tile IR is always there."""
+        candidates = [backend] if backend else ["cuda", "emulate"]
+        for name in candidates:
+            try:
+                entry = self.compile(tuple(specs), consts, num_warps, name)
+            except CompileError:
+                raise
+            except TilejitError:          # not built, or needs a device this machine lacks
+                if backend:
+                    raise
+                continue
+            found = {s: getattr(entry.artifact, s, None) for s in _STAGES}
+            text = entry.tile_text or ir.print_function(self.tile_ir(specs, consts))
+            return Inspection(text, name, **found)
+        return Inspection(ir.print_function(self.tile_ir(specs, consts)))
+
+
+# ------------------------------------------------------------------------------ argument checks
+def raise_at_caller(err: TilejitError, kernel_name: str, frame) -> None:
+    """Re-raise ``err`` for the user: named after the kernel and, when it has no kernel line of
+    its own (a launch mistake), pointing at the user's launch call in ``frame``."""
+    err.with_kernel(kernel_name)
+    if err.loc is None:
+        code = frame.f_code
+        positions = list(code.co_positions())
+        line, end_line, col, end_col = positions[frame.f_lasti // 2] if frame.f_lasti // 2 < len(positions) \
+            else (frame.f_lineno, None, 0, None)
+        err.loc = ir.Loc(code.co_filename, line or frame.f_lineno, col or 0,
+                         end_col if end_line == line else None, code.co_name)
+        err.args = (err._render(),)
+    reraise_for_user(err)
+
+
+def _constexpr_value(name: str, value):
+    if isinstance(value, list):
+        value = tuple(value)
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, (bool, int, float, str, dtypes.DType, tuple)):
+        try:
+            hash(value)
+            return value
+        except TypeError:
+            pass
+    raise LaunchError(f"constexpr parameter '{name}' needs a compile-time value "
+                      f"(int, float, bool, str, dtype or tuple), got {type(value).__name__}")
+
+
+def classify_argument(name: str, value):
+    """(ArraySpec or ScalarSpec, value to hand to the backend) for one runtime argument."""
+    if isinstance(value, np.ndarray):
+        return _array_spec(name, value.dtype, value.shape, value.strides,
+                           value.__array_interface__["data"][0]), value
+    if isinstance(value, np.generic) or not (hasattr(value, "__cuda_array_interface__")
+                                             or hasattr(value, "__dlpack__")):
+        dt = _scalar_dtype(name, value)
+        return ScalarSpec(dt), dt.np.type(value)
+    device = getattr(value, "__dlpack_device__", None)
+    if device is not None and device()[0] == 1:           # kDLCPU: a zero-copy NumPy view
+        return classify_argument(name, np.from_dlpack(value))
+    from tilejit.runtime.arrays import as_kernel_array    # the runtime reads GPU array protocols
+    try:
+        view = as_kernel_array(value)
+    except LaunchError as err:
+        raise LaunchError(f"argument '{name}': {err.message}") from None
+    except Exception as err:          # e.g. no CUDA driver to ask where the pointer lives
+        raise LaunchError(f"argument '{name}': cannot use this {type(value).__name__} as a GPU "
+                          f"array ({type(err).__name__}: {err})") from None
+    item = view.dtype.itemsize
+    return _array_spec(name, view.dtype, view.shape, tuple(s * item for s in view.strides), view.ptr), value
+
+
+def _dtype(name: str, dt) -> dtypes.DType:
+    try:
+        return dtypes.lookup(dt if isinstance(dt, (np.dtype, dtypes.DType, str)) else str(dt))
+    except TypeError:
+        raise LaunchError(f"argument '{name}' has dtype {dt}, which tilejit does not support "
+                          f"(supported: {', '.join(dtypes.BY_NAME)})") from None
+
+
+def _array_spec(name, dt, shape, strides, ptr) -> ArraySpec:
+    """Spec of an array from its dtype, shape, strides in bytes and data address."""
+    dt = _dtype(name, dt)
+    item = dt.itemsize
+    if any(s % item for s in strides):
+        raise LaunchError(f"argument '{name}': its strides {strides} are not whole elements")
+    inner_unit = not shape or shape[-1] <= 1 or strides[-1] == item
+    aligned = ptr % 16 == 0 and all(s % 16 == 0 for n, s in zip(shape, strides) if n > 1 and s != item)
+    span = 1 + sum((n - 1) * abs(s) // item for n, s in zip(shape, strides) if n > 0)
+    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return ArraySpec(dt, len(shape), inner_unit, aligned, max(span, size) >= 2**31)
+
+
+def _scalar_dtype(name: str, value) -> dtypes.DType:
+    if isinstance(value, (bool, np.bool_)):
+        return dtypes.bool_
+    if isinstance(value, np.generic) and not isinstance(value, float):   # np.float64 is a float
+        return _dtype(name, value.dtype)
+    if isinstance(value, int):
+        if not -2**63 <= value < 2**63:
+            raise LaunchError(f"argument '{name}' = {value} does not fit in int64")
+        return dtypes.python_scalar_dtype(value)
+    if isinstance(value, float):
+        return dtypes.float32
+    raise LaunchError(f"argument '{name}' must be an array or a scalar, got {type(value).__name__}")
+
+
+def normalise_grid(grid) -> tuple[int, int, int]:
+    """A grid as three positive ints; LaunchError unless it is an int or 1-3 positive ints."""
+    dims = (grid,) if isinstance(grid, (int, np.integer)) else grid
+    if not isinstance(dims, (tuple, list)) or not 1 <= len(dims) <= 3:
+        raise LaunchError(f"grid must be an int or a tuple of 1 to 3 positive ints, got {grid!r}")
+    for axis, (n, limit) in enumerate(zip(dims, _GRID_LIMITS)):
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            raise LaunchError(f"grid must be an int or a tuple of 1 to 3 positive ints, got {grid!r}")
+        if not 1 <= n <= limit:
+            raise LaunchError(f"grid dimension {axis} is {n}; it must be between 1 and {limit}")
+    return tuple(int(n) for n in dims) + (1,) * (3 - len(dims))
+
+
+def _check_num_warps(num_warps) -> None:
+    if not isinstance(num_warps, int) or isinstance(num_warps, bool) or num_warps not in (1, 2, 4, 8, 16, 32):
+        raise LaunchError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
