@@ -1,6 +1,6 @@
-"""End-to-end kernels (the examples) through the frontend and a NumPy backend, on ragged shapes,
-against float64 NumPy references. The backend is ``interpret`` unless TILEJIT_TEST_BACKEND says
-otherwise (e.g. ``emulate``)."""
+"""End-to-end kernels (the examples) through the frontend on every backend, on ragged shapes,
+against float64 NumPy references: ``interpret`` and ``emulate`` here, ``cuda`` under ``-m gpu``.
+TILEJIT_TEST_BACKEND=NAME restricts the run to one backend."""
 import importlib.util
 import os
 
@@ -12,7 +12,9 @@ import tilejit as tj
 from tilejit.demo import run_demo
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(tj.__file__))), "examples")
-BACKEND = os.environ.get("TILEJIT_TEST_BACKEND", "interpret")
+ONLY = os.environ.get("TILEJIT_TEST_BACKEND")
+BACKENDS = [b for b in ("interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu))
+            if ONLY is None or getattr(b, "values", (b,))[0] == ONLY]
 
 
 def load(name):
@@ -26,9 +28,11 @@ softmax, layernorm, matmul, attention = (load(n) for n in ("softmax", "layernorm
 FLOAT_TILES = st.sampled_from([tj.float32, tj.float16, tj.bfloat16])
 
 
-@pytest.fixture(autouse=True)
-def backend(monkeypatch):
-    monkeypatch.setenv("TILEJIT_BACKEND", BACKEND)
+@pytest.fixture(autouse=True, scope="module", params=BACKENDS)
+def backend(request):
+    with pytest.MonkeyPatch.context() as mp:       # module scope: Hypothesis reuses it across examples
+        mp.setenv("TILEJIT_BACKEND", request.param)
+        yield request.param
 
 
 @given(shape=tj.testing.shapes(2, 1, 300), dt=FLOAT_TILES, data=st.data())
@@ -87,8 +91,8 @@ def test_attention_causal_differs_and_first_row_attends_to_itself():
     np.testing.assert_allclose(causal[0, :, 0], np.repeat(v[0, :, 0], 2, axis=0), rtol=1e-6)
 
 
-def test_demo_passes_and_prints_a_table(capsys):
-    assert run_demo(BACKEND)
+def test_demo_passes_and_prints_a_table(backend, capsys):
+    assert run_demo(backend)
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:3] == ["kernel", "shape", "backend"]
     assert out.count("pass") == 5 and "FAIL" not in out
