@@ -1,0 +1,263 @@
+"""Cold compile and new-process cache hit of the softmax kernel (``examples/softmax.py``), each
+measured in a fresh Python process (``subprocess``) and reported as the median of a few runs.
+
+    python3 benchmarks/bench_compile.py [--mode auto|cpu|gpu|both] [--runs 3] [--cols 1024] [--profile]
+    python3 -m pytest benchmarks/bench_compile.py --benchmark-only
+
+Modes (what a child process times, from the launch call on; imports are timed separately):
+  cpu  cuda-backend compile with no device use: ``Kernel.compile(..., "cuda")`` on NumPy-array
+       specs, from specialisation to PTX + cubin written to the cache (cold), or to the artifact
+       read back from the cache (hit).
+  gpu  ``kernel[grid](x, y, ...)`` on torch CUDA tensors until ``torch.cuda.synchronize()``
+       returns: the first launch done, module load included.
+  auto gpu + cpu on a machine with a GPU and torch, else cpu.
+Cold runs get a fresh empty ``TILEJIT_CACHE_DIR``; hit runs reuse the last cold run's entry and
+check that it was read, not rewritten. One unrecorded cold run first warms ``__pycache__`` and
+the file cache. Targets (issue 3): cold ≤ 800 ms, cache hit to first launch ≤ 50 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import common
+
+TARGET_MS = {"cold": 800.0, "hit": 50.0}
+CHILD_TAG = "BENCH_COMPILE_RESULT "
+CHILD_TIMEOUT_S = 180
+WHAT = {("cpu", "cold"): "cold compile to cubin (no load)",
+        ("cpu", "hit"): "cache hit to artifact read (no load)",
+        ("gpu", "cold"): "cold compile to first launch done",
+        ("gpu", "hit"): "cache hit to first launch done"}
+
+
+# ---------------------------------------------------------------------------------- child process
+def _manifests(cache_dir: str) -> dict:
+    """manifest path -> (inode, mtime_ns) of every entry in the cache: a rewrite changes both."""
+    found = {}
+    for path in Path(cache_dir).glob("*/*/manifest.json"):
+        st = path.stat()
+        found[str(path)] = (st.st_ino, st.st_mtime_ns)
+    return found
+
+
+def _compile_without_device(kernel, rows: int, cols: int, dtype: str, num_warps: int) -> dict:
+    import numpy as np
+    from tilejit import dtypes
+    x = np.empty((rows, cols), dtype=dtypes.lookup(dtype).np)     # untouched pages: no cost
+    y = np.empty_like(x)
+    start = time.perf_counter()
+    specs, consts, _ = kernel.specialise(kernel.bind((x, y), {"BLOCK": _block(cols)}))
+    entry = kernel.compile(specs, consts, num_warps, "cuda")
+    ms = (time.perf_counter() - start) * 1e3
+    art = entry.artifact
+    return {"ms": ms, "has_cubin": art.cubin is not None, "registers": art.registers,
+            "spills": art.spills}
+
+
+def _first_launch(kernel, rows: int, cols: int, dtype: str, num_warps: int) -> dict:
+    import torch
+    x = common.random_tensor(torch, (rows, cols), getattr(torch, dtype), seed=1, scale=2.0)
+    y = torch.full_like(x, float("nan"))
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    kernel[(rows,)](x, y, BLOCK=_block(cols), num_warps=num_warps)
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - start) * 1e3
+    error = common.relative_error(torch, y.float(), torch.softmax(x.float(), dim=-1))
+    return {"ms": ms, "rel_error": error, "ok": error <= (1e-4 if dtype == "float32" else 1e-2)}
+
+
+def _profiled(measure, kernel, args) -> dict:
+    """``measure`` under cProfile; the top functions by cumulative time go to stdout."""
+    import cProfile
+    import pstats
+    profiler = cProfile.Profile()
+    result = profiler.runcall(measure, kernel, args.rows, args.cols, args.dtype, args.num_warps)
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(18)
+    return result
+
+
+def child_main(args) -> int:
+    """Run one measurement in this (fresh) process and print its JSON result line."""
+    started = time.perf_counter()
+    before = _manifests(os.environ["TILEJIT_CACHE_DIR"])
+    import tilejit  # noqa: F401  (imports are timed apart from the compile)
+    kernel = common.load_example("softmax").softmax_kernel
+    if args.mode == "gpu":
+        import torch
+        torch.cuda.init()
+    import_ms = (time.perf_counter() - started) * 1e3
+    measure = _first_launch if args.mode == "gpu" else _compile_without_device
+    if args.profile:
+        result = _profiled(measure, kernel, args)
+    else:
+        result = measure(kernel, args.rows, args.cols, args.dtype, args.num_warps)
+    after = _manifests(os.environ["TILEJIT_CACHE_DIR"])
+    if args.child == "cold":
+        result["cache_ok"] = not before and bool(after)     # a miss that wrote an entry
+    else:
+        result["cache_ok"] = bool(before) and after == before   # read, not recompiled
+    result["import_ms"] = import_ms
+    print(CHILD_TAG + json.dumps(result), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------------- parent process
+def _block(cols: int) -> int:
+    return 1 << max(cols - 1, 0).bit_length()
+
+
+def run_child(kind: str, mode: str, cache_dir: str, args, profile: bool = False) -> dict:
+    """One new process measuring ``kind`` (cold|hit) in ``mode``; its result with the wall time
+    of the whole process added (and, with ``profile``, the child's cProfile text under
+    "profile"). RuntimeError with the child's output if it failed."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--mode", mode,
+           "--rows", str(args.rows), "--cols", str(args.cols), "--dtype", args.dtype,
+           "--num-warps", str(args.num_warps)] + (["--profile"] if profile else [])
+    env = dict(os.environ, TILEJIT_CACHE_DIR=cache_dir, PYTHONUNBUFFERED="1")
+    env.pop(common.BENCH_OUT_ENV, None)
+    if mode == "gpu":
+        env["TILEJIT_BACKEND"] = "cuda"     # never fall back to emulate silently
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
+    wall_ms = (time.perf_counter() - start) * 1e3
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(CHILD_TAG)]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{kind}/{mode} child failed (exit {proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    result = json.loads(lines[-1][len(CHILD_TAG):])
+    result["process_ms"] = wall_ms
+    if profile:
+        result["profile"] = "\n".join(ln for ln in proc.stdout.splitlines() if not ln.startswith(CHILD_TAG))
+    return result
+
+
+def measure_mode(mode: str, args) -> list[dict]:
+    """Median cold and hit rows for one mode (``args.runs`` processes each, after a warm-up)."""
+    runs = {"cold": [], "hit": []}
+    with tempfile.TemporaryDirectory(prefix="tj-bench-compile-") as root:
+        run_child("cold", mode, os.path.join(root, "warmup"), args)      # warms .pyc and disk
+        for i in range(args.runs):
+            last_dir = os.path.join(root, f"cold{i}")
+            runs["cold"].append(run_child("cold", mode, last_dir, args))
+        for _ in range(args.runs):
+            runs["hit"].append(run_child("hit", mode, last_dir, args))
+        if args.profile:         # extra, unrecorded runs: cProfile slows what it watches
+            for kind, directory in (("cold", os.path.join(root, "profiled")), ("hit", last_dir)):
+                text = run_child(kind, mode, directory, args, profile=True)["profile"].strip()
+                print(f"--- cProfile of one {kind} run ({mode} mode), top by cumulative time\n{text}\n")
+    return [summarise(kind, mode, results, args) for kind, results in runs.items()]
+
+
+def summarise(kind: str, mode: str, results: list[dict], args) -> dict:
+    median = statistics.median(r["ms"] for r in results)
+    target = TARGET_MS[kind]
+    if not all(r.get("ok", True) for r in results):
+        status = "WRONG OUTPUT"
+    elif not all(r["cache_ok"] for r in results):     # e.g. sources edited between the runs
+        status = "NO ENTRY WRITTEN" if kind == "cold" else "CACHE MISSED"
+    else:
+        status = "ok" if median <= target else "OVER"
+    return {"what": WHAT[(mode, kind)], "mode": mode, "kind": kind, "ms": median,
+            "min_ms": min(r["ms"] for r in results), "max_ms": max(r["ms"] for r in results),
+            "target_ms": target, "vs_target": median / target,
+            "status": status,
+            "import_ms": statistics.median(r["import_ms"] for r in results),
+            "process_ms": statistics.median(r["process_ms"] for r in results),
+            "runs": len(results), "details": results}
+
+
+def record_row(row: dict, args) -> None:
+    common.record("compile " + row["kind"], f"softmax {args.rows}x{args.cols}", args.dtype,
+                  row["ms"], "ms", f"target ≤ {row['target_ms']:g} ms", row["target_ms"],
+                  row["vs_target"], what=row["what"], mode=row["mode"], status=row["status"],
+                  import_ms=row["import_ms"], process_ms=row["process_ms"], runs=row["runs"],
+                  num_warps=args.num_warps)
+
+
+COLUMNS = [("what", "what", ""), ("ms", "median ms", ".1f"), ("min_ms", "min", ".1f"),
+           ("max_ms", "max", ".1f"), ("target_ms", "target ms", ".0f"), ("status", "status", ""),
+           ("import_ms", "import ms", ".0f"), ("process_ms", "process ms", ".0f")]
+
+
+def modes_for(requested: str) -> list[str]:
+    if requested == "both":
+        return ["cpu", "gpu"]
+    if requested == "auto":
+        return ["cpu", "gpu"] if common.cuda_torch() is not None else ["cpu"]
+    return [requested]
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=["auto", "cpu", "gpu", "both"], default="auto")
+    parser.add_argument("--runs", type=int, default=3, help="processes per measurement")
+    parser.add_argument("--rows", type=int, default=4096)
+    parser.add_argument("--cols", type=int, default=1024)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--num-warps", type=int, default=4)
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one cold and one hit run (cProfile, not recorded)")
+    parser.add_argument("--child", choices=["cold", "hit"], help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        return child_main(args)
+    rows, failed = [], False
+    for mode in modes_for(args.mode):
+        try:
+            mode_rows = measure_mode(mode, args)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            print(f"bench_compile: {mode} mode FAILED: {err}", file=sys.stderr)
+            failed = True
+            continue
+        for row in mode_rows:
+            record_row(row, args)
+            failed |= row["status"] not in ("ok", "OVER")
+        rows += mode_rows
+    common.print_table(rows, COLUMNS, title=f"compile softmax BLOCK={_block(args.cols)} {args.dtype} "
+                       f"num_warps={args.num_warps} on {common.gpu_name()} "
+                       f"(median of {args.runs} new processes each)")
+    return 1 if failed else 0
+
+
+# ------------------------------------------------------------------------------- pytest-benchmark
+@pytest.mark.parametrize("mode", ["cpu", "gpu"])
+@pytest.mark.parametrize("kind", ["cold", "hit"])
+def test_compile_time(benchmark, kind, mode, tmp_path):
+    """Wall time of a whole new process (pytest-benchmark) with the in-process compile/launch
+    time and the target in extra_info."""
+    if mode == "gpu":
+        common.require_cuda_torch()
+    args = parse_args(["--runs", "1"])
+    cache_dir = str(tmp_path / "cache")
+    if kind == "hit":
+        run_child("cold", mode, cache_dir, args)
+    counter = iter(range(1000))
+
+    def one_process():
+        directory = cache_dir if kind == "hit" else str(tmp_path / f"cold{next(counter)}")
+        return run_child(kind, mode, directory, args)
+
+    result = benchmark.pedantic(one_process, rounds=3, iterations=1, warmup_rounds=1)
+    assert result["cache_ok"], f"the {kind} run did not use the cache as expected: {result}"
+    benchmark.extra_info.update({"ms": result["ms"], "target_ms": TARGET_MS[kind],
+                                 "vs_target": result["ms"] / TARGET_MS[kind],
+                                 "import_ms": result["import_ms"], "what": WHAT[(mode, kind)]})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

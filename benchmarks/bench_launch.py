@@ -1,0 +1,247 @@
+"""Python launch overhead of a one-program kernel that adds 1 to a one-element float32 tensor:
+tilejit ``kernel[grid](x, ...)`` on a torch tensor, against raw ``cuda.bindings``
+``cuLaunchKernel`` of the same cubin and Triton 3.6 ``kernel[grid](...)`` of the same kernel.
+
+    python3 benchmarks/bench_launch.py [--per-batch 1000] [--batches 20] [--warmup 200]
+    python3 -m pytest benchmarks/bench_launch.py --benchmark-only
+
+Each launcher is timed as host wall time over ``per-batch`` back-to-back launches with a
+synchronisation only at the batch's end; the figure is the median over batches, in µs per
+launch. The kernel takes ~2 µs of GPU time, so the host is the bottleneck and the figure is the
+launch path's cost. Every launcher's tensor must end up incremented exactly once per launch.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import sys
+import time
+import traceback
+
+import pytest
+
+import common
+import tilejit as tj
+
+BLOCK = 32
+NUM_WARPS = 1
+
+
+@tj.kernel
+def increment_kernel(x, BLOCK: tj.constexpr):
+    start = tj.program_id(0) * BLOCK
+    tj.store(x, (start,), tj.load(x, (start,), (BLOCK,)) + 1.0)
+
+
+class Launcher:
+    """One way to launch the increment kernel on its own one-element tensor ``x``."""
+
+    def __init__(self, name: str, x, launch):
+        self.name, self.x, self.launch = name, x, launch
+        self.launched = 0
+
+    def run(self, count: int) -> None:
+        launch = self.launch
+        for _ in range(count):
+            launch()
+        self.launched += count
+
+    def check(self, torch) -> None:
+        """The tensor started at 1.0 and every launch added 1 (exact in float32 below 2²⁴)."""
+        torch.cuda.synchronize()
+        value, expected = float(self.x.item()), 1.0 + self.launched
+        assert value == expected, f"{self.name}: x = {value}, expected {expected} after {self.launched} launches"
+
+
+def _one(torch):
+    return torch.ones(1, dtype=torch.float32, device="cuda")
+
+
+def tilejit_launcher(torch) -> Launcher:
+    x = _one(torch)
+    return Launcher("tilejit kernel[grid](...)", x,
+                    lambda: increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS))
+
+
+# ----------------------------------------------------------------------------- raw cuLaunchKernel
+def _checked(result, call: str):
+    from cuda.bindings import driver as cu
+    err, values = result[0], result[1:]
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{call} failed: {err}")
+    return values[0] if len(values) == 1 else values
+
+
+def _load_function(torch, artifact):
+    """The artifact's kernel loaded with the driver API alone, in the primary context torch uses."""
+    from cuda.bindings import driver as cu
+    _checked(cu.cuInit(0), "cuInit")
+    device = _checked(cu.cuDeviceGet(torch.cuda.current_device()), "cuDeviceGet")
+    context = _checked(cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+    _checked(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    image = artifact.cubin if artifact.cubin else artifact.ptx.encode() + b"\0"
+    module = _checked(cu.cuModuleLoadData(image), "cuModuleLoadData")
+    function = _checked(cu.cuModuleGetFunction(module, artifact.name.encode()), "cuModuleGetFunction")
+    return module, function
+
+
+def _param_values(artifact, x) -> list:
+    """One ctypes value per kernel parameter, laid out by the artifact's ParamDesc list."""
+    values = []
+    for p in artifact.params:
+        if p.kind == "ptr":
+            values.append(ctypes.c_uint64(x.data_ptr()))
+        elif p.kind == "dim":
+            values.append(ctypes.c_int32(x.shape[p.axis]))
+        elif p.kind == "stride":
+            values.append((ctypes.c_int64 if p.dtype.bits == 64 else ctypes.c_int32)(x.stride(p.axis)))
+        else:
+            raise RuntimeError(f"unexpected parameter {p} for the increment kernel")
+    return values
+
+
+def raw_launchers(torch) -> list[Launcher]:
+    """cuLaunchKernel of the tilejit-compiled cubin: kernelParams packed once (the floor for any
+    Python launcher), and packed by cuda-python from a (values, ctypes types) tuple per call."""
+    from cuda.bindings import driver as cu
+    x_packed, x_tuple = _one(torch), _one(torch)
+    specs, consts, _ = increment_kernel.specialise(increment_kernel.bind((x_packed,), {"BLOCK": BLOCK}))
+    artifact = increment_kernel.compile(specs, consts, NUM_WARPS, "cuda").artifact
+    assert artifact.shared_bytes == 0, "the increment kernel should need no shared memory"
+    module, function = _load_function(torch, artifact)
+    stream = torch.cuda.current_stream().cuda_stream
+    threads = 32 * artifact.num_warps
+    success, launch_kernel = cu.CUresult.CUDA_SUCCESS, cu.cuLaunchKernel
+
+    values = _param_values(artifact, x_packed)
+    pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+    packed = ctypes.addressof(pointers)
+
+    def launch_packed():
+        err, = launch_kernel(function, 1, 1, 1, threads, 1, 1, 0, stream, packed, 0)
+        if err != success:
+            raise RuntimeError(f"cuLaunchKernel failed: {err}")
+
+    tuple_values = _param_values(artifact, x_tuple)
+    as_ctype = {ctypes.c_uint64: ctypes.c_void_p}          # device pointers go as void*
+    args = (tuple(v.value for v in tuple_values),
+            tuple(as_ctype.get(type(v), type(v)) for v in tuple_values))
+
+    def launch_tuple():
+        err, = launch_kernel(function, 1, 1, 1, threads, 1, 1, 0, stream, args, 0)
+        if err != success:
+            raise RuntimeError(f"cuLaunchKernel failed: {err}")
+
+    packed_launcher = Launcher("raw cuLaunchKernel (packed once)", x_packed, launch_packed)
+    tuple_launcher = Launcher("raw cuLaunchKernel (args tuple)", x_tuple, launch_tuple)
+    packed_launcher.keep = (values, pointers, module)     # alive as long as the launchers
+    tuple_launcher.keep = (module,)
+    return [packed_launcher, tuple_launcher]
+
+
+def triton_launcher(torch) -> Launcher:
+    from triton_kernels import increment_kernel as triton_increment
+    x = _one(torch)
+    return Launcher("triton kernel[grid](...)", x,
+                    lambda: triton_increment[(1,)](x, 1, BLOCK=BLOCK, num_warps=NUM_WARPS))
+
+
+# ---------------------------------------------------------------------------------------- timing
+def time_launches(torch, launcher: Launcher, per_batch: int, batches: int, warmup: int) -> dict:
+    """Median and min µs per launch over ``batches`` batches, after ``warmup`` launches (which
+    include any compile and module load) and a correctness check."""
+    launcher.run(warmup)
+    launcher.check(torch)
+    per_launch = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        launcher.run(per_batch)
+        torch.cuda.synchronize()
+        per_launch.append((time.perf_counter() - start) / per_batch * 1e6)
+    launcher.check(torch)
+    return {"launcher": launcher.name, "us": statistics.median(per_launch), "min_us": min(per_launch),
+            "max_us": max(per_launch)}
+
+
+def all_launchers(torch) -> list:
+    """(name, factory) for every launcher; a factory that fails is reported, not fatal."""
+    return [("tilejit", lambda: [tilejit_launcher(torch)]), ("raw", lambda: raw_launchers(torch)),
+            ("triton", lambda: [triton_launcher(torch)])]
+
+
+def measure_all(torch, per_batch: int, batches: int, warmup: int) -> tuple[list[dict], int]:
+    rows, failures = [], 0
+    for label, factory in all_launchers(torch):
+        try:
+            for launcher in factory():
+                rows.append(time_launches(torch, launcher, per_batch, batches, warmup))
+        except Exception as err:        # e.g. Triton missing: the other rows still count
+            failures += 1
+            traceback.print_exc()
+            print(f"bench_launch: {label} FAILED: {type(err).__name__}: {err}", file=sys.stderr)
+            rows.append({"launcher": label, "status": f"FAILED ({type(err).__name__})"})
+    tilejit_us = next((r["us"] for r in rows if r["launcher"].startswith("tilejit") and "us" in r), None)
+    for row in rows:
+        if "us" in row and tilejit_us is not None:
+            row["tilejit_over"] = tilejit_us / row["us"]
+            row["status"] = "ok"
+    return rows, failures
+
+
+def record_rows(rows: list[dict]) -> None:
+    tilejit = next((r for r in rows if r["launcher"].startswith("tilejit") and "us" in r), None)
+    if tilejit is None:
+        return
+    for row in rows:
+        if row is not tilejit and "us" in row:
+            common.record("launch overhead", "grid 1, 1 element", "float32", tilejit["us"], "µs",
+                          row["launcher"], row["us"], tilejit["us"] / row["us"],
+                          tilejit_min_us=tilejit["min_us"], reference_min_us=row["min_us"])
+
+
+COLUMNS = [("launcher", "launcher", ""), ("us", "µs/launch", ".2f"), ("min_us", "min", ".2f"),
+           ("max_us", "max", ".2f"), ("tilejit_over", "tilejit ÷ this", ".2f"), ("status", "status", "")]
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--per-batch", type=int, default=1000)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=200)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch = common.cuda_torch()
+    if torch is None:
+        print("bench_launch: skipped (needs torch with a CUDA GPU)")
+        return 0
+    rows, failures = measure_all(torch, args.per_batch, args.batches, args.warmup)
+    record_rows(rows)
+    common.print_table(rows, COLUMNS, title=f"launch overhead on {common.gpu_name()} (wall time, "
+                       f"median of {args.batches} batches of {args.per_batch} launches)")
+    return 1 if failures else 0
+
+
+# ------------------------------------------------------------------------------- pytest-benchmark
+@pytest.mark.gpu
+def test_launch_overhead(benchmark):
+    """pytest-benchmark times tilejit launches; extra_info holds every launcher's µs and ratios."""
+    torch = common.require_cuda_torch()
+    rows, _ = measure_all(torch, per_batch=500, batches=10, warmup=100)
+    for row in rows:
+        if "us" in row:
+            benchmark.extra_info[row["launcher"] + " us"] = row["us"]
+            benchmark.extra_info["tilejit / " + row["launcher"]] = row.get("tilejit_over")
+    launcher = tilejit_launcher(torch)
+    launcher.run(10)
+    launcher.check(torch)
+    benchmark(launcher.launch)
+    torch.cuda.synchronize()
+    assert any(r["launcher"].startswith("tilejit") and "us" in r for r in rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

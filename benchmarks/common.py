@@ -1,0 +1,187 @@
+"""Helpers shared by the benchmarks: CUDA-event timing (``/work/.library/device/METHOD.md``:
+warm-up, median of reps, L2 flushed before each rep, a per-rep ``setup`` outside the timed
+region), random never-zero inputs, loading the example kernels, a table printer, and JSON-lines
+records written to ``$TILEJIT_BENCH_OUT``.
+
+torch is imported only by the GPU helpers, so the CPU benchmarks and ``pytest --collect-only``
+work without it.
+"""
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:      # run from a checkout even where tilejit is not installed
+    sys.path.append(str(REPO_ROOT))
+
+L2_FLUSH_BYTES = 256 * 2**20    # far over the H200's 50 MB L2: writing it evicts every input line
+BENCH_OUT_ENV = "TILEJIT_BENCH_OUT"
+GPU_HEADSTART_CYCLES = 400_000  # ~0.2 ms at the H200's ~2 GHz: room for a slow Python launch
+
+
+# ------------------------------------------------------------------------------------ environment
+def cuda_torch():
+    """The torch module when it is installed and sees a CUDA device, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def require_cuda_torch():
+    """torch with a CUDA device, or ``pytest.skip`` (only call this from a test)."""
+    import pytest
+    torch = cuda_torch()
+    if torch is None:
+        pytest.skip("needs torch with a CUDA GPU")
+    return torch
+
+
+def gpu_name() -> str:
+    """The name of the CUDA device torch uses, else a CPU description (for the records)."""
+    torch = cuda_torch()
+    if torch is not None:
+        return torch.cuda.get_device_name()
+    return f"cpu {platform.machine()} (no GPU)"
+
+
+def load_example(name: str):
+    """``examples/<name>.py`` as a module, loaded by path under a fixed name so every process
+    (and ``tilejit demo``, which uses the same name) sees the same kernel; its demo does not run
+    on import (it sits under ``if __name__ == "__main__"``)."""
+    module_name = f"tilejit_example_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    path = REPO_ROOT / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+# ----------------------------------------------------------------------------------------- inputs
+def random_tensor(torch, shape, dtype, seed: int, scale: float = 1.0):
+    """N(0, scale²) values of ``dtype`` on the current CUDA device; an exact zero (not expected,
+    but it would hide unwritten outputs) is replaced by ``scale``."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).mul_(scale).to(dtype)
+    return x.masked_fill_(x == 0, scale)
+
+
+def relative_error(torch, out, ref) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64 (METHOD.md); inf when out has a NaN or inf."""
+    out64, ref64 = out.double(), ref.double()
+    if not bool(torch.isfinite(out64).all()):
+        return float("inf")
+    return float(torch.linalg.vector_norm(out64 - ref64) / torch.linalg.vector_norm(ref64))
+
+
+# ----------------------------------------------------------------------------------------- timing
+@dataclass
+class Timing:
+    """Per-rep times of one measured function, in milliseconds."""
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    reps: int
+
+    def gbps(self, nbytes: int) -> float:
+        """Bandwidth at the median time: ``nbytes`` over the median, in GB/s (10⁹ B/s)."""
+        return nbytes / (self.median_ms * 1e-3) / 1e9
+
+
+_flush_buffers: dict = {}
+
+
+def _l2_flush_buffer(torch):
+    device = torch.cuda.current_device()
+    if device not in _flush_buffers:
+        _flush_buffers[device] = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    return _flush_buffers[device]
+
+
+def time_cuda(fn, setup=None, warmup: int = 10, reps: int = 100) -> Timing:
+    """Median time of ``fn()`` over ``reps`` runs with CUDA events on torch's current stream.
+
+    Before each timed run, outside the timed region: ``setup()`` (e.g. poison the outputs with
+    NaN; it runs before each warm-up run too), then a 256 MB buffer is written so no input is
+    left in L2, then the GPU spins for ~``GPU_HEADSTART_CYCLES`` (no memory traffic) so that
+    the host has enqueued the start event and ``fn``'s kernels before the GPU reaches them: a
+    slow Python launch path does not leak into the GPU time (bench_launch measures that path).
+
+    (``tilejit.testing.benchmark`` has no ``setup`` hook yet; unify once it does.)"""
+    import torch
+    flush = _l2_flush_buffer(torch)
+    spin = getattr(torch.cuda, "_sleep", None)         # torch's spin kernel (a private helper)
+    headstart = (lambda: spin(GPU_HEADSTART_CYCLES)) if spin else (lambda: None)
+    for _ in range(warmup):
+        if setup is not None:
+            setup()
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for start, end in zip(starts, ends):
+        if setup is not None:
+            setup()
+        flush.zero_()
+        headstart()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    times = [start.elapsed_time(end) for start, end in zip(starts, ends)]
+    return Timing(statistics.median(times), min(times), max(times), reps)
+
+
+# ---------------------------------------------------------------------------------------- results
+def record(benchmark: str, shape: str, dtype: str, figure: float, unit: str, reference: str,
+           reference_figure: float | None, ratio: float | None, **extra) -> dict:
+    """One result row (the README table's columns, plus ``extra``); appended as a JSON line to
+    ``$TILEJIT_BENCH_OUT`` when it is set. Returns the row."""
+    row = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "gpu": gpu_name(), "benchmark": benchmark, "shape": shape, "dtype": dtype,
+           "figure": figure, "unit": unit, "reference": reference,
+           "reference_figure": reference_figure, "ratio": ratio, **extra}
+    path = os.environ.get(BENCH_OUT_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+    return row
+
+
+def format_number(value, spec: str = ".3g") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return format(value, spec)
+    return str(value)
+
+
+def print_table(rows: list[dict], columns: list[tuple[str, str, str]], title: str = "") -> None:
+    """Print ``rows`` as an aligned text table; ``columns`` lists (key, header, format spec)."""
+    cells = [[header for _, header, _ in columns]]
+    cells += [[format_number(row.get(key), spec) for key, _, spec in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    if title:
+        print(title)
+    for n, line in enumerate(cells):
+        print("  ".join(text.rjust(w) if n and text[:1].isdigit() else text.ljust(w)
+                        for text, w in zip(line, widths)).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+    sys.stdout.flush()
