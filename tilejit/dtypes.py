@@ -8,9 +8,9 @@ because float64 is not a tile dtype:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 
@@ -22,7 +22,7 @@ class DType:
 
     @property
     def np(self) -> np.dtype:
-        return _NUMPY[self.name]
+        return _NUMPY[self.name] if self.name in _NUMPY else _ml_dtypes()[self.name]
 
     @property
     def itemsize(self) -> int:
@@ -61,16 +61,27 @@ BY_NAME = {d.name: d for d in ALL}
 _NUMPY = {
     "bool": np.dtype(np.bool_), "int8": np.dtype(np.int8), "int16": np.dtype(np.int16),
     "int32": np.dtype(np.int32), "int64": np.dtype(np.int64), "uint8": np.dtype(np.uint8),
-    "uint32": np.dtype(np.uint32), "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32),
-    "float8e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "float8e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "uint32": np.dtype(np.uint32), "float16": np.dtype(np.float16), "float32": np.dtype(np.float32),
 }
 _FROM_NUMPY = {v: BY_NAME[k] for k, v in _NUMPY.items()}
+_ML_NAMES = {"bfloat16": "bfloat16", "float8e4m3": "float8_e4m3fn", "float8e5m2": "float8_e5m2"}
+
+
+@functools.cache
+def _ml_dtypes() -> dict[str, np.dtype]:
+    """NumPy dtypes of bfloat16/float8 from ml_dtypes, imported on first use: the import costs
+    about a second, which a process that only launches float32 or torch tensors should not pay."""
+    import ml_dtypes
+    table = {name: np.dtype(getattr(ml_dtypes, ml)) for name, ml in _ML_NAMES.items()}
+    _FROM_NUMPY.update({v: BY_NAME[k] for k, v in table.items()})
+    return table
 
 
 def from_numpy(dt) -> DType:
     """The tile dtype of a NumPy dtype; TypeError for dtypes tiles cannot hold (float64, ...)."""
     dt = np.dtype(dt)
+    if dt not in _FROM_NUMPY and dt.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        _ml_dtypes()
     if dt in _FROM_NUMPY:
         return _FROM_NUMPY[dt]
     raise TypeError(f"dtype {dt} is not supported by tilejit (supported: {', '.join(BY_NAME)})")
