@@ -249,3 +249,26 @@ def as_kernel_array(obj, device: int | None = None, stream: int | None = None) -
     raise LaunchError(f"cannot pass a {type(obj).__name__} as an array argument (expected a NumPy "
                       "array, tj.DeviceArray, torch tensor, or an object with "
                       "__cuda_array_interface__ or CUDA __dlpack__)")
+
+
+_TORCH_DTYPES: dict = {}      # torch.dtype -> tile DType, filled on first sight
+
+
+def fast_device_view(obj) -> KernelArray | None:
+    """A KernelArray for a device-resident DeviceArray or CUDA torch tensor, read with as few
+    calls as possible (the re-launch fast path); None for anything else (take the full path)."""
+    if type(obj) is DeviceArray:
+        return KernelArray(obj.ptr, obj.shape, obj.strides, obj.dtype, obj.device, owner=obj)
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor) or not obj.is_cuda:
+        return None
+    dtype = _TORCH_DTYPES.get(obj.dtype)
+    if dtype is None:
+        name = str(obj.dtype).rsplit(".", 1)[-1]
+        try:
+            dtype = _TORCH_DTYPES[obj.dtype] = dtypes.lookup(_TORCH_NAMES.get(name, name))
+        except TypeError:
+            return None
+    device = obj.get_device()
+    return KernelArray(obj.data_ptr(), obj.shape, obj.stride(), dtype, device,
+                       torch._C._cuda_getCurrentRawStream(device), owner=obj)

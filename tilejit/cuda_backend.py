@@ -73,8 +73,20 @@ def stage_simt(state: dict) -> None:
     state["simt_fn"], state["simt_ir"] = fn, ir.print_function(fn)
 
 
+def occupancy_hint(simt_fn) -> int:
+    """CTAs per SM to ask ptxas to fit (it caps registers to match). Kernels without tensor-core
+    or shared-memory-heavy work are memory-bound and need many bytes in flight: ask for half the
+    SM's 2048 threads. Kernels with DOT keep their registers (they would spill)."""
+    from tilejit.simt import SimtOp
+    threads = 32 * simt_fn.meta["num_warps"]
+    if threads < 512 or any(o.op.name in ("MMA", "LDMATRIX", "DOT_FMA") for o in simt_fn.walk()):
+        return 0
+    return 1024 // threads
+
+
 def stage_llvm(state: dict) -> None:
     from tilejit import codegen
+    state["simt_fn"].meta.setdefault("min_ctas_per_sm", occupancy_hint(state["simt_fn"]))
     state["llvm_ir"] = codegen.emit_llvm(state["simt_fn"], state["target"])
     state["kernel_name"] = codegen.kernel_name(state["simt_fn"])
 
@@ -147,6 +159,20 @@ class CudaBackend:
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())
         return art
+
+    def fast_launcher(self, art: CudaArtifact):
+        """A launch function for re-launches whose array arguments are already device views
+        (``Kernel`` has checked devices and specs on the first launch); None without arrays."""
+        first = next((p.arg for p in art.params if p.kind == "ptr"), None)
+        if first is None:
+            return None
+        threads, params = 32 * art.num_warps, art.params
+
+        def run(grid, views, stream):
+            view = views[first]
+            art.kernel_for_device(view.device).launch(grid, threads, views, params,
+                                                      view.stream if stream is None else stream)
+        return run
 
     def launch(self, art: CudaArtifact, grid, args, stream) -> None:
         from tilejit.runtime import launch

@@ -40,6 +40,9 @@ class DType:
     def is_bool(self) -> bool:
         return self.kind == "b"
 
+    def __hash__(self) -> int:          # names are unique; hashing the name alone is cheaper
+        return hash(self.name)            # on the launch path than the generated field hash
+
     def __repr__(self) -> str:
         return f"tj.{self.name}"
 

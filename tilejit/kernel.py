@@ -8,6 +8,7 @@ Every launch mistake is a ``LaunchError`` naming the kernel, raised before anyth
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 import inspect as pyinspect
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import numpy as np
 from tilejit import backends, dtypes, ir
 from tilejit.errors import CompileError, LaunchError, TilejitError, reraise_for_user
 from tilejit.language import constexpr
-from tilejit.specs import ArraySpec, ScalarSpec
+from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields
 
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)        # CUDA's gridDim.x, .y, .z maxima
 _STAGES = ("simt_ir", "llvm_ir", "ptx", "cubin", "sass", "registers", "spills", "shared_bytes")
@@ -71,6 +72,10 @@ class Kernel:
         self.constexpr_names = frozenset(p.name for p in self.params if _is_constexpr(p.annotation))
         self.runtime_names = [p.name for p in self.params if p.name not in self.constexpr_names]
         self._cache: dict[tuple, _Compiled] = {}
+        # re-launch fast path: (num_warps, backend env, constexpr kwargs, arg keys) -> launcher
+        self._fast: dict[tuple, object] = {}
+        leading = [p.name for p in self.params[:len(self.runtime_names)]]
+        self._fast_arity = len(leading) if leading == self.runtime_names else -1
 
     def __repr__(self) -> str:
         return f"<tj.kernel {self.name}{self.signature}>"
@@ -83,7 +88,8 @@ class Kernel:
     def __getitem__(self, grid):
         def launch(*args, num_warps: int = 4, stream=None, **kwargs):
             try:
-                self._launch(grid, args, kwargs, num_warps, stream)
+                if not self._launch_fast(grid, args, kwargs, num_warps, stream):
+                    self._launch(grid, args, kwargs, num_warps, stream)
             except TilejitError as err:
                 raise_at_caller(err, self.name, sys._getframe(1))
         return launch
@@ -159,6 +165,63 @@ class Kernel:
         _check_num_warps(num_warps)
         entry = self.compile(specs, consts, num_warps, backends.selected())
         entry.backend.launch(entry.artifact, grid3, values, stream)
+        make_fast = getattr(entry.backend, "fast_launcher", None)
+        fast = self._fast_key(args, kwargs, num_warps) if make_fast else None
+        if fast is not None:
+            launcher = make_fast(entry.artifact)
+            if launcher is not None:
+                self._fast[fast[0]] = launcher
+
+    # --- the re-launch fast path ---------------------------------------------------------------
+    def _fast_key(self, args, kwargs, num_warps):
+        """(key, views) when the runtime arguments are exactly the positional ones and each is a
+        device array or a Python int/float; None sends the launch down the full path. The key
+        holds everything the specialisation depends on, computed by the same rules."""
+        if len(args) != self._fast_arity:
+            return None
+        parts, views = [], []
+        for v in args:
+            t = type(v)
+            if t is int:
+                part = -2**31 <= v < 2**31
+            elif t is float:
+                part = "f"
+            else:
+                v = _fast_device_view(v)
+                if v is None:
+                    return None
+                part = (v.device, array_spec_fields(v.dtype, v.shape, v.strides, v.ptr))
+            parts.append(part)
+            views.append(v)
+        key = (num_warps, os.environ.get("TILEJIT_BACKEND"), tuple(kwargs.items()), tuple(parts))
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key, views
+
+    def _launch_fast(self, grid, args, kwargs, num_warps, stream) -> bool:
+        """Launch a specialisation seen before with minimal Python work; False if not possible."""
+        if not self._fast:
+            return False
+        fast = self._fast_key(args, kwargs, num_warps)
+        launcher = self._fast.get(fast[0]) if fast is not None else None
+        if launcher is None:
+            return False
+        if callable(grid):
+            bound = dict(zip(self.runtime_names, args))
+            bound.update((p.name, p.default) for p in self.params if p.name not in bound and p.default is not p.empty)
+            bound.update(kwargs)
+            grid = grid(bound)
+        if type(grid) is int:
+            grid = (grid, 1, 1)
+        elif type(grid) is not tuple or len(grid) != 3:
+            grid = normalise_grid(grid)
+        if not (type(grid[0]) is int and type(grid[1]) is int and type(grid[2]) is int
+                and grid[0] > 0 and grid[1] > 0 and grid[2] > 0):
+            grid = normalise_grid(grid)
+        launcher(grid, fast[1], stream)
+        return True
 
     # --- inspection ----------------------------------------------------------------------------
     def inspect(self, *args, num_warps: int = 4, **kwargs) -> Inspection:
@@ -258,11 +321,7 @@ def _array_spec(name, dt, shape, strides, ptr) -> ArraySpec:
     item = dt.itemsize
     if any(s % item for s in strides):
         raise LaunchError(f"argument '{name}': its strides {strides} are not whole elements")
-    inner_unit = not shape or shape[-1] <= 1 or strides[-1] == item
-    aligned = ptr % 16 == 0 and all(s % 16 == 0 for n, s in zip(shape, strides) if n > 1 and s != item)
-    span = 1 + sum((n - 1) * abs(s) // item for n, s in zip(shape, strides) if n > 0)
-    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    return ArraySpec(dt, len(shape), inner_unit, aligned, max(span, size) >= 2**31)
+    return array_spec(dt, tuple(shape), tuple(s // item for s in strides), ptr)
 
 
 def _scalar_dtype(name: str, value) -> dtypes.DType:
@@ -295,3 +354,12 @@ def normalise_grid(grid) -> tuple[int, int, int]:
 def _check_num_warps(num_warps) -> None:
     if not isinstance(num_warps, int) or isinstance(num_warps, bool) or num_warps not in (1, 2, 4, 8, 16, 32):
         raise LaunchError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
+
+
+def _fast_device_view(value):
+    """The runtime's cheap view of a device array (imported on first use: the runtime is only
+    needed once a GPU launch has happened)."""
+    global _fast_device_view
+    from tilejit.runtime.arrays import fast_device_view
+    _fast_device_view = fast_device_view
+    return fast_device_view(value)

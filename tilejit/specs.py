@@ -25,3 +25,24 @@ class ScalarSpec:
 
 
 ArgSpec = ArraySpec | ScalarSpec
+
+
+def array_spec_fields(dtype: DType, shape, strides, ptr: int) -> tuple:
+    """``ArraySpec`` fields of an array from its dtype, shape, strides (in elements) and data
+    address, as a plain tuple: the one rule the launch path and its fast re-launch path share
+    (a tuple because building the frozen dataclass costs microseconds on every launch)."""
+    item = dtype.itemsize
+    aligned = ptr % 16 == 0
+    span = size = 1
+    for n, s in zip(shape, strides):
+        size *= n
+        span += (n - 1) * abs(s)
+        if n > 1 and s != 1 and (s * item) % 16:
+            aligned = False
+    inner_unit = not shape or shape[-1] <= 1 or strides[-1] == 1
+    return dtype, len(shape), inner_unit, aligned, size > 0 and max(span, size) >= 2**31
+
+
+def array_spec(dtype: DType, shape, strides, ptr: int) -> ArraySpec:
+    """The spec of an array (see ``array_spec_fields``)."""
+    return ArraySpec(*array_spec_fields(dtype, shape, strides, ptr))

@@ -1,0 +1,103 @@
+"""The re-launch fast path: a launch that repeats a seen specialisation skips binding, the
+specialisation rules and the compile cache, and anything that changes the specialisation
+(alignment, contiguity, dtype, scalar width, constexprs, num_warps) goes down the full path."""
+import importlib
+
+import pytest
+
+import tilejit as tj
+from tilejit import backends, dtypes
+from tilejit.runtime.arrays import KernelArray
+
+kernel_module = importlib.import_module("tilejit.kernel")
+
+
+class FakeDeviceArray:
+    def __init__(self, ptr=4096, shape=(8, 8), strides=(8, 1), dtype=dtypes.float32, device=0):
+        self.view = KernelArray(ptr, shape, strides, dtype, device, stream=7)
+
+
+class RecordingBackend:
+    """Compiles nothing, records which path each launch took."""
+    target = "fake"
+
+    def __init__(self):
+        self.compiled, self.slow, self.fast = [], [], []
+
+    def compile(self, tile_fn, options):
+        self.compiled.append(options["specs"])
+        return len(self.compiled)
+
+    def launch(self, artifact, grid, args, stream):
+        self.slow.append((artifact, grid))
+
+    def fast_launcher(self, artifact):
+        return lambda grid, views, stream: self.fast.append((artifact, grid, views[0].stream))
+
+
+@tj.kernel
+def scale(x, y, n, BLOCK: tj.constexpr):
+    t = tj.load(x, (tj.program_id(0), 0), (1, BLOCK))
+    tj.store(y, (tj.program_id(0), 0), t * n)
+
+
+@pytest.fixture
+def backend(monkeypatch):
+    fake = RecordingBackend()
+    monkeypatch.setitem(backends.PROVIDERS, "fake", ())
+    backends.register("fake", fake)
+    monkeypatch.setenv("TILEJIT_BACKEND", "fake")
+    monkeypatch.setattr(kernel_module, "_fast_device_view",
+                        lambda v: v.view if isinstance(v, FakeDeviceArray) else None)
+    scale._cache.clear()
+    scale._fast.clear()
+    yield fake
+    backends._registry.pop("fake", None)
+
+
+def _classify(name, value):
+    if isinstance(value, FakeDeviceArray):
+        v = value.view
+        return kernel_module._array_spec(name, v.dtype, v.shape, tuple(s * v.dtype.itemsize for s in v.strides), v.ptr), v
+    return _original_classify(name, value)
+
+
+_original_classify = kernel_module.classify_argument
+
+
+@pytest.fixture(autouse=True)
+def classify(monkeypatch):
+    monkeypatch.setattr(kernel_module, "classify_argument", _classify)
+
+
+def test_second_launch_takes_the_fast_path(backend):
+    x, y = FakeDeviceArray(), FakeDeviceArray(ptr=8192)
+    scale[(8,)](x, y, 3, BLOCK=8)
+    scale[(8,)](x, y, 3, BLOCK=8)
+    scale[lambda meta: (meta["BLOCK"],)](x, y, 5, BLOCK=8)
+    assert len(backend.slow) == 1 and len(backend.compiled) == 1
+    assert [(a, g, s) for a, g, s in backend.fast] == [(1, (8, 1, 1), 7), (1, (8, 1, 1), 7)]
+
+
+@pytest.mark.parametrize("change", [
+    dict(x=FakeDeviceArray(ptr=4100)),                       # not 16-byte aligned
+    dict(x=FakeDeviceArray(strides=(16, 2))),                # inner stride not 1
+    dict(x=FakeDeviceArray(dtype=dtypes.float16)),           # another dtype
+    dict(n=2**40),                                           # an int64 scalar
+    dict(BLOCK=16),                                          # another constexpr
+    dict(num_warps=8),
+])
+def test_a_changed_specialisation_takes_the_full_path(backend, change):
+    base = dict(x=FakeDeviceArray(), y=FakeDeviceArray(ptr=8192), n=3, BLOCK=8, num_warps=4)
+    scale[(8,)](base["x"], base["y"], base["n"], BLOCK=base["BLOCK"], num_warps=4)
+    args = {**base, **change}
+    scale[(8,)](args["x"], args["y"], args["n"], BLOCK=args["BLOCK"], num_warps=args["num_warps"])
+    assert len(backend.slow) == 2 and backend.fast == []
+
+
+def test_bad_grid_on_the_fast_path_is_still_a_launch_error(backend):
+    x, y = FakeDeviceArray(), FakeDeviceArray(ptr=8192)
+    scale[(8,)](x, y, 3, BLOCK=8)
+    with pytest.raises(tj.LaunchError, match="grid"):
+        scale[(0,)](x, y, 3, BLOCK=8)
+    assert backend.fast == []
