@@ -66,10 +66,31 @@ class CudaArtifact:
 
 
 # ------------------------------------------------------------------------------------------ stages
+# shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin), per target
+MAX_SHARED_BYTES = {"sm_80": 166912, "sm_90a": 232448}
+MAX_VALUES_PER_THREAD = 1024      # far past the 255 registers a thread has: LLVM would grind on
+
+
+def check_resources(fn, target: str) -> None:
+    """Refuse a SIMT program the GPU cannot hold, naming the op and the user's line."""
+    from tilejit.errors import CompileError
+    from tilejit.simt import RegType
+    for o in fn.walk():
+        for r in o.results:
+            if isinstance(r.type, RegType) and r.type.n > MAX_VALUES_PER_THREAD:
+                raise CompileError(f"tile too large for the registers: it needs {r.type.n} values in each of the "
+                                   f"{32 * fn.meta['num_warps']} threads (at most {MAX_VALUES_PER_THREAD}); "
+                                   "use smaller tiles or more warps (num_warps=...)", o.loc)
+    if fn.meta["shared_bytes"] > MAX_SHARED_BYTES[target]:
+        raise CompileError(f"the kernel needs {fn.meta['shared_bytes']} bytes of shared memory; "
+                           f"{target} offers at most {MAX_SHARED_BYTES[target]} per CTA")
+
+
 def stage_simt(state: dict) -> None:
     from tilejit import ir
     from tilejit.passes.pipeline import compile_to_simt
     fn = compile_to_simt(state["tile_fn"], num_warps=state["num_warps"], target=state["target"])
+    check_resources(fn, state["target"])
     state["simt_fn"], state["simt_ir"] = fn, ir.print_function(fn)
 
 

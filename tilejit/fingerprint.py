@@ -142,19 +142,27 @@ class _Hasher:
             else:
                 self.put("function", v.__qualname__)
                 self.function(v)
-        elif isinstance(v, (type, types.BuiltinFunctionType)):
+        elif isinstance(v, types.BuiltinFunctionType):
             self.put("named", f"{getattr(v, '__module__', '')}.{v.__qualname__}")
+        elif isinstance(v, type):
+            self.put("named", f"{getattr(v, '__module__', '')}.{v.__qualname__}")
+            self.attributes(v, attribute_names)
         else:
             self.other(v)
+            self.attributes(v, attribute_names)
 
     def module(self, module: types.ModuleType, attribute_names) -> None:
         """A module by name, plus the simple values of attributes the code may read from it
         (``config.BLOCK`` changing must change the key)."""
         self.put("module", module.__name__)
-        if _is_tilejit_module(module.__name__):
-            return
+        if not _is_tilejit_module(module.__name__):
+            self.attributes(module, attribute_names)
+
+    def attributes(self, owner, attribute_names) -> None:
+        """The simple values of ``owner``'s attributes that the code may read (``config.BLOCK``,
+        ``Config.GAIN``, ``obj.scale``): the frontend folds them into the kernel."""
         for name in attribute_names:
-            attr = getattr(module, name, None)
+            attr = getattr(owner, name, None)
             if _is_tilejit_func(attr) or isinstance(attr, (bool, int, float, str, tuple, DType)):
                 self.put("attr", name)
                 self.value(attr)

@@ -149,7 +149,10 @@ class Kernel:
             text = ir.print_function(tile_fn)
             options = {"name": self.name, "num_warps": num_warps, "constexprs": dict(consts),
                        "specs": specs, "pyfn": self.fn, "cache_key": disk_key}
-            artifact = backend.compile(tile_fn, options)
+            try:
+                artifact = backend.compile(tile_fn, options)
+            except TilejitError as err:
+                raise err.with_kernel(self.name)
         entry = self._cache[key] = _Compiled(backend, artifact, text)
         return entry
 
@@ -193,7 +196,8 @@ class Kernel:
                 part = (v.device, array_spec_fields(v.dtype, v.shape, v.strides, v.ptr))
             parts.append(part)
             views.append(v)
-        key = (num_warps, os.environ.get("TILEJIT_BACKEND"), tuple(kwargs.items()), tuple(parts))
+        consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
+        key = (num_warps, os.environ.get("TILEJIT_BACKEND"), consts, tuple(parts))
         try:
             hash(key)
         except TypeError:
@@ -236,6 +240,7 @@ class Kernel:
     def inspect_specs(self, specs, consts: dict, num_warps: int = 4, backend: str | None = None) -> Inspection:
         """Like ``inspect`` from specs and constexprs. Without ``backend`` the richest backend
         that compiles here is used (cuda, then emulate); the tile IR is always there."""
+        _check_num_warps(num_warps)
         candidates = [backend] if backend else ["cuda", "emulate"]
         for name in candidates:
             try:
@@ -294,7 +299,12 @@ def classify_argument(name: str, value):
         return ScalarSpec(dt), dt.np.type(value)
     device = getattr(value, "__dlpack_device__", None)
     if device is not None and device()[0] == 1:           # kDLCPU: a zero-copy NumPy view
-        return classify_argument(name, np.from_dlpack(value))
+        try:
+            host = np.from_dlpack(value)
+        except Exception as err:                          # e.g. a torch tensor that requires grad
+            raise LaunchError(f"argument '{name}': cannot read this {type(value).__name__} as a host "
+                              f"array ({type(err).__name__}: {err})") from None
+        return classify_argument(name, host)
     from tilejit.runtime.arrays import as_kernel_array    # the runtime reads GPU array protocols
     try:
         view = as_kernel_array(value)

@@ -66,15 +66,25 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+MAX_TILE_ELEMENTS = 1 << 20        # as Triton: larger tiles cannot live in one CTA's registers
+
+
 def const_shape(b: Builder, shape, what: str) -> tuple[int, ...]:
     """A tile shape given as an int or a tuple of ints known at compile time."""
     items = shape if isinstance(shape, (tuple, list)) else (shape,)
+    numel = 1
     for s in items:
-        if isinstance(s, Value) or not isinstance(s, int) or isinstance(s, bool):
+        if isinstance(s, Value):
             fail(b, f"{what}: tile shape must be compile-time constant, got {describe(s)} "
                     "(use a tj.constexpr parameter)")
+        if not isinstance(s, int) or isinstance(s, bool):
+            fail(b, f"{what}: tile dimensions must be ints, got {type(s).__name__} {s!r}")
         if s <= 0:
             fail(b, f"{what}: tile dimensions must be positive, got {tuple(items)}")
+        numel *= s
+    if numel > MAX_TILE_ELEMENTS:
+        fail(b, f"{what}: a tile of shape {tuple(items)} is too large ({numel} elements; "
+                f"tiles hold at most {MAX_TILE_ELEMENTS})")
     return tuple(items)
 
 
