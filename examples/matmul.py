@@ -1,24 +1,41 @@
 """Tiled matmul C = A @ B: one program per (BM, BN) block of C, float32 accumulation; ragged
-M, N and K work because loads past the edge read zeros and stores past it are dropped."""
+M, N and K work because loads past the edge read zeros and stores past it are dropped.
+``tj.autotune`` picks the tile sizes, warps and pipeline depth per shape and dtype on the GPU
+(the first config on the CPU backends); ``run(..., BM=, BN=, BK=)`` sets them by hand."""
 import numpy as np
 
 import tilejit as tj
 
+CONFIGS = [tj.Config(BM=64, BN=64, BK=32, STAGES=3, num_warps=4),
+           tj.Config(BM=128, BN=128, BK=32, STAGES=3, num_warps=4),
+           tj.Config(BM=128, BN=128, BK=64, STAGES=3, num_warps=8),
+           tj.Config(BM=128, BN=256, BK=32, STAGES=3, num_warps=8),
+           tj.Config(BM=256, BN=128, BK=32, STAGES=3, num_warps=8),
+           tj.Config(BM=128, BN=64, BK=32, STAGES=4, num_warps=4),
+           tj.Config(BM=64, BN=128, BK=32, STAGES=4, num_warps=4),
+           tj.Config(BM=64, BN=64, BK=64, STAGES=4, num_warps=4)]
 
+
+@tj.autotune(configs=CONFIGS, key=["a", "b"])
 @tj.kernel
-def matmul_kernel(a, b, c, BM: tj.constexpr = 64, BN: tj.constexpr = 64, BK: tj.constexpr = 32):
+def matmul_kernel(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr, STAGES: tj.constexpr = 3):
     m = tj.program_id(0) * BM
     n = tj.program_id(1) * BN
     acc = tj.zeros((BM, BN), tj.float32)
-    for k in tj.range(0, a.shape[1], BK, stages=3):
+    for k in tj.range(0, a.shape[1], BK, stages=STAGES):
         acc = tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (k, n), (BK, BN)), acc)
     tj.store(c, (m, n), acc.to(c.dtype))
 
 
-def run(a, b, out_dtype=np.float32, BM=64, BN=64, BK=32):
+def run(a, b, out_dtype=np.float32, **config):
     c = np.empty((a.shape[0], b.shape[1]), out_dtype)
-    grid = (tj.cdiv(a.shape[0], BM), tj.cdiv(b.shape[1], BN))
-    matmul_kernel[grid](a, b, c, BM=BM, BN=BN, BK=BK)
+
+    def grid(meta):
+        return tj.cdiv(a.shape[0], meta["BM"]), tj.cdiv(b.shape[1], meta["BN"])
+    if config:                                           # by hand: the kernel under the tuner
+        matmul_kernel.kernel[grid](a, b, c, **config)
+    else:
+        matmul_kernel[grid](a, b, c)
     return c
 
 
@@ -36,4 +53,5 @@ if __name__ == "__main__":
     a, b = example_inputs(np.random.default_rng(0))
     out, ref = run(a, b), reference(a, b)
     tj.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-    print(f"matmul {a.shape} @ {b.shape} (float16 -> float32): max error {np.abs(out - ref).max():.2e}")
+    print(f"matmul {a.shape} @ {b.shape} (float16 -> float32): max error {np.abs(out - ref).max():.2e}, "
+          f"config {matmul_kernel.best_config}")

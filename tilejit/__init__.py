@@ -16,3 +16,4 @@ from tilejit.kernel import Kernel, kernel  # noqa: F401
 from tilejit import testing  # noqa: F401,E402  (tj.testing; imports hypothesis only when used)
 from tilejit.runtime.arrays import DeviceArray, empty, to_device  # noqa: F401,E402
 from tilejit.frontend import func  # noqa: E402,F401
+from tilejit.autotune import Config, autotune  # noqa: E402,F401

@@ -152,15 +152,20 @@ def _cuda_event_timer():
     return None
 
 
-def benchmark(fn, warmup: int = 10, rep: int = 50) -> float:
+def benchmark(fn, warmup: int = 10, rep: int = 50, setup=None) -> float:
     """Median time of ``fn()`` in milliseconds: CUDA events with the L2 flushed before each run
-    when a GPU and torch or CuPy are present, else ``time.perf_counter`` on the host."""
+    when a GPU and torch or CuPy are present, else ``time.perf_counter`` on the host.
+    ``setup()``, when given, runs before every run (warm-up ones too), outside the timed region
+    and before the L2 flush: e.g. restore the inputs a kernel overwrites."""
+    setup = setup or (lambda: None)
     for _ in range(warmup):
+        setup()
         fn()
     timer = _cuda_event_timer()
     if timer is None:
         times = []
         for _ in range(rep):
+            setup()
             start = time.perf_counter()
             fn()
             times.append((time.perf_counter() - start) * 1e3)
@@ -169,6 +174,7 @@ def benchmark(fn, warmup: int = 10, rep: int = 50) -> float:
     synchronize()
     pairs = []
     for _ in range(rep):
+        setup()
         flush_l2()
         start, end = make_event(), make_event()
         start.record()
