@@ -60,6 +60,7 @@ def load_kernel(target: str) -> Kernel:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     found = getattr(module, name, None)
+    found = getattr(found, "kernel", found)          # an @tj.autotune wraps its Kernel
     if not isinstance(found, Kernel):
         raise ValueError(f"{path} has no @tj.kernel named {name!r}")
     return found

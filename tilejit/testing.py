@@ -5,6 +5,7 @@ Hypothesis is imported only when a strategy is built, so ``import tilejit`` does
 """
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
@@ -131,8 +132,10 @@ def assert_close(out, ref, dtype=None, rtol: float | None = None, atol: float | 
 
 
 # ----------------------------------------------------------------------------------- benchmark
+@functools.cache
 def _cuda_event_timer():
-    """(make_event, flush_l2, synchronize, elapsed_ms) from torch or CuPy, or None without a GPU."""
+    """(make_event, flush_l2, synchronize, elapsed_ms) from torch or CuPy, or None without a GPU;
+    made once per process, so the 256 MB flush buffer is allocated once."""
     try:
         import torch
         if torch.cuda.is_available():
