@@ -20,6 +20,7 @@ from __future__ import annotations
 from tilejit import ir
 from tilejit.ir import ELEMENTWISE_OPS, TileOp, TileType
 from tilejit.passes import layouts as L
+from tilejit.passes.mma_tiling import dot_config
 from tilejit.specs import ArraySpec
 
 DEFERRED_OPS = frozenset({TileOp.CONSTANT, TileOp.SPLAT, TileOp.ARANGE})
@@ -138,7 +139,8 @@ class LayoutAssigner:
         self.set(o.result, L.permuted(self.layouts[src], o.attrs.perm))
 
     def op_DOT(self, o: ir.Operation) -> None:
-        self.set(o.result, default_layout(o.result.type, self.num_warps))
+        cfg = dot_config(o, self.num_warps)       # tensor cores: the mma accumulator layout
+        self.set(o.result, cfg.acc_layout if cfg else default_layout(o.result.type, self.num_warps))
 
     # --- control flow ------------------------------------------------------------------------
     def carried(self, args, inits, region: ir.Block, yields_of) -> None:

@@ -5,7 +5,8 @@ Every tile value becomes ``RegType(dtype, layout.n)`` per thread; scalars are un
 ``RegType(dtype, 1)``.  Element coordinates are a runtime *thread part* (bit fields of the
 lane and warp ids, computed once in the function's prologue) plus compile-time *register
 parts* (vector constants).  Memory ops, reductions and shared-memory exchanges live in
-``lower_memory``, ``lower_reduce`` and ``lower_shared``.
+``lower_memory``, ``lower_reduce`` and ``lower_shared``; tensor-core DOTs in ``lower_dot`` and
+the cp.async pipelining of ``tj.range(stages=N)`` loops feeding them in ``pipeline_loads``.
 """
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from tilejit import ir, simt
 from tilejit.errors import CompileError
 from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
 from tilejit.passes import layouts as L
-from tilejit.passes import lower_memory, lower_reduce, lower_shared
+from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads
 from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
+from tilejit.passes.mma_tiling import dot_config
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -37,6 +39,9 @@ class Lowering:
         self.param_index: dict[tuple, int] = {}
         self.writes: set[int] = set()
         self.multiples = lower_memory.KnownMultiples(fn)
+        self.staged: dict = {}                # pipelined DOT operand -> (shared base, buffer)
+        self.self_synced: set = set()         # shared accesses the pipeliner orders itself
+        self.grouped_ids = any(o.op is TileOp.DOT and dot_config(o, num_warps) for o in fn.walk())
         self.describe_params()
 
     # --- building ----------------------------------------------------------------------------
@@ -168,10 +173,10 @@ class Lowering:
         return self.geo(("param", index), lambda: self.emit(
             SimtOp.PARAM, [], rtype, ir.AxisAttrs(index), builder=self.prologue).result)
 
-    def alloc_shared(self, size: int) -> tuple[ir.Value, int]:
+    def alloc_shared(self, size: int, align: int = 16) -> tuple[ir.Value, int]:
         buf = self.next_buffer
         self.next_buffer += 1
-        base = self.emit(SimtOp.SHARED_ALLOC, [], RegType(I32), simt.AllocAttrs(buf, max(size, 1))).result
+        base = self.emit(SimtOp.SHARED_ALLOC, [], RegType(I32), simt.AllocAttrs(buf, max(size, 1), align)).result
         return base, buf
 
     # --- values ------------------------------------------------------------------------------
@@ -195,6 +200,10 @@ class Lowering:
         if idx is not None:
             return self.gather(sv, idx)
         strides = rowmajor(src.shape)
+        if src.kind == "mma_c" and src.rank == 2:
+            # rows padded by 16 bytes: the 8 rows an accumulator store touches at once fall in
+            # different banks, and 16-byte row chunks stay aligned for vector reads
+            strides = (src.shape[1] + 16 // dtype.itemsize, 1)
         return lower_shared.exchange(self, sv, src, strides, dst, strides, dtype)
 
     def materialize(self, v: ir.Value, layout: L.Layout) -> ir.Value:
@@ -261,9 +270,40 @@ class Lowering:
     def op_CONSTANT(self, o):
         self.values[o.result] = self.const(o.result.type.dtype, [o.attrs.value])
 
+    def block_id(self, axis: int) -> ir.Value:
+        return self.geo(("block_id", axis), lambda: self.emit(
+            SimtOp.BLOCK_ID, [], RegType(I32), ir.AxisAttrs(axis), builder=self.prologue).result)
+
+    def grid_dim(self, axis: int) -> ir.Value:
+        return self.geo(("grid_dim", axis), lambda: self.emit(
+            SimtOp.GRID_DIM, [], RegType(I32), ir.AxisAttrs(axis), builder=self.prologue).result)
+
     def op_PROGRAM_ID(self, o):
-        self.values[o.result] = self.geo(("block_id", o.attrs.axis), lambda: self.emit(
-            SimtOp.BLOCK_ID, [], RegType(I32), o.attrs, builder=self.prologue).result)
+        if self.grouped_ids and o.attrs.axis < 2:
+            self.values[o.result] = self.geo("grouped_ids", self.grouped_program_ids)[o.attrs.axis]
+        else:
+            self.values[o.result] = self.block_id(o.attrs.axis)
+
+    def grouped_program_ids(self, group: int = 8) -> tuple[ir.Value, ir.Value]:
+        """(program_id(0), program_id(1)) in grouped order: CTAs launched one after another
+        walk ``group`` blocks along axis 0 before stepping along axis 1, so a GEMM's concurrent
+        CTAs share A row blocks and B column blocks in L2.  A permutation of the grid (programs
+        are independent), the identity for a 1-D grid; 64-bit math so no grid overflows it."""
+        p, i64 = self.prologue, D.int64
+
+        def op(kind, a, b):
+            return self.ew(kind, [a, b], i64, p)
+        bx, by, gx, gy = (self.cast(v, i64, p) for v in (self.block_id(0), self.block_id(1),
+                                                         self.grid_dim(0), self.grid_dim(1)))
+        size = self.const(i64, [group], p)
+        pid = op(TileOp.ADD, op(TileOp.MUL, by, gx), bx)
+        per_group = op(TileOp.MUL, size, gy)
+        first = op(TileOp.MUL, op(TileOp.FLOORDIV, pid, per_group), size)
+        rows = op(TileOp.MINIMUM, op(TileOp.SUB, gx, first), size)
+        within = op(TileOp.MOD, pid, per_group)
+        pid0 = op(TileOp.ADD, first, op(TileOp.MOD, within, rows))
+        pid1 = op(TileOp.FLOORDIV, within, rows)
+        return self.cast(pid0, I32, p), self.cast(pid1, I32, p)
 
     def op_NUM_PROGRAMS(self, o):
         self.values[o.result] = self.geo(("grid_dim", o.attrs.axis), lambda: self.emit(
@@ -274,7 +314,8 @@ class Lowering:
         self.values[o.result] = self.cast(self.param("dim", arg, o.attrs.axis), o.result.type.dtype)
 
     def op_LOAD(self, o):
-        self.values[o.result] = lower_memory.load(self, o)
+        if not pipeline_loads.pipelined_load(self, o):
+            self.values[o.result] = lower_memory.load(self, o)
 
     def op_STORE(self, o):
         lower_memory.store(self, o)
@@ -283,7 +324,11 @@ class Lowering:
         self.values[o.result] = lower_reduce.reduce(self, o)
 
     def op_DOT(self, o):
-        self.values[o.result] = lower_shared.dot_fallback(self, o)
+        cfg = dot_config(o, self.num_warps)
+        if cfg is None or self.layouts.get(o.result) != cfg.acc_layout:
+            self.values[o.result] = lower_shared.dot_fallback(self, o)
+        else:
+            self.values[o.result] = lower_dot.lower_dot(self, o, cfg, self.staged)
 
     def op_BROADCAST(self, o):
         self.values[o.result] = self.broadcast(o, self.layouts[o.result])
@@ -318,15 +363,18 @@ class Lowering:
     def reg_type(self, v: ir.Value) -> RegType:
         return RegType(v.type.dtype, self.layouts[v].n if is_tile(v) else 1)
 
-    def region(self, tile_block: ir.Block, targets, skip: int = 0) -> ir.Block:
+    def region(self, tile_block: ir.Block, targets, skip: int = 0, before=None) -> ir.Block:
         """Lower ``tile_block`` into a new SIMT block whose args mirror the tile block's; its
-        YIELD converts operand ``skip + i`` to the layout of ``targets[i]``."""
+        YIELD converts operand ``skip + i`` to the layout of ``targets[i]``.  ``before(first
+        arg)`` emits code at the start of the block (the pipeliner's waits and copies)."""
         out = ir.Block([ir.Value(self.reg_type(a)) for a in tile_block.args])
         outer = self.b
         self.b = ir.Builder(out)
         self.scopes.append({})
         for a, sa in zip(tile_block.args, out.args):
             self.values[a] = sa
+        if before is not None:
+            before(out.args[0])
         self.block(tile_block)
         ys = tile_block.ops[-1].operands
         converted = [self.get(y) for y in ys[:skip]]
@@ -342,6 +390,29 @@ class Lowering:
             self.values[r] = sr
 
     def op_FOR(self, o):
+        loads = pipeline_loads.plan(self, o)
+        if loads:
+            self.two_ways(o, pipeline_loads.rows_aligned(self, loads),
+                          lambda: pipeline_loads.lower_pipelined_for(self, o, loads),
+                          lambda: self.plain_for(o))
+        else:
+            self.plain_for(o)
+
+    def two_ways(self, o, cond, then_fn, else_fn) -> None:
+        """``o`` lowered twice, by ``then_fn`` and ``else_fn``, under a runtime IF(cond)."""
+        regions = []
+        for lower in (then_fn, else_fn):
+            block, outer = ir.Block(), self.b
+            self.b = ir.Builder(block)
+            self.scopes.append({})
+            lower()
+            self.emit(SimtOp.YIELD, [self.values[r] for r in o.results])
+            self.scopes.pop()
+            self.b = outer
+            regions.append(block)
+        self.control(o, SimtOp.IF, [cond], regions)
+
+    def plain_for(self, o):
         region = o.regions[0]
         args = region.args[1:]
         inits = [self.get(x, self.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
@@ -366,7 +437,8 @@ class Lowering:
         self.block(self.fn.body)
         body = ir.Block([], self.prologue.block.ops + self.b.block.ops)
         meta = {"params": self.params, "num_warps": self.num_warps, "name": self.fn.name,
-                "writes": sorted(self.writes), "shared_bytes": 0}
+                "writes": sorted(self.writes), "shared_bytes": 0,
+                "self_synced_ops": self.self_synced}
         return ir.Function(self.fn.name, body, list(self.fn.arg_names), meta)
 
 

@@ -1,5 +1,8 @@
 """The compiler's pass pipeline, in order, in one list: tile IR -> tile IR passes, the lowering
-to SIMT IR, then SIMT IR passes.
+to SIMT IR, then SIMT IR passes.  ``assign_layouts`` picks the tensor-core plan of each DOT
+(``mma_tiling``: mma accumulator layout, warp tiling); ``lower_to_simt`` also pipelines the
+loads feeding DOTs in ``tj.range(stages=N)`` loops into cp.async rings (``pipeline_loads``),
+because issuing a load iterations ahead is a property of how the loop is lowered.
 
     compile_to_simt(tile_fn, num_warps=4, target="sm_90a", dump=None) -> SIMT ir.Function
 

@@ -2,8 +2,10 @@
 live ranges do not overlap) and barrier insertion.
 
 Shared memory exists explicitly only in SIMT IR (lowering makes one SHARED_ALLOC per layout
-conversion, cross-warp reduction and fallback DOT), so both passes run after lowering and see
-every buffer without a side table.
+conversion, cross-warp reduction, DOT operand tile and cp.async ring), so both passes run after
+lowering and see every buffer without a side table.  LDMATRIX reads and CP_ASYNC writes count
+as accesses; those in ``meta["self_synced_ops"]`` (a cp.async ring inside its pipelined loop)
+are ordered by the pipeliner's own barriers.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 from tilejit import ir, simt
 from tilejit.simt import SimtOp
 
-SHARED_ACCESS = (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED)
+SHARED_ACCESS = (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED, SimtOp.LDMATRIX, SimtOp.CP_ASYNC)
+SHARED_READS = (SimtOp.LOAD_SHARED, SimtOp.LDMATRIX)
 DEDICATED_BYTES = 512    # buffers this small keep their own bytes: reuse would save almost
                          # nothing and would cost a barrier before the next writer
 
@@ -103,18 +106,21 @@ def _hits(ranges, rng) -> bool:
 class BarrierInserter:
     """A BARRIER goes before a shared read of bytes written since the last barrier (another
     thread wrote them) and before a shared write of bytes read or written since then (another
-    thread may not have read them yet).  Loops are analysed with their back edge."""
+    thread may not have read them yet).  Loops are analysed with their back edge.  Ops in
+    ``meta["self_synced_ops"]`` (a cp.async ring inside its loop) are skipped: the pipeliner
+    knows each iteration touches another slot and places one barrier per iteration."""
 
     def __init__(self, fn: ir.Function):
         self.ranges = {b: (off, off + size) for b, (off, size) in fn.meta.get("shared_buffers", {}).items()}
+        self.skip = fn.meta.get("self_synced_ops", set())
         self.count = 0
 
     def block(self, block: ir.Block, state: Pending, insert: bool) -> Pending:
         out = []
         for o in block.ops:
-            if o.op in SHARED_ACCESS:
+            if o.op in SHARED_ACCESS and o not in self.skip:
                 rng = self.ranges[o.attrs.buffer]
-                reading = o.op is SimtOp.LOAD_SHARED
+                reading = o.op in SHARED_READS
                 if _hits(state.written if reading else state.written | state.read, rng):
                     if insert:
                         out.append(ir.Operation(SimtOp.BARRIER, loc=o.loc))

@@ -37,11 +37,13 @@ import threading
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from tilejit import codegen_mma
 from tilejit import dtypes as D
 from tilejit import simt
 from tilejit.codegen_base import GLOBAL, I8, I32, I64, Ctx, const, reg_type
 from tilejit.codegen_math import elementwise
-from tilejit.codegen_memory import load_global, load_shared, store_global, store_shared
+from tilejit.codegen_memory import (cp_async, load_global, load_shared, pack, shared_pointer,
+                                    store_global, store_shared)
 from tilejit.errors import CompileError
 from tilejit.simt import ParamDesc, RegType, SimtOp
 
@@ -124,6 +126,8 @@ class KernelEmitter:
         func.calling_convention = "ptx_kernel"
         func.attributes = _KernelAttributes()
         func.attributes.add(f'"nvvm.maxntid"="{32 * fn.meta.get("num_warps", 4)}"')
+        if fn.meta.get("min_ctas_per_sm"):           # caps registers so that many CTAs fit an SM
+            func.attributes.add(f'"nvvm.minctasm"="{fn.meta["min_ctas_per_sm"]}"')
         self.ctx = Ctx(self.module, func, TARGETS[target][2], fn.meta.get("name", fn.name))
         self.values: dict[int, list] = {}
 
@@ -252,6 +256,29 @@ class KernelEmitter:
         vec = op.attrs.vec if op.attrs is not None else 1
         store_shared(self.ctx, self.get(op.operands[0]), self.get(op.operands[1]),
                      op.operands[1].type.dtype, vec)
+
+    # --- tensor cores and async copies (intrinsics from codegen_mma)
+    def op_LDMATRIX(self, op):
+        ptr = shared_pointer(self.ctx, self.get(op.operands[0])[0])
+        self.set(op.result, codegen_mma.ldmatrix(self.b, ptr, op.attrs.num, op.attrs.trans))
+
+    def op_MMA(self, op):
+        a, b, c = (self.get(v) for v in op.operands)
+        self.set(op.result, codegen_mma.mma(self.b, a, b, c, op.attrs.kind))
+
+    def op_PACK(self, op):
+        self.set(op.result, pack(self.ctx, self.get(op.operands[0]), op.operands[0].type.dtype))
+
+    def op_CP_ASYNC(self, op):
+        ptr = self.get(op.operands[0])[0]
+        offsets, addrs, sizes = (self.get(v) for v in op.operands[1:])
+        cp_async(self.ctx, ptr, offsets, addrs, sizes, op.operands[0].type.dtype)
+
+    def op_CP_ASYNC_COMMIT(self, op):
+        codegen_mma.cp_async_commit_group(self.b)
+
+    def op_CP_ASYNC_WAIT(self, op):
+        codegen_mma.cp_async_wait_group(self.b, op.attrs.n)
 
     def op_BARRIER(self, op):
         self.ctx.call("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(I32, 0)])

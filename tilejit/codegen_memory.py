@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from tilejit import codegen_mma
 from tilejit.codegen_base import I8, I32, SHARED, Ctx, const, mem_type
 from tilejit.dtypes import DType
 
@@ -104,9 +105,22 @@ def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, ve
             return [_masked_load(ctx, p, m, dt, other_value) for p, m in zip(ptrs, group_masks)]
         if size == 1:
             out += slow()
-        else:
-            out += _if_else(ctx, _all_true(ctx, group_masks),
-                            lambda ptrs=ptrs, size=size: _vector_load(ctx, ptrs[0], dt, size), slow, "vld")
+            continue
+        # the branches merge the raw memory vector and the registers are unpacked after the join:
+        # a conversion inside the branch (bf16 -> f32) would wait for the load there and keep
+        # the next group's load from being issued until this one lands
+        vty = ir.VectorType(mem_type(dt), size)
+
+        def fast(ptr=ptrs[0], vty=vty, size=size):
+            return [ctx.builder.load(ptr, typ=vty, align=size * dt.itemsize)]
+
+        def slow_vector(slow=slow, vty=vty):
+            vector = ir.Constant(vty, None)
+            for j, v in enumerate(slow()):
+                vector = ctx.builder.insert_element(vector, to_mem(ctx, v, dt), ir.Constant(I32, j))
+            return [vector]
+        vector = _if_else(ctx, _all_true(ctx, group_masks), fast, slow_vector, "vld")[0]
+        out += [to_reg(ctx, ctx.builder.extract_element(vector, ir.Constant(I32, j)), dt) for j in range(size)]
     return out
 
 
@@ -148,6 +162,11 @@ def _shared_ptr(ctx: Ctx, addr):
     return ctx.builder.gep(shared_buffer(ctx), [addr], source_etype=I8)
 
 
+def shared_pointer(ctx: Ctx, addr):
+    """``ptr addrspace(3)`` to shared byte address ``addr`` (an i32)."""
+    return _shared_ptr(ctx, addr)
+
+
 def load_shared(ctx: Ctx, addrs: list, n: int, dt: DType, vec: int) -> list:
     """Registers read from shared byte addresses ``addrs`` (one per register)."""
     out = []
@@ -161,3 +180,27 @@ def store_shared(ctx: Ctx, addrs: list, values: list, dt: DType, vec: int) -> No
     for first, size in _groups(len(values), vec, dt):
         _vector_store(ctx, _shared_ptr(ctx, addrs[first]), values[first:first + size], dt)
 
+
+
+# ------------------------------------------------------------------------ tensor-core helpers
+def pack(ctx: Ctx, values: list, dt: DType) -> list:
+    """Consecutive ``dt`` registers packed into i32 registers, lowest element in the low bits."""
+    per = 32 // dt.bits
+    out = []
+    for first in range(0, len(values), per):
+        group = values[first:first + per]
+        if per == 1:
+            out.append(ctx.builder.bitcast(group[0], I32) if group[0].type != I32 else group[0])
+            continue
+        vector = ir.Constant(ir.VectorType(mem_type(dt), per), None)
+        for j, v in enumerate(group):
+            vector = ctx.builder.insert_element(vector, v, ir.Constant(I32, j))
+        out.append(ctx.builder.bitcast(vector, I32))
+    return out
+
+
+def cp_async(ctx: Ctx, base, offsets: list, addrs: list, sizes: list, dt: DType) -> None:
+    """One 16-byte ``cp.async.cg`` (zero-filling past ``sizes[i]`` bytes) per register."""
+    for offset, addr, size in zip(offsets, addrs, sizes):
+        codegen_mma.cp_async_16(ctx.builder, _shared_ptr(ctx, addr),
+                                _element_ptr(ctx, base, offset, dt), size)

@@ -10,13 +10,16 @@ definition; elementwise ops use the interpreter's reference semantics.
 Checks that catch compiler bugs without a GPU: a shared-memory read of bytes another thread
 wrote since the last BARRIER (or a write of bytes another thread read or wrote since then)
 is a race; a ``vec`` access whose offsets are not contiguous or whose address is not aligned
-is an error; control values must be uniform across each CTA.
+is an error; control values must be uniform across each CTA.  Tensor-core ops and async
+copies run through ``emulator_mma`` (the PTX fragment maps); an async copy writes shared
+memory only when a CP_ASYNC_WAIT retires its group, and reading bytes a copy still has in
+flight is an error, so a missing or too-weak wait is caught.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tilejit import backends, ir
+from tilejit import backends, emulator_mma, ir
 from tilejit.errors import LaunchError
 from tilejit.interpreter import elementwise_fn
 from tilejit.simt import PtrType, SimtOp
@@ -97,6 +100,7 @@ class Machine:
                 self.shared = np.zeros((c, self.shared_bytes), np.uint8)
                 self.writer = np.full((c, self.shared_bytes), -1, np.int32)
                 self.reader = np.full((c, self.shared_bytes), -1, np.int32)
+                self.copies = emulator_mma.AsyncCopies()
                 self.block(self.fn.body, Frame({}, np.arange(c)))
 
     def full(self, f: Frame, value, dtype, n: int = 1) -> np.ndarray:
@@ -214,6 +218,7 @@ class Machine:
         dt = o.result.type.dtype.np
         addr = f[o.operands[0]].astype(np.int64)
         rows, addr = self.shared_index(o, f, addr, dt.itemsize)
+        self.check_landed(o, rows, addr)
         self.race(o, f, rows, addr, self.writer, "written by")
         self.mark(self.reader, rows, addr)
         return self.shared.view(dt)[rows, addr // dt.itemsize]
@@ -230,6 +235,80 @@ class Machine:
     def op_BARRIER(self, o, f):
         self.writer[f.ids] = -1
         self.reader[f.ids] = -1
+
+    # --- tensor cores and async copies ---------------------------------------------------------------
+    def check_landed(self, o, rows, addr) -> None:
+        """Reading shared bytes that an async copy has not written yet is undefined behaviour."""
+        if self.copies.groups or self.copies.uncommitted:
+            if self.copies.pending_mask(self.shared)[rows, addr].any():
+                raise EmulatorError(f"{o.op.name} reads shared bytes an async copy has not landed "
+                                    f"(a missing or too-weak CP_ASYNC_WAIT)")
+
+    def op_LDMATRIX(self, o, f):
+        num = o.attrs.num
+        addr = f[o.operands[0]][:, :, 0].astype(np.int64)
+        lanes = (self.tid % WARP) < 8 * num          # the lanes whose row address is used
+        rows16 = addr[:, lanes][:, :, None] + np.arange(16)
+        ctas = np.broadcast_to(f.ids[:, None, None], rows16.shape)
+        if rows16.min() < 0 or rows16.max() >= self.shared_bytes:
+            raise EmulatorError("LDMATRIX: row address out of range")
+        self.check_landed(o, ctas, rows16)
+        readers = np.broadcast_to(self.tid[lanes][None, :, None], rows16.shape)
+        if self.race_check:
+            seen = self.writer[ctas, rows16]
+            if ((seen != -1) & (seen != readers)).any():
+                raise EmulatorError("shared-memory race: LDMATRIX reads bytes written by another "
+                                    "thread since the last BARRIER")
+            self.reader[ctas, rows16] = readers
+        regs = emulator_mma.ldmatrix(self.shared[f.ids], addr, num, o.attrs.trans)
+        return np.ascontiguousarray(regs).view(np.int32)
+
+    def op_MMA(self, o, f):
+        a, b, c = (f[x] for x in o.operands)
+        d = emulator_mma.mma(a, b, c, o.attrs.kind)
+        return d.astype(o.result.type.dtype.np)
+
+    def op_PACK(self, o, f):
+        x = f[o.operands[0]]
+        bits = o.operands[0].type.dtype.bits
+        raw = np.ascontiguousarray(x).view(np.dtype(f"uint{bits}")).astype(np.uint32)
+        per = 32 // bits
+        raw = raw.reshape(raw.shape[:2] + (-1, per)) << (np.arange(per, dtype=np.uint32) * bits)
+        return np.bitwise_or.reduce(raw, axis=-1).view(np.int32)
+
+    def op_CP_ASYNC(self, o, f):
+        ptr = f[o.operands[0]]
+        offs, addr, src = (f[x] for x in o.operands[1:])
+        if self.race_check:                   # the copy may land any time from now on
+            bytes_ = addr.astype(np.int64)[..., None] + np.arange(16)
+            rows = np.broadcast_to(f.ids[:, None, None, None], bytes_.shape)
+            tid = np.broadcast_to(self.tid[None, :, None, None], bytes_.shape)
+            for track, what in ((self.reader, "read by"), (self.writer, "written by")):
+                seen = track[rows, bytes_]
+                if ((seen != -1) & (seen != tid)).any():
+                    raise EmulatorError(f"shared-memory race: CP_ASYNC overwrites bytes {what} "
+                                        f"another thread since the last BARRIER")
+        ctas = len(self.block_ids)
+        for i in range(addr.shape[2]):
+            full = [np.zeros((ctas, self.threads), np.int64) for _ in range(3)]
+            active = np.zeros((ctas, self.threads), bool)
+            active[f.ids] = True
+            for dst, v in zip(full, (addr[:, :, i], offs[:, :, i], src[:, :, i])):
+                dst[f.ids] = v
+            goff = (full[1] + ptr.base) * ptr.item
+            self.copies.cp_async(self.shared, full[0], ptr.flat, np.where(full[2] > 0, goff, 0),
+                                 full[2], active)
+
+    def op_CP_ASYNC_COMMIT(self, o, f):
+        self.copies.commit_group()
+
+    def op_CP_ASYNC_WAIT(self, o, f):
+        # every CTA of the batch shares one queue: a CTA group split off by divergent control flow
+        # may see its copies land early (never late), which is still a legal schedule
+        for mem, smem in self.copies.wait_group(o.attrs.n):
+            cta, thread = np.nonzero(smem >= 0)
+            if self.race_check:
+                self.writer[cta[:, None], smem[cta, thread][:, None] + np.arange(16)] = thread[:, None]
 
     # --- control flow ------------------------------------------------------------------------------
     def split(self, o, f: Frame, keys: np.ndarray, run) -> None:

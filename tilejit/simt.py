@@ -88,8 +88,24 @@ class SimtOp(enum.Enum):
     IF = enum.auto()
     WHILE = enum.auto()
     YIELD = enum.auto()
-    # tensor cores and async copies (issue #4) are added here:
-    # LDMATRIX, MMA, CP_ASYNC, CP_ASYNC_COMMIT, CP_ASYNC_WAIT
+    # tensor cores (warp-wide: every lane of every warp executes them; PTX ISA fragment maps in
+    # ``passes.mma_layouts``).  A/B fragments and ldmatrix results are packed 32-bit registers
+    # (dtype int32; two 16-bit or four 8-bit elements, lowest-numbered in the low bits).
+    LDMATRIX = enum.auto()       # (addr: i32 n=1) -> <num x i32>: ldmatrix.sync.aligned.m8n8.x<num>
+    #   {.trans}.shared.b16; lane i < 8*num supplies the shared byte address of row i%8 of
+    #   matrix i//8; register m of a lane holds its 2 elements of matrix m     LdmatrixAttrs
+    MMA = enum.auto()            # (a: <4 x i32>, b: <2 x i32>, c: <4 x f32|i32>) -> d like c:
+    #   mma.sync.aligned.<shape>.row.col, D = A @ B + C per warp                   MmaAttrs
+    PACK = enum.auto()           # (x: n elements of b bits) -> <n*b/32 x i32>: consecutive
+    #   elements packed into 32-bit registers, lowest first (bitcast for 32-bit elements)
+    # async copies (cp.async.cg, 16 bytes each); a copy writes shared memory only when a
+    # CP_ASYNC_WAIT retires its group: reading its bytes before that is undefined
+    CP_ASYNC = enum.auto()       # (ptr, offsets: n, addr: i32 n, src_bytes: i32 n) -> (): for each
+    #   register, copy 16 bytes from element offset ``offsets[i]`` of ptr to shared byte address
+    #   ``addr[i]``; only ``src_bytes[i]`` (0..16) bytes are read, the rest are zero-filled
+    #   (0: nothing read, the address may be out of bounds)                      SharedAttrs
+    CP_ASYNC_COMMIT = enum.auto()  # () -> (): close the copies issued since the last commit into a group
+    CP_ASYNC_WAIT = enum.auto()  # () -> (): wait until at most attrs.n newest groups are pending  WaitAttrs
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,23 @@ class GlobalAttrs(Attrs):
 class SharedAttrs(Attrs):
     vec: int = 1                  # groups of `vec` registers are contiguous and vec*itemsize aligned
     buffer: int = -1              # which SHARED_ALLOC buffer the addresses point into (-1: unknown)
+
+
+@dataclass(frozen=True)
+class LdmatrixAttrs(Attrs):
+    num: int                      # 1, 2 or 4 8x8 matrices
+    trans: bool = False
+    buffer: int = -1              # the SHARED_ALLOC buffer read
+
+
+@dataclass(frozen=True)
+class MmaAttrs(Attrs):
+    kind: str                     # A/B type: "bf16", "f16", "tf32", "s8" (mma_layouts.MMA_KINDS)
+
+
+@dataclass(frozen=True)
+class WaitAttrs(Attrs):
+    n: int                        # groups allowed to stay pending
 
 
 @dataclass(frozen=True)
@@ -165,6 +198,14 @@ _SPECS = {
     SimtOp.LOAD_GLOBAL: _check_memory, SimtOp.STORE_GLOBAL: _check_memory,
     SimtOp.LOAD_SHARED: _check_memory, SimtOp.STORE_SHARED: _check_memory,
     SimtOp.CONSTANT: lambda o: None if len(o.attrs.values) == _n(o.results[0]) else "CONSTANT size",
+    SimtOp.LDMATRIX: lambda o: None if _n(o.operands[0]) == 1 and _n(o.results[0]) == o.attrs.num
+    and o.attrs.num in (1, 2, 4) else "LDMATRIX takes one address and gives attrs.num registers",
+    SimtOp.MMA: lambda o: None if [_n(x) for x in o.operands] == [4, 2, 4] and _n(o.results[0]) == 4
+    else "MMA takes 4 + 2 + 4 registers and gives 4",
+    SimtOp.PACK: lambda o: None if _n(o.operands[0]) * o.operands[0].type.dtype.bits == 32 * _n(o.results[0])
+    else "PACK must fill whole 32-bit registers",
+    SimtOp.CP_ASYNC: lambda o: None if len({_n(x) for x in o.operands[1:]}) == 1
+    and isinstance(o.operands[0].type, PtrType) else "CP_ASYNC needs a pointer and equal register counts",
 }
 
 

@@ -1,0 +1,146 @@
+"""Lowering of DOT to tensor cores: operands in swizzled shared memory, ``ldmatrix`` fragments,
+one ``mma.sync`` per (m16, n8, k) instruction tile of each warp's block of C.
+
+A (M x K) and B (K x N) are kept row-major in shared memory with 16-byte chunks swizzled
+(``mma_layouts.swizzled_offset``) so every 8-lane phase of an ``ldmatrix`` hits 8 different
+bank groups.  A fragments come from ``ldmatrix.x4``; B fragments from ``ldmatrix.x4.trans``
+for 16-bit types and from element loads packed into registers for tf32 / int8 (``.trans``
+only moves 16-bit elements).  The operands get to shared memory either here (registers ->
+``STORE_SHARED``; ``insert_barriers`` adds the barriers) or by ``cp.async`` into a pipelined
+ring (``pipeline_loads``), which passes their slot address in ``staged``.
+
+The accumulator stays in the mma C-fragment layout (``DotConfig.acc_layout``) from the DOT
+through a loop's iter_args to the epilogue, so nothing is converted per iteration.
+"""
+from __future__ import annotations
+
+from tilejit import dtypes as D
+from tilejit import ir, simt
+from tilejit.ir import TileOp
+from tilejit.passes import layouts as L
+from tilejit.passes import mma_layouts as ML
+from tilejit.passes.mma_tiling import DotConfig, ldmatrix_a_layout, ldmatrix_b_layout
+from tilejit.simt import RegType, SimtOp
+
+I32 = D.int32
+
+
+def _log2(x: int) -> int:
+    return x.bit_length() - 1
+
+
+def swizzled_offsets(lw, layout: L.Layout, row_bytes: int, item: int):
+    """(i32 vector of each register's byte offset in a swizzled row-major tile, numpy table of
+    the same offsets per thread); the vector is computed once, in the prologue."""
+    def make():
+        p = lw.prologue
+        n = layout.n
+        row = lw.ew(TileOp.ADD, [lw.splat(lw.bitfield_sum(layout.terms[0]), n, p),
+                                 lw.const(I32, [c[0] for c in layout.regs], p)], I32, p)
+        col_terms = [L.BitTerm(t.src, t.shift, t.bits, t.scale * item) for t in layout.terms[1]]
+        col = lw.ew(TileOp.ADD, [lw.splat(lw.bitfield_sum(col_terms), n, p),
+                                 lw.const(I32, [c[1] * item for c in layout.regs], p)], I32, p)
+
+        def k(v):
+            return lw.const(I32, [v] * n, p)
+        rows_per_line = max(1, 128 // row_bytes)
+        xor = lw.ew(TileOp.AND, [lw.ew(TileOp.SHR, [row, k(_log2(rows_per_line))], I32, p),
+                                 k(min(8, row_bytes // ML.CHUNK) - 1)], I32, p)
+        chunk = lw.ew(TileOp.XOR, [lw.ew(TileOp.SHR, [col, k(4)], I32, p), xor], I32, p)
+        out = lw.ew(TileOp.ADD, [lw.ew(TileOp.SHL, [row, k(_log2(row_bytes))], I32, p),
+                                 lw.ew(TileOp.SHL, [chunk, k(4)], I32, p)], I32, p)
+        return lw.ew(TileOp.ADD, [out, lw.ew(TileOp.AND, [col, k(15)], I32, p)], I32, p)
+    table = layout.table()
+    offsets = ML.swizzled_offset(table[..., 0], table[..., 1] * item, row_bytes)
+    return lw.geo(("swizzled", layout, row_bytes, item), make), offsets
+
+
+def tile_bytes(cfg: DotConfig, operand: str) -> int:
+    rows = cfg.m if operand == "a" else cfg.k
+    return rows * cfg.row_bytes(operand)
+
+
+def stage_registers(lw, v: ir.Value, cfg: DotConfig, operand: str):
+    """Store register tile ``v`` into a new swizzled shared tile: (base, buffer id).  Replica
+    threads (a tile smaller than the CTA) write to a private scratch chunk instead, so each
+    byte has one writer."""
+    layout, item = lw.layout_of(v), cfg.ab_dtype.itemsize
+    size = tile_bytes(cfg, operand)
+    primary = lw.primary_thread(layout)
+    threads = 32 * lw.num_warps
+    # 128-byte aligned: the swizzle spreads ldmatrix rows over the banks of a 128-byte line
+    base, buf = lw.alloc_shared(size + (16 * threads if primary is not None else 0), align=128)
+    offsets, table = swizzled_offsets(lw, layout, cfg.row_bytes(operand), item)
+    vec = L.vector_width(table, item)
+    if primary is not None:
+        n, p = layout.n, lw.prologue
+        scratch = lw.ew(TileOp.ADD, [lw.ew(TileOp.MUL, [lw.thread_id("tid"), lw.const(I32, [16], p)], I32, p),
+                                     lw.const(I32, [size], p)], I32, p)
+        low = lw.ew(TileOp.AND, [offsets, lw.const(I32, [15] * n, p)], I32, p)
+        away = lw.ew(TileOp.ADD, [lw.splat(scratch, n, p), low], I32, p)
+        offsets = lw.ew(TileOp.WHERE, [lw.splat(primary, n, p), offsets, away], I32, p)
+    addr = lw.ew(TileOp.ADD, [lw.splat(base, layout.n), offsets], I32)
+    lw.emit(SimtOp.STORE_SHARED, [addr, lw.get(v, layout)], None, simt.SharedAttrs(vec, buf))
+    return base, buf
+
+
+def _addresses(lw, base, layout: L.Layout, row_bytes: int, item: int):
+    offsets, _ = swizzled_offsets(lw, layout, row_bytes, item)
+    return lw.ew(TileOp.ADD, [lw.splat(base, layout.n), offsets], I32)
+
+
+def _ldmatrix(lw, addr, index: int, num: int, trans: bool, buf: int):
+    return lw.emit(SimtOp.LDMATRIX, [lw.gather(addr, [index])], RegType(I32, num),
+                   simt.LdmatrixAttrs(num, trans, buf)).result
+
+
+def a_fragments(lw, cfg: DotConfig, base, buf: int, kk: int) -> list[ir.Value]:
+    """A fragments of k step ``kk``, per m tile: 4 packed registers each (one ldmatrix.x4)."""
+    layout = ldmatrix_a_layout(cfg)
+    addr = _addresses(lw, base, layout, cfg.row_bytes("a"), cfg.ab_dtype.itemsize)
+    return [_ldmatrix(lw, addr, kk * cfg.m_reps + mi, 4, False, buf) for mi in range(cfg.m_reps)]
+
+
+def b_fragments(lw, cfg: DotConfig, base, buf: int, kk: int) -> list[ir.Value]:
+    """B fragments of k step ``kk``, per n tile: 2 packed registers each."""
+    item = cfg.ab_dtype.itemsize
+    if cfg.ldmatrix_b:
+        layout = ldmatrix_b_layout(cfg)
+        addr = _addresses(lw, base, layout, cfg.row_bytes("b"), item)
+        pairs = -(-cfg.n_reps // 2)
+        out = []
+        for p in range(pairs):
+            num = 4 if 2 * p + 1 < cfg.n_reps else 2
+            regs = _ldmatrix(lw, addr, kk * pairs + p, num, True, buf)
+            out += [lw.gather(regs, [0, 1])] + ([lw.gather(regs, [2, 3])] if num == 4 else [])
+        return out
+    layout = ML.mma_layout(cfg.kind, "b", (cfg.k, cfg.n), cfg.warps)
+    size = ML.fragment_size(cfg.kind, "b")
+    step = slice(kk * cfg.n_reps * size, (kk + 1) * cfg.n_reps * size)   # this k step's registers
+    layout = L.Layout(layout.kind, layout.shape, layout.num_warps, layout.regs[step], layout.terms)
+    offsets, table = swizzled_offsets(lw, layout, cfg.row_bytes("b"), item)
+    addr = lw.ew(TileOp.ADD, [lw.splat(base, layout.n), offsets], I32)
+    values = lw.emit(SimtOp.LOAD_SHARED, [addr], RegType(cfg.ab_dtype, layout.n),
+                     simt.SharedAttrs(L.vector_width(table, item), buf)).result
+    return [lw.emit(SimtOp.PACK, [lw.gather(values, range(ni * size, ni * size + size))],
+                    RegType(I32, cfg.kind.b_regs)).result for ni in range(cfg.n_reps)]
+
+
+def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
+    """The DOT ``o`` on tensor cores; ``staged`` maps an operand Value already in a swizzled
+    shared tile (a pipelined load) to its (base address, buffer id)."""
+    a_v, b_v, acc_v = o.operands
+    a_src = staged.get(a_v) or stage_registers(lw, a_v, cfg, "a")
+    b_src = staged.get(b_v) or stage_registers(lw, b_v, cfg, "b")
+    acc = lw.get(acc_v, cfg.acc_layout)
+    pieces = [[lw.gather(acc, range((mi * cfg.n_reps + ni) * 4, (mi * cfg.n_reps + ni) * 4 + 4))
+               for ni in range(cfg.n_reps)] for mi in range(cfg.m_reps)]
+    attrs = simt.MmaAttrs(cfg.kind.ab_type)
+    for kk in range(cfg.k_steps):            # fragments of one k step live at a time
+        a_frags, b_frags = a_fragments(lw, cfg, *a_src, kk), b_fragments(lw, cfg, *b_src, kk)
+        for mi in range(cfg.m_reps):
+            for ni in range(cfg.n_reps):
+                pieces[mi][ni] = lw.emit(SimtOp.MMA, [a_frags[mi], b_frags[ni], pieces[mi][ni]],
+                                         RegType(cfg.acc_dtype, 4), attrs).result
+    return lw.concat([p for row in pieces for p in row])
+

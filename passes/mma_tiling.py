@@ -1,0 +1,129 @@
+"""Tensor-core plan of a ``tj.dot``: which mma instruction, how the CTA tile is split over warps,
+and the layouts that follow (accumulator, swizzled shared-memory operand tiles).
+
+    dot_config(op, num_warps) -> DotConfig | None
+
+None means the DOT keeps the FMA fallback (``lower_shared.dot_fallback``): float32 without
+``allow_tf32``, tiles that are not powers of two or too small for one m16n8 tile per warp,
+or K not a multiple of the instruction's k.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilejit import dtypes as D
+from tilejit import ir
+from tilejit.passes import layouts as L
+from tilejit.passes import mma_layouts as ML
+
+
+@dataclass(frozen=True)
+class DotConfig:
+    kind: ML.MmaKind
+    m: int
+    n: int
+    k: int
+    warps: tuple[int, int]          # (wm, wn): warp w computes C block (w % wm, w // wm)
+    ab_dtype: D.DType
+    acc_dtype: D.DType
+
+    @property
+    def warp_tile(self) -> tuple[int, int]:
+        return self.m // self.warps[0], self.n // self.warps[1]
+
+    @property
+    def num_warps(self) -> int:
+        return self.warps[0] * self.warps[1]
+
+    @property
+    def k_steps(self) -> int:
+        return self.k // self.kind.k
+
+    @property
+    def m_reps(self) -> int:
+        return self.warp_tile[0] // self.kind.m
+
+    @property
+    def n_reps(self) -> int:
+        return self.warp_tile[1] // self.kind.n
+
+    @property
+    def acc_layout(self) -> L.Layout:
+        return ML.mma_layout(self.kind, "c", (self.m, self.n), self.warps)
+
+    @property
+    def ldmatrix_b(self) -> bool:
+        """B (stored K x N row-major) is read with ``ldmatrix.trans`` (16-bit types); other
+        types read their B fragments element by element."""
+        return self.kind.bits == 16
+
+    def row_bytes(self, operand: str) -> int:
+        """Bytes per row of the swizzled shared tile of A (M x K) or B (K x N)."""
+        return (self.k if operand == "a" else self.n) * self.ab_dtype.itemsize
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def choose_warps(m: int, n: int, num_warps: int, kind: ML.MmaKind) -> tuple[int, int] | None:
+    """The (wm, wn) split of an m x n tile with the most square warp tiles (least operand
+    traffic per mma); ties go to taller warp tiles (128x128 on 8 warps -> 2x4 of 64x32)."""
+    best = None
+    wm = 1
+    while wm <= num_warps:
+        wn = num_warps // wm
+        if m % (kind.m * wm) == 0 and n % (kind.n * wn) == 0:
+            key = (m // wm + n // wn, -(m // wm))
+            if best is None or key < best[0]:
+                best = (key, (wm, wn))
+        wm *= 2
+    return best[1] if best else None
+
+
+def dot_config(o: ir.Operation, num_warps: int) -> DotConfig | None:
+    a, b = o.operands[0].type, o.operands[1].type
+    kind = ML.mma_kind_for(a.dtype, o.attrs.allow_tf32 if o.attrs else False)
+    if kind is None or kind.ab_type in ("e4m3", "e5m2") or a.dtype != b.dtype:
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    if not all(_pow2(x) for x in (m, n, k)) or k % kind.k:
+        return None
+    if n * a.dtype.itemsize < ML.CHUNK:      # a swizzled B row holds at least one 16-byte chunk
+        return None
+    warps = choose_warps(m, n, num_warps, kind)
+    if warps is None:
+        return None
+    acc = D.int32 if kind.acc_type == "s32" else D.float32
+    return DotConfig(kind, m, n, k, warps, a.dtype, acc)
+
+
+# ------------------------------------------------------------------------- address layouts
+def _log2(x: int) -> int:
+    return x.bit_length() - 1
+
+
+def ldmatrix_a_layout(cfg: DotConfig) -> L.Layout:
+    """Where each lane's ``ldmatrix.x4`` row address points in the A tile (M x K), one
+    register per (k step, m tile): lanes 0-7 / 8-15 rows 0-7 / 8-15 of the first 16 bytes of
+    K, lanes 16-31 the next 16 bytes (``mma_layouts.ldmatrix_rows("a")``)."""
+    per16 = ML.CHUNK // cfg.ab_dtype.itemsize
+    wm = cfg.warps[0]
+    rows = (L.BitTerm("lane", 0, 3, 1), L.BitTerm("lane", 3, 1, 8)) + \
+        ((L.BitTerm("warp", 0, _log2(wm), cfg.warp_tile[0]),) if wm > 1 else ())
+    cols = (L.BitTerm("lane", 4, 1, per16),)
+    regs = tuple((mi * cfg.kind.m, kk * cfg.kind.k) for kk in range(cfg.k_steps) for mi in range(cfg.m_reps))
+    return L.Layout("ldmatrix_a", (cfg.m, cfg.k), cfg.num_warps, regs, (rows, cols))
+
+
+def ldmatrix_b_layout(cfg: DotConfig) -> L.Layout:
+    """Row addresses of ``ldmatrix.x4.trans`` into the B tile (K x N, 16-bit), one register per
+    (k step, pair of n8 tiles); a lone last n8 tile uses ``.x2`` with the same addresses
+    (``mma_layouts.ldmatrix_rows("b_kn")``)."""
+    wm, wn = cfg.warps
+    rows = (L.BitTerm("lane", 0, 3, 1), L.BitTerm("lane", 3, 1, 8))
+    cols = (L.BitTerm("lane", 4, 1, 8),) + \
+        ((L.BitTerm("warp", _log2(wm), _log2(wn), cfg.warp_tile[1]),) if wn > 1 else ())
+    pairs = -(-cfg.n_reps // 2)
+    regs = tuple((kk * 16, p * 16) for kk in range(cfg.k_steps) for p in range(pairs))
+    return L.Layout("ldmatrix_b", (cfg.k, cfg.n), cfg.num_warps, regs, (rows, cols))

@@ -1,0 +1,213 @@
+"""Software pipelining of the loads that feed ``tj.dot`` in ``tj.range(..., stages=S)`` loops:
+each such load becomes 16-byte ``cp.async`` copies into an S-slot ring of swizzled shared
+tiles, issued S-1 iterations ahead of the DOT that reads them.
+
+    prologue:  for s in 0..S-2: copy iteration s into slot s; commit        (masked past ub)
+    iteration j:  wait_group(S-2); barrier            # slot j%S landed; slot (j-1)%S is free
+                  copy iteration j+S-1 into slot (j+S-1)%S; commit          (masked past ub)
+                  the body, its DOT reading slot j%S with ldmatrix
+    after:     wait_group(0); barrier                 # nothing in flight, the ring is free
+
+One barrier per iteration covers both hazards: the wait makes each thread's copies visible to
+the others, and every warp has finished reading slot (j-1)%S before it is overwritten.  Copies
+past the loop's end or the array's edge use ``src_bytes`` to zero-fill (ragged K and trip
+counts below S need no other code).  A load qualifies when its only use is a tensor-core DOT
+in the same loop body, its array has a unit-stride, 16-byte aligned last dim, its ``other``
+is 0, and its offsets are computed from the induction variable and loop-invariant values.
+"""
+from __future__ import annotations
+
+from tilejit import dtypes as D
+from tilejit import ir, simt
+from tilejit.ir import TileOp
+from tilejit.passes import layouts as L
+from tilejit.passes import lower_memory
+from tilejit.passes.assign_layouts import array_spec, is_tile, memory_layout
+from tilejit.passes.lower_dot import swizzled_offsets, tile_bytes
+from tilejit.passes.mma_tiling import dot_config
+from tilejit.simt import RegType, SimtOp
+
+I32 = D.int32
+
+
+def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:
+    """The body ops (in order) that compute ``load``'s offsets, or None when they read a
+    loop-carried value or have effects (then the load cannot be issued ahead)."""
+    in_body = {r: o for o in body.ops for r in o.results}
+    carried = set(body.args[1:])
+    needed, stack = set(), list(load.operands[1:])
+    while stack:
+        v = stack.pop()
+        if v in carried:
+            return None
+        o = in_body.get(v)
+        if o is None or o in needed:
+            continue
+        if o.regions or is_tile(v) or o.op in (TileOp.LOAD, TileOp.STORE):
+            return None
+        needed.add(o)
+        stack.extend(o.operands)
+    return [o for o in body.ops if o in needed]
+
+
+def plan(lw, o: ir.Operation) -> list[tuple]:
+    """[(load op, operand "a"/"b", DotConfig, offset slice)] of the loads of FOR ``o`` to pipeline."""
+    if o.attrs is None or o.attrs.stages < 2:
+        return []
+    step = o.operands[2].owner
+    if step is None or step.op is not TileOp.CONSTANT or not isinstance(step.attrs.value, int) \
+            or step.attrs.value <= 0:
+        return []
+    body = o.regions[0]
+    uses: dict = {}
+    for op in body.walk():
+        for x in op.operands:
+            uses.setdefault(x, []).append(op)
+    out = []
+    for dot in body.ops:
+        if dot.op is not TileOp.DOT:
+            continue
+        cfg = dot_config(dot, lw.num_warps)
+        if cfg is None or lw.layouts.get(dot.result) != cfg.acc_layout:
+            continue
+        for operand, v in zip("ab", dot.operands[:2]):
+            load = v.owner
+            if load is None or load.op is not TileOp.LOAD or load not in body.ops or uses.get(v) != [dot]:
+                continue
+            spec = array_spec(lw.fn, load.operands[0])
+            item = spec.dtype.itemsize
+            if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
+                continue
+            if (lw.multiples.of(load.operands[-1]) * item) % 16:
+                continue
+            offsets = _offset_slice(body, load)
+            if offsets is not None:
+                out.append((load, operand, cfg, offsets))
+    return out
+
+
+def rows_aligned(lw, loads) -> ir.Value:
+    """bool scalar: every pipelined array's row stride is a multiple of 16 bytes.  The
+    specialisation cannot promise it: ``ArraySpec.aligned16`` ignores strides equal to 1, and
+    an (n, 1) array may have a row stride of one element; such launches take the synchronous
+    loop, which the lowering emits next to the pipelined one."""
+    ok = None
+    for load, *_ in loads:
+        array = load.operands[0]
+        arg = lower_memory._arg_index(lw, array)
+        stride = lw.param("stride", arg, 0)
+        item = lw.const(stride.type.dtype, [array.type.dtype.itemsize])
+        mod = lw.ew(TileOp.AND, [lw.ew(TileOp.MUL, [stride, item], stride.type.dtype),
+                                 lw.const(stride.type.dtype, [15])], stride.type.dtype)
+        test = lw.ew(TileOp.EQ, [mod, lw.const(stride.type.dtype, [0])], D.bool_)
+        ok = test if ok is None else lw.ew(TileOp.AND, [ok, test], D.bool_)
+    return ok
+
+
+class Ring:
+    """The S-slot shared ring of one pipelined load."""
+
+    def __init__(self, lw, load: ir.Operation, operand: str, cfg, offsets, stages: int):
+        self.load, self.operand, self.cfg, self.offsets = load, operand, cfg, offsets
+        self.slot_bytes = tile_bytes(cfg, operand)
+        self.base, self.buf = lw.alloc_shared(stages * self.slot_bytes, align=128)   # see lower_dot
+
+    def issue(self, lw, iv: ir.Value, iv_value, slot, valid) -> None:
+        """cp.async of the tile the load reads when the induction variable is ``iv_value``
+        into ``slot`` (i32); everything is zero-filled unless ``valid`` (bool scalar)."""
+        saved = lw.values.get(iv)
+        lw.values[iv] = iv_value
+        lw.block(ir.Block([], list(self.offsets)))          # the offsets at that iteration
+        spec = array_spec(lw.fn, self.load.operands[0])
+        item = spec.dtype.itemsize
+        copy = memory_layout(self.load.result.type.shape, spec, lw.num_warps)
+        assert L.contiguous_run(copy) >= 16 // item, copy
+        # one register per 16-byte chunk: the first element of each group of 16 // item
+        chunks = L.Layout("chunks", copy.shape, copy.num_warps, copy.regs[::16 // item], copy.terms)
+        ptr, offs, src = _chunk_sources(lw, self.load, chunks, item)
+        ok = lw.splat(valid, chunks.n)
+        src = lw.ew(TileOp.WHERE, [ok, src, lw.const(I32, [0] * chunks.n)], I32)
+        rel, _ = swizzled_offsets(lw, chunks, self.cfg.row_bytes(self.operand), item)
+        addr = lw.ew(TileOp.ADD, [lw.splat(self.slot_base(lw, slot), chunks.n), rel], I32)
+        lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, simt.SharedAttrs(1, self.buf))
+        lw.values[iv] = saved
+
+    def slot_base(self, lw, slot) -> ir.Value:
+        return lw.ew(TileOp.ADD, [self.base, lw.ew(TileOp.MUL, [slot, lw.const(I32, [self.slot_bytes])], I32)], I32)
+
+
+def _chunk_sources(lw, load: ir.Operation, chunks: L.Layout, item: int):
+    """(pointer, element offset, bytes to read) of each chunk register: the whole 16 bytes
+    inside the array, fewer at its right edge (a chunk never starts left of column 0: offsets
+    are multiples of the chunk), none outside it."""
+    array, offsets = load.operands[0], load.operands[1:]
+    ptr, offs, mask, _ = lower_memory._element_offsets(lw, array, offsets, chunks)
+    n, idx_dt = chunks.n, offs.type.dtype
+    first_col = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[-1]), idx_dt),
+                                   lw.cast(lw.thread_coord(chunks, 1), idx_dt)], idx_dt)
+    col0 = lw.ew(TileOp.ADD, [lw.splat(first_col, n), lw.const(idx_dt, [c[1] for c in chunks.regs])], idx_dt)
+    dim = lw.cast(lw.param("dim", lower_memory._arg_index(lw, array), 1), idx_dt)
+    left = lw.ew(TileOp.MINIMUM, [lw.ew(TileOp.SUB, [lw.splat(dim, n), col0], idx_dt),
+                                  lw.const(idx_dt, [16 // item] * n)], idx_dt)
+    nbytes = lw.ew(TileOp.MUL, [lw.cast(left, I32), lw.const(I32, [item] * n)], I32)
+    return ptr, offs, lw.ew(TileOp.WHERE, [mask, nbytes, lw.const(I32, [0] * n)], I32)
+
+
+def _sync(lw, wait: int) -> None:
+    lw.emit(SimtOp.CP_ASYNC_WAIT, [], None, simt.WaitAttrs(wait))
+    lw.emit(SimtOp.BARRIER, [])
+
+
+def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
+    """Lower FOR ``o`` with ``loads`` (from ``plan``) issued through cp.async rings."""
+    stages = o.attrs.stages
+    region = o.regions[0]
+    iv = region.args[0]
+    lb, ub, step = (lw.get(x) for x in o.operands[:3])
+    iv_dt = iv.type.dtype
+    step_value = o.operands[2].owner.attrs.value
+    rings = [Ring(lw, load, operand, cfg, offsets, stages) for load, operand, cfg, offsets in loads]
+    ub_iv = lw.cast(ub, iv_dt)
+    for s in range(stages - 1):
+        iv_s = lw.ew(TileOp.ADD, [lw.cast(lb, iv_dt), lw.const(iv_dt, [s * step_value])], iv_dt)
+        valid = lw.ew(TileOp.LT, [iv_s, ub_iv], D.bool_)
+        first = len(lw.b.block.ops)
+        for ring in rings:
+            ring.issue(lw, iv, iv_s, lw.const(I32, [s]), valid)
+        lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
+        if s:        # other slots of the ring: the barrier before slot 0's copies covers them
+            lw.self_synced.update(op for op in lw.b.block.ops[first:] if op.op is SimtOp.CP_ASYNC)
+
+    def before_body(iv_value):
+        _sync(lw, stages - 2)
+        trip = lw.ew(TileOp.FLOORDIV, [lw.cast(lw.ew(TileOp.SUB, [iv_value, lw.cast(lb, iv_dt)], iv_dt), I32),
+                                       lw.const(I32, [step_value])], I32)
+        read = lw.ew(TileOp.MOD, [trip, lw.const(I32, [stages])], I32)
+        write = lw.ew(TileOp.MOD, [lw.ew(TileOp.ADD, [trip, lw.const(I32, [stages - 1])], I32),
+                                   lw.const(I32, [stages])], I32)
+        ahead = lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [(stages - 1) * step_value])], iv_dt)
+        valid = lw.ew(TileOp.LT, [ahead, ub_iv], D.bool_)
+        for ring in rings:
+            ring.issue(lw, iv, ahead, write, valid)
+        lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
+        for ring in rings:
+            lw.staged[ring.load.result] = (ring.slot_base(lw, read), ring.buf)
+
+    args = region.args[1:]
+    inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
+    body = lw.region(region, args, before=before_body)
+    lw.control(o, SimtOp.FOR, [lb, ub, step] + inits, [body])
+    for ring in rings:
+        del lw.staged[ring.load.result]
+    # inside the loop the ring's accesses are ordered by the barrier above; the prologue's
+    # copies are left to insert_barriers (the ring may reuse bytes read before the loop)
+    ring_ids = {ring.buf for ring in rings}
+    lw.self_synced.update(op for op in body.walk() if op.op in (SimtOp.CP_ASYNC, SimtOp.LDMATRIX,
+                                                                 SimtOp.LOAD_SHARED)
+                          and op.attrs.buffer in ring_ids)
+    _sync(lw, 0)                              # drained; the ring's bytes may be reused
+
+
+def pipelined_load(lw, o: ir.Operation) -> bool:
+    """True when LOAD ``o`` is replaced by a ring (lowering then emits nothing for it)."""
+    return o.result in lw.staged
