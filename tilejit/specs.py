@@ -34,10 +34,11 @@ def array_spec_fields(dtype: DType, shape, strides, ptr: int) -> tuple:
     item = dtype.itemsize
     aligned = ptr % 16 == 0
     span = size = 1
-    for n, s in zip(shape, strides):
+    last = len(shape) - 1
+    for d, (n, s) in enumerate(zip(shape, strides)):
         size *= n
         span += (n - 1) * abs(s)
-        if n > 1 and s != 1 and (s * item) % 16:
+        if n > 1 and (s * item) % 16 and not (d == last and s == 1):   # only the unit inner stride is exempt
             aligned = False
     inner_unit = not shape or shape[-1] <= 1 or strides[-1] == 1
     return dtype, len(shape), inner_unit, aligned, size > 0 and max(span, size) >= 2**31
