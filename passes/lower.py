@@ -155,7 +155,7 @@ class Lowering:
                 spec = array_spec(self.fn, a)
                 self.add_param("ptr", i, None, a.type.dtype)
                 for d in range(a.type.rank):
-                    self.add_param("dim", i, d, I32)
+                    self.add_param("dim", i, d, D.int64 if spec.large else I32)
                 for d in range(a.type.rank):
                     if not (d == a.type.rank - 1 and spec.unit_inner_stride):
                         self.add_param("stride", i, d, D.int64 if spec.large else I32)

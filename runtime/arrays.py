@@ -10,6 +10,7 @@ import numpy as np
 
 from tilejit import dtypes
 from tilejit.dtypes import DType
+from tilejit.specs import contiguous_strides  # noqa: F401  (re-exported)
 from tilejit.errors import LaunchError
 from tilejit.runtime import driver
 
@@ -32,15 +33,6 @@ class KernelArray:
     def __repr__(self) -> str:
         return (f"KernelArray(ptr=0x{self.ptr:x}, shape={self.shape}, strides={self.strides}, "
                 f"dtype={self.dtype}, device={self.device}, stream={self.stream})")
-
-
-def contiguous_strides(shape: tuple) -> tuple:
-    """C-order strides, in elements."""
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def span(shape: tuple, strides: tuple) -> int:

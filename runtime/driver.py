@@ -65,7 +65,7 @@ def require() -> None:
     """Raise LaunchError unless a GPU is usable."""
     if not available():
         raise LaunchError("no CUDA device is available (no NVIDIA driver or no GPU found); "
-                          "use backend='emulate' or 'interpret' to run on the CPU")
+                          "set TILEJIT_BACKEND=emulate (or interpret) to run on the CPU")
 
 
 def device_count() -> int:

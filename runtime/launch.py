@@ -175,6 +175,9 @@ def launch_arrays(kernel_for_device, grid, block_threads: int, args, params, wri
     Interface stream), else the legacy default stream."""
     if array_args is None:
         array_args = sorted({p.arg for p in params if p.kind != "scalar"})
+    for i in writes:
+        if isinstance(args[i], np.ndarray) and not args[i].flags.writeable:
+            raise LaunchError(f"argument {i} is a read-only NumPy array, but the kernel stores to it")
     resident = {i: as_kernel_array(args[i]) for i in array_args
                 if not isinstance(args[i], np.ndarray)}
     device = select_device([v.device for v in resident.values()], driver.current_device)

@@ -27,13 +27,11 @@ _MISSING = object()
 
 
 def param_format(param) -> str:
-    """The struct format of one ParamDesc: "ptr" -> u64 device address, "dim" -> i32,
+    """The struct format of one ParamDesc: "ptr" -> u64 device address, "dim" and
     "stride" -> i32 or i64 per ``param.dtype``, "scalar" -> its dtype's C type (bool: 1 byte)."""
     if param.kind == "ptr":
         return "Q"
-    if param.kind == "dim":
-        return "i"
-    if param.kind == "stride":
+    if param.kind in ("dim", "stride"):
         return "q" if param.dtype.bits == 64 else "i"
     if param.kind == "scalar":
         return _SCALAR_FORMAT[param.dtype.name]

@@ -102,11 +102,15 @@ EOF
 # ------------------------------------------------------------------------------------- tests
 if wants tests; then
     echo "== pytest -m gpu ${kexpr:+-k \"$kexpr\"}"
-    pytest_args=(-m gpu -q -x -rfEs --timeout="${TJ_TEST_TIMEOUT_S:-120}")
+    pytest_args=(-m gpu -q -rfEs --timeout="${TJ_TEST_TIMEOUT_S:-120}")
     [ -n "$kexpr" ] && pytest_args+=(-k "$kexpr")
     t0=$SECONDS
     timeout -k 10 "$(limit "${TJ_TESTS_S:-230}")" python3 -m pytest "${pytest_args[@]}" 2>&1 | tee "$OUT/gpu_tests.log"
     note tests "${PIPESTATUS[0]}" $((SECONDS - t0))
+    echo "== frontend and interpreter tests on this machine's Python ($(python3 --version 2>&1))"
+    run_boxed "cpu tests" 90 "$OUT/gpu_tests.log" python3 -m pytest -q tests/test_frontend.py \
+        tests/test_semantics.py tests/test_errors.py tests/test_interpreter.py tests/test_verifier.py
+    tail -n 2 "$OUT/gpu_tests.log"
 fi
 
 # -------------------------------------------------------------------------------------- demo
@@ -122,7 +126,7 @@ if wants bench; then
     : >"$OUT/bench.log"
     rm -f "$OUT/bench.jsonl"
     export TILEJIT_BENCH_OUT="$OUT/bench.jsonl"
-    for spec in "softmax 75" "compile 120 --profile" "launch 50"; do
+    for spec in "softmax 75" "matmul ${TJ_MATMUL_S:-200} ${TJ_MATMUL_ARGS:-}" "compile 90" "launch 50"; do
         set -- $spec        # NAME LIMIT_S [ARGS...]
         echo "== benchmarks/bench_$1.py ${*:3}" | tee -a "$OUT/bench.log"
         lines_before=$(wc -l <"$OUT/bench.log")

@@ -371,7 +371,8 @@ def test_kernel_abi_and_constants():
     assert "%ctaid.y" in codegen.compile_ptx(fn, opt_level=0)          # unoptimised for debugging
     for kind in (".u64 .ptr .global", ".u32", ".u64", ".u8", ".align 2 .b8"):
         assert kind in ptx
-    assert [codegen.param_struct_format(p) for p in fn.meta["params"]] == ["Q", "i", "q", "B", "H", "H"]
+    from tilejit.runtime.packing import param_format        # the runtime packs by this table
+    assert [param_format(p) for p in fn.meta["params"]] == ["Q", "i", "q", "?", "e", "H"]
     assert [str(codegen.param_llvm_type(p)) for p in fn.meta["params"]] == \
         ["ptr addrspace(1)", "i32", "i64", "i8", "half", "bfloat"]
 

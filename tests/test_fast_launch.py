@@ -101,3 +101,27 @@ def test_bad_grid_on_the_fast_path_is_still_a_launch_error(backend):
     with pytest.raises(tj.LaunchError, match="grid"):
         scale[(0,)](x, y, 3, BLOCK=8)
     assert backend.fast == []
+
+
+GAIN = 2.0
+
+
+@tj.kernel
+def gain(x, y, BLOCK: tj.constexpr):
+    tj.store(y, (0,), tj.load(x, (0,), (BLOCK,)) * GAIN)
+
+
+def test_rebinding_a_global_the_kernel_reads_recompiles(monkeypatch):
+    """Compiled code folds globals in; the in-memory caches must not serve the old value."""
+    import numpy as np
+    global GAIN
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+    x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
+    gain[(1,)](x, y, BLOCK=4)
+    assert (y == 2).all()
+    GAIN = 5.0
+    try:
+        gain[(1,)](x, y, BLOCK=4)
+        assert (y == 5).all()
+    finally:
+        GAIN = 2.0

@@ -6,12 +6,12 @@ tests of the math).  Each SIMT op maps to a few
 LLVM instructions; a ``RegType(dtype, n)`` value is a Python list of n LLVM scalars, so
 GATHER/CONCAT/SPLAT cost nothing.
 
-Kernel ABI (how the runtime packs ``fn.meta["params"]``; ``param_struct_format`` gives the
-``struct`` code).  Every parameter is passed by value, in order, with its natural size:
+Kernel ABI (how the runtime packs ``fn.meta["params"]``; ``tilejit.runtime.packing.param_format``
+gives the ``struct`` code).  Every parameter is passed by value, in order, with its natural size:
 
     ParamDesc kind / dtype             LLVM / PTX param           C type (bytes)
     "ptr"   (any dtype)                ptr addrspace(1) / .u64    device pointer, uint64_t (8)
-    "dim"                              i32 / .u32                 int32_t (4)
+    "dim"   int32 | int64              i32 | i64                  int32_t (4) | int64_t (8)
     "stride" int32 | int64             i32 | i64                  int32_t (4) | int64_t (8)
     "scalar" bool                      i8 / .u8                   uint8_t 0 or 1 (1)
     "scalar" int8 | uint8              i8                         int8_t | uint8_t (1)
@@ -51,9 +51,6 @@ TRIPLE = "nvptx64-nvidia-cuda"
 # target name -> (LLVM cpu, PTX ISA feature, sm number). PTX 7.0 is the oldest ISA with sm_80
 # (and what drivers since CUDA 11.0 accept); sm_90a needs PTX 8.0.
 TARGETS = {"sm_80": ("sm_80", "+ptx70", 80), "sm_90a": ("sm_90a", "+ptx80", 90)}
-_STRUCT_CODES = {"bool": "B", "int8": "b", "uint8": "B", "int16": "h", "int32": "i", "uint32": "I",
-                 "int64": "q", "float16": "H", "bfloat16": "H", "float32": "f",
-                 "float8e4m3": "B", "float8e5m2": "B"}
 
 
 # ------------------------------------------------------------------------------------ kernel ABI
@@ -62,20 +59,10 @@ def param_llvm_type(desc: ParamDesc) -> ir.Type:
     if desc.kind == "ptr":
         return ir.PointerType(addrspace=GLOBAL)
     if desc.kind == "dim":
-        return I32
+        return I64 if desc.dtype.bits == 64 else I32
     if desc.dtype.is_bool:
         return I8
     return reg_type(desc.dtype)
-
-
-def param_struct_format(desc: ParamDesc) -> str:
-    """``struct`` format code of a parameter's bytes: 'Q' pointer, 'i' dim, dtype codes else
-    (half/bfloat16 and fp8 are passed as their raw bits: 'H' / 'B')."""
-    if desc.kind == "ptr":
-        return "Q"
-    if desc.kind == "dim":
-        return "i"
-    return _STRUCT_CODES[desc.dtype.name]
 
 
 # -------------------------------------------------------------------------------- target machines

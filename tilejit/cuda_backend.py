@@ -119,11 +119,10 @@ def stage_ptx(state: dict) -> None:
 
 def stage_cubin(state: dict) -> None:
     """Assemble with nvJitLink when it is installed; otherwise the driver JIT-compiles the PTX."""
-    try:
-        from tilejit import ptxas
-        asm = ptxas.assemble(state["ptx"], state["target"])
-    except ImportError:
+    from tilejit import ptxas
+    if not ptxas.available():
         return
+    asm = ptxas.assemble(state["ptx"], state["target"])
     state["cubin"], state["registers"], state["spills"] = asm.cubin, asm.registers, asm.spills
 
 
@@ -184,15 +183,15 @@ class CudaBackend:
     def fast_launcher(self, art: CudaArtifact):
         """A launch function for re-launches whose array arguments are already device views
         (``Kernel`` has checked devices and specs on the first launch); None without arrays."""
-        first = next((p.arg for p in art.params if p.kind == "ptr"), None)
-        if first is None:
+        arrays = [p.arg for p in art.params if p.kind == "ptr"]
+        if not arrays:
             return None
         threads, params = 32 * art.num_warps, art.params
 
         def run(grid, views, stream):
-            view = views[first]
-            art.kernel_for_device(view.device).launch(grid, threads, views, params,
-                                                      view.stream if stream is None else stream)
+            if stream is None:      # the full path's rule: the first array that has a stream
+                stream = next((views[i].stream for i in arrays if views[i].stream is not None), None)
+            art.kernel_for_device(views[arrays[0]].device).launch(grid, threads, views, params, stream)
         return run
 
     def launch(self, art: CudaArtifact, grid, args, stream) -> None:

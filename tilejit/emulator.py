@@ -393,7 +393,7 @@ def bind_params(fn: ir.Function, args: list) -> list:
         if p.kind == "ptr":
             out.append(a)
         elif p.kind == "dim":
-            out.append(np.int32(a.array.shape[p.axis]))
+            out.append(p.dtype.np.type(a.array.shape[p.axis]))
         else:
             out.append(p.dtype.np.type(a.array.strides[p.axis] // a.item))
     return out

@@ -18,9 +18,10 @@ import numpy as np
 from tilejit import backends, dtypes, ir
 from tilejit.errors import CompileError, LaunchError, TilejitError, reraise_for_user
 from tilejit.language import constexpr
-from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields
+from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
 
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)        # CUDA's gridDim.x, .y, .z maxima
+_UNBOUND = object()
 _STAGES = ("simt_ir", "llvm_ir", "ptx", "cubin", "sass", "registers", "spills", "shared_bytes")
 
 
@@ -76,6 +77,22 @@ class Kernel:
         self._fast: dict[tuple, object] = {}
         leading = [p.name for p in self.params[:len(self.runtime_names)]]
         self._fast_arity = len(leading) if leading == self.runtime_names else -1
+        # module globals the code may read: compiled code folds their values in, so both
+        # in-memory caches are dropped when one is rebound (the disk key hashes them anyway)
+        self._global_names = tuple(fn.__code__.co_names)
+        self._globals_seen = self._read_globals()
+
+    def _read_globals(self) -> tuple:
+        g = self.fn.__globals__
+        return tuple(g.get(name, _UNBOUND) for name in self._global_names)
+
+    def _drop_stale(self) -> None:
+        """Forget compiled code if a global the kernel reads was rebound since it was compiled."""
+        now = self._read_globals()
+        if any(a is not b for a, b in zip(now, self._globals_seen)):
+            self._cache.clear()
+            self._fast.clear()
+            self._globals_seen = now
 
     def __repr__(self) -> str:
         return f"<tj.kernel {self.name}{self.signature}>"
@@ -136,6 +153,7 @@ class Kernel:
         """The artifact for one specialisation on one backend, compiled at most once per process
         (and, for backends with an on-disk cache, looked up there before the frontend runs)."""
         backend = backends.get(backend_name)
+        self._drop_stale()
         key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
                backend_name, getattr(backend, "target", None))
         entry = self._cache.get(key)
@@ -208,6 +226,7 @@ class Kernel:
         """Launch a specialisation seen before with minimal Python work; False if not possible."""
         if not self._fast:
             return False
+        self._drop_stale()
         fast = self._fast_key(args, kwargs, num_warps)
         launcher = self._fast.get(fast[0]) if fast is not None else None
         if launcher is None:
@@ -291,8 +310,12 @@ def _constexpr_value(name: str, value):
 def classify_argument(name: str, value):
     """(ArraySpec or ScalarSpec, value to hand to the backend) for one runtime argument."""
     if isinstance(value, np.ndarray):
-        return _array_spec(name, value.dtype, value.shape, value.strides,
-                           value.__array_interface__["data"][0]), value
+        host = _array_spec(name, value.dtype, value.shape, value.strides, value.__array_interface__["data"][0])
+        # the cuda backend runs on a contiguous, freshly allocated (aligned) copy, the CPU
+        # backends on the array itself: assume only what holds for both
+        copy = array_spec(host.dtype, value.shape, contiguous_strides(value.shape), 0)
+        return ArraySpec(host.dtype, host.rank, host.unit_inner_stride and copy.unit_inner_stride,
+                         host.aligned16 and copy.aligned16, host.large or copy.large), value
     if isinstance(value, np.generic) or not (hasattr(value, "__cuda_array_interface__")
                                              or hasattr(value, "__dlpack__")):
         dt = _scalar_dtype(name, value)

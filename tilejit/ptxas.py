@@ -5,6 +5,8 @@ Needs no GPU, so CI assembles every kernel for sm_80 and sm_90a and checks it do
 """
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass
 
@@ -51,6 +53,17 @@ def parse_report(log: str) -> tuple[int, int, int]:
         shared = max(shared, int(smem.group(1)) if smem else 0)
     spills = sum(int(stores) + int(loads) for stores, loads in _SPILLS.findall(log))
     return registers, spills, shared
+
+
+@functools.cache
+def available() -> bool:
+    """Whether nvJitLink (the ``nvidia-nvjitlink`` wheel behind cuda-python) can be started."""
+    try:
+        from cuda.bindings import nvjitlink
+        nvjitlink.destroy(nvjitlink.create(1, ["-arch=sm_80"]))
+        return True
+    except Exception:               # ImportError, or DynamicLibNotFoundError without the wheel
+        return False
 
 
 def assemble(ptx: str, arch: str, options: tuple[str, ...] = ()) -> Assembled:

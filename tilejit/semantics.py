@@ -38,8 +38,9 @@ def fail(b: Builder, message: str):
 class ArrayHandle:
     """A kernel array argument as the tracer sees it: its block argument and parameter name."""
 
-    def __init__(self, value: Value, name: str):
+    def __init__(self, value: Value, name: str, large: bool = False):
         self.value, self.name = value, name
+        self.large = large          # spans 2**31 elements or more: its sizes are int64
 
     @property
     def dtype(self) -> DType:

@@ -27,6 +27,15 @@ class ScalarSpec:
 ArgSpec = ArraySpec | ScalarSpec
 
 
+def contiguous_strides(shape: tuple) -> tuple:
+    """C-order strides, in elements."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
 def array_spec_fields(dtype: DType, shape, strides, ptr: int) -> tuple:
     """``ArraySpec`` fields of an array from its dtype, shape, strides (in elements) and data
     address, as a plain tuple: the one rule the launch path and its fast re-launch path share

@@ -65,7 +65,7 @@ def _bind_params(pyfn, specs, constexprs, block: Block) -> tuple[dict, list[str]
     for p, spec in zip(runtime, specs):
         if isinstance(spec, ArraySpec):
             arg = Value(ArrayType(spec.dtype, spec.rank), p.name)
-            locals_[p.name] = ArrayHandle(arg, p.name)
+            locals_[p.name] = ArrayHandle(arg, p.name, spec.large)
         elif isinstance(spec, ScalarSpec):
             arg = Value(TileType((), spec.dtype), p.name)
             locals_[p.name] = arg

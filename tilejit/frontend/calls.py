@@ -70,7 +70,8 @@ class Calls:
         """``x.shape[axis]``: one DIM op per (array, axis), hoisted to the top of the kernel."""
         key = (id(handle.value), axis)
         if key not in self.dims:
-            op = Operation(TileOp.DIM, [handle.value], [TileType((), dtypes.int32)], AxisAttrs(axis))
+            size_type = dtypes.int64 if handle.large else dtypes.int32
+            op = Operation(TileOp.DIM, [handle.value], [TileType((), size_type)], AxisAttrs(axis))
             self.entry.ops.insert(len(self.dims), op)
             op.results[0].hint = f"{handle.name}.shape[{axis}]"
             self.dims[key] = op.result
