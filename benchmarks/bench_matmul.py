@@ -93,7 +93,7 @@ def bench_shape(torch, shape, dtype_name, configs, reps):
         except tj.TilejitError as e:
             print(f"  config {BM}x{BN}x{BK}x{stages}x{nw}: dropped: {str(e).splitlines()[0]}", file=sys.stderr)
             continue
-        if best is None or t.median < best[1].median:
+        if best is None or t.median_ms < best[1].median_ms:
             best = (f"{BM}x{BN}x{BK}x{stages}x{nw}", t, err)
     tri = None
     try:
@@ -102,10 +102,10 @@ def bench_shape(torch, shape, dtype_name, configs, reps):
         tri = common.time_cuda(lambda: run_triton(a, b, c), reps=reps)
     except Exception as e:                     # Triton missing or failing: report without it
         print(f"  triton: {type(e).__name__}: {e}", file=sys.stderr)
-    row = {"shape": f"{M}x{N}x{K}", "dtype": dtype_name, "cublas": tflops(cublas.median),
-           "triton": tflops(tri.median) if tri else float("nan")}
+    row = {"shape": f"{M}x{N}x{K}", "dtype": dtype_name, "cublas": tflops(cublas.median_ms),
+           "triton": tflops(tri.median_ms) if tri else float("nan")}
     if best:
-        tj_tf = tflops(best[1].median)
+        tj_tf = tflops(best[1].median_ms)
         row.update(config=best[0], tilejit=tj_tf, vs_cublas=tj_tf / row["cublas"],
                    vs_triton=tj_tf / row["triton"] if tri else float("nan"),
                    of_ceiling=tj_tf / MMA_SYNC_CEILING, err=best[2])

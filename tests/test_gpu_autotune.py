@@ -1,4 +1,4 @@
-"""``@tj.autotune`` on the GPU (``pytest -m gpu``): tuning the matmul example at 1024³ bf16 on
+"""``@tj.autotune`` on the GPU (``pytest -m gpu``): tuning the matmul example at 4096³ bf16 on
 torch tensors picks a config within 5% of the best of a hand sweep of the same configs; inputs a
 kernel overwrites are restored on torch tensors; the softmax example tunes and stays correct."""
 import importlib.util
@@ -37,11 +37,11 @@ def test_tuned_matmul_is_within_5_percent_of_the_best_hand_sweep(torch):
     kernel = matmul.matmul_kernel.kernel
     tuned = tj.autotune(configs=matmul.CONFIGS, key=["a", "b"])(kernel)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    a, b = (torch.randn((1024, 1024), generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2))
-    c = torch.full((1024, 1024), float("nan"), device="cuda", dtype=torch.bfloat16)
+    a, b = (torch.randn((4096, 4096), generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2))
+    c = torch.full((4096, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
 
     def grid(meta):
-        return (tj.cdiv(1024, meta["BM"]), tj.cdiv(1024, meta["BN"]))
+        return (tj.cdiv(4096, meta["BM"]), tj.cdiv(4096, meta["BN"]))
     tuned[grid](a, b, c)
     torch.cuda.synchronize()
     ref = a.double() @ b.double()
