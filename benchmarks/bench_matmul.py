@@ -6,7 +6,8 @@ Triton tutorial-style matmul, measured in the same run. Issue 4 target: bf16 at 
                                        [--configs 128x128x32x3x8,...] [--reps 30]
 
 Each tilejit config (BM x BN x BK x STAGES x num_warps) is checked against torch.matmul in float32
-on fresh random inputs before it is timed; the best config is reported. Output dtype = input dtype,
+on fresh random inputs before it is timed; the best config (what tj.autotune picks from the same
+list) is reported beside the example's default config (its first, used untuned). Output dtype = input dtype,
 as cuBLAS writes it.
 """
 from __future__ import annotations
@@ -71,7 +72,13 @@ def bench_shape(torch, shape, dtype_name, configs, reps):
     c = torch.empty((M, N), device="cuda", dtype=dt)
     ref = torch.matmul(a.float(), b.float())
     flops = 2.0 * M * N * K
-    kernel = common.load_example("matmul").matmul_kernel.kernel
+    example = common.load_example("matmul")
+    kernel = example.matmul_kernel.kernel
+    first = example.CONFIGS[0]                    # what the example runs untuned (TILEJIT_AUTOTUNE=0)
+    default = (first.constexprs["BM"], first.constexprs["BN"], first.constexprs["BK"],
+               first.constexprs.get("STAGES", 3), first.num_warps)
+    configs = list(configs) + ([default] if default not in configs else [])
+    timed = {}
     rows = []
 
     def tflops(ms):
@@ -93,6 +100,7 @@ def bench_shape(torch, shape, dtype_name, configs, reps):
         except tj.TilejitError as e:
             print(f"  config {BM}x{BN}x{BK}x{stages}x{nw}: dropped: {str(e).splitlines()[0]}", file=sys.stderr)
             continue
+        timed[(BM, BN, BK, stages, nw)] = t.median_ms
         if best is None or t.median_ms < best[1].median_ms:
             best = (f"{BM}x{BN}x{BK}x{stages}x{nw}", t, err)
     tri = None
@@ -108,7 +116,9 @@ def bench_shape(torch, shape, dtype_name, configs, reps):
         tj_tf = tflops(best[1].median_ms)
         row.update(config=best[0], tilejit=tj_tf, vs_cublas=tj_tf / row["cublas"],
                    vs_triton=tj_tf / row["triton"] if tri else float("nan"),
-                   of_ceiling=tj_tf / MMA_SYNC_CEILING, err=best[2])
+                   of_ceiling=tj_tf / MMA_SYNC_CEILING, err=best[2],
+                   default=tflops(timed[default]) if default in timed else float("nan"))
+        row["tuned_vs_default"] = tj_tf / row["default"]
         common.record("matmul", row["shape"], dtype_name, tj_tf, "TFLOP/s", "cuBLAS", row["cublas"],
                       row["vs_cublas"], triton=row["triton"], config=best[0])
     rows.append(row)
@@ -136,6 +146,7 @@ def main(argv=None) -> int:
                               ("tilejit", "tilejit TF/s", ".0f"), ("cublas", "cuBLAS TF/s", ".0f"),
                               ("triton", "Triton TF/s", ".0f"), ("vs_cublas", "tj/cuBLAS", ".3f"),
                               ("vs_triton", "tj/Triton", ".3f"), ("of_ceiling", "of mma.sync ceiling", ".3f"),
+                              ("default", "default cfg TF/s", ".0f"), ("tuned_vs_default", "best/default", ".2f"),
                               ("err", "rel err", ".1e")],
                        title=f"GEMM on {common.gpu_name()} (CUDA events, median, L2 flushed)")
     return 0
