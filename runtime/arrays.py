@@ -182,11 +182,9 @@ def _torch_view(t) -> KernelArray:
     if not t.is_cuda:
         raise LaunchError(f"a torch tensor on {t.device} was passed where GPU memory is needed; "
                           "move it with .cuda() first")
-    name = str(t.dtype).rsplit(".", 1)[-1]
-    try:
-        dtype = dtypes.lookup(_TORCH_NAMES.get(name, name))
-    except TypeError:
-        raise LaunchError(f"torch dtype {t.dtype} is not supported by tilejit") from None
+    dtype = _torch_dtype(t.dtype)
+    if dtype is None:
+        raise LaunchError(f"torch dtype {t.dtype} is not supported by tilejit")
     torch = sys.modules["torch"]
     stream = torch.cuda.current_stream(t.device).cuda_stream
     return KernelArray(t.data_ptr(), tuple(t.shape), tuple(t.stride()), dtype, t.device.index,
@@ -243,7 +241,18 @@ def as_kernel_array(obj, device: int | None = None, stream: int | None = None) -
                       "__cuda_array_interface__ or CUDA __dlpack__)")
 
 
-_TORCH_DTYPES: dict = {}      # torch.dtype -> tile DType, filled on first sight
+_TORCH_DTYPES: dict = {}      # torch.dtype -> tile DType (None: unsupported), filled on first sight
+
+
+def _torch_dtype(torch_dtype) -> DType | None:
+    """The tile dtype of a torch dtype, or None if tilejit has none (cached: launch path)."""
+    if torch_dtype not in _TORCH_DTYPES:
+        name = str(torch_dtype).rsplit(".", 1)[-1]
+        try:
+            _TORCH_DTYPES[torch_dtype] = dtypes.lookup(_TORCH_NAMES.get(name, name))
+        except TypeError:
+            _TORCH_DTYPES[torch_dtype] = None
+    return _TORCH_DTYPES[torch_dtype]
 
 
 def fast_device_view(obj) -> KernelArray | None:
@@ -254,13 +263,9 @@ def fast_device_view(obj) -> KernelArray | None:
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(obj, torch.Tensor) or not obj.is_cuda:
         return None
-    dtype = _TORCH_DTYPES.get(obj.dtype)
+    dtype = _torch_dtype(obj.dtype)
     if dtype is None:
-        name = str(obj.dtype).rsplit(".", 1)[-1]
-        try:
-            dtype = _TORCH_DTYPES[obj.dtype] = dtypes.lookup(_TORCH_NAMES.get(name, name))
-        except TypeError:
-            return None
+        return None
     device = obj.get_device()
     return KernelArray(obj.data_ptr(), obj.shape, obj.stride(), dtype, device,
                        torch._C._cuda_getCurrentRawStream(device), owner=obj)

@@ -98,7 +98,6 @@ def occupancy_hint(simt_fn) -> int:
     """CTAs per SM to ask ptxas to fit (it caps registers to match). Kernels without tensor-core
     or shared-memory-heavy work are memory-bound and need many bytes in flight: ask for half the
     SM's 2048 threads. Kernels with DOT keep their registers (they would spill)."""
-    from tilejit.simt import SimtOp
     threads = 32 * simt_fn.meta["num_warps"]
     if threads < 512 or any(o.op.name in ("MMA", "LDMATRIX", "DOT_FMA") for o in simt_fn.walk()):
         return 0

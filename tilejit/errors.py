@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import linecache
 import os
-import sys
 import types
 
 from tilejit.ir import Loc
@@ -96,7 +95,3 @@ def _strip_package_frames(tb: types.TracebackType | None) -> types.TracebackType
     for t in reversed(frames):
         out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
     return out
-
-
-def excepthook_filter_enabled() -> bool:
-    return "TILEJIT_FULL_TRACEBACK" not in os.environ and sys.flags.dev_mode == 0
