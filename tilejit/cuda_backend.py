@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass, field
 
 from tilejit import backends, dtypes
+from tilejit.ir import TileOp
 from tilejit.simt import ParamDesc
 
 _CACHE_FILES = ("ptx", "cubin", "llvm_ir", "simt_ir")
@@ -94,19 +95,19 @@ def stage_simt(state: dict) -> None:
     state["simt_fn"], state["simt_ir"] = fn, ir.print_function(fn)
 
 
-def occupancy_hint(simt_fn) -> int:
+def occupancy_hint(tile_fn, simt_fn) -> int:
     """CTAs per SM to ask ptxas to fit (it caps registers to match). Kernels without tensor-core
     or shared-memory-heavy work are memory-bound and need many bytes in flight: ask for half the
     SM's 2048 threads. Kernels with DOT keep their registers (they would spill)."""
     threads = 32 * simt_fn.meta["num_warps"]
-    if threads < 512 or any(o.op.name in ("MMA", "LDMATRIX", "DOT_FMA") for o in simt_fn.walk()):
+    if threads < 512 or any(o.op is TileOp.DOT for o in tile_fn.walk()):
         return 0
     return 1024 // threads
 
 
 def stage_llvm(state: dict) -> None:
     from tilejit import codegen
-    state["simt_fn"].meta.setdefault("min_ctas_per_sm", occupancy_hint(state["simt_fn"]))
+    state["simt_fn"].meta.setdefault("min_ctas_per_sm", occupancy_hint(state["tile_fn"], state["simt_fn"]))
     state["llvm_ir"] = codegen.emit_llvm(state["simt_fn"], state["target"])
     state["kernel_name"] = codegen.kernel_name(state["simt_fn"])
 
