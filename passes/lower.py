@@ -41,8 +41,6 @@ class Lowering:
         self.multiples = lower_memory.KnownMultiples(fn)
         self.staged: dict = {}                # pipelined DOT operand -> (shared base, buffer)
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
-        self.after_first_k_step = None        # the pipeliner's copies, issued by the next DOT
-        self.dot_prefetch = None              # pipeline_loads.Prefetch of the DOT being pipelined
         self.grouped_ids = any(o.op is TileOp.DOT and dot_config(o, num_warps) for o in fn.walk())
         self.describe_params()
 
@@ -365,26 +363,23 @@ class Lowering:
     def reg_type(self, v: ir.Value) -> RegType:
         return RegType(v.type.dtype, self.layouts[v].n if is_tile(v) else 1)
 
-    def region(self, tile_block: ir.Block, targets, skip: int = 0, before=None, extra=()) -> ir.Block:
+    def region(self, tile_block: ir.Block, targets, skip: int = 0, before=None) -> ir.Block:
         """Lower ``tile_block`` into a new SIMT block whose args mirror the tile block's; its
-        YIELD converts operand ``skip + i`` to the layout of ``targets[i]``.  ``before(block)``
-        emits code at the start of the block (the pipeliner's waits and copies).  ``extra``:
-        (RegType, next value callback) of SIMT-only values carried after the tile block's args
-        (the pipeliner's prefetched fragments); each callback runs after the body."""
-        out = ir.Block([ir.Value(self.reg_type(a)) for a in tile_block.args] +
-                       [ir.Value(rtype) for rtype, _ in extra])
+        YIELD converts operand ``skip + i`` to the layout of ``targets[i]``.  ``before(first
+        arg)`` emits code at the start of the block (the pipeliner's waits and copies)."""
+        out = ir.Block([ir.Value(self.reg_type(a)) for a in tile_block.args])
         outer = self.b
         self.b = ir.Builder(out)
         self.scopes.append({})
         for a, sa in zip(tile_block.args, out.args):
             self.values[a] = sa
         if before is not None:
-            before(out)
+            before(out.args[0])
         self.block(tile_block)
         ys = tile_block.ops[-1].operands
         converted = [self.get(y) for y in ys[:skip]]
         converted += [self.get(y, self.layouts.get(t)) for y, t in zip(ys[skip:], targets)]
-        self.emit(SimtOp.YIELD, converted + [next_value() for _, next_value in extra])
+        self.emit(SimtOp.YIELD, converted)
         self.scopes.pop()
         self.b = outer
         return out
@@ -397,9 +392,25 @@ class Lowering:
     def op_FOR(self, o):
         loads = pipeline_loads.plan(self, o)
         if loads:
-            pipeline_loads.lower_pipelined_for(self, o, loads)
+            self.two_ways(o, pipeline_loads.rows_aligned(self, loads),
+                          lambda: pipeline_loads.lower_pipelined_for(self, o, loads),
+                          lambda: self.plain_for(o))
         else:
             self.plain_for(o)
+
+    def two_ways(self, o, cond, then_fn, else_fn) -> None:
+        """``o`` lowered twice, by ``then_fn`` and ``else_fn``, under a runtime IF(cond)."""
+        regions = []
+        for lower in (then_fn, else_fn):
+            block, outer = ir.Block(), self.b
+            self.b = ir.Builder(block)
+            self.scopes.append({})
+            lower()
+            self.emit(SimtOp.YIELD, [self.values[r] for r in o.results])
+            self.scopes.pop()
+            self.b = outer
+            regions.append(block)
+        self.control(o, SimtOp.IF, [cond], regions)
 
     def plain_for(self, o):
         region = o.regions[0]

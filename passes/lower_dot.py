@@ -126,59 +126,21 @@ def b_fragments(lw, cfg: DotConfig, base, buf: int, kk: int) -> list[ir.Value]:
                     RegType(I32, cfg.kind.b_regs)).result for ni in range(cfg.n_reps)]
 
 
-def k_step_fragments(lw, cfg: DotConfig, a_src, b_src, kk: int) -> list[ir.Value]:
-    """A fragments (per m tile) then B fragments (per n tile) of k step ``kk``."""
-    return a_fragments(lw, cfg, *a_src, kk) + b_fragments(lw, cfg, *b_src, kk)
-
-
-def pack_fragments(lw, frags: list[ir.Value]) -> ir.Value:
-    """One k step's fragments as a single register vector (a loop-carried value)."""
-    return lw.concat(frags)
-
-
-def fragment_regs(cfg: DotConfig) -> int:
-    return 4 * cfg.m_reps + cfg.kind.b_regs * cfg.n_reps
-
-
-def unpack_fragments(lw, cfg: DotConfig, packed: ir.Value) -> list[ir.Value]:
-    sizes = [4] * cfg.m_reps + [cfg.kind.b_regs] * cfg.n_reps
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    return [lw.gather(packed, range(st, st + n)) for st, n in zip(starts, sizes)]
-
-
 def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     """The DOT ``o`` on tensor cores; ``staged`` maps an operand Value already in a swizzled
-    shared tile (a pipelined load) to its (base address, buffer id).  When the pipeliner
-    prefetches this DOT's fragments (``lw.dot_prefetch``), k step 0's come in through the loop
-    and the last k step waits for the next ring slot and reads its k step 0 before issuing
-    its MMAs, so the barrier and the ldmatrix latency hide behind tensor-core work."""
+    shared tile (a pipelined load) to its (base address, buffer id)."""
     a_v, b_v, acc_v = o.operands
     a_src = staged.get(a_v) or stage_registers(lw, a_v, cfg, "a")
     b_src = staged.get(b_v) or stage_registers(lw, b_v, cfg, "b")
-    pre = lw.dot_prefetch if lw.dot_prefetch is not None and lw.dot_prefetch.dot is o else None
     acc = lw.get(acc_v, cfg.acc_layout)
     pieces = [[lw.gather(acc, range((mi * cfg.n_reps + ni) * 4, (mi * cfg.n_reps + ni) * 4 + 4))
                for ni in range(cfg.n_reps)] for mi in range(cfg.m_reps)]
     attrs = simt.MmaAttrs(cfg.kind.ab_type)
-    # fragments are double-buffered: k step kk+1's ldmatrix is issued before k step kk's MMAs,
-    # so its latency hides behind them (the last k step reads the next slot's k step 0)
-    frags = unpack_fragments(lw, cfg, pre.incoming) if pre is not None else \
-        k_step_fragments(lw, cfg, a_src, b_src, 0)
-    for kk in range(cfg.k_steps):
-        if kk + 1 < cfg.k_steps:
-            following = k_step_fragments(lw, cfg, a_src, b_src, kk + 1)
-        elif pre is not None:
-            pre.outgoing = pack_fragments(lw, pre.next_fragments())
-        a_frags, b_frags = frags[:cfg.m_reps], frags[cfg.m_reps:]
+    for kk in range(cfg.k_steps):            # fragments of one k step live at a time
+        a_frags, b_frags = a_fragments(lw, cfg, *a_src, kk), b_fragments(lw, cfg, *b_src, kk)
         for mi in range(cfg.m_reps):
             for ni in range(cfg.n_reps):
                 pieces[mi][ni] = lw.emit(SimtOp.MMA, [a_frags[mi], b_frags[ni], pieces[mi][ni]],
                                          RegType(cfg.acc_dtype, 4), attrs).result
-        if lw.after_first_k_step is not None and (a_v in staged or b_v in staged):
-            # the pipeliner's copies for a later iteration: their address arithmetic issues
-            # between these MMAs instead of stalling the tensor cores at the top of the loop
-            issue, lw.after_first_k_step = lw.after_first_k_step, None
-            issue()
-        if kk + 1 < cfg.k_steps:
-            frags = following
     return lw.concat([p for row in pieces for p in row])
+

@@ -66,9 +66,8 @@ def _arg_index(lw, array: ir.Value) -> int:
     return next(i for i, a in enumerate(lw.fn.args) if a is array)
 
 
-def _element_offsets(lw, array, offsets, layout: L.Layout, stride_of=None):
-    """(ptr, offsets, mask, vec) of a ``layout`` tile at ``offsets`` of ``array``;
-    ``stride_of(d, idx_dtype)`` replaces the stride parameter of dim d when given."""
+def _element_offsets(lw, array, offsets, layout: L.Layout):
+    """(ptr, offsets, mask, vec) of a ``layout`` tile at ``offsets`` of ``array``."""
     spec, arg = array_spec(lw.fn, array), _arg_index(lw, array)
     rank, n = array.type.rank, layout.n
     wide = spec.large or any(o.type.dtype.bits == 64 for o in offsets)
@@ -88,7 +87,7 @@ def _element_offsets(lw, array, offsets, layout: L.Layout, stride_of=None):
             ok = _in_range(lw, idx, lw.splat(dim, n), idx_dt)
         mask = ok if mask is None else lw.ew(TileOp.AND, [mask, ok], D.bool_)
         if not (d == rank - 1 and spec.unit_inner_stride):
-            stride = stride_of(d, idx_dt) if stride_of else lw.cast(lw.param("stride", arg, d), idx_dt)
+            stride = lw.cast(lw.param("stride", arg, d), idx_dt)
             idx = lw.ew(TileOp.MUL, [idx, lw.splat(stride, n)], idx_dt)
         total = idx if total is None else lw.ew(TileOp.ADD, [total, idx], idx_dt)
     vec = 1
@@ -99,8 +98,6 @@ def _element_offsets(lw, array, offsets, layout: L.Layout, stride_of=None):
 
 
 def _in_range(lw, idx, dim, idx_dt):
-    if idx_dt == D.int32:            # 0 <= idx < dim in one unsigned compare (dims are >= 0)
-        return lw.ew(TileOp.LT, [lw.cast(idx, D.uint32), lw.cast(dim, D.uint32)], D.bool_)
     zero = lw.splat(lw.const(idx_dt, [0]), idx.type.n)
     return lw.ew(TileOp.AND, [lw.ew(TileOp.GE, [idx, zero], D.bool_),
                               lw.ew(TileOp.LT, [idx, dim], D.bool_)], D.bool_)

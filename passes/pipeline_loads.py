@@ -1,30 +1,19 @@
 """Software pipelining of the loads that feed ``tj.dot`` in ``tj.range(..., stages=S)`` loops:
 each such load becomes 16-byte ``cp.async`` copies into an S-slot ring of swizzled shared
-tiles, issued S-1 iterations ahead of the DOT that reads them.  When both DOT operands come
-from rings, the DOT's k step 0 fragments are also read one iteration ahead (a loop-carried
-value), so the loop body never waits at its top:
+tiles, issued S-1 iterations ahead of the DOT that reads them.
 
     prologue:  for s in 0..S-2: copy iteration s into slot s; commit        (masked past ub)
-               wait_group(S-2); barrier; frags = k step 0 of slot 0
-    iteration j:  MMAs of k step 0 (frags)
-                  copy iteration j+S-1 into slot (j-1)%S; commit            (masked past ub)
-                  ldmatrix k steps 1..K-1 of slot j%S, their MMAs, except that before the
-                  last k step's MMAs: wait_group(S-2); barrier             # slot j+1 landed
-                                      frags = k step 0 of slot (j+1)%S      # next iteration's
+    iteration j:  wait_group(S-2); barrier            # slot j%S landed; slot (j-1)%S is free
+                  copy iteration j+S-1 into slot (j+S-1)%S; commit          (masked past ub)
+                  the body, its DOT reading slot j%S with ldmatrix
     after:     wait_group(0); barrier                 # nothing in flight, the ring is free
 
-(with one k step the copies come first, before the wait that needs them when S = 2).  One
-barrier per iteration covers both hazards: the wait makes each thread's copies visible to
-the others, and every warp has read slot (j-1)%S (its last reads come before iteration j-1's
-barrier) before iteration j overwrites it.  A DOT with one ring operand keeps the simpler
-order: wait_group(S-2); barrier at the top, then the DOT, its copies after its first k step.
-Copies past the loop's end or the array's edge use ``src_bytes`` to zero-fill (ragged K and
-trip counts below S need no other code).  A load qualifies when its only use is a
-tensor-core DOT in the same loop body, its array is ``aligned16`` with a unit-stride last dim
-(every row stride is then a multiple of 16 bytes, so no runtime check is needed), its
-``other`` is 0, and its offsets are computed from the induction variable and loop-invariant
-values.  The copy placement keeps the copies' address arithmetic between MMAs, where it
-issues in the tensor cores' shadow instead of delaying the first ldmatrix.
+One barrier per iteration covers both hazards: the wait makes each thread's copies visible to
+the others, and every warp has finished reading slot (j-1)%S before it is overwritten.  Copies
+past the loop's end or the array's edge use ``src_bytes`` to zero-fill (ragged K and trip
+counts below S need no other code).  A load qualifies when its only use is a tensor-core DOT
+in the same loop body, its array has a unit-stride, 16-byte aligned last dim, its ``other``
+is 0, and its offsets are computed from the induction variable and loop-invariant values.
 """
 from __future__ import annotations
 
@@ -32,7 +21,7 @@ from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
-from tilejit.passes import lower_dot, lower_memory
+from tilejit.passes import lower_memory
 from tilejit.passes.assign_layouts import array_spec, is_tile, memory_layout
 from tilejit.passes.lower_dot import swizzled_offsets, tile_bytes
 from tilejit.passes.mma_tiling import dot_config
@@ -97,6 +86,24 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
     return out
 
 
+def rows_aligned(lw, loads) -> ir.Value:
+    """bool scalar: every pipelined array's row stride is a multiple of 16 bytes.  The
+    specialisation cannot promise it: ``ArraySpec.aligned16`` ignores strides equal to 1, and
+    an (n, 1) array may have a row stride of one element; such launches take the synchronous
+    loop, which the lowering emits next to the pipelined one."""
+    ok = None
+    for load, *_ in loads:
+        array = load.operands[0]
+        arg = lower_memory._arg_index(lw, array)
+        stride = lw.param("stride", arg, 0)
+        item = lw.const(stride.type.dtype, [array.type.dtype.itemsize])
+        mod = lw.ew(TileOp.AND, [lw.ew(TileOp.MUL, [stride, item], stride.type.dtype),
+                                 lw.const(stride.type.dtype, [15])], stride.type.dtype)
+        test = lw.ew(TileOp.EQ, [mod, lw.const(stride.type.dtype, [0])], D.bool_)
+        ok = test if ok is None else lw.ew(TileOp.AND, [ok, test], D.bool_)
+    return ok
+
+
 class Ring:
     """The S-slot shared ring of one pipelined load."""
 
@@ -107,9 +114,8 @@ class Ring:
 
     def issue(self, lw, iv: ir.Value, iv_value, slot, valid) -> None:
         """cp.async of the tile the load reads when the induction variable is ``iv_value``
-        into ``slot`` (i32); everything is zero-filled unless ``valid`` (bool scalar, None:
-        always valid)."""
-        saved = {v: lw.values.get(v) for v in [iv] + [r for o in self.offsets for r in o.results]}
+        into ``slot`` (i32); everything is zero-filled unless ``valid`` (bool scalar)."""
+        saved = lw.values.get(iv)
         lw.values[iv] = iv_value
         lw.block(ir.Block([], list(self.offsets)))          # the offsets at that iteration
         spec = array_spec(lw.fn, self.load.operands[0])
@@ -119,16 +125,12 @@ class Ring:
         # one register per 16-byte chunk: the first element of each group of 16 // item
         chunks = L.Layout("chunks", copy.shape, copy.num_warps, copy.regs[::16 // item], copy.terms)
         ptr, offs, src = _chunk_sources(lw, self.load, chunks, item)
-        if valid is not None:
-            src = lw.ew(TileOp.WHERE, [lw.splat(valid, chunks.n), src, lw.const(I32, [0] * chunks.n)], I32)
+        ok = lw.splat(valid, chunks.n)
+        src = lw.ew(TileOp.WHERE, [ok, src, lw.const(I32, [0] * chunks.n)], I32)
         rel, _ = swizzled_offsets(lw, chunks, self.cfg.row_bytes(self.operand), item)
         addr = lw.ew(TileOp.ADD, [lw.splat(self.slot_base(lw, slot), chunks.n), rel], I32)
         lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, simt.SharedAttrs(1, self.buf))
-        for v, value in saved.items():        # the body may issue this mid-way: restore its values
-            if value is None:
-                lw.values.pop(v, None)
-            else:
-                lw.values[v] = value
+        lw.values[iv] = saved
 
     def slot_base(self, lw, slot) -> ir.Value:
         return lw.ew(TileOp.ADD, [self.base, lw.ew(TileOp.MUL, [slot, lw.const(I32, [self.slot_bytes])], I32)], I32)
@@ -139,20 +141,7 @@ def _chunk_sources(lw, load: ir.Operation, chunks: L.Layout, item: int):
     inside the array, fewer at its right edge (a chunk never starts left of column 0: offsets
     are multiples of the chunk), none outside it."""
     array, offsets = load.operands[0], load.operands[1:]
-    arg = lower_memory._arg_index(lw, array)
-
-    def stride_of(d, idx_dt):
-        # ``aligned16`` exempts the stride of a dim of size 1 (only index 0 is in bounds
-        # there): taken as 0, the zero-byte copies of the rows past it keep 16-byte aligned
-        # addresses; every other stride is a multiple of 16 bytes
-        def make():
-            p = lw.prologue
-            stride = lw.cast(lw.param("stride", arg, d), idx_dt, p)
-            one = lw.const(idx_dt, [1], p)
-            wide = lw.ew(TileOp.GT, [lw.cast(lw.param("dim", arg, d), idx_dt, p), one], D.bool_, p)
-            return lw.ew(TileOp.WHERE, [wide, stride, lw.const(idx_dt, [0], p)], idx_dt, p)
-        return lw.geo(("copy_stride", arg, d, idx_dt), make)
-    ptr, offs, mask, _ = lower_memory._element_offsets(lw, array, offsets, chunks, stride_of)
+    ptr, offs, mask, _ = lower_memory._element_offsets(lw, array, offsets, chunks)
     n, idx_dt = chunks.n, offs.type.dtype
     first_col = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[-1]), idx_dt),
                                    lw.cast(lw.thread_coord(chunks, 1), idx_dt)], idx_dt)
@@ -169,40 +158,9 @@ def _sync(lw, wait: int) -> None:
     lw.emit(SimtOp.BARRIER, [])
 
 
-class Prefetch:
-    """Cross-iteration fragment prefetch of the DOT that reads two rings (``lower_dot``):
-    ``incoming`` holds this iteration's k step 0 fragments; ``next_fragments()`` waits for
-    the next slot and reads its k step 0, which becomes ``outgoing``."""
-
-    def __init__(self, dot, cfg, incoming, next_fragments):
-        self.dot, self.cfg, self.incoming, self.next_fragments = dot, cfg, incoming, next_fragments
-        self.outgoing = None
-
-
-def _prefetch_dot(region: ir.Block, rings):
-    """The DOT of ``region`` both of whose operands are rings (None: no prefetch)."""
-    by_value = {ring.load.result: ring for ring in rings}
-    for op in region.ops:
-        if op.op is TileOp.DOT and op.operands[0] in by_value and op.operands[1] in by_value:
-            return op, by_value[op.operands[0]], by_value[op.operands[1]]
-    return None
-
-
-def _read_fragments(lw, a_ring, b_ring, slot, stages: int):
-    """k step 0 fragments of ring slot ``slot`` (after a wait and barrier)."""
-    _sync(lw, stages - 2)
-    first = len(lw.b.block.ops)
-    frags = lower_dot.k_step_fragments(lw, a_ring.cfg, (a_ring.slot_base(lw, slot), a_ring.buf),
-                                       (b_ring.slot_base(lw, slot), b_ring.buf), 0)
-    lw.self_synced.update(op for op in lw.b.block.ops[first:]
-                          if op.op in (SimtOp.LDMATRIX, SimtOp.LOAD_SHARED))
-    return frags
-
-
 def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
     """Lower FOR ``o`` with ``loads`` (from ``plan``) issued through cp.async rings."""
     stages = o.attrs.stages
-    outer = (lw.dot_prefetch, lw.after_first_k_step)     # an enclosing pipelined loop's
     region = o.regions[0]
     iv = region.args[0]
     lb, ub, step = (lw.get(x) for x in o.operands[:3])
@@ -219,68 +177,29 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
         lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         if s:        # other slots of the ring: the barrier before slot 0's copies covers them
             lw.self_synced.update(op for op in lw.b.block.ops[first:] if op.op is SimtOp.CP_ASYNC)
-    found = _prefetch_dot(region, rings)
-    extra, prefetch = [], None
-    if found is not None:
-        dot, a_ring, b_ring = found
-        cfg = a_ring.cfg
-        init = lower_dot.pack_fragments(lw, _read_fragments(lw, a_ring, b_ring, lw.const(I32, [0]), stages))
-        extra = [(RegType(I32, lower_dot.fragment_regs(cfg)), lambda: prefetch.outgoing)]
 
-    def before_body(block):
-        nonlocal prefetch
-        iv_value = block.args[0]
-        if found is None:
-            _sync(lw, stages - 2)
-        # iv >= lb inside a positive-step loop: unsigned division and remainder by constants
-        # are a multiply-high each, the signed floor forms need sign fix-ups
-        u32 = D.uint32
-        since = lw.cast(lw.cast(lw.ew(TileOp.SUB, [iv_value, lw.cast(lb, iv_dt)], iv_dt), I32), u32)
-        trip = lw.ew(TileOp.FLOORDIV, [since, lw.const(u32, [step_value])], u32)
-        read = lw.ew(TileOp.MOD, [trip, lw.const(u32, [stages])], u32)
-        last = lw.ew(TileOp.EQ, [read, lw.const(u32, [stages - 1])], D.bool_)
-        write = lw.ew(TileOp.WHERE, [lw.ew(TileOp.EQ, [read, lw.const(u32, [0])], D.bool_),
-                                     lw.const(u32, [stages - 1]),
-                                     lw.ew(TileOp.SUB, [read, lw.const(u32, [1])], u32)], u32)
-        following = lw.ew(TileOp.WHERE, [last, lw.const(u32, [0]),
-                                         lw.ew(TileOp.ADD, [read, lw.const(u32, [1])], u32)], u32)
-        read, write, following = (lw.cast(x, I32) for x in (read, write, following))
+    def before_body(iv_value):
+        _sync(lw, stages - 2)
+        trip = lw.ew(TileOp.FLOORDIV, [lw.cast(lw.ew(TileOp.SUB, [iv_value, lw.cast(lb, iv_dt)], iv_dt), I32),
+                                       lw.const(I32, [step_value])], I32)
+        read = lw.ew(TileOp.MOD, [trip, lw.const(I32, [stages])], I32)
+        write = lw.ew(TileOp.MOD, [lw.ew(TileOp.ADD, [trip, lw.const(I32, [stages - 1])], I32),
+                                   lw.const(I32, [stages])], I32)
+        ahead = lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [(stages - 1) * step_value])], iv_dt)
+        valid = lw.ew(TileOp.LT, [ahead, ub_iv], D.bool_)
+        for ring in rings:
+            ring.issue(lw, iv, ahead, write, valid)
+        lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         for ring in rings:
             lw.staged[ring.load.result] = (ring.slot_base(lw, read), ring.buf)
 
-        def issue_copies():
-            # copies for iterations past ub need no mask: they fill slots no iteration reads
-            # (the last prefetch's fragments are dropped), and the array bounds keep them in
-            # the arrays
-            ahead = lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [(stages - 1) * step_value])], iv_dt)
-            for ring in rings:
-                ring.issue(lw, iv, ahead, write, None)
-            lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
-        if found is not None:
-            prefetch = Prefetch(dot, cfg, block.args[-1],
-                                lambda: _read_fragments(lw, a_ring, b_ring, following, stages))
-            lw.dot_prefetch = prefetch
-        if found is not None and cfg.k_steps == 1:
-            issue_copies()             # before the DOT's wait for the next slot, which needs them
-        else:
-            # the copies into slot (j-1)%S may go anywhere after the barrier that ended the
-            # reads of that slot: the DOT reading the ring issues them after its first k step
-            # (``lower_dot``), so their address arithmetic overlaps the tensor cores
-            lw.after_first_k_step = issue_copies
-
     args = region.args[1:]
     inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
-    body = lw.region(region, args, before=before_body, extra=extra)
-    assert lw.after_first_k_step is None, "a pipelined loop's DOT did not issue its copies"
-    assert prefetch is None or prefetch.outgoing is not None, "the prefetching DOT was not lowered"
-    lw.dot_prefetch, lw.after_first_k_step = outer
-    op = lw.b.create(SimtOp.FOR, [lb, ub, step] + inits + ([init] if found else []),
-                     [lw.reg_type(r) for r in o.results] + [rtype for rtype, _ in extra], o.attrs, [body])
-    for r, sr in zip(o.results, op.results):
-        lw.values[r] = sr
+    body = lw.region(region, args, before=before_body)
+    lw.control(o, SimtOp.FOR, [lb, ub, step] + inits, [body])
     for ring in rings:
         del lw.staged[ring.load.result]
-    # inside the loop the ring's accesses are ordered by the barriers above; the prologue's
+    # inside the loop the ring's accesses are ordered by the barrier above; the prologue's
     # copies are left to insert_barriers (the ring may reuse bytes read before the loop)
     ring_ids = {ring.buf for ring in rings}
     lw.self_synced.update(op for op in body.walk() if op.op in (SimtOp.CP_ASYNC, SimtOp.LDMATRIX,
