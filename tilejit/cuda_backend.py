@@ -190,7 +190,10 @@ class CudaBackend:
 
         def run(grid, views, stream):
             if stream is None:      # the full path's rule: the first array that has a stream
-                stream = next((views[i].stream for i in arrays if views[i].stream is not None), None)
+                for i in arrays:
+                    stream = views[i].stream
+                    if stream is not None:
+                        break
             art.kernel_for_device(views[arrays[0]].device).launch(grid, threads, views, params, stream)
         return run
 

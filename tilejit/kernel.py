@@ -82,14 +82,15 @@ class Kernel:
         self._global_names = tuple(fn.__code__.co_names)
         self._globals_seen = self._read_globals()
 
-    def _read_globals(self) -> tuple:
+    def _read_globals(self) -> list:
         g = self.fn.__globals__
-        return tuple(g.get(name, _UNBOUND) for name in self._global_names)
+        return [g.get(name, _UNBOUND) for name in self._global_names]
 
     def _drop_stale(self) -> None:
-        """Forget compiled code if a global the kernel reads was rebound since it was compiled."""
+        """Forget compiled code if a global the kernel reads was rebound to another value since
+        it was compiled (on every launch: one list comparison, identity first, in C)."""
         now = self._read_globals()
-        if any(a is not b for a, b in zip(now, self._globals_seen)):
+        if now != self._globals_seen:
             self._cache.clear()
             self._fast.clear()
             self._globals_seen = now
