@@ -36,7 +36,7 @@ from tilejit.autotune_inputs import InputGuard
 from tilejit.autotune_progress import Progress
 from tilejit.autotune_store import ResultStore, canonical, device_identity
 from tilejit.errors import LaunchError, TilejitError
-from tilejit.kernel import Kernel, raise_at_caller
+from tilejit.kernel import Kernel, at_caller
 
 _NUM_WARPS = (1, 2, 4, 8, 16, 32)
 REGISTERS_PER_CTA = 65536         # sm_80 and sm_90: 64K 32-bit registers per CTA
@@ -151,8 +151,8 @@ class Autotuned:
         return f"<tj.autotune {self.kernel.name}: {len(self.configs)} configs, key {self.key}>"
 
     def __call__(self, *args, **kwargs):
-        raise_at_caller(LaunchError(f"launch kernel '{self.kernel.name}' with {self.kernel.name}[grid](...); "
-                                    f"calling it directly is not supported"), self.kernel.name, sys._getframe(1))
+        raise at_caller(LaunchError(f"launch kernel '{self.kernel.name}' with {self.kernel.name}[grid](...); "
+                                    f"calling it directly is not supported"), self.kernel.name, sys._getframe(1)) from None
 
     @property
     def best_config(self) -> Config | None:
@@ -174,7 +174,7 @@ class Autotuned:
             except TilejitError as err:
                 if err.loc is not None and err.loc.file == __file__:   # pointed at our call: re-point
                     err.loc = None
-                raise_at_caller(err, self.kernel.name, sys._getframe(1))
+                raise at_caller(err, self.kernel.name, sys._getframe(1)) from None
         return launch
 
     def _config_for(self, grid, args, kwargs, stream) -> Config:
@@ -295,7 +295,7 @@ class Autotuned:
         try:
             return self.viable(self.configs, args, kwargs, backend or backends.selected())
         except TilejitError as err:
-            raise_at_caller(err, self.kernel.name, sys._getframe(1))
+            raise at_caller(err, self.kernel.name, sys._getframe(1)) from None
 
 
 # ------------------------------------------------------------------------------------ resources

@@ -67,10 +67,15 @@ def user_traceback(err: TilejitError) -> TilejitError:
     loc = err.loc
     if loc is None or not loc.line:
         return err.with_traceback(None)
-    code = compile("\n" * (loc.line - 1) + "raise __tilejit_error__", loc.file, "exec")
+    # "raise" placed and padded so the statement spans the user's columns (Python draws its
+    # carets under it); "0;" stands in for indentation, which a module cannot start with
+    width = max(7, (loc.end_col or loc.col + 7) - loc.col)
+    lead = "0;" + " " * (loc.col - 2) if loc.col >= 2 else ""
+    statement = lead + "raise" + " " * (width - 6) + "E"
+    code = compile("\n" * (loc.line - 1) + statement, loc.file, "exec")
     code = code.replace(co_name=err.kernel or loc.func or "<kernel>")
     try:
-        exec(code, {"__tilejit_error__": err.with_traceback(None)})
+        exec(code, {"E": err.with_traceback(None)})
     except TilejitError as e:
         tb = e.__traceback__
         # drop the exec frame of this function; keep the synthetic user frame
@@ -78,11 +83,11 @@ def user_traceback(err: TilejitError) -> TilejitError:
     return err
 
 
-def reraise_for_user(err: TilejitError):
-    """Raise ``err`` from an API entry point so the traceback shows the user's call site and the
-    kernel line, with tilejit's own frames removed."""
+def for_user(err: TilejitError) -> TilejitError:
+    """``err`` with a traceback of the user's frames only, ending at the kernel line: the API
+    entry point raises it (``raise for_user(err) from None``), which adds just its own frame."""
     err = user_traceback(err)
-    raise err.with_traceback(_strip_package_frames(err.__traceback__)) from None
+    return err.with_traceback(_strip_package_frames(err.__traceback__))
 
 
 def _strip_package_frames(tb: types.TracebackType | None) -> types.TracebackType | None:

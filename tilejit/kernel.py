@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilejit import backends, dtypes, ir
-from tilejit.errors import CompileError, LaunchError, TilejitError, reraise_for_user
+from tilejit.errors import CompileError, LaunchError, TilejitError, for_user
 from tilejit.language import constexpr
 from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
 
@@ -101,7 +101,7 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         err = LaunchError(f"launch kernel '{self.name}' with {self.name}[grid](...); "
                           f"calling it directly is not supported")
-        raise_at_caller(err, self.name, sys._getframe(1))
+        raise at_caller(err, self.name, sys._getframe(1)) from None
 
     def __getitem__(self, grid):
         def launch(*args, num_warps: int = 4, stream=None, **kwargs):
@@ -109,7 +109,7 @@ class Kernel:
                 if not self._launch_fast(grid, args, kwargs, num_warps, stream):
                     self._launch(grid, args, kwargs, num_warps, stream)
             except TilejitError as err:
-                raise_at_caller(err, self.name, sys._getframe(1))
+                raise at_caller(err, self.name, sys._getframe(1)) from None
         return launch
 
     # --- binding and specialisation ------------------------------------------------------------
@@ -255,7 +255,7 @@ class Kernel:
             _check_num_warps(num_warps)
             return self.inspect_specs(specs, consts, num_warps)
         except TilejitError as err:
-            raise_at_caller(err, self.name, sys._getframe(1))
+            raise at_caller(err, self.name, sys._getframe(1)) from None
 
     def inspect_specs(self, specs, consts: dict, num_warps: int = 4, backend: str | None = None) -> Inspection:
         """Like ``inspect`` from specs and constexprs. Without ``backend`` the richest backend
@@ -278,9 +278,9 @@ class Kernel:
 
 
 # ------------------------------------------------------------------------------ argument checks
-def raise_at_caller(err: TilejitError, kernel_name: str, frame) -> None:
-    """Re-raise ``err`` for the user: named after the kernel and, when it has no kernel line of
-    its own (a launch mistake), pointing at the user's launch call in ``frame``."""
+def at_caller(err: TilejitError, kernel_name: str, frame) -> TilejitError:
+    """``err`` ready to raise for the user: named after the kernel and, when it has no kernel
+    line of its own (a launch mistake), pointing at the user's launch call in ``frame``."""
     err.with_kernel(kernel_name)
     if err.loc is None:
         code = frame.f_code
@@ -290,7 +290,7 @@ def raise_at_caller(err: TilejitError, kernel_name: str, frame) -> None:
         err.loc = ir.Loc(code.co_filename, line or frame.f_lineno, col or 0,
                          end_col if end_line == line else None, code.co_name)
         err.args = (err._render(),)
-    reraise_for_user(err)
+    return for_user(err)
 
 
 def _constexpr_value(name: str, value):
