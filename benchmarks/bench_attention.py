@@ -1,0 +1,88 @@
+"""FlashAttention forward (``examples/attention.py``) on torch CUDA tensors against torch SDPA
+with the flash (FlashAttention-2) and cuDNN backends, measured in the same run. Issue 5 target:
+≥ 1.0× SDPA flash on all four configurations.
+
+    python3 benchmarks/bench_attention.py [--configs 4x32x4096x128,16x16x1024x64] [--reps 20]
+
+Each output is checked against SDPA (math backend, float32) before it is timed. FLOPs counted as
+4·B·H·S²·D (halved for causal), as FlashAttention reports them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import common
+import tilejit as tj
+
+CONFIGS = [(4, 32, 4096, 128), (16, 16, 1024, 64)]
+KERNEL_CONFIGS = [(64, 32, 4), (64, 64, 4), (128, 64, 8)]       # BM, BN, num_warps
+
+
+def measure(torch, batch, heads, seq, dim, causal, reps):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    F = torch.nn.functional
+    q, k, v = (common.random_tensor(torch, (batch, heads, seq, dim), torch.bfloat16, seed=s) for s in (1, 2, 3))
+    o = torch.empty_like(q)
+    flops = 4.0 * batch * heads * seq * seq * dim / (2 if causal else 1)
+    with sdpa_kernel(SDPBackend.MATH):
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    kernel = common.load_example("attention").attention_kernel
+    row = {"config": f"B{batch} H{heads} S{seq} D{dim}", "causal": causal}
+    best = None
+    for BM, BN, nw in KERNEL_CONFIGS:
+        grid = (tj.cdiv(seq, BM), batch * heads)
+
+        def run(BM=BM, BN=BN, nw=nw, grid=grid):
+            kernel[grid](q, k, v, o, 1.0 / dim ** 0.5, BM=BM, BN=BN, BD=dim, CAUSAL=causal, num_warps=nw)
+        try:
+            o.fill_(float("nan"))
+            run()
+            torch.cuda.synchronize()
+            err = common.relative_error(torch, o.float(), ref)
+            if not err < 2e-2:
+                print(f"  {BM}x{BN}x{nw}: WRONG (rel err {err:.2e})", file=sys.stderr)
+                continue
+            t = common.time_cuda(run, reps=reps)
+        except tj.TilejitError as e:
+            print(f"  {BM}x{BN}x{nw}: dropped: {str(e).splitlines()[0]}", file=sys.stderr)
+            continue
+        if best is None or t.median_ms < best[1]:
+            best = (f"{BM}x{BN}x{nw}", t.median_ms, err)
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                t = common.time_cuda(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), reps=reps)
+            row[name] = flops / t.median_ms / 1e9
+        except RuntimeError as e:
+            print(f"  SDPA {name}: {e}", file=sys.stderr)
+            row[name] = float("nan")
+    if best:
+        row.update(best=best[0], tilejit=flops / best[1] / 1e9, err=best[2])
+        row["vs_flash"], row["vs_cudnn"] = row["tilejit"] / row["flash"], row["tilejit"] / row["cudnn"]
+        common.record("attention", row["config"] + (" causal" if causal else ""), "bfloat16", row["tilejit"],
+                      "TFLOP/s", "SDPA flash", row["flash"], row["vs_flash"], cudnn=row["cudnn"])
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", default=",".join("x".join(map(str, c)) for c in CONFIGS))
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args(argv)
+    torch = common.cuda_torch()
+    if torch is None:
+        print("bench_attention: skipped (needs torch with a CUDA GPU)")
+        return 0
+    rows = [measure(torch, *map(int, c.split("x")), causal, args.reps)
+            for c in args.configs.split(",") for causal in (False, True)]
+    common.print_table(rows, [("config", "config", "s"), ("causal", "causal", "s"), ("best", "BMxBNxwarps", "s"),
+                              ("tilejit", "tilejit TF/s", ".0f"), ("flash", "SDPA flash TF/s", ".0f"),
+                              ("cudnn", "SDPA cuDNN TF/s", ".0f"), ("vs_flash", "tj/flash", ".3f"),
+                              ("vs_cudnn", "tj/cuDNN", ".3f"), ("err", "rel err", ".1e")],
+                       title=f"attention forward bf16 on {common.gpu_name()} (CUDA events, median, L2 flushed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
