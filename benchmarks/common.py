@@ -9,7 +9,6 @@ work without it.
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import json
 import os
 import platform
@@ -55,22 +54,9 @@ def gpu_name() -> str:
 
 
 def load_example(name: str):
-    """``examples/<name>.py`` as a module, loaded by path under a fixed name so every process
-    (and ``tilejit demo``, which uses the same name) sees the same kernel; its demo does not run
-    on import (it sits under ``if __name__ == "__main__"``)."""
-    module_name = f"tilejit_example_{name}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    path = REPO_ROOT / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    return module
+    """``examples/<name>.py`` as a module: the one ``tilejit demo`` runs (``tilejit.examples``)."""
+    from tilejit.demo import load_example as load
+    return load(name)
 
 
 # ----------------------------------------------------------------------------------------- inputs

@@ -15,6 +15,7 @@ from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
 from tilejit.passes.mma_tiling import (DotConfig, choose_warps, ldmatrix_a_layout, ldmatrix_b_layout)
 from tilejit.passes.pipeline import compile_to_simt
+from tilejit.examples.matmul import matmul_kernel
 from tilejit.specs import ArraySpec
 
 NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "int8": np.int8, "float32": np.float32}
@@ -25,14 +26,7 @@ def emulate(monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
 
 
-@tj.kernel
-def matmul(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr, STAGES: tj.constexpr = 1):
-    m = tj.program_id(0) * BM
-    n = tj.program_id(1) * BN
-    acc = tj.zeros((BM, BN), tj.float32)
-    for k in tj.range(0, a.shape[1], BK, stages=STAGES):
-        acc = tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (k, n), (BK, BN)), acc)
-    tj.store(c, (m, n), acc.to(c.dtype))
+matmul = matmul_kernel.kernel          # the example's kernel, without its tuner
 
 
 @tj.kernel

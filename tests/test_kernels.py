@@ -1,7 +1,7 @@
 """End-to-end kernels (the examples) through the frontend on every backend, on ragged shapes,
 against float64 NumPy references: ``interpret`` and ``emulate`` here, ``cuda`` under ``-m gpu``.
 TILEJIT_TEST_BACKEND=NAME restricts the run to one backend."""
-import importlib.util
+import importlib
 import os
 
 import numpy as np
@@ -11,17 +11,13 @@ from hypothesis import given, strategies as st
 import tilejit as tj
 from tilejit.demo import run_demo
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(tj.__file__))), "examples")
 ONLY = os.environ.get("TILEJIT_TEST_BACKEND")
 BACKENDS = [b for b in ("interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu))
             if ONLY is None or getattr(b, "values", (b,))[0] == ONLY]
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", os.path.join(EXAMPLES, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"tilejit.examples.{name}")
 
 
 softmax, layernorm, matmul, attention = (load(n) for n in ("softmax", "layernorm", "matmul", "attention"))

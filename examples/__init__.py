@@ -1,0 +1,1 @@
+"""Example kernels, importable as ``tilejit.examples.<name>`` (``tilejit demo`` runs them)."""
