@@ -29,26 +29,17 @@ def measure(torch, batch, heads, seq, dim, causal, reps):
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
     kernel = common.load_example("attention").attention_kernel
     row = {"config": f"B{batch} H{heads} S{seq} D{dim}", "causal": causal}
-    best = None
-    for BM, BN, nw in KERNEL_CONFIGS:
-        grid = (tj.cdiv(seq, BM), batch * heads)
 
-        def run(BM=BM, BN=BN, nw=nw, grid=grid):
-            kernel[grid](q, k, v, o, 1.0 / dim ** 0.5, BM=BM, BN=BN, BD=dim, CAUSAL=causal, num_warps=nw)
-        try:
-            o.fill_(float("nan"))
-            run()
-            torch.cuda.synchronize()
-            err = common.relative_error(torch, o.float(), ref)
-            if not err < 2e-2:
-                print(f"  {BM}x{BN}x{nw}: WRONG (rel err {err:.2e})", file=sys.stderr)
-                continue
-            t = common.time_cuda(run, reps=reps)
-        except tj.TilejitError as e:
-            print(f"  {BM}x{BN}x{nw}: dropped: {str(e).splitlines()[0]}", file=sys.stderr)
-            continue
-        if best is None or t.median_ms < best[1]:
-            best = (f"{BM}x{BN}x{nw}", t.median_ms, err)
+    def launcher(cfg):
+        BM, BN, nw = cfg
+        grid = (tj.cdiv(seq, BM), batch * heads)
+        return lambda: kernel[grid](q, k, v, o, 1.0 / dim ** 0.5, BM=BM, BN=BN, BD=dim, CAUSAL=causal,
+                                    num_warps=nw)
+    results = common.sweep(torch, KERNEL_CONFIGS, launcher, o, ref, 2e-2, reps)
+    best = None
+    if results:
+        cfg, (t, err) = min(results.items(), key=lambda item: item[1][0].median_ms)
+        best = ("x".join(map(str, cfg)), t.median_ms, err)
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
             with sdpa_kernel(backend):

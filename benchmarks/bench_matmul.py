@@ -78,31 +78,22 @@ def bench_shape(torch, shape, dtype_name, configs, reps):
     default = (first.constexprs["BM"], first.constexprs["BN"], first.constexprs["BK"],
                first.constexprs.get("STAGES", 3), first.num_warps)
     configs = list(configs) + ([default] if default not in configs else [])
-    timed = {}
     rows = []
 
     def tflops(ms):
         return flops / ms / 1e9
     cublas = common.time_cuda(lambda: torch.matmul(a, b, out=c), reps=reps)
-    best = None
-    for BM, BN, BK, stages, nw in configs:
+
+    def launcher(cfg):
+        BM, BN, BK, stages, nw = cfg
         grid = (tj.cdiv(M, BM), tj.cdiv(N, BN))
-        run = lambda: kernel[grid](a, b, c, BM=BM, BN=BN, BK=BK, STAGES=stages, num_warps=nw)  # noqa: E731
-        try:
-            c.fill_(float("nan"))
-            run()
-            torch.cuda.synchronize()
-            err = common.relative_error(torch, c.float(), ref)
-            if not err < 1e-2:
-                print(f"  config {BM}x{BN}x{BK}x{stages}x{nw}: WRONG (rel err {err:.2e})", file=sys.stderr)
-                continue
-            t = common.time_cuda(run, reps=reps)
-        except tj.TilejitError as e:
-            print(f"  config {BM}x{BN}x{BK}x{stages}x{nw}: dropped: {str(e).splitlines()[0]}", file=sys.stderr)
-            continue
-        timed[(BM, BN, BK, stages, nw)] = t.median_ms
-        if best is None or t.median_ms < best[1].median_ms:
-            best = (f"{BM}x{BN}x{BK}x{stages}x{nw}", t, err)
+        return lambda: kernel[grid](a, b, c, BM=BM, BN=BN, BK=BK, STAGES=stages, num_warps=nw)
+    results = common.sweep(torch, configs, launcher, c, ref, 1e-2, reps)
+    timed = {cfg: t.median_ms for cfg, (t, _) in results.items()}
+    best = None
+    if results:
+        cfg, (t, err) = min(results.items(), key=lambda item: item[1][0].median_ms)
+        best = ("x".join(map(str, cfg)), t, err)
     tri = None
     try:
         run_triton = triton_matmul(torch)

@@ -134,6 +134,30 @@ def time_cuda(fn, setup=None, warmup: int = 10, reps: int = 100) -> Timing:
     return Timing(statistics.median(times), min(times), max(times), reps)
 
 
+def sweep(torch, configs, launcher, out, ref, tolerance: float, reps: int) -> dict:
+    """Check then time each config: ``launcher(cfg)`` gives a no-argument launch writing ``out``,
+    which is poisoned with NaN and compared with ``ref`` (relative error under ``tolerance``)
+    before timing. Returns {config: (Timing, rel err)}; wrong or refused configs are reported
+    on stderr and left out."""
+    import tilejit as tj
+    timed = {}
+    for cfg in configs:
+        label = "x".join(map(str, cfg))
+        run = launcher(cfg)
+        try:
+            out.fill_(float("nan"))
+            run()
+            torch.cuda.synchronize()
+            err = relative_error(torch, out.float(), ref)
+            if not err < tolerance:
+                print(f"  config {label}: WRONG (rel err {err:.2e})", file=sys.stderr)
+                continue
+            timed[cfg] = (time_cuda(run, reps=reps), err)
+        except tj.TilejitError as e:
+            print(f"  config {label}: dropped: {str(e).splitlines()[0]}", file=sys.stderr)
+    return timed
+
+
 # ---------------------------------------------------------------------------------------- results
 def record(benchmark: str, shape: str, dtype: str, figure: float, unit: str, reference: str,
            reference_figure: float | None, ratio: float | None, **extra) -> dict:
