@@ -36,9 +36,8 @@ from tilejit.autotune_inputs import InputGuard
 from tilejit.autotune_progress import Progress
 from tilejit.autotune_store import ResultStore, canonical, device_identity
 from tilejit.errors import LaunchError, TilejitError
-from tilejit.kernel import Kernel, at_caller
+from tilejit.kernel import Kernel, at_caller, check_num_warps
 
-_NUM_WARPS = (1, 2, 4, 8, 16, 32)
 REGISTERS_PER_CTA = 65536         # sm_80 and sm_90: 64K 32-bit registers per CTA
 
 
@@ -46,8 +45,7 @@ class Config:
     """One candidate launch: constexpr values plus ``num_warps``."""
 
     def __init__(self, num_warps: int = 4, **constexprs):
-        if isinstance(num_warps, bool) or num_warps not in _NUM_WARPS:
-            raise LaunchError(f"tj.Config: num_warps must be a power of two from 1 to 32, got {num_warps!r}")
+        check_num_warps(num_warps, "tj.Config: ")
         self.num_warps = num_warps
         self.constexprs = {k: tuple(v) if isinstance(v, list) else v for k, v in constexprs.items()}
 

@@ -184,7 +184,7 @@ class Kernel:
         bound = self.bind(args, kwargs)
         specs, consts, values = self.specialise(bound)
         grid3 = normalise_grid(grid(dict(bound)) if callable(grid) else grid)
-        _check_num_warps(num_warps)
+        check_num_warps(num_warps)
         entry = self.compile(specs, consts, num_warps, backends.selected())
         entry.backend.launch(entry.artifact, grid3, values, stream)
         make_fast = getattr(entry.backend, "fast_launcher", None)
@@ -252,7 +252,7 @@ class Kernel:
         """Compile for these arguments (nothing runs) and return every stage's artifact."""
         try:
             specs, consts, _ = self.specialise(self.bind(args, kwargs))
-            _check_num_warps(num_warps)
+            check_num_warps(num_warps)
             return self.inspect_specs(specs, consts, num_warps)
         except TilejitError as err:
             raise at_caller(err, self.name, sys._getframe(1)) from None
@@ -260,7 +260,7 @@ class Kernel:
     def inspect_specs(self, specs, consts: dict, num_warps: int = 4, backend: str | None = None) -> Inspection:
         """Like ``inspect`` from specs and constexprs. Without ``backend`` the richest backend
         that compiles here is used (cuda, then emulate); the tile IR is always there."""
-        _check_num_warps(num_warps)
+        check_num_warps(num_warps)
         candidates = [backend] if backend else ["cuda", "emulate"]
         for name in candidates:
             try:
@@ -385,9 +385,10 @@ def normalise_grid(grid) -> tuple[int, int, int]:
     return tuple(int(n) for n in dims) + (1,) * (3 - len(dims))
 
 
-def _check_num_warps(num_warps) -> None:
+def check_num_warps(num_warps, who: str = "") -> None:
+    """LaunchError unless ``num_warps`` is a power of two from 1 to 32 (``who`` prefixes the message)."""
     if not isinstance(num_warps, int) or isinstance(num_warps, bool) or num_warps not in (1, 2, 4, 8, 16, 32):
-        raise LaunchError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
+        raise LaunchError(f"{who}num_warps must be a power of two from 1 to 32, got {num_warps!r}")
 
 
 def _fast_device_view(value):
