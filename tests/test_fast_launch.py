@@ -25,7 +25,7 @@ class RecordingBackend:
         self.compiled, self.slow, self.fast = [], [], []
 
     def compile(self, tile_fn, options):
-        self.compiled.append(options["specs"])
+        self.compiled.append(tile_fn.meta["specs"])
         return len(self.compiled)
 
     def launch(self, artifact, grid, args, stream):

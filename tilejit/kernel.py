@@ -166,8 +166,7 @@ class Kernel:
         if artifact is None:
             tile_fn = self.tile_ir(specs, consts)
             text = ir.print_function(tile_fn)
-            options = {"name": self.name, "num_warps": num_warps, "constexprs": dict(consts),
-                       "specs": specs, "pyfn": self.fn, "cache_key": disk_key}
+            options = {"num_warps": num_warps, "cache_key": disk_key}   # the rest travels in the IR
             try:
                 artifact = backend.compile(tile_fn, options)
             except TilejitError as err:
