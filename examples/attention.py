@@ -25,7 +25,7 @@ def attention_kernel(q, k, v, o, scale,
     end = seq_k
     if CAUSAL:
         end = tj.minimum(seq_k, start_m + BM)          # blocks right of the diagonal are all masked
-    for start_n in tj.range(0, end, BN):
+    for start_n in tj.range(0, end, BN, stages=2):     # K/V blocks copied one ahead (cp.async)
         kt = tj.load(k, (batch, kv_head, start_n, 0), (1, 1, BN, BD)).reshape((BN, BD))
         vt = tj.load(v, (batch, kv_head, start_n, 0), (1, 1, BN, BD)).reshape((BN, BD))
         s = tj.dot(qt, tj.trans(kt)) * scale

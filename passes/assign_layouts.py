@@ -17,9 +17,12 @@ Result, in ``fn.meta``: ``"layouts"`` {tile Value: Layout} for every non-deferre
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tilejit import ir
-from tilejit.ir import ELEMENTWISE_OPS, TileOp, TileType
+from tilejit.ir import ELEMENTWISE_OPS, DotAttrs, TileOp, TileType
 from tilejit.passes import layouts as L
+from tilejit.passes.mma_layouts import mma_kind_for
 from tilejit.passes.mma_tiling import dot_config
 from tilejit.specs import ArraySpec
 
@@ -116,7 +119,9 @@ class LayoutAssigner:
         if parent is not None and parent.shape == o.result.type.shape:
             self.set(o.result, parent)
         else:
-            self.set(o.result, default_layout(o.result.type, self.num_warps))
+            # materialised in each user's layout: a row vector broadcast into an accumulator
+            # lands in the accumulator's layout (in registers when the rows match)
+            self.set(o.result, None)
 
     def op_RESHAPE(self, o: ir.Operation) -> None:
         src = o.operands[0]
@@ -183,8 +188,54 @@ class LayoutAssigner:
                 self.set(res, found[0] if found else default_layout(res.type, self.num_warps))
 
 
+# elementwise ops a DOT's A operand may pass through on its way from another DOT's accumulator
+_ROW_PRESERVING = ELEMENTWISE_OPS
+
+
+def _source_dot(v: ir.Value, shape) -> ir.Operation | None:
+    """The DOT whose accumulator ``v`` is computed from elementwise (through operands of the same
+    shape; row vectors broadcast in from the side do not count), or None."""
+    seen = set()
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        o = x.owner
+        if o is None or x in seen or x.type.shape != shape:
+            continue
+        seen.add(x)
+        if o.op is TileOp.DOT:
+            return o
+        if o.op in _ROW_PRESERVING:
+            stack.extend(o.operands)
+        elif o.op is TileOp.IF:           # e.g. a mask skipped on uniform blocks (uniform_masks)
+            i = o.results.index(x)
+            stack.extend(r.ops[-1].operands[i] for r in o.regions)
+    return None
+
+
+def chain_dots(fn: ir.Function, num_warps: int) -> None:
+    """Give ``dot(f(dot(a, b)), c)`` chains (attention's ``p @ v`` after ``q @ k.T``) one warp
+    split with every warp owning whole rows, ``(num_warps, 1)``: then the first accumulator's
+    C fragments are already the second DOT's A fragments (``lower_dot`` passes them in
+    registers) and the row statistics of the softmax between them stay inside each warp."""
+    for o in list(fn.walk()):
+        if o.op is not TileOp.DOT or (o.attrs and o.attrs.warps):
+            continue
+        a = o.operands[0]
+        first = _source_dot(a, a.type.shape)
+        kind = mma_kind_for(a.type.dtype)
+        if first is None or kind is None or kind.bits != 16:
+            continue
+        m = a.type.shape[0]
+        if m % (kind.m * num_warps) or first.result.type.shape[0] != m:
+            continue
+        for d in (first, o):
+            d.attrs = dataclasses.replace(d.attrs or DotAttrs(), warps=(num_warps, 1))
+
+
 def assign_layouts(fn: ir.Function, num_warps: int) -> ir.Function:
     """Fill ``fn.meta["layouts"]`` and ``fn.meta["deferred"]`` (see the module docstring)."""
+    chain_dots(fn, num_warps)
     assigner = LayoutAssigner(fn, num_warps)
     for a in fn.args:
         if is_tile(a):

@@ -156,9 +156,48 @@ def _block(block: ir.Block, subst: dict) -> bool:
     return changed
 
 
+def _use_counts(block: ir.Block, counts: dict) -> dict:
+    for o in block.ops:
+        for x in o.operands:
+            counts[x] = counts.get(x, 0) + 1
+        for r in o.regions:
+            _use_counts(r, counts)
+    return counts
+
+
+def _zero_acc_dot(v: ir.Value, uses: dict) -> ir.Operation | None:
+    o = v.owner
+    if o is None or o.op is not TileOp.DOT or uses.get(v) != 1:
+        return None
+    return o if is_const(o.operands[2], 0.0) or is_const(o.operands[2], 0) else None
+
+
+def fuse_dot_accumulate(block: ir.Block, uses: dict) -> None:
+    """``x + dot(a, b, 0)`` -> ``dot(a, b, x)`` when the DOT has no other use: the tensor cores
+    add into ``x`` directly, so the product and ``x`` are not both live (FlashAttention's
+    ``acc * alpha + dot(p, v)`` would otherwise hold two accumulators).  Like FMA contraction,
+    this rounds once where the source rounds twice."""
+    for i, o in enumerate(block.ops):
+        for r in o.regions:
+            fuse_dot_accumulate(r, uses)
+        if o.op is not TileOp.ADD:
+            continue
+        for d, x in ((o.operands[1], o.operands[0]), (o.operands[0], o.operands[1])):
+            dot = _zero_acc_dot(d, uses)
+            if dot is not None and x.type == dot.result.type:
+                new = ir.Operation(TileOp.DOT, [dot.operands[0], dot.operands[1], x], [o.result.type],
+                                   dot.attrs, loc=dot.loc)
+                new.results[0] = o.result          # the ADD's users keep their operand
+                o.result.owner = new
+                block.ops[i] = new
+                break
+
+
 def canonicalize(fn: ir.Function) -> ir.Function:
-    """Apply the rules and constant folding until nothing changes (in place; returns ``fn``)."""
+    """Apply the rules and constant folding until nothing changes, then contract
+    ``x + dot(a, b, 0)`` (in place; returns ``fn``)."""
     for _ in range(8):
         if not _block(fn.body, {}):
             break
+    fuse_dot_accumulate(fn.body, _use_counts(fn.body, {}))
     return fn

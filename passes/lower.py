@@ -39,7 +39,8 @@ class Lowering:
         self.param_index: dict[tuple, int] = {}
         self.writes: set[int] = set()
         self.multiples = lower_memory.KnownMultiples(fn)
-        self.staged: dict = {}                # pipelined DOT operand -> (shared base, buffer)
+        self.staged: dict = {}                # DOT operand in shared -> (base, buffer, n_major)
+        self.replaced: set = set()            # ops a cp.async ring stands in for
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
         self.grouped_ids = any(o.op is TileOp.DOT and dot_config(o, num_warps) for o in fn.walk())
         self.describe_params()
@@ -255,8 +256,8 @@ class Lowering:
         for o in block.ops:
             if o.op is TileOp.YIELD:
                 continue
-            if o.results and any(r in self.deferred for r in o.results):
-                continue                      # materialised at each use
+            if o.results and any(r in self.deferred for r in o.results) or o in self.replaced:
+                continue                      # materialised at each use / read from a ring
             handler = getattr(self, f"op_{o.op.name}", None)
             if handler is not None:
                 handler(o)
@@ -314,8 +315,7 @@ class Lowering:
         self.values[o.result] = self.cast(self.param("dim", arg, o.attrs.axis), o.result.type.dtype)
 
     def op_LOAD(self, o):
-        if not pipeline_loads.pipelined_load(self, o):
-            self.values[o.result] = lower_memory.load(self, o)
+        self.values[o.result] = lower_memory.load(self, o)
 
     def op_STORE(self, o):
         lower_memory.store(self, o)
@@ -390,6 +390,7 @@ class Lowering:
             self.values[r] = sr
 
     def op_FOR(self, o):
+        hoisted = self.stage_invariant_operands(o)
         loads = pipeline_loads.plan(self, o)
         if loads:
             self.two_ways(o, pipeline_loads.rows_aligned(self, loads),
@@ -397,6 +398,26 @@ class Lowering:
                           lambda: self.plain_for(o))
         else:
             self.plain_for(o)
+        for v in hoisted:
+            del self.staged[v]
+
+    def stage_invariant_operands(self, o) -> list:
+        """Put the tensor-core operands that DOTs in loop ``o`` read but the loop does not
+        compute (attention's ``q``) into their swizzled shared tiles once, before the loop,
+        instead of on every iteration.  Returns the values staged."""
+        body = o.regions[0]
+        inside = {r for op in body.walk() for r in op.results} | set(body.args)
+        hoisted = []
+        for dot in body.ops:
+            cfg = dot_config(dot, self.num_warps) if dot.op is TileOp.DOT else None
+            if cfg is None or self.layouts.get(dot.result) != cfg.acc_layout:
+                continue
+            for operand, v in zip("ab", dot.operands[:2]):
+                if v in inside or v in self.staged or v in self.deferred or not is_tile(v):
+                    continue
+                self.staged[v] = lower_dot.stage_registers(self, v, cfg, operand) + (False,)
+                hoisted.append(v)
+        return hoisted
 
     def two_ways(self, o, cond, then_fn, else_fn) -> None:
         """``o`` lowered twice, by ``then_fn`` and ``else_fn``, under a runtime IF(cond)."""

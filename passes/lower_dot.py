@@ -19,7 +19,7 @@ from tilejit import ir, simt
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
-from tilejit.passes.mma_tiling import DotConfig, ldmatrix_a_layout, ldmatrix_b_layout
+from tilejit.passes.mma_tiling import DotConfig, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -56,7 +56,8 @@ def swizzled_offsets(lw, layout: L.Layout, row_bytes: int, item: int):
 
 
 def tile_bytes(cfg: DotConfig, operand: str) -> int:
-    rows = cfg.m if operand == "a" else cfg.k
+    """Bytes of the shared tile of ``operand`` ("a", "b" or "b_nk", see ``row_bytes``)."""
+    rows = {"a": cfg.m, "b": cfg.k, "b_nk": cfg.n}[operand]
     return rows * cfg.row_bytes(operand)
 
 
@@ -101,17 +102,19 @@ def a_fragments(lw, cfg: DotConfig, base, buf: int, kk: int) -> list[ir.Value]:
     return [_ldmatrix(lw, addr, kk * cfg.m_reps + mi, 4, False, buf) for mi in range(cfg.m_reps)]
 
 
-def b_fragments(lw, cfg: DotConfig, base, buf: int, kk: int) -> list[ir.Value]:
-    """B fragments of k step ``kk``, per n tile: 2 packed registers each."""
+def b_fragments(lw, cfg: DotConfig, base, buf: int, kk: int, n_major: bool = False) -> list[ir.Value]:
+    """B fragments of k step ``kk``, per n tile: 2 packed registers each.  ``n_major``: the
+    shared tile holds B^T (N x K, a ``k`` tile loaded for ``tj.dot(q, tj.trans(k))``), read
+    with plain ``ldmatrix``; otherwise B itself (K x N)."""
     item = cfg.ab_dtype.itemsize
-    if cfg.ldmatrix_b:
-        layout = ldmatrix_b_layout(cfg)
-        addr = _addresses(lw, base, layout, cfg.row_bytes("b"), item)
+    if cfg.ldmatrix_b or n_major:
+        layout = ldmatrix_b_nk_layout(cfg) if n_major else ldmatrix_b_layout(cfg)
+        addr = _addresses(lw, base, layout, cfg.row_bytes("b_nk" if n_major else "b"), item)
         pairs = -(-cfg.n_reps // 2)
         out = []
         for p in range(pairs):
             num = 4 if 2 * p + 1 < cfg.n_reps else 2
-            regs = _ldmatrix(lw, addr, kk * pairs + p, num, True, buf)
+            regs = _ldmatrix(lw, addr, kk * pairs + p, num, not n_major, buf)
             out += [lw.gather(regs, [0, 1])] + ([lw.gather(regs, [2, 3])] if num == 4 else [])
         return out
     layout = ML.mma_layout(cfg.kind, "b", (cfg.k, cfg.n), cfg.warps)
@@ -126,18 +129,50 @@ def b_fragments(lw, cfg: DotConfig, base, buf: int, kk: int) -> list[ir.Value]:
                     RegType(I32, cfg.kind.b_regs)).result for ni in range(cfg.n_reps)]
 
 
+def register_a_fragments(lw, a_v: ir.Value, cfg: DotConfig) -> list[list[ir.Value]] | None:
+    """A fragments ``[kk][mi]`` taken from registers when every lane already holds its A
+    elements: ``a_v`` is (a cast of) another DOT's accumulator with the same rows per warp
+    (``assign_layouts.chain_dots``).  Two neighbouring n8 C tiles are one k16 A tile, so this
+    only packs pairs of 16-bit values (attention's ``p``, no shared-memory round trip)."""
+    src = lw.layouts.get(a_v)
+    if src is None or src.kind != "mma_c" or cfg.kind.bits != 16:
+        return None
+    idx = L.same_elements(src, ML.mma_layout(cfg.kind, "a", (cfg.m, cfg.k), cfg.warps))
+    if idx is None:
+        return None
+    values = lw.gather(lw.get(a_v), idx)
+    size = ML.fragment_size(cfg.kind, "a")
+    out = [[None] * cfg.m_reps for _ in range(cfg.k_steps)]
+    for mi in range(cfg.m_reps):
+        for kk in range(cfg.k_steps):
+            first = (mi * cfg.k_steps + kk) * size
+            out[kk][mi] = lw.emit(SimtOp.PACK, [lw.gather(values, range(first, first + size))],
+                                  RegType(I32, cfg.kind.a_regs)).result
+    return out
+
+
+def operand_source(lw, v: ir.Value, cfg: DotConfig, operand: str, staged: dict) -> tuple:
+    """(base, buffer id, n_major) of operand ``v``'s swizzled shared tile: a pipelined load's
+    ring slot or a tile staged before the loop (in ``staged``), else staged here."""
+    if v in staged:
+        return staged[v]
+    return stage_registers(lw, v, cfg, operand) + (False,)
+
+
 def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     """The DOT ``o`` on tensor cores; ``staged`` maps an operand Value already in a swizzled
-    shared tile (a pipelined load) to its (base address, buffer id)."""
+    shared tile to its (base address, buffer id, n_major)."""
     a_v, b_v, acc_v = o.operands
-    a_src = staged.get(a_v) or stage_registers(lw, a_v, cfg, "a")
-    b_src = staged.get(b_v) or stage_registers(lw, b_v, cfg, "b")
+    a_regs = None if a_v in staged else register_a_fragments(lw, a_v, cfg)
+    a_src = None if a_regs else operand_source(lw, a_v, cfg, "a", staged)
+    b_src = operand_source(lw, b_v, cfg, "b", staged)
     acc = lw.get(acc_v, cfg.acc_layout)
     pieces = [[lw.gather(acc, range((mi * cfg.n_reps + ni) * 4, (mi * cfg.n_reps + ni) * 4 + 4))
                for ni in range(cfg.n_reps)] for mi in range(cfg.m_reps)]
     attrs = simt.MmaAttrs(cfg.kind.ab_type)
     for kk in range(cfg.k_steps):            # fragments of one k step live at a time
-        a_frags, b_frags = a_fragments(lw, cfg, *a_src, kk), b_fragments(lw, cfg, *b_src, kk)
+        a_frags = a_regs[kk] if a_regs else a_fragments(lw, cfg, *a_src[:2], kk)
+        b_frags = b_fragments(lw, cfg, b_src[0], b_src[1], kk, n_major=b_src[2])
         for mi in range(cfg.m_reps):
             for ni in range(cfg.n_reps):
                 pieces[mi][ni] = lw.emit(SimtOp.MMA, [a_frags[mi], b_frags[ni], pieces[mi][ni]],

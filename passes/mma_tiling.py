@@ -58,8 +58,9 @@ class DotConfig:
         return self.kind.bits == 16
 
     def row_bytes(self, operand: str) -> int:
-        """Bytes per row of the swizzled shared tile of A (M x K) or B (K x N)."""
-        return (self.k if operand == "a" else self.n) * self.ab_dtype.itemsize
+        """Bytes per row of the swizzled shared tile of A (M x K), B (K x N) or B stored
+        n-major ("b_nk": B^T, N x K)."""
+        return (self.k if operand in ("a", "b_nk") else self.n) * self.ab_dtype.itemsize
 
 
 def _pow2(x: int) -> bool:
@@ -92,6 +93,10 @@ def dot_config(o: ir.Operation, num_warps: int) -> DotConfig | None:
     if n * a.dtype.itemsize < ML.CHUNK:      # a swizzled B row holds at least one 16-byte chunk
         return None
     warps = choose_warps(m, n, num_warps, kind)
+    forced = o.attrs.warps if o.attrs else None
+    if forced is not None and forced[0] * forced[1] == num_warps \
+            and m % (kind.m * forced[0]) == 0 and n % (kind.n * forced[1]) == 0:
+        warps = forced                    # chained DOTs share rows (``assign_layouts.chain_dots``)
     if warps is None:
         return None
     acc = D.int32 if kind.acc_type == "s32" else D.float32
@@ -127,3 +132,18 @@ def ldmatrix_b_layout(cfg: DotConfig) -> L.Layout:
     pairs = -(-cfg.n_reps // 2)
     regs = tuple((kk * 16, p * 16) for kk in range(cfg.k_steps) for p in range(pairs))
     return L.Layout("ldmatrix_b", (cfg.k, cfg.n), cfg.num_warps, regs, (rows, cols))
+
+
+def ldmatrix_b_nk_layout(cfg: DotConfig) -> L.Layout:
+    """Row addresses of plain ``ldmatrix.x4`` into B^T (N x K, stored n-major), one register
+    per (k step, pair of n8 tiles), in the register order of ``ldmatrix_b_layout``: lanes 0-7
+    n rows 0-7 / k bytes 0-15, lanes 8-15 the next 16 bytes of k, lanes 16-31 n rows 8-15
+    (``mma_layouts.ldmatrix_rows("b_nk")``)."""
+    per16 = ML.CHUNK // cfg.ab_dtype.itemsize
+    wm, wn = cfg.warps
+    rows = (L.BitTerm("lane", 0, 3, 1), L.BitTerm("lane", 4, 1, 8)) + \
+        ((L.BitTerm("warp", _log2(wm), _log2(wn), cfg.warp_tile[1]),) if wn > 1 else ())
+    cols = (L.BitTerm("lane", 3, 1, per16),)
+    pairs = -(-cfg.n_reps // 2)
+    regs = tuple((p * 16, kk * cfg.kind.k) for kk in range(cfg.k_steps) for p in range(pairs))
+    return L.Layout("ldmatrix_b_nk", (cfg.n, cfg.k), cfg.num_warps, regs, (rows, cols))

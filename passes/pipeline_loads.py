@@ -50,8 +50,33 @@ def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | No
     return [o for o in body.ops if o in needed]
 
 
+def _load_chain(v: ir.Value, uses: dict, body: ir.Block):
+    """(LOAD op, ops between it and ``v``, n_major) when DOT operand ``v`` is a load seen
+    through unit-dim reshapes (``tj.load(k, (b, h, n, 0), (1, 1, BN, D)).reshape(...)``) and
+    at most one 2-D transpose (``tj.trans(k)``: the tile lands as B^T, n-major), each used
+    once; else None."""
+    chain, n_major = [], False
+    while v.owner is not None and v.owner.op in (TileOp.RESHAPE, TileOp.TRANS):
+        o = v.owner
+        if o not in body.ops or len(uses.get(v, ())) != 1:
+            return None
+        if o.op is TileOp.TRANS:
+            if n_major or tuple(o.attrs.perm) != (1, 0):
+                return None
+            n_major = True
+        elif [d for d in o.operands[0].type.shape if d != 1] != [d for d in o.result.type.shape if d != 1]:
+            return None
+        chain.append(o)
+        v = o.operands[0]
+    load = v.owner
+    if load is None or load.op is not TileOp.LOAD or load not in body.ops or len(uses.get(v, ())) != 1:
+        return None
+    return load, chain, n_major
+
+
 def plan(lw, o: ir.Operation) -> list[tuple]:
-    """[(load op, operand "a"/"b", DotConfig, offset slice)] of the loads of FOR ``o`` to pipeline."""
+    """[(load op, operand "a"/"b"/"b_nk", DotConfig, offset slice, DOT operand, chain ops)] of the
+    loads of FOR ``o`` to pipeline."""
     if o.attrs is None or o.attrs.stages < 2:
         return []
     step = o.operands[2].owner
@@ -71,9 +96,10 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
         if cfg is None or lw.layouts.get(dot.result) != cfg.acc_layout:
             continue
         for operand, v in zip("ab", dot.operands[:2]):
-            load = v.owner
-            if load is None or load.op is not TileOp.LOAD or load not in body.ops or uses.get(v) != [dot]:
+            found = _load_chain(v, uses, body) if uses.get(v) == [dot] else None
+            if found is None or (found[2] and operand == "a"):
                 continue
+            load, chain, n_major = found
             spec = array_spec(lw.fn, load.operands[0])
             item = spec.dtype.itemsize
             if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
@@ -82,7 +108,7 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
                 continue
             offsets = _offset_slice(body, load)
             if offsets is not None:
-                out.append((load, operand, cfg, offsets))
+                out.append((load, "b_nk" if n_major else operand, cfg, offsets, v, chain))
     return out
 
 
@@ -107,8 +133,9 @@ def rows_aligned(lw, loads) -> ir.Value:
 class Ring:
     """The S-slot shared ring of one pipelined load."""
 
-    def __init__(self, lw, load: ir.Operation, operand: str, cfg, offsets, stages: int):
+    def __init__(self, lw, load: ir.Operation, operand: str, cfg, offsets, value: ir.Value, chain, stages: int):
         self.load, self.operand, self.cfg, self.offsets = load, operand, cfg, offsets
+        self.value, self.chain = value, chain       # the DOT operand; the reshapes/trans before it
         self.slot_bytes = tile_bytes(cfg, operand)
         self.base, self.buf = lw.alloc_shared(stages * self.slot_bytes, align=128)   # see lower_dot
 
@@ -127,7 +154,8 @@ class Ring:
         ptr, offs, src = _chunk_sources(lw, self.load, chunks, item)
         ok = lw.splat(valid, chunks.n)
         src = lw.ew(TileOp.WHERE, [ok, src, lw.const(I32, [0] * chunks.n)], I32)
-        rel, _ = swizzled_offsets(lw, chunks, self.cfg.row_bytes(self.operand), item)
+        stored = tuple(d for d in copy.shape if d != 1)        # the tile as it sits in the slot
+        rel, _ = swizzled_offsets(lw, L.unit_dims_changed(chunks, stored), self.cfg.row_bytes(self.operand), item)
         addr = lw.ew(TileOp.ADD, [lw.splat(self.slot_base(lw, slot), chunks.n), rel], I32)
         lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, simt.SharedAttrs(1, self.buf))
         lw.values[iv] = saved
@@ -142,11 +170,11 @@ def _chunk_sources(lw, load: ir.Operation, chunks: L.Layout, item: int):
     are multiples of the chunk), none outside it."""
     array, offsets = load.operands[0], load.operands[1:]
     ptr, offs, mask, _ = lower_memory._element_offsets(lw, array, offsets, chunks)
-    n, idx_dt = chunks.n, offs.type.dtype
+    n, idx_dt, last = chunks.n, offs.type.dtype, chunks.rank - 1
     first_col = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[-1]), idx_dt),
-                                   lw.cast(lw.thread_coord(chunks, 1), idx_dt)], idx_dt)
-    col0 = lw.ew(TileOp.ADD, [lw.splat(first_col, n), lw.const(idx_dt, [c[1] for c in chunks.regs])], idx_dt)
-    dim = lw.cast(lw.param("dim", lower_memory._arg_index(lw, array), 1), idx_dt)
+                                   lw.cast(lw.thread_coord(chunks, last), idx_dt)], idx_dt)
+    col0 = lw.ew(TileOp.ADD, [lw.splat(first_col, n), lw.const(idx_dt, [c[last] for c in chunks.regs])], idx_dt)
+    dim = lw.cast(lw.param("dim", lower_memory._arg_index(lw, array), last), idx_dt)
     left = lw.ew(TileOp.MINIMUM, [lw.ew(TileOp.SUB, [lw.splat(dim, n), col0], idx_dt),
                                   lw.const(idx_dt, [16 // item] * n)], idx_dt)
     nbytes = lw.ew(TileOp.MUL, [lw.cast(left, I32), lw.const(I32, [item] * n)], I32)
@@ -166,7 +194,7 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
     lb, ub, step = (lw.get(x) for x in o.operands[:3])
     iv_dt = iv.type.dtype
     step_value = o.operands[2].owner.attrs.value
-    rings = [Ring(lw, load, operand, cfg, offsets, stages) for load, operand, cfg, offsets in loads]
+    rings = [Ring(lw, *load, stages) for load in loads]
     ub_iv = lw.cast(ub, iv_dt)
     for s in range(stages - 1):
         iv_s = lw.ew(TileOp.ADD, [lw.cast(lb, iv_dt), lw.const(iv_dt, [s * step_value])], iv_dt)
@@ -191,14 +219,17 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
             ring.issue(lw, iv, ahead, write, valid)
         lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         for ring in rings:
-            lw.staged[ring.load.result] = (ring.slot_base(lw, read), ring.buf)
+            lw.staged[ring.value] = (ring.slot_base(lw, read), ring.buf, ring.operand == "b_nk")
 
     args = region.args[1:]
     inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
+    replaced = replaced_ops(loads)
+    lw.replaced |= replaced
     body = lw.region(region, args, before=before_body)
     lw.control(o, SimtOp.FOR, [lb, ub, step] + inits, [body])
+    lw.replaced -= replaced
     for ring in rings:
-        del lw.staged[ring.load.result]
+        del lw.staged[ring.value]
     # inside the loop the ring's accesses are ordered by the barrier above; the prologue's
     # copies are left to insert_barriers (the ring may reuse bytes read before the loop)
     ring_ids = {ring.buf for ring in rings}
@@ -208,6 +239,7 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
     _sync(lw, 0)                              # drained; the ring's bytes may be reused
 
 
-def pipelined_load(lw, o: ir.Operation) -> bool:
-    """True when LOAD ``o`` is replaced by a ring (lowering then emits nothing for it)."""
-    return o.result in lw.staged
+def replaced_ops(loads: list[tuple]) -> set:
+    """The ops a ring stands in for (each load and the reshapes/trans between it and its DOT):
+    lowering emits nothing for them inside the pipelined loop."""
+    return {op for load, *_, chain in loads for op in [load, *chain]}

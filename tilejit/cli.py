@@ -66,6 +66,11 @@ def load_kernel(target: str) -> Kernel:
     return found
 
 
+def _pass_names() -> list[str]:
+    from tilejit.passes.pipeline import PIPELINE
+    return [stage.name for stage in PIPELINE]
+
+
 def compile_command(args) -> int:
     kern = load_kernel(args.target)
     consts = dict(parse_const(c) for c in args.const)
@@ -86,6 +91,12 @@ def compile_command(args) -> int:
         raise ValueError(f"--sig has {len(specs)} items but {kern.name} has {len(kern.runtime_names)} "
                          f"runtime parameters ({', '.join(kern.runtime_names)})")
     consts = {p.name: consts[p.name] for p in kern.params if p.name in consts}
+    if args.emit not in STAGES:                      # the IR right after one pass of the pipeline
+        from tilejit.passes.pipeline import compile_to_simt
+        texts = {}
+        compile_to_simt(kern.tile_ir(specs, consts), args.num_warps, dump=texts.__setitem__)
+        print(texts[args.emit])
+        return 0
     found = kern.inspect_specs(specs, consts, args.num_warps, args.backend)
     text = getattr(found, STAGES[args.emit])
     if text is None:
@@ -125,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--sig", help="runtime parameters in order, e.g. 'float16[2], float16[2], int32'")
     comp.add_argument("--num-warps", type=int, default=4)
     comp.add_argument("--backend", choices=backends.NAMES, help="backend that builds the later stages")
-    comp.add_argument("--emit", choices=list(STAGES), default="tile")
+    comp.add_argument("--emit", choices=list(STAGES) + _pass_names(), default="tile",
+                      help="a backend stage, or the IR after one pass of the pipeline")
     comp.set_defaults(handler=compile_command)
     cache = sub.add_parser("cache", help="inspect or clear the on-disk kernel cache")
     cache.add_argument("action", choices=["info", "clear"])

@@ -139,6 +139,7 @@ class ReduceAttrs(Attrs):
 @dataclass(frozen=True)
 class DotAttrs(Attrs):
     allow_tf32: bool = False
+    warps: tuple | None = None           # (wm, wn) warp split chosen by assign_layouts, else None
 
 
 @dataclass(frozen=True)
