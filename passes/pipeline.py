@@ -1,5 +1,7 @@
 """The compiler's pass pipeline, in order, in one list: tile IR -> tile IR passes, the lowering
-to SIMT IR, then SIMT IR passes.  ``assign_layouts`` picks the tensor-core plan of each DOT
+to SIMT IR, then SIMT IR passes.  ``fold_exp`` turns softmax exponentials into exp2 with the
+log2(e) scale folded into one FMA; ``uniform_masks`` skips a block mask behind a scalar bound
+check when the whole block is inside it.  ``assign_layouts`` picks the tensor-core plan of each DOT
 (``mma_tiling``: mma accumulator layout, warp tiling); ``lower_to_simt`` also pipelines the
 loads feeding DOTs in ``tj.range(stages=N)`` loops into cp.async rings (``pipeline_loads``),
 because issuing a load iterations ahead is a property of how the loop is lowered.
@@ -21,8 +23,10 @@ from tilejit import ir, simt
 from tilejit.passes.assign_layouts import assign_layouts, layouts_text
 from tilejit.passes.canonicalize import canonicalize
 from tilejit.passes.dce import dce
+from tilejit.passes.fold_exp import fold_exp
 from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
+from tilejit.passes.uniform_masks import uniform_masks
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,9 @@ class Stage:
 
 PIPELINE = [
     Stage("canonicalize", lambda fn, opt: canonicalize(fn), "tile"),
+    Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
+    Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),

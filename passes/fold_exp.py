@@ -1,0 +1,131 @@
+"""Softmax exponentials as ``exp2`` with a folded log2(e) scale (tile IR -> tile IR).
+
+``exp(a - b)`` where ``b`` is a row or running maximum (a MAXIMUM or a REDUCE(max), possibly
+seen through SPLAT / RESHAPE / BROADCAST) becomes ``exp2(fma(a, L, nb))`` with
+``L = float32(log2 e)`` and ``nb = b0 * -L`` computed once at the maximum's own (small) shape,
+then reshaped/broadcast like ``b`` was.  Per element that is one FFMA and one MUFU.EX2 instead
+of EXP's accurate ~7-instruction sequence (FlashAttention's form).  float32 EXP only.
+
+Why the pattern restriction makes the fast form accurate enough.  In a softmax ``a <= b``, so
+the argument x = a - b is <= 0 and exp(x) is in (0, 1]; errors are *absolute*, at most ~1.
+The exponent t = x*log2(e) carries three errors (L*ln2 = 1, u = 2**-24):
+  * ``nb = -(b*L)`` rounds once: half an ulp of |b*L| <= |b|*L*u in t, i.e. <= |b|*u relative
+    in the result; for |b| < 44 (|b*L| < 64) that is 2**-19 * ln2 = 1.3e-6 absolute;
+  * the FMA rounds a*L + nb once: <= |t|*u in t; 2**t * |t| * u * ln2 <= 2.2e-8;
+  * L differs from log2(e) by 1.9e-8 (relative 1.3e-8): |x| * 1.3e-8 * exp(x) <= 5e-9.
+ex2.approx.ftz adds ~2 ulp (<= 1.2e-7 for results <= 1) and flushes results below 2**-126
+(x < -87.3) to 0 (absolute error < 1.2e-38).  So |fast - exp(x)| <= 1.5e-6 < 2e-6 for
+|b| < 44 and any x <= 0 (tests/test_fold_exp.py checks x in [-100, 0]); for larger maxima the
+bound is |b| * 6e-8, the same error FlashAttention accepts.  A general exp keeps its accurate
+lowering: for x > 0 the result is unbounded and the relative error (|b| + |x*L|) * u grows
+with the argument, and without a maximum nothing bounds x.  The pass trusts the pattern: it
+does not prove a <= b (for an unrelated ``a`` the error is still (|b| + |x*L|) * u relative).
+
+Special values: masked scores a = -inf give -inf*L + nb = -inf (nb finite) and exp2(-inf) = 0,
+as exp(-inf - b) did; a fully masked row (a = b = -inf) gives nb = +inf and -inf + inf = NaN,
+as -inf - (-inf) = NaN did.  At a = b the result is 2**(rounding error of b*L), up to
+|b|*u above 1, where exp gave 1.  A maximum above 2.3e38 makes nb overflow to -inf (NaN or 0
+where exp(x) was finite): such scores are outside what a softmax should see.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tilejit import dtypes, ir
+from tilejit.ir import ConstAttrs, ReduceKind, TileOp, TileType
+
+LOG2E = float(np.float32(math.log2(math.e)))          # 1.4426950216293335, the float32 value
+SHAPE_OPS = frozenset({TileOp.BROADCAST, TileOp.RESHAPE, TileOp.SPLAT})
+
+
+# --------------------------------------------------------------------------------- matching
+def is_maximum(v: ir.Value) -> bool:
+    o = v.owner
+    if o is None:
+        return False
+    return o.op is TileOp.MAXIMUM or (o.op is TileOp.REDUCE and o.attrs.kind is ReduceKind.MAX)
+
+
+def maximum_chain(b: ir.Value) -> tuple[ir.Value, list[ir.Operation]] | None:
+    """``(b0, chain)``: b is the maximum b0 through the shape ops ``chain`` (innermost first),
+    or None when b is not a maximum seen through SPLAT / RESHAPE / BROADCAST."""
+    chain = []
+    while b.owner is not None and b.owner.op in SHAPE_OPS:
+        chain.append(b.owner)
+        b = b.owner.operands[0]
+    return (b, chain[::-1]) if is_maximum(b) else None
+
+
+def match(o: ir.Operation):
+    """``(a, b0, chain)`` when ``o`` is a float32 ``exp(a - b)`` with b a maximum, else None."""
+    if o.op is not TileOp.EXP or o.result.type.dtype != dtypes.float32:
+        return None
+    sub = o.operands[0].owner
+    if sub is None or sub.op is not TileOp.SUB or sub.result.type.dtype != dtypes.float32:
+        return None
+    a, b = sub.operands
+    found = maximum_chain(b)
+    return None if found is None else (a, *found)
+
+
+# --------------------------------------------------------------------------------- rewriting
+def _constant(value: float, type_: TileType, loc: ir.Loc) -> ir.Operation:
+    return ir.Operation(TileOp.CONSTANT, [], [type_], ConstAttrs(value), loc=loc)
+
+
+def negated_scaled_max(b0: ir.Value, loc: ir.Loc) -> list[ir.Operation]:
+    """``nb = b0 * -L`` at b0's shape (negating L is exact, so this is -(b0 * L))."""
+    minus_l = _constant(-LOG2E, b0.type, loc)
+    return [minus_l, ir.Operation(TileOp.MUL, [b0, minus_l.result], [b0.type], loc=loc)]
+
+
+def fast_exp(exp: ir.Operation, a: ir.Value, nb: ir.Value, chain: list[ir.Operation]) -> list[ir.Operation]:
+    """The ops replacing ``exp``: nb re-shaped like the maximum was, ``exp2(fma(a, L, nb))``;
+    the EXP2 takes over the EXP's result value, so its users need no update."""
+    ops = []
+    for shape_op in chain:
+        ops.append(ir.Operation(shape_op.op, [nb], [shape_op.result.type], shape_op.attrs, loc=exp.loc))
+        nb = ops[-1].result
+    scale = _constant(LOG2E, a.type, exp.loc)
+    fma = ir.Operation(TileOp.FMA, [a, scale.result, nb], [a.type], loc=exp.loc)
+    exp2 = ir.Operation(TileOp.EXP2, [fma.result], [], loc=exp.loc)
+    exp2.results = [exp.result]
+    exp.result.owner = exp2
+    return ops + [scale, fma, exp2]
+
+
+def _plan(block: ir.Block, after: dict, replace: dict, nbs: dict) -> None:
+    """Fill ``after`` (op -> ops to insert after it) and ``replace`` (EXP -> its new ops)."""
+    for o in block.ops:
+        for r in o.regions:
+            _plan(r, after, replace, nbs)
+        found = match(o)
+        if found is None:
+            continue
+        a, b0, chain = found
+        if b0 not in nbs:                  # computed once, right after the maximum: it dominates
+            ops = negated_scaled_max(b0, o.loc)
+            after.setdefault(b0.owner, []).extend(ops)
+            nbs[b0] = ops[-1].result
+        replace[o] = fast_exp(o, a, nbs[b0], chain)
+
+
+def _apply(block: ir.Block, after: dict, replace: dict) -> None:
+    ops = []
+    for o in block.ops:
+        for r in o.regions:
+            _apply(r, after, replace)
+        ops.extend(replace.get(o, [o]))
+        ops.extend(after.get(o, []))
+    block.ops = ops
+
+
+def fold_exp(fn: ir.Function) -> ir.Function:
+    """Rewrite every float32 ``exp(a - maximum)`` into ``exp2(fma(a, L, -maximum*L))`` (in
+    place; returns ``fn``).  The SUB and the old shape ops are left for ``dce``."""
+    after, replace = {}, {}
+    _plan(fn.body, after, replace, {})
+    _apply(fn.body, after, replace)
+    return fn
