@@ -16,7 +16,7 @@ import common
 import tilejit as tj
 
 CONFIGS = [(4, 32, 4096, 128), (16, 16, 1024, 64)]
-KERNEL_CONFIGS = [(64, 32, 4), (64, 64, 4), (128, 32, 8), (128, 64, 8), (128, 128, 8)]   # BM, BN, num_warps
+KERNEL_CONFIGS = [(64, 64, 4), (128, 32, 4), (128, 64, 4), (128, 32, 8), (128, 64, 8), (128, 128, 8)]   # BM, BN, num_warps
 
 
 def measure(torch, batch, heads, seq, dim, causal, reps):

@@ -85,9 +85,37 @@ def stage_registers(lw, v: ir.Value, cfg: DotConfig, operand: str):
     return base, buf
 
 
+def xor_add_form(offsets) -> tuple[list[int], list[int]] | None:
+    """Constants ``(x, a)`` with ``offsets[:, i] == (offsets[:, 0] ^ x[i]) + a[i]`` in every
+    thread, or None.  Register ``i`` of an ldmatrix address layout moves by whole 16-byte chunks
+    and whole swizzle periods of rows, so its swizzled offset is register 0's with some chunk
+    bits flipped (the XOR) plus a constant: one LOP3 and an immediate instead of a register
+    per address held across the loop."""
+    first = offsets[:, 0]
+    xs, adds = [], []
+    for i in range(offsets.shape[1]):
+        x = int(offsets[0, i] ^ first[0]) & 0x70          # the swizzle's chunk bits (4-6)
+        a = int(offsets[0, i] - (first[0] ^ x))
+        if not ((first ^ x) + a == offsets[:, i]).all():
+            return None
+        xs.append(x)
+        adds.append(a)
+    return xs, adds
+
+
 def _addresses(lw, base, layout: L.Layout, row_bytes: int, item: int):
-    offsets, _ = swizzled_offsets(lw, layout, row_bytes, item)
-    return lw.ew(TileOp.ADD, [lw.splat(base, layout.n), offsets], I32)
+    """Each register's ldmatrix row address in the swizzled tile at ``base`` (128-byte aligned,
+    so XORing bits 4-6 commutes with adding it)."""
+    table = layout.table()
+    form = xor_add_form(ML.swizzled_offset(table[..., 0], table[..., 1] * item, row_bytes))
+    if form is None:
+        offsets, _ = swizzled_offsets(lw, layout, row_bytes, item)
+        return lw.ew(TileOp.ADD, [lw.splat(base, layout.n), offsets], I32)
+    first = L.Layout(layout.kind, layout.shape, layout.num_warps, layout.regs[:1], layout.terms)
+    offset, _ = swizzled_offsets(lw, first, row_bytes, item)
+    start = lw.splat(lw.ew(TileOp.ADD, [base, lw.gather(offset, [0])], I32), layout.n)
+    xs, adds = form
+    return lw.ew(TileOp.ADD, [lw.ew(TileOp.XOR, [start, lw.const(I32, xs)], I32), lw.const(I32, adds)], I32)
 
 
 def _ldmatrix(lw, addr, index: int, num: int, trans: bool, buf: int):
