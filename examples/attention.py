@@ -10,7 +10,10 @@ import tilejit as tj
 @tj.kernel
 def attention_kernel(q, k, v, o, scale,
                      BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr, CAUSAL: tj.constexpr):
-    start_m = tj.program_id(0) * BM
+    block_m = tj.program_id(0)
+    if CAUSAL:                                         # longest rows first: a shorter tail of
+        block_m = tj.num_programs(0) - 1 - block_m    # short programs at the end of the grid
+    start_m = block_m * BM
     heads = q.shape[1]
     batch = tj.program_id(1) // heads
     head = tj.program_id(1) % heads
@@ -47,6 +50,8 @@ def attention_kernel(q, k, v, o, scale,
 # block sizes and warps picked per shape on the GPU (the first config on the CPU backends)
 attention_tuned = tj.autotune(configs=[tj.Config(BM=64, BN=32, num_warps=4),
                                        tj.Config(BM=64, BN=64, num_warps=4),
+                                       tj.Config(BM=128, BN=32, num_warps=4),
+                                       tj.Config(BM=128, BN=64, num_warps=4),
                                        tj.Config(BM=128, BN=64, num_warps=8)],
                               key=["q", "k"])(attention_kernel)
 
