@@ -1,19 +1,22 @@
 """Tiled matmul C = A @ B: one program per (BM, BN) block of C, float32 accumulation; ragged
 M, N and K work because loads past the edge read zeros and stores past it are dropped.
 ``tj.autotune`` picks the tile sizes, warps and pipeline depth per shape and dtype on the GPU
-(the first config on the CPU backends); ``run(..., BM=, BN=, BK=)`` sets them by hand."""
+(the first config on the CPU backends); ``run(..., BM=, BN=, BK=)`` sets them by hand.  On an
+sm_90a GPU the configs with one 64-row warpgroup slice per four warps and BN a multiple of 64
+run on Hopper's warpgroup mma (``passes/wgmma.py``), the others on mma.sync."""
 import numpy as np
 
 import tilejit as tj
 
 CONFIGS = [tj.Config(BM=64, BN=64, BK=32, STAGES=3, num_warps=4),
+           tj.Config(BM=128, BN=256, BK=64, STAGES=4, num_warps=8),    # wgmma on sm_90a
+           tj.Config(BM=128, BN=128, BK=64, STAGES=4, num_warps=8),    # wgmma on sm_90a
+           tj.Config(BM=64, BN=256, BK=64, STAGES=4, num_warps=4),     # wgmma on sm_90a
            tj.Config(BM=128, BN=128, BK=32, STAGES=3, num_warps=4),
-           tj.Config(BM=128, BN=128, BK=64, STAGES=3, num_warps=8),
-           tj.Config(BM=128, BN=256, BK=32, STAGES=3, num_warps=8),
-           tj.Config(BM=256, BN=128, BK=32, STAGES=3, num_warps=8),
+           tj.Config(BM=256, BN=128, BK=64, STAGES=3, num_warps=8),
            tj.Config(BM=128, BN=64, BK=32, STAGES=4, num_warps=4),
            tj.Config(BM=64, BN=128, BK=32, STAGES=4, num_warps=4),
-           tj.Config(BM=64, BN=64, BK=64, STAGES=4, num_warps=4)]
+           tj.Config(BM=16, BN=64, BK=64, STAGES=4, num_warps=4)]     # skinny M (decode GEMV-like)
 
 
 @tj.autotune(configs=CONFIGS, key=["a", "b"])

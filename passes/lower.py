@@ -41,6 +41,7 @@ class Lowering:
         self.multiples = lower_memory.KnownMultiples(fn)
         self.staged: dict = {}                # DOT operand in shared -> (base, buffer, n_major)
         self.replaced: set = set()            # ops a cp.async ring stands in for
+        self.wgmma_in_flight = 0              # wgmma groups a pipelined loop leaves pending
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
         self.grouped_ids = any(o.op is TileOp.DOT and dot_config(o, num_warps) for o in fn.walk())
         self.describe_params()
@@ -289,14 +290,15 @@ class Lowering:
         """(program_id(0), program_id(1)) in grouped order: CTAs launched one after another
         walk ``group`` blocks along axis 0 before stepping along axis 1, so a GEMM's concurrent
         CTAs share A row blocks and B column blocks in L2.  A permutation of the grid (programs
-        are independent), the identity for a 1-D grid; 64-bit math so no grid overflows it."""
-        p, i64 = self.prologue, D.int64
+        are independent), the identity for a 1-D grid.  32-bit math: a 64-bit division is a
+        subroutine call in PTX, and any call makes ptxas serialise wgmma; grids of 2^31 or more
+        programs keep the plain order."""
+        p = self.prologue
 
-        def op(kind, a, b):
-            return self.ew(kind, [a, b], i64, p)
-        bx, by, gx, gy = (self.cast(v, i64, p) for v in (self.block_id(0), self.block_id(1),
-                                                         self.grid_dim(0), self.grid_dim(1)))
-        size = self.const(i64, [group], p)
+        def op(kind, a, b, dt=I32):
+            return self.ew(kind, [a, b], dt, p)
+        bx, by, gx, gy = self.block_id(0), self.block_id(1), self.grid_dim(0), self.grid_dim(1)
+        size = self.const(I32, [group], p)
         pid = op(TileOp.ADD, op(TileOp.MUL, by, gx), bx)
         per_group = op(TileOp.MUL, size, gy)
         first = op(TileOp.MUL, op(TileOp.FLOORDIV, pid, per_group), size)
@@ -304,7 +306,10 @@ class Lowering:
         within = op(TileOp.MOD, pid, per_group)
         pid0 = op(TileOp.ADD, first, op(TileOp.MOD, within, rows))
         pid1 = op(TileOp.FLOORDIV, within, rows)
-        return self.cast(pid0, I32, p), self.cast(pid1, I32, p)
+        wide = op(TileOp.MUL, self.cast(gx, D.int64, p), self.cast(gy, D.int64, p), D.int64)
+        plain = op(TileOp.GE, wide, self.const(D.int64, [2**31 // group], p), D.bool_)
+        return (self.ew(TileOp.WHERE, [plain, bx, pid0], I32, p),
+                self.ew(TileOp.WHERE, [plain, by, pid1], I32, p))
 
     def op_NUM_PROGRAMS(self, o):
         self.values[o.result] = self.geo(("grid_dim", o.attrs.axis), lambda: self.emit(
@@ -415,7 +420,7 @@ class Lowering:
             for operand, v in zip("ab", dot.operands[:2]):
                 if v in inside or v in self.staged or v in self.deferred or not is_tile(v):
                     continue
-                self.staged[v] = lower_dot.stage_registers(self, v, cfg, operand) + (False,)
+                self.staged[v] = lower_dot.stage_registers(self, v, cfg, operand) + (operand,)
                 hoisted.append(v)
         return hoisted
 

@@ -19,6 +19,7 @@ from tilejit import ir, simt
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
+from tilejit.passes import wgmma
 from tilejit.passes.mma_tiling import DotConfig, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
 from tilejit.simt import RegType, SimtOp
 
@@ -29,17 +30,25 @@ def _log2(x: int) -> int:
     return x.bit_length() - 1
 
 
+def tile_coords(lw, layout: L.Layout, item: int):
+    """(row, byte column) i32 vectors of each register of a 2-D ``layout`` (prologue values)."""
+    p = lw.prologue
+    n = layout.n
+    row = lw.ew(TileOp.ADD, [lw.splat(lw.bitfield_sum(layout.terms[0]), n, p),
+                             lw.const(I32, [c[0] for c in layout.regs], p)], I32, p)
+    col_terms = [L.BitTerm(t.src, t.shift, t.bits, t.scale * item) for t in layout.terms[1]]
+    col = lw.ew(TileOp.ADD, [lw.splat(lw.bitfield_sum(col_terms), n, p),
+                             lw.const(I32, [c[1] * item for c in layout.regs], p)], I32, p)
+    return row, col
+
+
 def swizzled_offsets(lw, layout: L.Layout, row_bytes: int, item: int):
     """(i32 vector of each register's byte offset in a swizzled row-major tile, numpy table of
     the same offsets per thread); the vector is computed once, in the prologue."""
     def make():
         p = lw.prologue
         n = layout.n
-        row = lw.ew(TileOp.ADD, [lw.splat(lw.bitfield_sum(layout.terms[0]), n, p),
-                                 lw.const(I32, [c[0] for c in layout.regs], p)], I32, p)
-        col_terms = [L.BitTerm(t.src, t.shift, t.bits, t.scale * item) for t in layout.terms[1]]
-        col = lw.ew(TileOp.ADD, [lw.splat(lw.bitfield_sum(col_terms), n, p),
-                                 lw.const(I32, [c[1] * item for c in layout.regs], p)], I32, p)
+        row, col = tile_coords(lw, layout, item)
 
         def k(v):
             return lw.const(I32, [v] * n, p)
@@ -180,17 +189,20 @@ def register_a_fragments(lw, a_v: ir.Value, cfg: DotConfig) -> list[list[ir.Valu
 
 
 def operand_source(lw, v: ir.Value, cfg: DotConfig, operand: str, staged: dict) -> tuple:
-    """(base, buffer id, n_major) of operand ``v``'s swizzled shared tile: a pipelined load's
-    ring slot or a tile staged before the loop (in ``staged``), else staged here."""
+    """(base, buffer id, stored layout: "a", "b", "b_nk" or "b_atoms") of operand ``v``'s
+    swizzled shared tile: a pipelined load's ring slot or a tile staged before the loop (in
+    ``staged``), else staged here."""
     if v in staged:
         return staged[v]
-    return stage_registers(lw, v, cfg, operand) + (False,)
+    return stage_registers(lw, v, cfg, operand) + (operand,)
 
 
 def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     """The DOT ``o`` on tensor cores; ``staged`` maps an operand Value already in a swizzled
-    shared tile to its (base address, buffer id, n_major)."""
+    shared tile to its (base address, buffer id, stored layout)."""
     a_v, b_v, acc_v = o.operands
+    if o.attrs.wgmma and staged.get(a_v, (0, 0, ""))[2] == "a" and staged.get(b_v, (0, 0, ""))[2] == "b_atoms":
+        return wgmma.lower_wgmma(lw, o, cfg, staged[a_v], staged[b_v])
     a_regs = None if a_v in staged else register_a_fragments(lw, a_v, cfg)
     a_src = None if a_regs else operand_source(lw, a_v, cfg, "a", staged)
     b_src = operand_source(lw, b_v, cfg, "b", staged)
@@ -200,7 +212,7 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     attrs = simt.MmaAttrs(cfg.kind.ab_type)
     for kk in range(cfg.k_steps):            # fragments of one k step live at a time
         a_frags = a_regs[kk] if a_regs else a_fragments(lw, cfg, *a_src[:2], kk)
-        b_frags = b_fragments(lw, cfg, b_src[0], b_src[1], kk, n_major=b_src[2])
+        b_frags = b_fragments(lw, cfg, b_src[0], b_src[1], kk, n_major=b_src[2] == "b_nk")
         for mi in range(cfg.m_reps):
             for ni in range(cfg.n_reps):
                 pieces[mi][ni] = lw.emit(SimtOp.MMA, [a_frags[mi], b_frags[ni], pieces[mi][ni]],

@@ -27,6 +27,7 @@ from tilejit.passes.fold_exp import fold_exp
 from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.uniform_masks import uniform_masks
+from tilejit.passes.wgmma import choose_wgmma
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ PIPELINE = [
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
+    Stage("choose_wgmma", lambda fn, opt: choose_wgmma(fn, opt.num_warps, opt.target), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),

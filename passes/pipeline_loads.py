@@ -21,7 +21,7 @@ from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
-from tilejit.passes import lower_memory
+from tilejit.passes import lower_memory, wgmma
 from tilejit.passes.assign_layouts import array_spec, is_tile, memory_layout
 from tilejit.passes.lower_dot import swizzled_offsets, tile_bytes
 from tilejit.passes.mma_tiling import dot_config
@@ -75,8 +75,8 @@ def _load_chain(v: ir.Value, uses: dict, body: ir.Block):
 
 
 def plan(lw, o: ir.Operation) -> list[tuple]:
-    """[(load op, operand "a"/"b"/"b_nk", DotConfig, offset slice, DOT operand, chain ops)] of the
-    loads of FOR ``o`` to pipeline."""
+    """[(load op, operand "a"/"b"/"b_nk"/"b_atoms", DotConfig, offset slice, DOT operand, chain
+    ops, for wgmma)] of the loads of FOR ``o`` to pipeline."""
     if o.attrs is None or o.attrs.stages < 2:
         return []
     step = o.operands[2].owner
@@ -95,11 +95,16 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
         cfg = dot_config(dot, lw.num_warps)
         if cfg is None or lw.layouts.get(dot.result) != cfg.acc_layout:
             continue
+        mine = []
         for operand, v in zip("ab", dot.operands[:2]):
             found = _load_chain(v, uses, body) if uses.get(v) == [dot] else None
             if found is None or (found[2] and operand == "a"):
                 continue
             load, chain, n_major = found
+            if dot.attrs.wgmma:                 # wgmma reads B as 64-column atoms (passes.wgmma)
+                if n_major:
+                    continue
+                operand = "b_atoms" if operand == "b" else operand
             spec = array_spec(lw.fn, load.operands[0])
             item = spec.dtype.itemsize
             if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
@@ -108,7 +113,11 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
                 continue
             offsets = _offset_slice(body, load)
             if offsets is not None:
-                out.append((load, "b_nk" if n_major else operand, cfg, offsets, v, chain))
+                mine.append((load, "b_nk" if n_major else operand, cfg, offsets, v, chain,
+                             bool(dot.attrs.wgmma)))
+        if len(mine) < 2 and any(x[6] for x in mine):     # wgmma needs both tiles from rings: an
+            mine = [(x[0], "b" if x[1] == "b_atoms" else x[1], *x[2:6], False) for x in mine]  # mma.sync one
+        out += mine
     return out
 
 
@@ -133,11 +142,15 @@ def rows_aligned(lw, loads) -> ir.Value:
 class Ring:
     """The S-slot shared ring of one pipelined load."""
 
-    def __init__(self, lw, load: ir.Operation, operand: str, cfg, offsets, value: ir.Value, chain, stages: int):
+    def __init__(self, lw, load: ir.Operation, operand: str, cfg, offsets, value: ir.Value, chain,
+                 for_wgmma: bool, stages: int):
         self.load, self.operand, self.cfg, self.offsets = load, operand, cfg, offsets
         self.value, self.chain = value, chain       # the DOT operand; the reshapes/trans before it
-        self.slot_bytes = tile_bytes(cfg, operand)
-        self.base, self.buf = lw.alloc_shared(stages * self.slot_bytes, align=128)   # see lower_dot
+        self.slot_bytes = tile_bytes(cfg, "b" if operand == "b_atoms" else operand)
+        # 128: ldmatrix's swizzle spreads rows over the banks of a line (lower_dot); 1024: a
+        # wgmma swizzle atom starts on a 1024-byte boundary (passes.wgmma)
+        self.wgmma = for_wgmma
+        self.base, self.buf = lw.alloc_shared(stages * self.slot_bytes, align=1024 if self.wgmma else 128)
 
     def issue(self, lw, iv: ir.Value, iv_value, slot, valid) -> None:
         """cp.async of the tile the load reads when the induction variable is ``iv_value``
@@ -154,8 +167,11 @@ class Ring:
         ptr, offs, src = _chunk_sources(lw, self.load, chunks, item)
         ok = lw.splat(valid, chunks.n)
         src = lw.ew(TileOp.WHERE, [ok, src, lw.const(I32, [0] * chunks.n)], I32)
-        stored = tuple(d for d in copy.shape if d != 1)        # the tile as it sits in the slot
-        rel, _ = swizzled_offsets(lw, L.unit_dims_changed(chunks, stored), self.cfg.row_bytes(self.operand), item)
+        stored = L.unit_dims_changed(chunks, tuple(d for d in copy.shape if d != 1))   # as in the slot
+        if self.operand == "b_atoms":
+            rel = wgmma.b_atom_offsets(lw, stored, item, self.cfg.k)
+        else:
+            rel, _ = swizzled_offsets(lw, stored, self.cfg.row_bytes(self.operand), item)
         addr = lw.ew(TileOp.ADD, [lw.splat(self.slot_base(lw, slot), chunks.n), rel], I32)
         lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, simt.SharedAttrs(1, self.buf))
         lw.values[iv] = saved
@@ -181,8 +197,10 @@ def _chunk_sources(lw, load: ir.Operation, chunks: L.Layout, item: int):
     return ptr, offs, lw.ew(TileOp.WHERE, [mask, nbytes, lw.const(I32, [0] * n)], I32)
 
 
-def _sync(lw, wait: int) -> None:
+def _sync(lw, wait: int, async_proxy: bool = False) -> None:
     lw.emit(SimtOp.CP_ASYNC_WAIT, [], None, simt.WaitAttrs(wait))
+    if async_proxy:          # the copies' bytes are read by wgmma (the async proxy) next
+        lw.emit(SimtOp.FENCE_PROXY_ASYNC, [])
     lw.emit(SimtOp.BARRIER, [])
 
 
@@ -195,8 +213,14 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
     iv_dt = iv.type.dtype
     step_value = o.operands[2].owner.attrs.value
     rings = [Ring(lw, *load, stages) for load in loads]
+    async_proxy = any(ring.wgmma for ring in rings)
+    # wgmma keeps one group in flight across iterations when the ring has a slot to spare:
+    # copies then run stages-2 iterations ahead, so the slot they overwrite was read two
+    # iterations back, by a group every warpgroup retired before this iteration's barrier
+    in_flight = 1 if async_proxy and stages >= 3 else 0
+    ahead = stages - 1 - in_flight
     ub_iv = lw.cast(ub, iv_dt)
-    for s in range(stages - 1):
+    for s in range(ahead):
         iv_s = lw.ew(TileOp.ADD, [lw.cast(lb, iv_dt), lw.const(iv_dt, [s * step_value])], iv_dt)
         valid = lw.ew(TileOp.LT, [iv_s, ub_iv], D.bool_)
         first = len(lw.b.block.ops)
@@ -207,27 +231,31 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
             lw.self_synced.update(op for op in lw.b.block.ops[first:] if op.op is SimtOp.CP_ASYNC)
 
     def before_body(iv_value):
-        _sync(lw, stages - 2)
+        _sync(lw, ahead - 1, async_proxy)
         trip = lw.ew(TileOp.FLOORDIV, [lw.cast(lw.ew(TileOp.SUB, [iv_value, lw.cast(lb, iv_dt)], iv_dt), I32),
                                        lw.const(I32, [step_value])], I32)
         read = lw.ew(TileOp.MOD, [trip, lw.const(I32, [stages])], I32)
-        write = lw.ew(TileOp.MOD, [lw.ew(TileOp.ADD, [trip, lw.const(I32, [stages - 1])], I32),
+        write = lw.ew(TileOp.MOD, [lw.ew(TileOp.ADD, [trip, lw.const(I32, [ahead])], I32),
                                    lw.const(I32, [stages])], I32)
-        ahead = lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [(stages - 1) * step_value])], iv_dt)
-        valid = lw.ew(TileOp.LT, [ahead, ub_iv], D.bool_)
+        iv_ahead = lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [ahead * step_value])], iv_dt)
+        valid = lw.ew(TileOp.LT, [iv_ahead, ub_iv], D.bool_)
         for ring in rings:
-            ring.issue(lw, iv, ahead, write, valid)
+            ring.issue(lw, iv, iv_ahead, write, valid)
         lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         for ring in rings:
-            lw.staged[ring.value] = (ring.slot_base(lw, read), ring.buf, ring.operand == "b_nk")
+            lw.staged[ring.value] = (ring.slot_base(lw, read), ring.buf, ring.operand)
 
     args = region.args[1:]
     inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
     replaced = replaced_ops(loads)
     lw.replaced |= replaced
+    lw.wgmma_in_flight = in_flight
     body = lw.region(region, args, before=before_body)
+    lw.wgmma_in_flight = 0
     lw.control(o, SimtOp.FOR, [lb, ub, step] + inits, [body])
     lw.replaced -= replaced
+    if in_flight:                             # the last group, before anything reads the results
+        lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(0))
     for ring in rings:
         del lw.staged[ring.value]
     # inside the loop the ring's accesses are ordered by the barrier above; the prologue's
@@ -242,4 +270,4 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
 def replaced_ops(loads: list[tuple]) -> set:
     """The ops a ring stands in for (each load and the reshapes/trans between it and its DOT):
     lowering emits nothing for them inside the pipelined loop."""
-    return {op for load, *_, chain in loads for op in [load, *chain]}
+    return {op for load, _, _, _, _, chain, _ in loads for op in [load, *chain]}

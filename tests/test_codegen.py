@@ -160,7 +160,7 @@ def test_shared_memory_and_barrier(target):
     both = k.op(SimtOp.CONCAT, (picked, picked), RegType(f32, 4))
     k.op(SimtOp.STORE_GLOBAL, (out, k.const(i32, 0, 1, 2, 3), both), attrs=GlobalAttrs(vec=4))
     ptx, rep = ptx_and_report(k.function(), target)
-    assert ".extern .shared .align 16 .b8 tj_smem[]" in ptx
+    assert ".extern .shared .align 1024 .b8 tj_smem[]" in ptx       # wgmma swizzle atoms
     assert re.search(r"st\.shared\.v4\.(b32|f32)", ptx) and re.search(r"ld\.shared\.v4\.(b32|f32)", ptx)
     assert "bar.sync" in ptx and rep.spills == 0
 

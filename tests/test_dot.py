@@ -241,10 +241,16 @@ def test_pack_puts_the_lower_element_in_the_low_bits():
 
 # ---------------------------------------------------------------------------------- GPU code
 def _gemm_ptx(target, dtype=D.bfloat16, stages=3):
+    """The mma.sync GEMM (sm_90a would take wgmma for this tile: ``test_wgmma`` covers that)."""
     from tilejit import codegen
+    import os
+    os.environ["TILEJIT_WGMMA"] = "0"
     spec = ArraySpec(dtype, 2, True, True, False)
     tile = matmul.tile_ir((spec, spec, spec), {"BM": 128, "BN": 128, "BK": 32, "STAGES": stages})
-    fn = compile_to_simt(tile, num_warps=8, target=target)
+    try:
+        fn = compile_to_simt(tile, num_warps=8, target=target)
+    finally:
+        del os.environ["TILEJIT_WGMMA"]
     return fn, codegen.compile_ptx(fn, target)
 
 
@@ -304,7 +310,7 @@ def test_other_mma_kinds_assemble(kernel, dtype, mma):
     spec = ArraySpec(dtype, 2, True, True, False)
     out = ArraySpec(D.int32 if dtype == D.int8 else D.float32, 2, True, True, False)
     consts = {"BM": 64, "BN": 64, "BK": 32} | ({} if kernel is matmul_tf32 else {"STAGES": 3})
-    fn = compile_to_simt(kernel.tile_ir((spec, spec, out), consts), num_warps=4)
+    fn = compile_to_simt(kernel.tile_ir((spec, spec, out), consts), num_warps=4, target="sm_80")
     ptx = codegen.compile_ptx(fn, "sm_80")
     assert mma in ptx and "cp.async.cg.shared.global" in ptx and "ldmatrix" in ptx
     try:

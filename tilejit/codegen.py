@@ -267,6 +267,31 @@ class KernelEmitter:
     def op_CP_ASYNC_WAIT(self, op):
         codegen_mma.cp_async_wait_group(self.b, op.attrs.n)
 
+    def op_WGMMA(self, op):
+        acc, a, b = (self.get(v) for v in op.operands)
+        at = op.attrs
+        desc_a = codegen_mma.matrix_descriptor(self.b, shared_pointer(self.ctx, a[0]), 16,
+                                               8 * at.a_row_bytes, at.a_row_bytes)
+        if at.b_n_major:        # LBO: one 64-column atom to the next; SBO: 8 k rows to the next
+            desc_b = codegen_mma.matrix_descriptor(self.b, shared_pointer(self.ctx, b[0]), at.b_atom_bytes,
+                                                   8 * at.b_row_bytes, at.b_row_bytes)
+        else:
+            desc_b = codegen_mma.matrix_descriptor(self.b, shared_pointer(self.ctx, b[0]), 16,
+                                                   8 * at.b_row_bytes, at.b_row_bytes)
+        self.set(op.result, codegen_mma.wgmma(self.b, acc, desc_a, desc_b, at.kind, at.n, at.b_n_major))
+
+    def op_WGMMA_FENCE(self, op):
+        codegen_mma.wgmma_fence(self.b)
+
+    def op_WGMMA_COMMIT(self, op):
+        codegen_mma.wgmma_commit_group(self.b)
+
+    def op_WGMMA_WAIT(self, op):
+        codegen_mma.wgmma_wait_group(self.b, op.attrs.n)
+
+    def op_FENCE_PROXY_ASYNC(self, op):
+        codegen_mma.fence_proxy_async_shared(self.b)
+
     def op_BARRIER(self, op):
         self.ctx.call("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(I32, 0)])
 
@@ -357,8 +382,16 @@ class KernelEmitter:
 
 
 # ------------------------------------------------------------------------------------- public API
+HOPPER_ONLY = (simt.SimtOp.WGMMA, simt.SimtOp.WGMMA_FENCE, simt.SimtOp.WGMMA_COMMIT,
+               simt.SimtOp.WGMMA_WAIT, simt.SimtOp.FENCE_PROXY_ASYNC)
+
+
 def emit_module(simt_fn: simt.Function, target: str = "sm_90a") -> ir.Module:
     """The llvmlite.ir module of a SIMT kernel."""
+    if target != "sm_90a" and any(o.op in HOPPER_ONLY for o in simt_fn.walk()):
+        # LLVM aborts the process on an NVVM intrinsic the target lacks: refuse first
+        raise ValueError(f"the SIMT IR uses wgmma (sm_90a only) but the target is {target}: "
+                         f"lower it with compile_to_simt(..., target={target!r})")
     return KernelEmitter(simt_fn, target).emit()
 
 

@@ -154,7 +154,7 @@ def shared_buffer(ctx: Ctx) -> ir.GlobalVariable:
     buf = ir.GlobalVariable(ctx.module, ir.ArrayType(I8, 0), SHARED_SYMBOL, addrspace=SHARED)
     buf.linkage = "external"
     buf.type = ir.PointerType(addrspace=SHARED)   # opaque, like LLVM's own (llvmlite types it)
-    buf.align = 16
+    buf.align = 1024      # wgmma swizzle atoms (passes.wgmma) start on 1024-byte boundaries
     return buf
 
 

@@ -138,3 +138,56 @@ def cp_async_wait_group(builder: ir.IRBuilder, n: int) -> None:
 def cp_async_wait_all(builder: ir.IRBuilder) -> None:
     """``cp.async.wait_all`` (commit + wait for every group)."""
     builder.call(_declare(builder, "llvm.nvvm.cp.async.wait.all", ir.VoidType(), []), [])
+
+
+# ---------------------------------------------------------------------------- wgmma (sm_90a)
+I64 = ir.IntType(64)
+SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}      # descriptor bits 62-63 for a swizzle span in bytes
+
+
+def matrix_descriptor(builder: ir.IRBuilder, shared_ptr: ir.Value, lbo: int, sbo: int,
+                      swizzle_bytes: int) -> ir.Value:
+    """The 64-bit wgmma shared-memory matrix descriptor of the tile at ``shared_ptr``: start
+    address, leading and stride byte offsets (each >> 4, 14 bits) in bits 0, 16 and 32, base
+    offset 0 (tiles start on a 1024-byte boundary) and the swizzle mode in bits 62-63 (PTX ISA
+    "Matrix Descriptor Format" of the asynchronous warpgroup mma)."""
+    _check_pointer(shared_ptr, SHARED, "wgmma operand")
+    addr = builder.zext(builder.ptrtoint(shared_ptr, I32), I64)
+    start = builder.and_(builder.lshr(addr, ir.Constant(I64, 4)), ir.Constant(I64, 0x3FFF))
+    fixed = ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | SWIZZLE_MODE[swizzle_bytes] << 62
+    return builder.or_(start, ir.Constant(I64, fixed))
+
+
+def wgmma(builder: ir.IRBuilder, acc: list[ir.Value], desc_a: ir.Value, desc_b: ir.Value,
+          kind: str, n: int, b_n_major: bool) -> list[ir.Value]:
+    """``wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<kind>.<kind>`` with A and B from shared
+    memory (descriptors), D = A @ B + D.  LLVM 22 has no intrinsic for it (NVVM.md), so it is
+    inline PTX with the accumulators tied in and out; ``imm-trans-b`` is 1 for an N-major B."""
+    if len(acc) != n // 2 or kind not in ("bf16", "f16"):
+        raise ValueError(f"wgmma m64n{n}k16 .{kind}: needs {n // 2} f32 accumulators, got {len(acc)}")
+    k = len(acc)
+    regs = ", ".join(f"${i}" for i in range(k))
+    asm = ("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+           f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, ${2 * k}, ${2 * k + 1}, "
+           f"p, 1, 1, 0, {int(b_n_major)};\n}}")
+    constraints = ",".join(["=f"] * k + [str(i) for i in range(k)] + ["l", "l"])
+    fnty = ir.FunctionType(ir.LiteralStructType([F32] * k), [F32] * k + [I64, I64])
+    call = builder.asm(fnty, asm, constraints, [*acc, desc_a, desc_b], side_effect=True)
+    return _unpack(builder, call, k)
+
+
+def wgmma_fence(builder: ir.IRBuilder) -> None:
+    builder.call(_declare(builder, "llvm.nvvm.wgmma.fence.sync.aligned", ir.VoidType(), []), [])
+
+
+def wgmma_commit_group(builder: ir.IRBuilder) -> None:
+    builder.call(_declare(builder, "llvm.nvvm.wgmma.commit_group.sync.aligned", ir.VoidType(), []), [])
+
+
+def wgmma_wait_group(builder: ir.IRBuilder, n: int) -> None:
+    fn = _declare(builder, "llvm.nvvm.wgmma.wait_group.sync.aligned", ir.VoidType(), [I64])
+    builder.call(fn, [ir.Constant(I64, n)])
+
+
+def fence_proxy_async_shared(builder: ir.IRBuilder) -> None:
+    builder.call(_declare(builder, "llvm.nvvm.fence.proxy.async.shared_cta", ir.VoidType(), []), [])

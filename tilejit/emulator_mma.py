@@ -260,3 +260,66 @@ class AsyncCopies:
                     t_b, t_i = np.nonzero(smem >= 0)
                     flat[t_b[:, None], smem[t_b, t_i][:, None] + np.arange(16)] = True
         return mask
+
+
+# ---------------------------------------------------------------------------- wgmma (sm_90a)
+WARPGROUP = 4 * WARP
+
+
+def swizzled_address(addr: np.ndarray, span: int) -> np.ndarray:
+    """The byte a swizzled wgmma operand access lands on: for a ``span``-byte swizzle (32, 64 or
+    128) the 16-byte chunk bits 4.. are XORed with the address bits 7.. (the row of the atom),
+    on the absolute shared address (PTX ISA "Shared Memory Matrix Layout", swizzling modes)."""
+    return addr ^ (((addr >> 7) & (span // 16 - 1)) << 4)
+
+
+def wgmma_operand_addresses(start: int, attrs, operand: str, n: int) -> np.ndarray:
+    """Byte address of every element of a wgmma operand as its descriptor lays it out: A is
+    (64, 16), B is (16, n).  K-major tiles have rows of ``row_bytes`` (8-row groups 8 rows
+    apart: SBO = 8 * row_bytes); an N-major B has k rows of 128-byte atoms, each atom 64
+    columns wide and ``b_atom_bytes`` from the next (LBO)."""
+    item = 2
+    if operand == "a":
+        m, k = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
+        return swizzled_address(start + m * attrs.a_row_bytes + k * item, attrs.a_row_bytes)
+    k, col = np.meshgrid(np.arange(16), np.arange(n), indexing="ij")
+    span = attrs.b_row_bytes
+    if attrs.b_n_major:
+        per_atom = span // item
+        off = (col // per_atom) * attrs.b_atom_bytes + k * span + (col % per_atom) * item
+    else:
+        off = col * span + k * item
+    return swizzled_address(start + off, span)
+
+
+def wgmma(shared: np.ndarray, a_addr: np.ndarray, b_addr: np.ndarray, acc: np.ndarray, attrs) -> np.ndarray:
+    """``wgmma.mma_async`` m64nNk16 per warpgroup (four consecutive warps), D = A @ B + D with
+    A and B read from ``shared`` ((ctas, bytes) uint8) at the addresses in ``a_addr`` /
+    ``b_addr`` ((ctas, threads): the warpgroup's first thread's value is used) and the f32
+    accumulators ``acc`` ((ctas, threads, n/2)) in the mma C-fragment order: warp w of a group
+    holds rows 16w.., register 4j+i row groupID + 8*(i>>1), column 8j + 2*tig + (i&1)."""
+    ctas, threads, regs = acc.shape
+    n = attrs.n
+    if threads % WARPGROUP or regs != n // 2:
+        raise MmaEmulationError(f"wgmma m64n{n}k16 needs whole warpgroups and {n // 2} accumulators")
+    dt = ml_dtypes.bfloat16 if attrs.kind == "bf16" else np.float16
+    lane = np.arange(WARPGROUP) % WARP
+    warp = np.arange(WARPGROUP) // WARP
+    j, i = np.arange(regs) // 4, np.arange(regs) % 4
+    rows = (16 * warp + (lane >> 2))[:, None] + 8 * (i >> 1)[None, :]
+    cols = (2 * (lane & 3))[:, None] + (8 * j + (i & 1))[None, :]
+    out = np.array(acc, np.float32)
+    for c in range(ctas):
+        mem = shared[c]
+        for g in range(threads // WARPGROUP):
+            first = g * WARPGROUP
+            addrs = {x: wgmma_operand_addresses(int(v[c, first]), attrs, x, n)
+                     for x, v in (("a", a_addr), ("b", b_addr))}
+            if any(v.min() < 0 or v.max() + 2 > mem.shape[0] or (v % 2).any() for v in addrs.values()):
+                raise MmaEmulationError("wgmma operand outside shared memory or misaligned")
+            halves = mem.view(np.uint16)
+            a = halves[addrs["a"] // 2].view(dt).astype(np.float64)
+            b = halves[addrs["b"] // 2].view(dt).astype(np.float64)
+            d = a @ b
+            out[c, first:first + WARPGROUP] += d[rows, cols].astype(np.float32)
+    return out

@@ -140,6 +140,7 @@ class ReduceAttrs(Attrs):
 class DotAttrs(Attrs):
     allow_tf32: bool = False
     warps: tuple | None = None           # (wm, wn) warp split chosen by assign_layouts, else None
+    wgmma: bool = False                  # Hopper warpgroup mma chosen (passes.wgmma)
 
 
 @dataclass(frozen=True)

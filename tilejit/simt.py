@@ -106,6 +106,16 @@ class SimtOp(enum.Enum):
     #   (0: nothing read, the address may be out of bounds)                      SharedAttrs
     CP_ASYNC_COMMIT = enum.auto()  # () -> (): close the copies issued since the last commit into a group
     CP_ASYNC_WAIT = enum.auto()  # () -> (): wait until at most attrs.n newest groups are pending  WaitAttrs
+    # Hopper warpgroup mma (sm_90a; ``passes.wgmma``): four consecutive warps (a warpgroup) run
+    # it together, A and B straight from swizzled shared tiles described by their layouts
+    WGMMA = enum.auto()          # (acc: <N/2 x f32>, a: i32 n=1, b: i32 n=1) -> like acc:
+    #   wgmma.mma_async m64nNk16: D(64 x N) += A(64 x 16 at shared byte a) @ B(16 x N at b); the
+    #   accumulator in the mma C-fragment order (warp w of the group: rows 16w..16w+15)  WgmmaAttrs
+    WGMMA_FENCE = enum.auto()    # () -> (): wgmma.fence (registers and shared written before it are seen)
+    WGMMA_COMMIT = enum.auto()   # () -> (): close the wgmmas issued since the last commit into a group
+    WGMMA_WAIT = enum.auto()     # () -> (): wait until at most attrs.n wgmma groups are pending  WaitAttrs
+    FENCE_PROXY_ASYNC = enum.auto()  # () -> (): fence.proxy.async.shared::cta: shared bytes written
+    #   by ordinary stores and cp.async become visible to wgmma (the async proxy)
 
 
 @dataclass(frozen=True)
@@ -150,6 +160,17 @@ class LdmatrixAttrs(Attrs):
 @dataclass(frozen=True)
 class MmaAttrs(Attrs):
     kind: str                     # A/B type: "bf16", "f16", "tf32", "s8" (mma_layouts.MMA_KINDS)
+
+
+@dataclass(frozen=True)
+class WgmmaAttrs(Attrs):
+    kind: str                     # A/B type: "bf16" or "f16"
+    n: int                        # the instruction's N (8..256, a multiple of 8)
+    a_row_bytes: int              # A: K-major rows of 32, 64 or 128 bytes, swizzled as SW32/64/128
+    b_n_major: bool               # B stored k rows of n (N-major, 128-byte atoms) or n rows of k
+    b_row_bytes: int              # bytes per swizzled row of B's atoms (K-major: its k row)
+    b_atom_bytes: int = 0         # N-major: bytes from one 64-column atom of B to the next
+    buffers: tuple = ()           # the SHARED_ALLOC buffers read (A's, B's)
 
 
 @dataclass(frozen=True)
@@ -206,6 +227,8 @@ _SPECS = {
     else "PACK must fill whole 32-bit registers",
     SimtOp.CP_ASYNC: lambda o: None if len({_n(x) for x in o.operands[1:]}) == 1
     and isinstance(o.operands[0].type, PtrType) else "CP_ASYNC needs a pointer and equal register counts",
+    SimtOp.WGMMA: lambda o: None if _n(o.operands[0]) == o.attrs.n // 2 == _n(o.results[0])
+    and _n(o.operands[1]) == _n(o.operands[2]) == 1 else "WGMMA takes N/2 accumulators and two addresses",
 }
 
 

@@ -1,0 +1,54 @@
+"""Launch one example kernel a few times on the GPU so a profiler can look at it:
+
+    ncu --clock-control none -k regex:attention -c 1 --section SpeedOfLight \\
+        --section WarpStateStats --section ComputeWorkloadAnalysis python3 benchmarks/profile_one.py attention
+    python3 benchmarks/profile_one.py matmul --config 256x128x64x3x8
+
+``attention``: B4 H32 S4096 D128 bf16 (``--causal``), config BMxBNxwarps (default 128x64x4);
+``matmul``: 4096³ bf16, config BMxBNxBKxSTAGESxwarps (default 256x128x64x3x8).  The first launch
+compiles; three more follow, so ``-c 1`` after a warm-up skip (``-s 1``) sees a steady one.
+"""
+from __future__ import annotations
+
+import argparse
+
+import common
+import tilejit as tj
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kernel", choices=["attention", "matmul"])
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--causal", action="store_true")
+    args = parser.parse_args()
+    torch = common.cuda_torch()
+    if torch is None:
+        print("profile_one: needs torch with a CUDA device")
+        return 2
+    if args.kernel == "attention":
+        BM, BN, nw = (int(x) for x in (args.config or "128x64x4").split("x"))
+        q, k, v = (common.random_tensor(torch, (4, 32, 4096, 128), torch.bfloat16, seed=s) for s in (1, 2, 3))
+        o = torch.empty_like(q)
+        kernel = common.load_example("attention").attention_kernel
+
+        def launch():
+            kernel[(tj.cdiv(4096, BM), 4 * 32)](q, k, v, o, 128 ** -0.5, BM=BM, BN=BN, BD=128,
+                                                  CAUSAL=args.causal, num_warps=nw)
+    else:
+        BM, BN, BK, S, nw = (int(x) for x in (args.config or "256x128x64x3x8").split("x"))
+        a, b = (common.random_tensor(torch, (4096, 4096), torch.bfloat16, seed=s) for s in (1, 2))
+        c = torch.empty_like(a)
+        kernel = common.load_example("matmul").matmul_kernel.kernel
+
+        def launch():
+            kernel[(tj.cdiv(4096, BM), tj.cdiv(4096, BN))](a, b, c, BM=BM, BN=BN, BK=BK, STAGES=S,
+                                                           num_warps=nw)
+    for _ in range(4):
+        launch()
+    torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""Hopper wgmma GEMM path (``passes/wgmma.py``): which DOTs take it, the SIMT structure of the
+pipelined loop, the N-major B atom layout, PTX that assembles without ptxas serialising the
+wgmmas, and float64 NumPy equivalence on ragged shapes with every A swizzle span (K = 16, 32,
+64 bf16/fp16 per row) on the emulator and, under ``-m gpu``, on the H200."""
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tilejit import dtypes as D
+from tilejit import ptxas
+from tilejit.codegen import compile_ptx
+from tilejit.examples import matmul
+from tilejit.passes import wgmma
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.simt import SimtOp
+from tilejit.specs import ArraySpec
+
+KERNEL = matmul.matmul_kernel.kernel
+ONLY = os.environ.get("TILEJIT_TEST_BACKEND")
+BACKENDS = [b for b in ("emulate", pytest.param("cuda", marks=pytest.mark.gpu))
+            if ONLY is None or getattr(b, "values", (b,))[0] == ONLY]
+
+
+def simt_fn(BM=64, BN=64, BK=32, stages=2, warps=4, dtype=D.bfloat16, target="sm_90a"):
+    spec = ArraySpec(dtype, 2, True, True, False)
+    out = ArraySpec(D.float32, 2, True, True, False)
+    tile = KERNEL.tile_ir((spec, spec, out), {"BM": BM, "BN": BN, "BK": BK, "STAGES": stages})
+    return compile_to_simt(tile, num_warps=warps, target=target)
+
+
+def ops(fn, kind):
+    return [o for o in fn.walk() if o.op is kind]
+
+
+def test_pipelined_gemm_takes_wgmma_with_one_fence_per_iteration():
+    fn = simt_fn(BK=64)
+    mmas = ops(fn, SimtOp.WGMMA)
+    assert len(mmas) == 64 // 16 and {o.attrs.n for o in mmas} == {64}
+    assert mmas[0].attrs.a_row_bytes == 128 and mmas[0].attrs.b_atom_bytes == 64 * 128
+    assert len(ops(fn, SimtOp.WGMMA_COMMIT)) == len(ops(fn, SimtOp.WGMMA_WAIT)) == 1
+    assert len(ops(fn, SimtOp.FENCE_PROXY_ASYNC)) == 1             # before the ring's barrier
+    assert ops(fn, SimtOp.MMA)                                     # the unaligned-rows twin loop
+
+
+def test_three_slot_ring_keeps_one_group_in_flight():
+    fn = simt_fn(BK=64, stages=3)
+    waits = [o.attrs.n for o in ops(fn, SimtOp.WGMMA_WAIT)]
+    assert waits == [1, 0]                      # per iteration, then once after the loop
+    loop = next(o for o in fn.walk() if o.op is SimtOp.FOR and any(
+        x.op is SimtOp.WGMMA for x in o.regions[0].walk()))
+    body = list(loop.regions[0].walk())
+    waits = [o.attrs.n for o in body if o.op is SimtOp.CP_ASYNC_WAIT]
+    assert waits == [0]                         # copies run one slot ahead: stages - 2
+    assert sum(o.op is SimtOp.CP_ASYNC_COMMIT for o in fn.walk() if o not in body) >= 1
+
+
+@pytest.mark.parametrize("why, kwargs", [
+    ("not sm_90a", {"target": "sm_80"}),
+    ("M is not one warpgroup slice per 4 warps", {"BM": 32}),
+    ("N is not a whole 64-column atom", {"BN": 32}),
+    ("no pipelining", {"stages": 1}),
+    ("float32 without tf32", {"dtype": D.float32}),
+])
+def test_other_dots_keep_mma_sync(why, kwargs):
+    assert not ops(simt_fn(**kwargs), SimtOp.WGMMA), why
+
+
+def test_env_switch_turns_it_off(monkeypatch):
+    monkeypatch.setenv("TILEJIT_WGMMA", "0")
+    assert not ops(simt_fn(), SimtOp.WGMMA)
+
+
+def test_b_atoms_are_128_byte_swizzled_rows_of_64_columns():
+    k, n = 32, 256
+    rows, cols = np.meshgrid(np.arange(k), np.arange(0, 2 * n, 16), indexing="ij")
+    off = wgmma.b_atom_table(rows, cols, k)
+    assert sorted(off.ravel()) == list(range(0, k * n * 2, 16))   # a permutation of the chunks
+    assert (off[:, :8] < k * 128).all() and (off[:, 8:16] >= k * 128).all()   # atom 1 follows atom 0
+    assert (off[3, :8] // 16 % 8 == np.arange(8) ^ 3).all()       # chunk XOR row
+
+
+def test_ptx_assembles_without_serialised_wgmma():
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    fn = simt_fn(BM=128, BN=256, BK=64, stages=3, warps=8)
+    ptx = compile_ptx(fn, "sm_90a")
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16") == 4
+    out = ptxas.assemble(ptx, "sm_90a")
+    assert out.spills == 0 and "serialized" not in out.log, out.log
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TILEJIT_BACKEND", request.param)
+        yield request.param
+
+
+@pytest.mark.parametrize("m, n, k, BM, BN, BK, stages, warps, dt", [
+    (64, 64, 64, 64, 64, 32, 2, 4, np.float16),
+    (100, 130, 90, 64, 128, 64, 3, 4, ml_dtypes.bfloat16),
+    (70, 64, 40, 64, 64, 16, 2, 4, np.float16),
+    (130, 300, 200, 128, 256, 64, 3, 8, ml_dtypes.bfloat16),
+    (5, 7, 3, 64, 64, 64, 3, 4, np.float16),              # one partial tile, K shorter than BK
+    (64, 128, 300, 64, 128, 32, 4, 4, np.float16),        # one group in flight, many iterations
+])
+def test_wgmma_gemm_matches_float64(backend, m, n, k, BM, BN, BK, stages, warps, dt):
+    rng = np.random.default_rng(m * n + k)
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    out = matmul.run(a, b, BM=BM, BN=BN, BK=BK, STAGES=stages, num_warps=warps)
+    ref = matmul.reference(a, b)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    assert (np.abs(out - ref) <= 1e-6 + k * 2**-22 * scale).all(), np.abs(out - ref).max()
