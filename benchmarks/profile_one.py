@@ -4,8 +4,9 @@
         --section WarpStateStats --section ComputeWorkloadAnalysis python3 benchmarks/profile_one.py attention
     python3 benchmarks/profile_one.py matmul --config 256x128x64x3x8
 
-``attention``: B4 H32 S4096 D128 bf16 (``--causal``), config BMxBNxwarps (default 128x64x4);
-``matmul``: 4096³ bf16, config BMxBNxBKxSTAGESxwarps (default 256x128x64x3x8).  The first launch
+``attention``: B4 H32 S<size> D128 bf16 (``--causal``), config BMxBNxwarps (default 128x64x4);
+``matmul``: <size>³ bf16, config BMxBNxBKxSTAGESxwarps (default 256x128x64x3x8); ``--size``
+defaults to 4096 (use a small one under ``compute-sanitizer``).  The first launch
 compiles; three more follow, so ``-c 1`` after a warm-up skip (``-s 1``) sees a steady one.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ def main() -> int:
     parser.add_argument("kernel", choices=["attention", "matmul"])
     parser.add_argument("--config", default=None)
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--size", type=int, default=4096, help="GEMM M = N = K, attention seq")
     args = parser.parse_args()
     torch = common.cuda_torch()
     if torch is None:
@@ -28,21 +30,23 @@ def main() -> int:
         return 2
     if args.kernel == "attention":
         BM, BN, nw = (int(x) for x in (args.config or "128x64x4").split("x"))
-        q, k, v = (common.random_tensor(torch, (4, 32, 4096, 128), torch.bfloat16, seed=s) for s in (1, 2, 3))
+        seq = args.size
+        q, k, v = (common.random_tensor(torch, (4, 32, seq, 128), torch.bfloat16, seed=s) for s in (1, 2, 3))
         o = torch.empty_like(q)
         kernel = common.load_example("attention").attention_kernel
 
         def launch():
-            kernel[(tj.cdiv(4096, BM), 4 * 32)](q, k, v, o, 128 ** -0.5, BM=BM, BN=BN, BD=128,
-                                                  CAUSAL=args.causal, num_warps=nw)
+            kernel[(tj.cdiv(seq, BM), 4 * 32)](q, k, v, o, 128 ** -0.5, BM=BM, BN=BN, BD=128,
+                                                 CAUSAL=args.causal, num_warps=nw)
     else:
         BM, BN, BK, S, nw = (int(x) for x in (args.config or "256x128x64x3x8").split("x"))
-        a, b = (common.random_tensor(torch, (4096, 4096), torch.bfloat16, seed=s) for s in (1, 2))
+        size = args.size
+        a, b = (common.random_tensor(torch, (size, size), torch.bfloat16, seed=s) for s in (1, 2))
         c = torch.empty_like(a)
         kernel = common.load_example("matmul").matmul_kernel.kernel
 
         def launch():
-            kernel[(tj.cdiv(4096, BM), tj.cdiv(4096, BN))](a, b, c, BM=BM, BN=BN, BK=BK, STAGES=S,
+            kernel[(tj.cdiv(size, BM), tj.cdiv(size, BN))](a, b, c, BM=BM, BN=BN, BK=BK, STAGES=S,
                                                            num_warps=nw)
     for _ in range(4):
         launch()
