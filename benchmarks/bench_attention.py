@@ -3,6 +3,7 @@ with the flash (FlashAttention-2) and cuDNN backends, measured in the same run. 
 ≥ 1.0× SDPA flash on all four configurations.
 
     python3 benchmarks/bench_attention.py [--configs 4x32x4096x128,16x16x1024x64] [--reps 20]
+        [--kernel-configs 64x64x4,128x128x8]
 
 Each output is checked against SDPA (math backend, float32) before it is timed. FLOPs counted as
 4·B·H·S²·D (halved for causal), as FlashAttention reports them.
@@ -16,10 +17,10 @@ import common
 import tilejit as tj
 
 CONFIGS = [(4, 32, 4096, 128), (16, 16, 1024, 64)]
-KERNEL_CONFIGS = [(64, 64, 4), (128, 32, 4), (128, 64, 4), (128, 32, 8), (128, 64, 8), (128, 128, 8)]   # BM, BN, num_warps
+KERNEL_CONFIGS = [(64, 64, 4), (64, 128, 4), (128, 32, 4), (128, 64, 4), (128, 64, 8), (128, 128, 8)]   # BM, BN, num_warps (64x64x4, 128xNx8: wgmma on sm_90a)
 
 
-def measure(torch, batch, heads, seq, dim, causal, reps):
+def measure(torch, batch, heads, seq, dim, causal, reps, kernel_configs=None):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     F = torch.nn.functional
     q, k, v = (common.random_tensor(torch, (batch, heads, seq, dim), torch.bfloat16, seed=s) for s in (1, 2, 3))
@@ -35,7 +36,7 @@ def measure(torch, batch, heads, seq, dim, causal, reps):
         grid = (tj.cdiv(seq, BM), batch * heads)
         return lambda: kernel[grid](q, k, v, o, 1.0 / dim ** 0.5, BM=BM, BN=BN, BD=dim, CAUSAL=causal,
                                     num_warps=nw)
-    results = common.sweep(torch, KERNEL_CONFIGS, launcher, o, ref, 2e-2, reps)
+    results = common.sweep(torch, kernel_configs or KERNEL_CONFIGS, launcher, o, ref, 2e-2, reps)
     best = None
     if results:
         cfg, (t, err) = min(results.items(), key=lambda item: item[1][0].median_ms)
@@ -60,12 +61,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", default=",".join("x".join(map(str, c)) for c in CONFIGS))
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--kernel-configs", default=",".join("x".join(map(str, c)) for c in KERNEL_CONFIGS),
+                        help="BMxBNxwarps,... to sweep")
     args = parser.parse_args(argv)
+    kernel_configs = [tuple(int(v) for v in c.split("x")) for c in args.kernel_configs.split(",")]
     torch = common.cuda_torch()
     if torch is None:
         print("bench_attention: skipped (needs torch with a CUDA GPU)")
         return 0
-    rows = [measure(torch, *map(int, c.split("x")), causal, args.reps)
+    rows = [measure(torch, *map(int, c.split("x")), causal, args.reps, kernel_configs)
             for c in args.configs.split(",") for causal in (False, True)]
     common.print_table(rows, [("config", "config", "s"), ("causal", "causal", "s"), ("best", "BMxBNxwarps", "s"),
                               ("tilejit", "tilejit TF/s", ".0f"), ("flash", "SDPA flash TF/s", ".0f"),

@@ -15,7 +15,7 @@ from tilejit import ir, simt
 from tilejit.errors import CompileError
 from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
 from tilejit.passes import layouts as L
-from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads
+from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads, wgmma
 from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
 from tilejit.passes.mma_tiling import dot_config
 from tilejit.simt import RegType, SimtOp
@@ -420,7 +420,9 @@ class Lowering:
             for operand, v in zip("ab", dot.operands[:2]):
                 if v in inside or v in self.staged or v in self.deferred or not is_tile(v):
                     continue
-                self.staged[v] = lower_dot.stage_registers(self, v, cfg, operand) + (operand,)
+                stored = wgmma.ring_layout(operand, cfg) if dot.attrs.wgmma and operand == "a" else operand
+                self.staged[v] = lower_dot.stage_registers(
+                    self, v, cfg, operand, stored, 1024 if dot.attrs.wgmma else 128) + (stored,)
                 hoisted.append(v)
         return hoisted
 

@@ -70,17 +70,23 @@ def tile_bytes(cfg: DotConfig, operand: str) -> int:
     return rows * cfg.row_bytes(operand)
 
 
-def stage_registers(lw, v: ir.Value, cfg: DotConfig, operand: str):
+def stage_registers(lw, v: ir.Value, cfg: DotConfig, operand: str, stored: str | None = None,
+                    align: int = 128):
     """Store register tile ``v`` into a new swizzled shared tile: (base, buffer id).  Replica
     threads (a tile smaller than the CTA) write to a private scratch chunk instead, so each
-    byte has one writer."""
+    byte has one writer.  ``stored``: the tile's layout when not ``operand``'s ldmatrix one
+    (``wgmma.ATOM_LAYOUTS``); ``align``: 128 (ldmatrix's bank spread) or 1024 (wgmma atoms)."""
     layout, item = lw.layout_of(v), cfg.ab_dtype.itemsize
     size = tile_bytes(cfg, operand)
     primary = lw.primary_thread(layout)
     threads = 32 * lw.num_warps
-    # 128-byte aligned: the swizzle spreads ldmatrix rows over the banks of a 128-byte line
-    base, buf = lw.alloc_shared(size + (16 * threads if primary is not None else 0), align=128)
-    offsets, table = swizzled_offsets(lw, layout, cfg.row_bytes(operand), item)
+    base, buf = lw.alloc_shared(size + (16 * threads if primary is not None else 0), align=align)
+    if stored in wgmma.ATOM_LAYOUTS:
+        offsets = wgmma.atom_offsets(lw, layout, item, layout.shape[0])
+        t = layout.table()
+        table = wgmma.atom_table(t[..., 0], t[..., 1] * item, layout.shape[0])
+    else:
+        offsets, table = swizzled_offsets(lw, layout, cfg.row_bytes(operand), item)
     vec = L.vector_width(table, item)
     if primary is not None:
         n, p = layout.n, lw.prologue
@@ -166,17 +172,22 @@ def b_fragments(lw, cfg: DotConfig, base, buf: int, kk: int, n_major: bool = Fal
                     RegType(I32, cfg.kind.b_regs)).result for ni in range(cfg.n_reps)]
 
 
-def register_a_fragments(lw, a_v: ir.Value, cfg: DotConfig) -> list[list[ir.Value]] | None:
-    """A fragments ``[kk][mi]`` taken from registers when every lane already holds its A
-    elements: ``a_v`` is (a cast of) another DOT's accumulator with the same rows per warp
-    (``assign_layouts.chain_dots``).  Two neighbouring n8 C tiles are one k16 A tile, so this
-    only packs pairs of 16-bit values (attention's ``p``, no shared-memory round trip)."""
+def a_in_registers(lw, a_v: ir.Value, cfg: DotConfig) -> bool:
+    """Every lane already holds its mma A elements of ``a_v``: (a cast of) another DOT's
+    accumulator with the same rows per warp (``assign_layouts.chain_dots``)."""
     src = lw.layouts.get(a_v)
-    if src is None or src.kind != "mma_c" or cfg.kind.bits != 16:
+    return src is not None and src.kind == "mma_c" and cfg.kind.bits == 16 and \
+        L.same_elements(src, ML.mma_layout(cfg.kind, "a", (cfg.m, cfg.k), cfg.warps)) is not None
+
+
+def register_a_fragments(lw, a_v: ir.Value, cfg: DotConfig) -> list[list[ir.Value]] | None:
+    """A fragments ``[kk][mi]`` taken from registers when ``a_in_registers``.  Two neighbouring
+    n8 C tiles are one k16 A tile, so this only packs pairs of 16-bit values (attention's
+    ``p``, no shared-memory round trip)."""
+    if not a_in_registers(lw, a_v, cfg):
         return None
+    src = lw.layouts.get(a_v)
     idx = L.same_elements(src, ML.mma_layout(cfg.kind, "a", (cfg.m, cfg.k), cfg.warps))
-    if idx is None:
-        return None
     values = lw.gather(lw.get(a_v), idx)
     size = ML.fragment_size(cfg.kind, "a")
     out = [[None] * cfg.m_reps for _ in range(cfg.k_steps)]
@@ -192,7 +203,7 @@ def operand_source(lw, v: ir.Value, cfg: DotConfig, operand: str, staged: dict) 
     """(base, buffer id, stored layout: "a", "b", "b_nk" or "b_atoms") of operand ``v``'s
     swizzled shared tile: a pipelined load's ring slot or a tile staged before the loop (in
     ``staged``), else staged here."""
-    if v in staged:
+    if v in staged and staged[v][2] not in wgmma.ATOM_LAYOUTS:   # (ldmatrix cannot read atoms)
         return staged[v]
     return stage_registers(lw, v, cfg, operand) + (operand,)
 
@@ -201,8 +212,12 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     """The DOT ``o`` on tensor cores; ``staged`` maps an operand Value already in a swizzled
     shared tile to its (base address, buffer id, stored layout)."""
     a_v, b_v, acc_v = o.operands
-    if o.attrs.wgmma and staged.get(a_v, (0, 0, ""))[2] == "a" and staged.get(b_v, (0, 0, ""))[2] == "b_atoms":
-        return wgmma.lower_wgmma(lw, o, cfg, staged[a_v], staged[b_v])
+    if o.attrs.wgmma:
+        a_src = staged.get(a_v) if staged.get(a_v, (0, 0, ""))[2] in ("a", "a_atoms") \
+            else register_a_fragments(lw, a_v, cfg)
+        b_src = staged.get(b_v) if staged.get(b_v, (0, 0, ""))[2] in ("b_atoms", "b_nk", "b_nk_atoms") else None
+        if a_src and b_src:
+            return wgmma.lower_wgmma(lw, o, cfg, a_src, b_src)
     a_regs = None if a_v in staged else register_a_fragments(lw, a_v, cfg)
     a_src = None if a_regs else operand_source(lw, a_v, cfg, "a", staged)
     b_src = operand_source(lw, b_v, cfg, "b", staged)

@@ -101,10 +101,10 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
             if found is None or (found[2] and operand == "a"):
                 continue
             load, chain, n_major = found
-            if dot.attrs.wgmma:                 # wgmma reads B as 64-column atoms (passes.wgmma)
-                if n_major:
-                    continue
-                operand = "b_atoms" if operand == "b" else operand
+            if n_major:
+                operand = "b_nk"
+            if dot.attrs.wgmma:                 # the tile layouts wgmma reads (passes.wgmma)
+                operand = wgmma.ring_layout(operand, cfg)
             spec = array_spec(lw.fn, load.operands[0])
             item = spec.dtype.itemsize
             if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
@@ -113,10 +113,11 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
                 continue
             offsets = _offset_slice(body, load)
             if offsets is not None:
-                mine.append((load, "b_nk" if n_major else operand, cfg, offsets, v, chain,
-                             bool(dot.attrs.wgmma)))
-        if len(mine) < 2 and any(x[6] for x in mine):     # wgmma needs both tiles from rings: an
-            mine = [(x[0], "b" if x[1] == "b_atoms" else x[1], *x[2:6], False) for x in mine]  # mma.sync one
+                mine.append((load, operand, cfg, offsets, v, chain, bool(dot.attrs.wgmma)))
+        if dot.attrs.wgmma and not wgmma.sources_ready(lw, dot, cfg, {x[4] for x in mine}):
+            # wgmma needs each operand in shared (a ring, or staged before the loop) or A in
+            # registers; otherwise the DOT runs on mma.sync and its rings keep ldmatrix layouts
+            mine = [(*x[:1], wgmma.MMA_SYNC_LAYOUT.get(x[1], x[1]), *x[2:6], False) for x in mine]
         out += mine
     return out
 
@@ -146,7 +147,7 @@ class Ring:
                  for_wgmma: bool, stages: int):
         self.load, self.operand, self.cfg, self.offsets = load, operand, cfg, offsets
         self.value, self.chain = value, chain       # the DOT operand; the reshapes/trans before it
-        self.slot_bytes = tile_bytes(cfg, "b" if operand == "b_atoms" else operand)
+        self.slot_bytes = tile_bytes(cfg, wgmma.MMA_SYNC_LAYOUT.get(operand, operand))
         # 128: ldmatrix's swizzle spreads rows over the banks of a line (lower_dot); 1024: a
         # wgmma swizzle atom starts on a 1024-byte boundary (passes.wgmma)
         self.wgmma = for_wgmma
@@ -168,8 +169,8 @@ class Ring:
         ok = lw.splat(valid, chunks.n)
         src = lw.ew(TileOp.WHERE, [ok, src, lw.const(I32, [0] * chunks.n)], I32)
         stored = L.unit_dims_changed(chunks, tuple(d for d in copy.shape if d != 1))   # as in the slot
-        if self.operand == "b_atoms":
-            rel = wgmma.b_atom_offsets(lw, stored, item, self.cfg.k)
+        if self.operand in wgmma.ATOM_LAYOUTS:
+            rel = wgmma.atom_offsets(lw, stored, item, stored.shape[0])
         else:
             rel, _ = swizzled_offsets(lw, stored, self.cfg.row_bytes(self.operand), item)
         addr = lw.ew(TileOp.ADD, [lw.splat(self.slot_base(lw, slot), chunks.n), rel], I32)
@@ -217,7 +218,8 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
     # wgmma keeps one group in flight across iterations when the ring has a slot to spare:
     # copies then run stages-2 iterations ahead, so the slot they overwrite was read two
     # iterations back, by a group every warpgroup retired before this iteration's barrier
-    in_flight = 1 if async_proxy and stages >= 3 else 0
+    wgmma_dots = sum(1 for d in region.ops if d.op is TileOp.DOT and d.attrs and d.attrs.wgmma)
+    in_flight = 1 if async_proxy and stages >= 3 and wgmma_dots == 1 else 0
     ahead = stages - 1 - in_flight
     ub_iv = lw.cast(ub, iv_dt)
     for s in range(ahead):

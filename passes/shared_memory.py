@@ -20,6 +20,13 @@ DEDICATED_BYTES = 512    # buffers this small keep their own bytes: reuse would 
                          # nothing and would cost a barrier before the next writer
 
 
+def accessed_buffers(o: ir.Operation) -> tuple:
+    """The SHARED_ALLOC buffers op ``o`` reads or writes (a WGMMA reads A's and B's tiles)."""
+    if o.op is SimtOp.WGMMA:
+        return tuple(b for b in o.attrs.buffers if b is not None)
+    return (o.attrs.buffer,) if o.op in SHARED_ACCESS else ()
+
+
 # ------------------------------------------------------------------------------------ planning
 @dataclass
 class Buffer:
@@ -50,13 +57,14 @@ def live_ranges(fn: ir.Function) -> list[Buffer]:
     allocs = {o.attrs.buffer: o for o in pos if o.op is SimtOp.SHARED_ALLOC}
     buffers = {b: Buffer(b, o.attrs.size, o.attrs.align, pos[o], pos[o]) for b, o in allocs.items()}
     for o in pos:
-        if o.op in SHARED_ACCESS and o.attrs.buffer in buffers:
-            home = owner[allocs[o.attrs.buffer]]
+        for b in accessed_buffers(o):
+            if b not in buffers:
+                continue
+            home = owner[allocs[b]]
             x = o
             while owner[x] is not home:
                 x = owner[x]
-            buf = buffers[o.attrs.buffer]
-            buf.end = max(buf.end, end[x])
+            buffers[b].end = max(buffers[b].end, end[x])
     return sorted(buffers.values(), key=lambda b: (b.start, b.id))
 
 

@@ -40,28 +40,81 @@ ATOM_BYTES = 128                # an N-major B atom row: 64 fp16/bf16 columns
 A_ROW_BYTES = (32, 64, 128)     # K-major swizzle spans wgmma supports
 
 
+# shared tile layouts (the ``staged`` / ring labels): wgmma's, and the mma.sync ones that hold
+# the same tile for ldmatrix.  "a" / "b_nk" rows of at most 128 bytes are both at once.
+ATOM_LAYOUTS = ("a_atoms", "b_nk_atoms", "b_atoms")
+MMA_SYNC_LAYOUT = {"a_atoms": "a", "b_nk_atoms": "b_nk", "b_atoms": "b"}
+
+
+def ring_layout(operand: str, cfg) -> str:
+    """The layout a wgmma DOT's operand tile takes in shared memory ("a", "b", "b_nk" as
+    ``lower_dot`` names them)."""
+    if operand == "b":
+        return "b_atoms"
+    wide = cfg.k * cfg.ab_dtype.itemsize > ATOM_BYTES
+    return operand + "_atoms" if wide else operand
+
+
+def sources_ready(lw, dot: ir.Operation, cfg, ringed: set) -> bool:
+    """Every operand of wgmma DOT ``dot`` is in a ring (``ringed``), staged before the loop in
+    a wgmma layout, or (A) already in registers as mma A fragments."""
+    from tilejit.passes.lower_dot import a_in_registers
+    a_v, b_v = dot.operands[:2]
+    a_ok = a_v in ringed or (a_v in lw.staged and lw.staged[a_v][2] in ("a", "a_atoms")) \
+        or a_in_registers(lw, a_v, cfg)
+    return a_ok and b_v in ringed
+
+
 def enabled(target: str) -> bool:
     return target == "sm_90a" and os.environ.get("TILEJIT_WGMMA", "1") != "0"
 
 
-def _loaded_in(v: ir.Value, body: ir.Block, allow_trans: bool) -> bool:
-    """``v`` is a LOAD of ``body`` seen through unit-dim reshapes (and a TRANS if allowed)."""
+def _loaded_in(v: ir.Value, body: ir.Block) -> tuple[bool, bool]:
+    """(``v`` is a LOAD of ``body`` seen through unit-dim reshapes and transposes, it went
+    through an odd number of transposes)."""
+    flips = 0
     while v.owner is not None and v.owner.op in (TileOp.RESHAPE, TileOp.TRANS):
-        if v.owner.op is TileOp.TRANS and not allow_trans:
-            return False
+        flips += v.owner.op is TileOp.TRANS
         v = v.owner.operands[0]
-    return v.owner is not None and v.owner.op is TileOp.LOAD and v.owner in body.ops
+    return v.owner is not None and v.owner.op is TileOp.LOAD and v.owner in body.ops, flips % 2 == 1
 
 
-def qualifies(dot: ir.Operation, body: ir.Block, num_warps: int) -> bool:
-    a, b = dot.operands[0].type, dot.operands[1].type
+def kmajor_rows_ok(row_bytes: int) -> bool:
+    """K-major rows wgmma can read: one swizzle span (32/64/128 bytes) or whole 128-byte atoms."""
+    return row_bytes in A_ROW_BYTES or row_bytes % ATOM_BYTES == 0
+
+
+def kmajor_span(row_bytes: int) -> int:
+    return min(row_bytes, ATOM_BYTES)
+
+
+def kmajor_step(kk: int, rows: int, row_bytes: int, item: int) -> int:
+    """Byte offset of k step ``kk`` (16 columns) in a K-major tile of ``rows`` rows: inside the
+    row for one swizzle span, else in atom ``kk*32 // 128`` (``rows * 128`` bytes each)."""
+    col = kk * 16 * item
+    if row_bytes <= ATOM_BYTES:
+        return col
+    return (col // ATOM_BYTES) * rows * ATOM_BYTES + col % ATOM_BYTES
+
+
+def qualifies(dot: ir.Operation, body: ir.Block, num_warps: int, inside: set) -> bool:
+    """Whether ``dot`` (in loop ``body``) can run on wgmma: A loaded in the loop, defined before
+    it (staged once) or computed from another DOT's accumulator (registers); B loaded in the
+    loop, plain (N-major, whole 64-column atoms) or transposed (K-major)."""
+    from tilejit.passes.assign_layouts import _source_dot
+    a_v, b_v = dot.operands[:2]
+    a, b = a_v.type, b_v.type
     if a.dtype != b.dtype or a.dtype not in (D.bfloat16, D.float16) or len(a.shape) != 2:
         return False
     (m, k), n = a.shape, b.shape[1]
     item = a.dtype.itemsize
-    return (num_warps % 4 == 0 and m == 16 * num_warps and k % 16 == 0 and k * item in A_ROW_BYTES
-            and n % (ATOM_BYTES // item) == 0 and n <= 256
-            and _loaded_in(dot.operands[0], body, False) and _loaded_in(dot.operands[1], body, False))
+    if num_warps % 4 or m != 16 * num_warps or k % 16 or n % 8 or n > 256:
+        return False
+    a_loaded, a_flipped = _loaded_in(a_v, body)
+    a_ok = (a_loaded and not a_flipped) or a_v not in inside or _source_dot(a_v, a.shape) is not None
+    b_loaded, b_flipped = _loaded_in(b_v, body)
+    b_ok = b_loaded and (kmajor_rows_ok(k * item) if b_flipped else n % (ATOM_BYTES // item) == 0)
+    return a_ok and b_ok and kmajor_rows_ok(k * item)
 
 
 def choose_wgmma(fn: ir.Function, num_warps: int, target: str) -> ir.Function:
@@ -72,16 +125,19 @@ def choose_wgmma(fn: ir.Function, num_warps: int, target: str) -> ir.Function:
         if o.op is not TileOp.FOR or o.attrs is None or o.attrs.stages < 2:
             continue
         body = o.regions[0]
+        inside = {r for op in body.walk() for r in op.results} | set(body.args)
         for dot in body.ops:
-            if dot.op is TileOp.DOT and qualifies(dot, body, num_warps):
+            if dot.op is TileOp.DOT and qualifies(dot, body, num_warps, inside):
                 dot.attrs = dataclasses.replace(dot.attrs or DotAttrs(), warps=(num_warps, 1), wgmma=True)
     return fn
 
 
-def b_atom_offsets(lw, layout, item: int, k_rows: int) -> ir.Value:
-    """Byte offset in an N-major B slot of each register of the 2-D (k, n) ``layout`` (a
-    prologue vector): atom ``col // 128`` (``k_rows * 128`` bytes each), row ``k`` of 128 bytes,
-    16-byte chunk XOR ``k % 8`` (``b_atom_table`` is the NumPy twin)."""
+def atom_offsets(lw, layout, item: int, k_rows: int) -> ir.Value:
+    """Byte offset in a tile of 128-byte atoms of each register of the 2-D (row, column)
+    ``layout`` (a prologue vector): atom ``col_byte // 128`` (``k_rows * 128`` bytes each, one
+    per 64 columns), row ``r`` of 128 bytes in it, 16-byte chunk XOR ``r % 8`` (SW128).  An
+    N-major B is k rows of n; a K-major tile wider than 128 bytes (attention's q and k with
+    D = 128) is m or n rows of k.  ``atom_table`` is the NumPy twin."""
     from tilejit.passes.lower_dot import tile_coords
 
     def make():
@@ -99,31 +155,43 @@ def b_atom_offsets(lw, layout, item: int, k_rows: int) -> ir.Value:
                  ew(TileOp.SHL, rows, k(7)))
         out = ew(TileOp.ADD, out, ew(TileOp.SHL, chunk, k(4)))
         return ew(TileOp.ADD, out, ew(TileOp.AND, inner, k(15)))
-    return lw.geo(("b_atoms", layout, item, k_rows), make)
+    return lw.geo(("atoms", layout, item, k_rows), make)
 
 
-def b_atom_table(rows, cols_bytes, k_rows: int):
-    """NumPy twin of ``b_atom_offsets`` (for tests and the emulator's checks)."""
+def atom_table(rows, cols_bytes, k_rows: int):
+    """NumPy twin of ``atom_offsets``."""
     inner = cols_bytes & 127
     return (cols_bytes >> 7) * k_rows * ATOM_BYTES + rows * ATOM_BYTES + \
         (((inner >> 4) ^ (rows & 7)) << 4) + (inner & 15)
 
 
-def lower_wgmma(lw, o: ir.Operation, cfg, a_src: tuple, b_src: tuple) -> ir.Value:
-    """The DOT ``o`` as wgmma over its k steps; ``a_src`` / ``b_src`` are (base, buffer, _) of
-    the ring slots holding A (K-major) and B (N-major atoms)."""
+def lower_wgmma(lw, o: ir.Operation, cfg, a_src, b_src: tuple) -> ir.Value:
+    """The DOT ``o`` as wgmma over its k steps.  ``a_src`` is (base, buffer, layout) of A's
+    K-major shared tile ("a" or "a_atoms") or ``[kk][0]`` register fragments; ``b_src`` is
+    (base, buffer, layout) of B: "b_atoms" (N-major) or "b_nk" / "b_nk_atoms" (K-major)."""
     item = cfg.ab_dtype.itemsize
-    a_row = cfg.k * item
+    kind = {"bfloat16": "bf16", "float16": "f16"}[cfg.ab_dtype.name]
     acc = lw.get(o.operands[2], cfg.acc_layout)
-    group = lw.ew(TileOp.SHR, [lw.thread_id("warp"), lw.const(I32, [2])], I32)   # warpgroup
-    a_base = lw.ew(TileOp.ADD, [a_src[0], lw.ew(TileOp.MUL, [group, lw.const(I32, [64 * a_row])], I32)], I32)
-    attrs = simt.WgmmaAttrs(cfg.ab_dtype.name.replace("bfloat16", "bf16").replace("float16", "f16"),
-                            cfg.n, a_row, True, ATOM_BYTES, cfg.k * ATOM_BYTES, (a_src[1], b_src[1]))
+    k_row = cfg.k * item
+    a_regs = isinstance(a_src, list)
+    n_major = b_src[2] == "b_atoms"
+    b_span = ATOM_BYTES if n_major else kmajor_span(k_row)
+    attrs = simt.WgmmaAttrs(kind, cfg.n, kmajor_span(k_row), n_major, b_span,
+                            cfg.k * ATOM_BYTES if n_major else 0,
+                            (None if a_regs else a_src[1], b_src[1]), a_regs)
+    if not a_regs:                 # warpgroup g reads rows 64g.. (each row one span apart)
+        group = lw.ew(TileOp.SHR, [lw.thread_id("warp"), lw.const(I32, [2])], I32)
+        a_base = lw.ew(TileOp.ADD, [a_src[0], lw.ew(TileOp.MUL, [group, lw.const(I32, [64 * kmajor_span(k_row)])],
+                                                    I32)], I32)
     lw.emit(SimtOp.WGMMA_FENCE, [])
     for kk in range(cfg.k // 16):
-        a = lw.ew(TileOp.ADD, [a_base, lw.const(I32, [kk * 16 * item])], I32)
-        b = lw.ew(TileOp.ADD, [b_src[0], lw.const(I32, [kk * 16 * ATOM_BYTES])], I32)
+        if a_regs:
+            a = a_src[kk][0]
+        else:
+            a = lw.ew(TileOp.ADD, [a_base, lw.const(I32, [kmajor_step(kk, cfg.m, k_row, item)])], I32)
+        step = kk * 16 * ATOM_BYTES if n_major else kmajor_step(kk, cfg.n, k_row, item)
+        b = lw.ew(TileOp.ADD, [b_src[0], lw.const(I32, [step])], I32)
         acc = lw.emit(SimtOp.WGMMA, [acc, a, b], RegType(D.float32, cfg.n // 2), attrs).result
     lw.emit(SimtOp.WGMMA_COMMIT, [])
-    lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(getattr(lw, "wgmma_in_flight", 0)))
+    lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(lw.wgmma_in_flight))
     return acc

@@ -92,3 +92,25 @@ def test_query_and_key_lengths_that_are_not_block_multiples(backend):
         q, k, v = attention.example_inputs(np.random.default_rng(seq), 1, 2, 2, seq, 64, np.float16)
         tj.testing.assert_close(run(q, k, v, causal, 64), attention.reference(q, k, v, causal),
                                 dtype=tj.float16)
+
+
+# ------------------------------------------------------------------ the wgmma path (sm_90a)
+def test_four_warps_of_64_rows_take_wgmma_with_p_in_registers():
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = KERNEL.tile_ir((arr, arr, arr, arr, ScalarSpec(D.float32)), {"BM": 64, "BN": 64, "BD": 128, "CAUSAL": True})
+    fn = compile_to_simt(tile, num_warps=4)
+    mmas = [o for o in pipelined_loop(fn).regions[0].walk() if o.op is SimtOp.WGMMA]
+    s_dot = [o for o in mmas if not o.attrs.a_regs]
+    pv_dot = [o for o in mmas if o.attrs.a_regs]
+    assert len(s_dot) == 128 // 16 and not s_dot[0].attrs.b_n_major       # q @ k.T: K-major k
+    assert len(pv_dot) == 64 // 16 and pv_dot[0].attrs.b_n_major           # p @ v: p in registers
+
+
+@pytest.mark.parametrize("seq, dim, causal, BMN, warps", [(100, 64, False, 64, 4), (150, 128, True, 64, 4),
+                                                           (130, 64, True, 128, 8)])
+def test_wgmma_attention_matches_float64(backend, seq, dim, causal, BMN, warps):
+    q, k, v = attention.example_inputs(np.random.default_rng(seq), 1, 4, 2, seq, dim, tj.bfloat16.np)
+    o = np.full_like(q, np.nan)
+    grid = (tj.cdiv(seq, BMN), 4)
+    KERNEL[grid](q, k, v, o, 1.0 / float(np.sqrt(dim)), BM=BMN, BN=64, BD=dim, CAUSAL=causal, num_warps=warps)
+    tj.testing.assert_close(o, attention.reference(q, k, v, causal), dtype=tj.bfloat16)

@@ -75,7 +75,7 @@ def test_env_switch_turns_it_off(monkeypatch):
 def test_b_atoms_are_128_byte_swizzled_rows_of_64_columns():
     k, n = 32, 256
     rows, cols = np.meshgrid(np.arange(k), np.arange(0, 2 * n, 16), indexing="ij")
-    off = wgmma.b_atom_table(rows, cols, k)
+    off = wgmma.atom_table(rows, cols, k)
     assert sorted(off.ravel()) == list(range(0, k * n * 2, 16))   # a permutation of the chunks
     assert (off[:, :8] < k * 128).all() and (off[:, 8:16] >= k * 128).all()   # atom 1 follows atom 0
     assert (off[3, :8] // 16 % 8 == np.arange(8) ^ 3).all()       # chunk XOR row

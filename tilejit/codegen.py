@@ -116,6 +116,7 @@ class KernelEmitter:
         if fn.meta.get("min_ctas_per_sm"):           # caps registers so that many CTAs fit an SM
             func.attributes.add(f'"nvvm.minctasm"="{fn.meta["min_ctas_per_sm"]}"')
         self.ctx = Ctx(self.module, func, TARGETS[target][2], fn.meta.get("name", fn.name))
+        self.ctx.division_without_calls = any(o.op is simt.SimtOp.WGMMA for o in fn.walk())
         self.values: dict[int, list] = {}
 
     @property
@@ -270,15 +271,13 @@ class KernelEmitter:
     def op_WGMMA(self, op):
         acc, a, b = (self.get(v) for v in op.operands)
         at = op.attrs
-        desc_a = codegen_mma.matrix_descriptor(self.b, shared_pointer(self.ctx, a[0]), 16,
-                                               8 * at.a_row_bytes, at.a_row_bytes)
-        if at.b_n_major:        # LBO: one 64-column atom to the next; SBO: 8 k rows to the next
-            desc_b = codegen_mma.matrix_descriptor(self.b, shared_pointer(self.ctx, b[0]), at.b_atom_bytes,
-                                                   8 * at.b_row_bytes, at.b_row_bytes)
-        else:
-            desc_b = codegen_mma.matrix_descriptor(self.b, shared_pointer(self.ctx, b[0]), 16,
-                                                   8 * at.b_row_bytes, at.b_row_bytes)
-        self.set(op.result, codegen_mma.wgmma(self.b, acc, desc_a, desc_b, at.kind, at.n, at.b_n_major))
+        if not at.a_regs:         # K-major A: LBO unused (16), SBO eight rows
+            a = codegen_mma.matrix_descriptor(self.b, shared_pointer(self.ctx, a[0]), 16,
+                                              8 * at.a_row_bytes, at.a_row_bytes)
+        lbo = at.b_atom_bytes if at.b_n_major else 16   # N-major: one 64-column atom to the next
+        desc_b = codegen_mma.matrix_descriptor(self.b, shared_pointer(self.ctx, b[0]), lbo,
+                                               8 * at.b_row_bytes, at.b_row_bytes)
+        self.set(op.result, codegen_mma.wgmma(self.b, acc, a, desc_b, at.kind, at.n, at.b_n_major))
 
     def op_WGMMA_FENCE(self, op):
         codegen_mma.wgmma_fence(self.b)

@@ -87,6 +87,15 @@ class Ctx:
         self.module, self.func, self.sm, self.kernel = module, func, sm, kernel
         self.builder = ir.IRBuilder(func.append_basic_block("entry"))
         self.loc: Loc | None = None                  # loc of the op being emitted (for errors)
+        # float32 division as div.full.f32 (<= 2 ulp, no call) instead of IEEE div.rn, whose
+        # slow path is a subroutine call: ptxas serialises every wgmma of a function with calls
+        self.division_without_calls = False
+
+    def fdiv(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        """a / b for float values (see ``division_without_calls``)."""
+        if self.division_without_calls and a.type == ir.FloatType():
+            return self.call("llvm.nvvm.div.full", a.type, [a, b])
+        return self.builder.fdiv(a, b)
 
     def block(self, name: str) -> ir.Block:
         return self.func.append_basic_block(name)

@@ -60,7 +60,7 @@ def _log_parts(ctx: Ctx, x):
     m = b.bitcast(b.sub(bits, b.shl(e, ir.Constant(I32, 23))), F32)
     e = b.sitofp(b.sub(e, b.select(tiny, ir.Constant(I32, 23), ir.Constant(I32, 0))), F32)
     fm = b.fsub(m, f(1.0))                                   # exact (Sterbenz)
-    s = b.fdiv(fm, b.fadd(fm, f(2.0)))
+    s = ctx.fdiv(fm, b.fadd(fm, f(2.0)))
     z = b.fmul(s, s)
     poly = f(2 / 9)
     for coeff in (2 / 7, 2 / 5, 2 / 3, 2.0):
@@ -113,14 +113,14 @@ def tanh(ctx: Ctx, x):
     for coeff in reversed(TANH_TAYLOR[:-1]):
         poly = _fma(ctx, poly, z, f(coeff))
     small = b.fmul(x, poly)
-    big = b.fsub(f(1.0), b.fdiv(f(2.0), b.fadd(exp(ctx, b.fmul(ax, f(2.0))), f(1.0))))
+    big = b.fsub(f(1.0), ctx.fdiv(f(2.0), b.fadd(exp(ctx, b.fmul(ax, f(2.0))), f(1.0))))
     big = ctx.call("llvm.copysign.f32", F32, [big, x])
     return b.select(b.fcmp_ordered("<", ax, f(0.4)), small, big)
 
 
 def sigmoid(ctx: Ctx, x):
     b = ctx.builder
-    return b.fdiv(f(1.0), b.fadd(f(1.0), exp(ctx, b.fneg(x))))
+    return ctx.fdiv(f(1.0), b.fadd(f(1.0), exp(ctx, b.fneg(x))))
 
 
 def pow_(ctx: Ctx, x, y):
@@ -147,7 +147,7 @@ def _floor_divmod(ctx: Ctx, x, y):
     a, d = b.fpext(x, F64), b.fpext(y, F64)
     zero = ir.Constant(F64, 0.0)
     mod = b.frem(a, d)
-    div = b.fdiv(b.fsub(a, mod), d)
+    div = ctx.fdiv(b.fsub(a, mod), d)
     fix = b.and_(b.fcmp_unordered("!=", mod, zero),
                  b.xor(b.fcmp_ordered("<", d, zero), b.fcmp_ordered("<", mod, zero)))
     signed_zero = ctx.call("llvm.copysign.f64", F64, [zero, d])
@@ -156,7 +156,7 @@ def _floor_divmod(ctx: Ctx, x, y):
     floor = ctx.call("llvm.floor.f64", F64, [div])
     floor = b.select(b.fcmp_ordered(">", b.fsub(div, floor), ir.Constant(F64, 0.5)),
                      b.fadd(floor, ir.Constant(F64, 1.0)), floor)
-    quotient = b.fdiv(a, d)
+    quotient = ctx.fdiv(a, d)
     zero_div = ctx.call("llvm.copysign.f64", F64, [zero, quotient])
     floor = b.select(b.fcmp_unordered("!=", div, zero), floor, zero_div)
     by_zero = b.fcmp_ordered("==", d, zero)
@@ -183,7 +183,7 @@ FLOAT_BINARY = {
     TileOp.ADD: lambda ctx, a, c: ctx.builder.fadd(a, c),
     TileOp.SUB: lambda ctx, a, c: ctx.builder.fsub(a, c),
     TileOp.MUL: lambda ctx, a, c: ctx.builder.fmul(a, c),
-    TileOp.TRUEDIV: lambda ctx, a, c: ctx.builder.fdiv(a, c),                    # div.rn (IEEE)
+    TileOp.TRUEDIV: lambda ctx, a, c: ctx.fdiv(a, c),             # div.rn (IEEE), div.full with wgmma
     TileOp.FLOORDIV: lambda ctx, a, c: _floor_divmod(ctx, a, c)[0],
     TileOp.MOD: lambda ctx, a, c: _floor_divmod(ctx, a, c)[1],
     TileOp.POW: pow_,

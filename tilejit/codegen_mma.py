@@ -158,21 +158,31 @@ def matrix_descriptor(builder: ir.IRBuilder, shared_ptr: ir.Value, lbo: int, sbo
     return builder.or_(start, ir.Constant(I64, fixed))
 
 
-def wgmma(builder: ir.IRBuilder, acc: list[ir.Value], desc_a: ir.Value, desc_b: ir.Value,
+def wgmma(builder: ir.IRBuilder, acc: list[ir.Value], a: ir.Value | list[ir.Value], desc_b: ir.Value,
           kind: str, n: int, b_n_major: bool) -> list[ir.Value]:
-    """``wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<kind>.<kind>`` with A and B from shared
-    memory (descriptors), D = A @ B + D.  LLVM 22 has no intrinsic for it (NVVM.md), so it is
-    inline PTX with the accumulators tied in and out; ``imm-trans-b`` is 1 for an N-major B."""
+    """``wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<kind>.<kind>``, D = A @ B + D, B from shared
+    memory (a descriptor) and A from shared memory (``a`` a descriptor) or registers (``a`` four
+    i32, the mma.sync A fragment of the warp's 16 rows).  LLVM 22 has no intrinsic for it
+    (NVVM.md), so it is inline PTX with the accumulators tied in and out; ``imm-trans-b`` is 1
+    for an N-major B."""
     if len(acc) != n // 2 or kind not in ("bf16", "f16"):
         raise ValueError(f"wgmma m64n{n}k16 .{kind}: needs {n // 2} f32 accumulators, got {len(acc)}")
     k = len(acc)
     regs = ", ".join(f"${i}" for i in range(k))
+    a_regs = isinstance(a, list)
+    a_ops = [_as(builder, x, I32) for x in a] if a_regs else [a]
+    first = 2 * k
+    if a_regs:
+        a_text = "{" + ", ".join(f"${first + i}" for i in range(4)) + "}"
+        b_text, tail = f"${first + 4}", f"p, 1, 1, {int(b_n_major)}"
+    else:
+        a_text, b_text, tail = f"${first}", f"${first + 1}", f"p, 1, 1, 0, {int(b_n_major)}"
     asm = ("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-           f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, ${2 * k}, ${2 * k + 1}, "
-           f"p, 1, 1, 0, {int(b_n_major)};\n}}")
-    constraints = ",".join(["=f"] * k + [str(i) for i in range(k)] + ["l", "l"])
-    fnty = ir.FunctionType(ir.LiteralStructType([F32] * k), [F32] * k + [I64, I64])
-    call = builder.asm(fnty, asm, constraints, [*acc, desc_a, desc_b], side_effect=True)
+           f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, {a_text}, {b_text}, "
+           f"{tail};\n}}")
+    constraints = ",".join(["=f"] * k + [str(i) for i in range(k)] + (["r"] * 4 if a_regs else ["l"]) + ["l"])
+    fnty = ir.FunctionType(ir.LiteralStructType([F32] * k), [F32] * k + [x.type for x in a_ops] + [I64])
+    call = builder.asm(fnty, asm, constraints, [*acc, *a_ops, desc_b], side_effect=True)
     return _unpack(builder, call, k)
 
 

@@ -271,12 +271,13 @@ class Machine:
     def op_WGMMA(self, o, f):
         acc, a, b = (f[x] for x in o.operands)
         n = o.attrs.n
-        for v, operand in ((a, "a"), (b, "b")):
+        for v, operand in ((b, "b"),) if o.attrs.a_regs else ((a, "a"), (b, "b")):
             for c, cta in enumerate(f.ids):
                 for first in range(0, self.threads, emulator_mma.WARPGROUP):
                     addrs = emulator_mma.wgmma_operand_addresses(int(v[c, first, 0]), o.attrs, operand, n)
                     self.check_landed(o, np.full(addrs.shape, cta), addrs)
-        return emulator_mma.wgmma(self.shared[f.ids], a[:, :, 0], b[:, :, 0], acc, o.attrs)
+        return emulator_mma.wgmma(self.shared[f.ids], a if o.attrs.a_regs else a[:, :, 0], b[:, :, 0],
+                                  acc, o.attrs)
 
     def op_WGMMA_FENCE(self, o, f):          # ordering only: the emulator runs wgmma in program order
         pass

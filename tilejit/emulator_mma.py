@@ -292,10 +292,24 @@ def wgmma_operand_addresses(start: int, attrs, operand: str, n: int) -> np.ndarr
     return swizzled_address(start + off, span)
 
 
+def register_a(regs: np.ndarray, kind: str) -> np.ndarray:
+    """The 64 x 16 A (uint16 bit patterns) a warpgroup holds in registers: (128, 4) i32, each
+    warp's 16 rows as the mma.sync m16n8k16 A fragment (``mma_layouts.a_coord``)."""
+    bits = np.ascontiguousarray(regs).view(np.uint32)
+    out = np.zeros((64, 16), np.uint16)
+    lane = np.arange(WARPGROUP) % WARP
+    warp = np.arange(WARPGROUP) // WARP
+    for i in range(8):                       # element i: register i // 2, half i % 2
+        row, col = ML.a_coord(kind, lane, i)
+        out[16 * warp + row, col] = (bits[:, i // 2] >> (16 * (i % 2))) & 0xFFFF
+    return out
+
+
 def wgmma(shared: np.ndarray, a_addr: np.ndarray, b_addr: np.ndarray, acc: np.ndarray, attrs) -> np.ndarray:
     """``wgmma.mma_async`` m64nNk16 per warpgroup (four consecutive warps), D = A @ B + D with
     A and B read from ``shared`` ((ctas, bytes) uint8) at the addresses in ``a_addr`` /
-    ``b_addr`` ((ctas, threads): the warpgroup's first thread's value is used) and the f32
+    ``b_addr`` ((ctas, threads): the warpgroup's first thread's value is used; with
+    ``attrs.a_regs`` ``a_addr`` is (ctas, threads, 4) A fragment registers) and the f32
     accumulators ``acc`` ((ctas, threads, n/2)) in the mma C-fragment order: warp w of a group
     holds rows 16w.., register 4j+i row groupID + 8*(i>>1), column 8j + 2*tig + (i&1)."""
     ctas, threads, regs = acc.shape
@@ -309,16 +323,19 @@ def wgmma(shared: np.ndarray, a_addr: np.ndarray, b_addr: np.ndarray, acc: np.nd
     rows = (16 * warp + (lane >> 2))[:, None] + 8 * (i >> 1)[None, :]
     cols = (2 * (lane & 3))[:, None] + (8 * j + (i & 1))[None, :]
     out = np.array(acc, np.float32)
+    operands = (("b", b_addr),) if attrs.a_regs else (("a", a_addr), ("b", b_addr))
     for c in range(ctas):
         mem = shared[c]
         for g in range(threads // WARPGROUP):
             first = g * WARPGROUP
-            addrs = {x: wgmma_operand_addresses(int(v[c, first]), attrs, x, n)
-                     for x, v in (("a", a_addr), ("b", b_addr))}
+            addrs = {x: wgmma_operand_addresses(int(v[c, first]), attrs, x, n) for x, v in operands}
             if any(v.min() < 0 or v.max() + 2 > mem.shape[0] or (v % 2).any() for v in addrs.values()):
                 raise MmaEmulationError("wgmma operand outside shared memory or misaligned")
             halves = mem.view(np.uint16)
-            a = halves[addrs["a"] // 2].view(dt).astype(np.float64)
+            if attrs.a_regs:
+                a = register_a(a_addr[c, first:first + WARPGROUP], attrs.kind).view(dt).astype(np.float64)
+            else:
+                a = halves[addrs["a"] // 2].view(dt).astype(np.float64)
             b = halves[addrs["b"] // 2].view(dt).astype(np.float64)
             d = a @ b
             out[c, first:first + WARPGROUP] += d[rows, cols].astype(np.float32)

@@ -108,8 +108,9 @@ class SimtOp(enum.Enum):
     CP_ASYNC_WAIT = enum.auto()  # () -> (): wait until at most attrs.n newest groups are pending  WaitAttrs
     # Hopper warpgroup mma (sm_90a; ``passes.wgmma``): four consecutive warps (a warpgroup) run
     # it together, A and B straight from swizzled shared tiles described by their layouts
-    WGMMA = enum.auto()          # (acc: <N/2 x f32>, a: i32 n=1, b: i32 n=1) -> like acc:
-    #   wgmma.mma_async m64nNk16: D(64 x N) += A(64 x 16 at shared byte a) @ B(16 x N at b); the
+    WGMMA = enum.auto()          # (acc: <N/2 x f32>, a: i32 n=1 | <4 x i32>, b: i32 n=1) -> like acc:
+    #   wgmma.mma_async m64nNk16: D(64 x N) += A(64 x 16 at shared byte a, or each warp's
+    #   16 rows as mma.sync A fragments when attrs.a_regs) @ B(16 x N at b); the
     #   accumulator in the mma C-fragment order (warp w of the group: rows 16w..16w+15)  WgmmaAttrs
     WGMMA_FENCE = enum.auto()    # () -> (): wgmma.fence (registers and shared written before it are seen)
     WGMMA_COMMIT = enum.auto()   # () -> (): close the wgmmas issued since the last commit into a group
@@ -166,11 +167,12 @@ class MmaAttrs(Attrs):
 class WgmmaAttrs(Attrs):
     kind: str                     # A/B type: "bf16" or "f16"
     n: int                        # the instruction's N (8..256, a multiple of 8)
-    a_row_bytes: int              # A: K-major rows of 32, 64 or 128 bytes, swizzled as SW32/64/128
+    a_row_bytes: int              # A in shared: K-major rows swizzled over 32, 64 or 128 bytes
     b_n_major: bool               # B stored k rows of n (N-major, 128-byte atoms) or n rows of k
-    b_row_bytes: int              # bytes per swizzled row of B's atoms (K-major: its k row)
+    b_row_bytes: int              # bytes per swizzled row of B (its swizzle span)
     b_atom_bytes: int = 0         # N-major: bytes from one 64-column atom of B to the next
     buffers: tuple = ()           # the SHARED_ALLOC buffers read (A's, B's)
+    a_regs: bool = False          # A from registers (4 x i32, the mma.sync A fragment) instead
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,8 @@ _SPECS = {
     SimtOp.CP_ASYNC: lambda o: None if len({_n(x) for x in o.operands[1:]}) == 1
     and isinstance(o.operands[0].type, PtrType) else "CP_ASYNC needs a pointer and equal register counts",
     SimtOp.WGMMA: lambda o: None if _n(o.operands[0]) == o.attrs.n // 2 == _n(o.results[0])
-    and _n(o.operands[1]) == _n(o.operands[2]) == 1 else "WGMMA takes N/2 accumulators and two addresses",
+    and _n(o.operands[1]) == (4 if o.attrs.a_regs else 1) and _n(o.operands[2]) == 1
+    else "WGMMA takes N/2 accumulators, A (an address or 4 registers) and B's address",
 }
 
 
