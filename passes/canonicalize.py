@@ -184,7 +184,8 @@ def fuse_dot_accumulate(block: ir.Block, uses: dict) -> None:
             continue
         for d, x in ((o.operands[1], o.operands[0]), (o.operands[0], o.operands[1])):
             dot = _zero_acc_dot(d, uses)
-            if dot is not None and x.type == dot.result.type:
+            # same block only: a DOT before a loop must not move into it (it would rerun there)
+            if dot is not None and x.type == dot.result.type and dot in block.ops:
                 new = ir.Operation(TileOp.DOT, [dot.operands[0], dot.operands[1], x], [o.result.type],
                                    dot.attrs, loc=dot.loc)
                 new.results[0] = o.result          # the ADD's users keep their operand

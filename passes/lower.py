@@ -420,9 +420,10 @@ class Lowering:
             for operand, v in zip("ab", dot.operands[:2]):
                 if v in inside or v in self.staged or v in self.deferred or not is_tile(v):
                     continue
-                stored = wgmma.ring_layout(operand, cfg) if dot.attrs.wgmma and operand == "a" else operand
+                on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
+                stored = wgmma.ring_layout(operand, cfg) if on_wgmma and operand == "a" else operand
                 self.staged[v] = lower_dot.stage_registers(
-                    self, v, cfg, operand, stored, 1024 if dot.attrs.wgmma else 128) + (stored,)
+                    self, v, cfg, operand, stored, 1024 if on_wgmma else 128) + (stored,)
                 hoisted.append(v)
         return hoisted
 

@@ -212,7 +212,7 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     """The DOT ``o`` on tensor cores; ``staged`` maps an operand Value already in a swizzled
     shared tile to its (base address, buffer id, stored layout)."""
     a_v, b_v, acc_v = o.operands
-    if o.attrs.wgmma:
+    if o.attrs and o.attrs.wgmma:
         a_src = staged.get(a_v) if staged.get(a_v, (0, 0, ""))[2] in ("a", "a_atoms") \
             else register_a_fragments(lw, a_v, cfg)
         b_src = staged.get(b_v) if staged.get(b_v, (0, 0, ""))[2] in ("b_atoms", "b_nk", "b_nk_atoms") else None

@@ -103,7 +103,7 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
             load, chain, n_major = found
             if n_major:
                 operand = "b_nk"
-            if dot.attrs.wgmma:                 # the tile layouts wgmma reads (passes.wgmma)
+            if dot.attrs and dot.attrs.wgmma:   # the tile layouts wgmma reads (passes.wgmma)
                 operand = wgmma.ring_layout(operand, cfg)
             spec = array_spec(lw.fn, load.operands[0])
             item = spec.dtype.itemsize
@@ -113,8 +113,8 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
                 continue
             offsets = _offset_slice(body, load)
             if offsets is not None:
-                mine.append((load, operand, cfg, offsets, v, chain, bool(dot.attrs.wgmma)))
-        if dot.attrs.wgmma and not wgmma.sources_ready(lw, dot, cfg, {x[4] for x in mine}):
+                mine.append((load, operand, cfg, offsets, v, chain, bool(dot.attrs and dot.attrs.wgmma)))
+        if dot.attrs and dot.attrs.wgmma and not wgmma.sources_ready(lw, dot, cfg, {x[4] for x in mine}):
             # wgmma needs each operand in shared (a ring, or staged before the loop) or A in
             # registers; otherwise the DOT runs on mma.sync and its rings keep ldmatrix layouts
             mine = [(*x[:1], wgmma.MMA_SYNC_LAYOUT.get(x[1], x[1]), *x[2:6], False) for x in mine]
@@ -218,8 +218,13 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
     # wgmma keeps one group in flight across iterations when the ring has a slot to spare:
     # copies then run stages-2 iterations ahead, so the slot they overwrite was read two
     # iterations back, by a group every warpgroup retired before this iteration's barrier
-    wgmma_dots = sum(1 for d in region.ops if d.op is TileOp.DOT and d.attrs and d.attrs.wgmma)
-    in_flight = 1 if async_proxy and stages >= 3 and wgmma_dots == 1 else 0
+    wgmma_dots = [d for d in region.ops if d.op is TileOp.DOT and d.attrs and d.attrs.wgmma]
+    # only a GEMM-style accumulator (carried straight to the next iteration) may stay in flight:
+    # any other reader would make ptxas wait (or serialise) anyway
+    carried_only = len(wgmma_dots) == 1 and [u for op in region.walk() for u in op.operands
+                                             if u is wgmma_dots[0].result] == [wgmma_dots[0].result] \
+        and wgmma_dots[0].result in region.ops[-1].operands
+    in_flight = 1 if async_proxy and stages >= 3 and carried_only else 0
     ahead = stages - 1 - in_flight
     ub_iv = lw.cast(ub, iv_dt)
     for s in range(ahead):

@@ -69,14 +69,21 @@ def enabled(target: str) -> bool:
     return target == "sm_90a" and os.environ.get("TILEJIT_WGMMA", "1") != "0"
 
 
-def _loaded_in(v: ir.Value, body: ir.Block) -> tuple[bool, bool]:
-    """(``v`` is a LOAD of ``body`` seen through unit-dim reshapes and transposes, it went
-    through an odd number of transposes)."""
+def _loaded_in(fn: ir.Function, v: ir.Value, body: ir.Block) -> tuple[bool, bool]:
+    """(``v`` is a LOAD of ``body``, seen through unit-dim reshapes and transposes, that the
+    pipeliner can turn into a cp.async ring: unit-stride 16-byte aligned rows, zero ``other``;
+    it went through an odd number of transposes)."""
+    from tilejit.passes.assign_layouts import array_spec
     flips = 0
     while v.owner is not None and v.owner.op in (TileOp.RESHAPE, TileOp.TRANS):
         flips += v.owner.op is TileOp.TRANS
         v = v.owner.operands[0]
-    return v.owner is not None and v.owner.op is TileOp.LOAD and v.owner in body.ops, flips % 2 == 1
+    load = v.owner
+    if load is None or load.op is not TileOp.LOAD or load not in body.ops:
+        return False, False
+    spec = array_spec(fn, load.operands[0])
+    ok = spec.unit_inner_stride and spec.aligned16 and not (load.attrs and load.attrs.other != 0)
+    return ok, flips % 2 == 1
 
 
 def kmajor_rows_ok(row_bytes: int) -> bool:
@@ -97,7 +104,7 @@ def kmajor_step(kk: int, rows: int, row_bytes: int, item: int) -> int:
     return (col // ATOM_BYTES) * rows * ATOM_BYTES + col % ATOM_BYTES
 
 
-def qualifies(dot: ir.Operation, body: ir.Block, num_warps: int, inside: set) -> bool:
+def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int, inside: set) -> bool:
     """Whether ``dot`` (in loop ``body``) can run on wgmma: A loaded in the loop, defined before
     it (staged once) or computed from another DOT's accumulator (registers); B loaded in the
     loop, plain (N-major, whole 64-column atoms) or transposed (K-major)."""
@@ -110,9 +117,9 @@ def qualifies(dot: ir.Operation, body: ir.Block, num_warps: int, inside: set) ->
     item = a.dtype.itemsize
     if num_warps % 4 or m != 16 * num_warps or k % 16 or n % 8 or n > 256:
         return False
-    a_loaded, a_flipped = _loaded_in(a_v, body)
+    a_loaded, a_flipped = _loaded_in(fn, a_v, body)
     a_ok = (a_loaded and not a_flipped) or a_v not in inside or _source_dot(a_v, a.shape) is not None
-    b_loaded, b_flipped = _loaded_in(b_v, body)
+    b_loaded, b_flipped = _loaded_in(fn, b_v, body)
     b_ok = b_loaded and (kmajor_rows_ok(k * item) if b_flipped else n % (ATOM_BYTES // item) == 0)
     return a_ok and b_ok and kmajor_rows_ok(k * item)
 
@@ -122,12 +129,14 @@ def choose_wgmma(fn: ir.Function, num_warps: int, target: str) -> ir.Function:
     if not enabled(target):
         return fn
     for o in fn.walk():
-        if o.op is not TileOp.FOR or o.attrs is None or o.attrs.stages < 2:
-            continue
+        step = o.operands[2].owner if o.op is TileOp.FOR else None
+        if o.op is not TileOp.FOR or o.attrs is None or o.attrs.stages < 2 or step is None \
+                or step.op is not TileOp.CONSTANT or not isinstance(step.attrs.value, int) or step.attrs.value <= 0:
+            continue                      # (the loops pipeline_loads pipelines)
         body = o.regions[0]
         inside = {r for op in body.walk() for r in op.results} | set(body.args)
         for dot in body.ops:
-            if dot.op is TileOp.DOT and qualifies(dot, body, num_warps, inside):
+            if dot.op is TileOp.DOT and qualifies(fn, dot, body, num_warps, inside):
                 dot.attrs = dataclasses.replace(dot.attrs or DotAttrs(), warps=(num_warps, 1), wgmma=True)
     return fn
 

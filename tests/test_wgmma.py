@@ -98,15 +98,20 @@ def backend(request):
         yield request.param
 
 
-@pytest.mark.parametrize("m, n, k, BM, BN, BK, stages, warps, dt", [
+CASES = [   # K and N multiples of 8 elements: rows 16-byte aligned, so every case takes wgmma
     (64, 64, 64, 64, 64, 32, 2, 4, np.float16),
-    (100, 130, 90, 64, 128, 64, 3, 4, ml_dtypes.bfloat16),
-    (70, 64, 40, 64, 64, 16, 2, 4, np.float16),
-    (130, 300, 200, 128, 256, 64, 3, 8, ml_dtypes.bfloat16),
-    (5, 7, 3, 64, 64, 64, 3, 4, np.float16),              # one partial tile, K shorter than BK
-    (64, 128, 300, 64, 128, 32, 4, 4, np.float16),        # one group in flight, many iterations
-])
+    (100, 128, 88, 64, 128, 64, 3, 4, ml_dtypes.bfloat16),    # two B atoms, ragged M and K, in flight
+    (64, 64, 24, 64, 64, 16, 4, 4, np.float16),               # SW32 rows, in flight
+    (64, 64, 40, 64, 64, 32, 5, 4, np.float16),               # trip count below the ring depth
+    (130, 256, 200, 128, 256, 64, 3, 8, ml_dtypes.bfloat16),  # two warpgroups, four B atoms
+    (60, 64, 8, 64, 64, 32, 3, 4, np.float16),                # K shorter than BK
+]
+
+
+@pytest.mark.parametrize("m, n, k, BM, BN, BK, stages, warps, dt", CASES)
 def test_wgmma_gemm_matches_float64(backend, m, n, k, BM, BN, BK, stages, warps, dt):
+    dtype = D.bfloat16 if dt is ml_dtypes.bfloat16 else D.float16
+    assert ops(simt_fn(BM, BN, BK, stages, warps, dtype), SimtOp.WGMMA)       # the path under test
     rng = np.random.default_rng(m * n + k)
     a = rng.standard_normal((m, k)).astype(dt)
     b = rng.standard_normal((k, n)).astype(dt)
@@ -114,3 +119,31 @@ def test_wgmma_gemm_matches_float64(backend, m, n, k, BM, BN, BK, stages, warps,
     ref = matmul.reference(a, b)
     scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
     assert (np.abs(out - ref) <= 1e-6 + k * 2**-22 * scale).all(), np.abs(out - ref).max()
+
+
+def test_unaligned_rows_keep_mma_sync_and_their_warp_split():
+    spec = ArraySpec(D.bfloat16, 2, True, False, False)          # rows not 16-byte aligned
+    out = ArraySpec(D.float32, 2, True, True, False)
+    tile = KERNEL.tile_ir((spec, spec, out), {"BM": 64, "BN": 64, "BK": 32, "STAGES": 3})
+    fn = compile_to_simt(tile, num_warps=4, target="sm_90a")
+    assert not ops(fn, SimtOp.WGMMA) and ops(fn, SimtOp.MMA)
+
+
+def test_emulator_catches_a_ring_slot_reused_under_an_in_flight_wgmma(monkeypatch):
+    """Leave each group in flight (wait_group 1) with copies still running stages-1 ahead: the
+    next iteration's copy lands in the slot the previous group reads."""
+    from tilejit import emulator
+    real = wgmma.lower_wgmma
+
+    def leave_in_flight(lw, *args):
+        lw.wgmma_in_flight = 1
+        try:
+            return real(lw, *args)
+        finally:
+            lw.wgmma_in_flight = 0
+    monkeypatch.setattr(wgmma, "lower_wgmma", leave_in_flight)
+    fn = simt_fn(BK=32, stages=2, dtype=D.float16)
+    a = np.ones((64, 128), np.float16)
+    c = np.zeros((64, 64), np.float32)
+    with pytest.raises(emulator.EmulatorError, match="in-flight WGMMA"):
+        emulator.run(fn, (1, 1), [a, np.ones((128, 64), np.float16), c])

@@ -86,6 +86,7 @@ class Machine:
         self.fn, self.grid, self.params, self.race_check = fn, tuple(grid), params, race_check
         self.threads = WARP * fn.meta["num_warps"]
         self.tid = np.arange(self.threads, dtype=np.int32)
+        self.wgmma_open, self.wgmma_groups = [], []
         self.shared_bytes = -(-fn.meta.get("shared_bytes", 0) // 16) * 16 + 16
         self.ew_cache: dict = {}
 
@@ -98,6 +99,7 @@ class Machine:
                 self.block_ids = ids[start:start + batch]
                 c = len(self.block_ids)
                 self.shared = np.zeros((c, self.shared_bytes), np.uint8)
+                self.wgmma_open, self.wgmma_groups = [], []   # shared bytes in-flight wgmmas read
                 self.writer = np.full((c, self.shared_bytes), -1, np.int32)
                 self.reader = np.full((c, self.shared_bytes), -1, np.int32)
                 self.copies = emulator_mma.AsyncCopies()
@@ -226,6 +228,8 @@ class Machine:
     def op_STORE_SHARED(self, o, f):
         addr, value = f[o.operands[0]].astype(np.int64), f[o.operands[1]]
         dt = value.dtype
+        if self.wgmma_groups or self.wgmma_open:
+            self.check_wgmma_reads(o, f, addr[..., None] + np.arange(dt.itemsize))
         rows, addr = self.shared_index(o, f, addr, dt.itemsize)
         self.race(o, f, rows, addr, self.writer, "written by")
         self.race(o, f, rows, addr, self.reader, "read by")
@@ -269,6 +273,8 @@ class Machine:
         return d.astype(o.result.type.dtype.np)
 
     def op_WGMMA(self, o, f):
+        """Computed at issue; the bytes it reads stay *in flight* (the hardware may read them
+        any time) until a WGMMA_WAIT retires its group: writing them before that is a race."""
         acc, a, b = (f[x] for x in o.operands)
         n = o.attrs.n
         for v, operand in ((b, "b"),) if o.attrs.a_regs else ((a, "a"), (b, "b")):
@@ -276,13 +282,31 @@ class Machine:
                 for first in range(0, self.threads, emulator_mma.WARPGROUP):
                     addrs = emulator_mma.wgmma_operand_addresses(int(v[c, first, 0]), o.attrs, operand, n)
                     self.check_landed(o, np.full(addrs.shape, cta), addrs)
+                    self.wgmma_open.append((int(cta), np.unique(addrs.ravel()[:, None] + np.arange(2))))
         return emulator_mma.wgmma(self.shared[f.ids], a if o.attrs.a_regs else a[:, :, 0], b[:, :, 0],
                                   acc, o.attrs)
+
+    def op_WGMMA_COMMIT(self, o, f):
+        self.wgmma_groups.append(self.wgmma_open)
+        self.wgmma_open = []
+
+    def op_WGMMA_WAIT(self, o, f):
+        del self.wgmma_groups[:max(0, len(self.wgmma_groups) - o.attrs.n)]
+
+    def check_wgmma_reads(self, o, f, addr: np.ndarray) -> None:
+        """``addr`` (ctas of ``f``, ...) byte addresses ``o`` writes must not be read by a wgmma
+        still in flight (a missing or too-weak WGMMA_WAIT, or a ring slot reused too soon)."""
+        for group in self.wgmma_groups + [self.wgmma_open]:
+            for cta, read in group:
+                rows = np.nonzero(f.ids == cta)[0]
+                if len(rows) and np.isin(addr[rows], read).any():
+                    raise EmulatorError(f"shared-memory race: {o.op.name} writes bytes an in-flight "
+                                        f"WGMMA reads (before the WGMMA_WAIT that retires it)")
 
     def op_WGMMA_FENCE(self, o, f):          # ordering only: the emulator runs wgmma in program order
         pass
 
-    op_WGMMA_COMMIT = op_WGMMA_WAIT = op_FENCE_PROXY_ASYNC = op_WGMMA_FENCE
+    op_FENCE_PROXY_ASYNC = op_WGMMA_FENCE
 
     def op_PACK(self, o, f):
         x = f[o.operands[0]]
@@ -295,6 +319,8 @@ class Machine:
     def op_CP_ASYNC(self, o, f):
         ptr = f[o.operands[0]]
         offs, addr, src = (f[x] for x in o.operands[1:])
+        if self.wgmma_groups or self.wgmma_open:
+            self.check_wgmma_reads(o, f, addr.astype(np.int64)[..., None] + np.arange(16))
         if self.race_check:                   # the copy may land any time from now on
             bytes_ = addr.astype(np.int64)[..., None] + np.arange(16)
             rows = np.broadcast_to(f.ids[:, None, None, None], bytes_.shape)

@@ -17,6 +17,7 @@ import numpy as np
 
 from tilejit import backends, dtypes, ir
 from tilejit.errors import CompileError, LaunchError, TilejitError, for_user
+from tilejit.fingerprint import COMPILER_SWITCHES
 from tilejit.language import constexpr
 from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
 
@@ -156,7 +157,8 @@ class Kernel:
         backend = backends.get(backend_name)
         self._drop_stale()
         key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
-               backend_name, getattr(backend, "target", None))
+               backend_name, getattr(backend, "target", None),
+               tuple(os.environ.get(name, "") for name in COMPILER_SWITCHES))
         entry = self._cache.get(key)
         if entry is not None:
             return entry
