@@ -1,29 +1,35 @@
-"""Hopper warpgroup mma (``wgmma.mma_async``, sm_90a) for the pipelined GEMM main loop.
+"""Hopper warpgroup mma (``wgmma.mma_async``, sm_90a) for pipelined GEMM and attention loops.
 
     choose_wgmma(fn, num_warps, target) -> fn        (tile IR stage, before assign_layouts)
     lower_wgmma(lw, o, cfg, a_src, b_src) -> value     (SIMT lowering of one chosen DOT)
 
-A DOT qualifies when it sits in a ``tj.range(..., stages>=2)`` loop and reads two tiles loaded
-in that loop body (so both reach shared memory through cp.async rings, ``pipeline_loads``),
-A is not transposed and B is plain (k rows of n: "N-major"), the inputs are fp16/bf16, and the
-CTA tile is one 64-row warpgroup slice per four warps (M = 16 * num_warps) with N a multiple
-of 64 up to 256 and K rows of 32, 64 or 128 bytes.  The accumulator keeps the mma.sync
-C-fragment layout with warps (num_warps, 1) -- wgmma's D fragment is that layout -- so
-everything after the DOT (epilogue, conversions) is shared with the mma.sync path.
+A DOT qualifies (``qualifies``) when it sits in a ``tj.range(..., stages>=2)`` loop, its inputs
+are fp16/bf16, the CTA tile is one 64-row warpgroup slice per four warps (M = 16 * num_warps,
+N <= 256), and its operands can reach wgmma: A loaded in the loop (a cp.async ring), loaded
+before it (staged once: attention's q) or computed from another DOT's accumulator (registers:
+attention's p, wgmma's A-in-registers form); B loaded in the loop, plain (k rows of n,
+"N-major", whole 64-column atoms) or transposed (``tj.trans(k)``: K-major).  Loads must be
+ones ``pipeline_loads`` can ring (unit-stride 16-byte aligned rows).  The accumulator keeps the
+mma.sync C-fragment layout with warps (num_warps, 1) -- wgmma's D fragment is that layout --
+so everything after the DOT (epilogue, softmax, conversions) is shared with the mma.sync path.
 
 Shared layouts (PTX ISA, "Shared Memory Matrix Layout" and "Matrix Descriptor Format"):
-A (M x K) keeps the ldmatrix tile layout, rows of K swizzled on 16-byte chunks; with rows of
-R = 32/64/128 bytes that is exactly the K-major SW32/64/128 layout (8-row groups 8R apart).
+A K-major tile (A, or a transposed B) keeps the ldmatrix tile layout when its rows are R = 32,
+64 or 128 bytes -- exactly the K-major SW32/64/128 layout (8-row groups 8R apart); wider rows
+(D = 128 in attention) are split into 128-byte atoms along K, ``rows * 128`` bytes apart.
 B (K x N) is stored as 64-column atoms: atom ``a`` holds columns 64a..64a+63 of all K rows,
 128 bytes per row, SW128-swizzled, atoms ``K * 128`` bytes apart (the descriptor's LBO; SBO
 is 1024, eight rows).  Tiles start on 1024-byte boundaries (the swizzle uses address bits).
 
-Each DOT: ``wgmma.fence``, one ``wgmma`` per 16-wide k step (A's start moves 32 bytes inside
-its rows, B's 16 rows), ``commit_group``, then ``wait_group 1`` when the ring has 3 or more
-slots (one group stays in flight across iterations; ``pipeline_loads`` then copies a slot
-less ahead) else ``wait_group 0``.  The ring's per-iteration barrier is preceded by
+Each DOT: ``wgmma.fence``, one ``wgmma`` per 16-wide k step (a K-major start moves 32 bytes
+along its rows, an N-major B's 16 rows), ``commit_group``, then ``wait_group 1`` when the loop
+has one wgmma DOT whose accumulator is only carried to the next iteration and the ring has 3
+or more slots (one group stays in flight; ``pipeline_loads`` then copies a slot less ahead),
+else ``wait_group 0``.  The ring's per-iteration barrier is preceded by
 ``fence.proxy.async`` so cp.async bytes are visible to the tensor cores.
-``TILEJIT_WGMMA=0`` turns the path off (mma.sync with the same warp split is used instead).
+Kernels with wgmma divide float32 with ``div.full.f32`` (IEEE division's slow path is a call,
+and ptxas serialises every wgmma of a function with calls).  ``TILEJIT_WGMMA=0`` turns the
+path off (mma.sync is used instead).
 """
 from __future__ import annotations
 
