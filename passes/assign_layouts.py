@@ -264,8 +264,9 @@ def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
     uses, pinned = _uses(fn), False
     for o in fn.walk():
         users = uses.get(o.results[0], []) if o.op is TileOp.BROADCAST else []
-        if len(users) != 1 or users[0].result not in assigner.layouts:
-            continue
+        if len(users) != 1 or users[0].op not in ELEMENTWISE_OPS or users[0].result not in assigner.layouts \
+                or users[0].result.type.shape != o.result.type.shape:
+            continue                      # (a DOT operand, say, has its own layout and shape)
         want = assigner.layouts[users[0].result]
         src = o.operands[0]
         chain = [src]

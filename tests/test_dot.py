@@ -319,3 +319,27 @@ def test_other_mma_kinds_assemble(kernel, dtype, mma):
         if "not available" in str(e) or "could not start" in str(e):
             pytest.skip(str(e))
         raise
+
+
+@tj.kernel
+def dot_of_broadcasts(a, x, y, out, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    """Both operand kinds built by broadcasting a loaded vector (a row of B, a column of A)."""
+    bt = tj.broadcast_to(tj.load(x, (0,), (BN,))[None, :], (BK, BN))
+    at = tj.broadcast_to(tj.load(y, (0,), (BM,))[:, None], (BM, BK))
+    tj.store(out, (0, 0), tj.dot(tj.load(a, (0, 0), (BM, BK)), bt) + tj.dot(at, bt))
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_broadcast_tiles_as_dot_operands(backend, monkeypatch):
+    """A broadcast feeding a DOT keeps its own layout (it used to be pinned to the DOT's
+    accumulator layout, a tile of another shape: misaligned shared stores on the emulator)."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(7)
+    BM, BN, BK = 32, 32, 16
+    a = rng.standard_normal((BM, BK)).astype(np.float16)
+    x, y = rng.standard_normal(BN).astype(np.float16), rng.standard_normal(BM).astype(np.float16)
+    out = np.full((BM, BN), np.nan, np.float32)
+    dot_of_broadcasts[(1,)](a, x, y, out, BM=BM, BN=BN, BK=BK)
+    bt = np.broadcast_to(x[None, :].astype(np.float64), (BK, BN))
+    at = np.broadcast_to(y[:, None].astype(np.float64), (BM, BK))
+    np.testing.assert_allclose(out, a.astype(np.float64) @ bt + at @ bt, rtol=1e-5, atol=1e-5)
