@@ -188,11 +188,7 @@ class LayoutAssigner:
                 self.set(res, found[0] if found else default_layout(res.type, self.num_warps))
 
 
-# elementwise ops a DOT's A operand may pass through on its way from another DOT's accumulator
-_ROW_PRESERVING = ELEMENTWISE_OPS
-
-
-def _source_dot(v: ir.Value, shape) -> ir.Operation | None:
+def source_dot(v: ir.Value, shape) -> ir.Operation | None:
     """The DOT whose accumulator ``v`` is computed from elementwise (through operands of the same
     shape; row vectors broadcast in from the side do not count), or None."""
     seen = set()
@@ -205,7 +201,7 @@ def _source_dot(v: ir.Value, shape) -> ir.Operation | None:
         seen.add(x)
         if o.op is TileOp.DOT:
             return o
-        if o.op in _ROW_PRESERVING:
+        if o.op in ELEMENTWISE_OPS:
             stack.extend(o.operands)
         elif o.op is TileOp.IF:           # e.g. a mask skipped on uniform blocks (uniform_masks)
             i = o.results.index(x)
@@ -222,7 +218,7 @@ def chain_dots(fn: ir.Function, num_warps: int) -> None:
         if o.op is not TileOp.DOT or (o.attrs and o.attrs.warps):
             continue
         a = o.operands[0]
-        first = _source_dot(a, a.type.shape)
+        first = source_dot(a, a.type.shape)
         kind = mma_kind_for(a.type.dtype)
         if first is None or kind is None or kind.bits != 16:
             continue
@@ -248,20 +244,12 @@ def assign_layouts(fn: ir.Function, num_warps: int) -> ir.Function:
     return fn
 
 
-def _uses(fn: ir.Function) -> dict:
-    uses: dict[ir.Value, list[ir.Operation]] = {}
-    for o in fn.walk():
-        for x in o.operands:
-            uses.setdefault(x, []).append(o)
-    return uses
-
-
 def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
     """A tile loaded only to be (cast, reshaped and) broadcast into one elementwise op (a bias
     row, a column of scales) is loaded straight into the broadcast-collapsed layout of that op, so the
     broadcast stays inside each thread instead of going through shared memory (Triton
     rematerialises such loads the same way).  Returns whether anything was pinned."""
-    uses, pinned = _uses(fn), False
+    uses, pinned = ir.users(fn), False
     for o in fn.walk():
         users = uses.get(o.results[0], []) if o.op is TileOp.BROADCAST else []
         if len(users) != 1 or users[0].op not in ELEMENTWISE_OPS or users[0].result not in assigner.layouts \

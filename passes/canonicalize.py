@@ -156,18 +156,9 @@ def _block(block: ir.Block, subst: dict) -> bool:
     return changed
 
 
-def _use_counts(block: ir.Block, counts: dict) -> dict:
-    for o in block.ops:
-        for x in o.operands:
-            counts[x] = counts.get(x, 0) + 1
-        for r in o.regions:
-            _use_counts(r, counts)
-    return counts
-
-
 def _zero_acc_dot(v: ir.Value, uses: dict) -> ir.Operation | None:
     o = v.owner
-    if o is None or o.op is not TileOp.DOT or uses.get(v) != 1:
+    if o is None or o.op is not TileOp.DOT or len(uses.get(v, ())) != 1:
         return None
     return o if is_const(o.operands[2], 0.0) or is_const(o.operands[2], 0) else None
 
@@ -200,5 +191,5 @@ def canonicalize(fn: ir.Function) -> ir.Function:
     for _ in range(8):
         if not _block(fn.body, {}):
             break
-    fuse_dot_accumulate(fn.body, _use_counts(fn.body, {}))
+    fuse_dot_accumulate(fn.body, ir.users(fn))
     return fn

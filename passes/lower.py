@@ -15,7 +15,7 @@ from tilejit import ir, simt
 from tilejit.errors import CompileError
 from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
 from tilejit.passes import layouts as L
-from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads, wgmma
+from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads
 from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
 from tilejit.passes.mma_tiling import dot_config
 from tilejit.simt import RegType, SimtOp
@@ -395,7 +395,7 @@ class Lowering:
             self.values[r] = sr
 
     def op_FOR(self, o):
-        hoisted = self.stage_invariant_operands(o)
+        hoisted = lower_dot.stage_invariant_operands(self, o)
         loads = pipeline_loads.plan(self, o)
         if loads:
             self.two_ways(o, pipeline_loads.rows_aligned(self, loads),
@@ -405,27 +405,6 @@ class Lowering:
             self.plain_for(o)
         for v in hoisted:
             del self.staged[v]
-
-    def stage_invariant_operands(self, o) -> list:
-        """Put the tensor-core operands that DOTs in loop ``o`` read but the loop does not
-        compute (attention's ``q``) into their swizzled shared tiles once, before the loop,
-        instead of on every iteration.  Returns the values staged."""
-        body = o.regions[0]
-        inside = {r for op in body.walk() for r in op.results} | set(body.args)
-        hoisted = []
-        for dot in body.ops:
-            cfg = dot_config(dot, self.num_warps) if dot.op is TileOp.DOT else None
-            if cfg is None or self.layouts.get(dot.result) != cfg.acc_layout:
-                continue
-            for operand, v in zip("ab", dot.operands[:2]):
-                if v in inside or v in self.staged or v in self.deferred or not is_tile(v):
-                    continue
-                on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
-                stored = wgmma.ring_layout(operand, cfg) if on_wgmma and operand == "a" else operand
-                self.staged[v] = lower_dot.stage_registers(
-                    self, v, cfg, operand, stored, 1024 if on_wgmma else 128) + (stored,)
-                hoisted.append(v)
-        return hoisted
 
     def two_ways(self, o, cond, then_fn, else_fn) -> None:
         """``o`` lowered twice, by ``then_fn`` and ``else_fn``, under a runtime IF(cond)."""

@@ -20,7 +20,8 @@ from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
 from tilejit.passes import wgmma
-from tilejit.passes.mma_tiling import DotConfig, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
+from tilejit.passes.assign_layouts import is_tile
+from tilejit.passes.mma_tiling import DotConfig, dot_config, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -100,6 +101,28 @@ def stage_registers(lw, v: ir.Value, cfg: DotConfig, operand: str, stored: str |
     return base, buf
 
 
+def stage_invariant_operands(lw, o: ir.Operation) -> list[ir.Value]:
+    """Put the tensor-core operands that DOTs in loop ``o`` read but the loop does not compute
+    (attention's ``q``) into their shared tiles once, before the loop, instead of on every
+    iteration (in the wgmma layout, 1024-byte aligned, for a wgmma DOT).  Returns the values
+    staged; the caller drops them from ``lw.staged`` after the loop."""
+    body = o.regions[0]
+    inside = {r for op in body.walk() for r in op.results} | set(body.args)
+    hoisted = []
+    for dot in body.ops:
+        cfg = dot_config(dot, lw.num_warps) if dot.op is TileOp.DOT else None
+        if cfg is None or lw.layouts.get(dot.result) != cfg.acc_layout:
+            continue
+        on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
+        for operand, v in zip("ab", dot.operands[:2]):
+            if v in inside or v in lw.staged or v in lw.deferred or not is_tile(v):
+                continue
+            stored = wgmma.ring_layout(operand, cfg) if on_wgmma and operand == "a" else operand
+            lw.staged[v] = stage_registers(lw, v, cfg, operand, stored, 1024 if on_wgmma else 128) + (stored,)
+            hoisted.append(v)
+    return hoisted
+
+
 def xor_add_form(offsets) -> tuple[list[int], list[int]] | None:
     """Constants ``(x, a)`` with ``offsets[:, i] == (offsets[:, 0] ^ x[i]) + a[i]`` in every
     thread, or None.  Register ``i`` of an ldmatrix address layout moves by whole 16-byte chunks
@@ -121,8 +144,10 @@ def xor_add_form(offsets) -> tuple[list[int], list[int]] | None:
 def _addresses(lw, base, layout: L.Layout, row_bytes: int, item: int):
     """Each register's ldmatrix row address in the swizzled tile at ``base`` (128-byte aligned,
     so XORing bits 4-6 commutes with adding it)."""
-    table = layout.table()
-    form = xor_add_form(ML.swizzled_offset(table[..., 0], table[..., 1] * item, row_bytes))
+    def fit():
+        table = layout.table()
+        return xor_add_form(ML.swizzled_offset(table[..., 0], table[..., 1] * item, row_bytes))
+    form = lw.geo(("xor_add", layout, row_bytes, item), fit)       # once per layout, not per k step
     if form is None:
         offsets, _ = swizzled_offsets(lw, layout, row_bytes, item)
         return lw.ew(TileOp.ADD, [lw.splat(base, layout.n), offsets], I32)
@@ -213,9 +238,9 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     shared tile to its (base address, buffer id, stored layout)."""
     a_v, b_v, acc_v = o.operands
     if o.attrs and o.attrs.wgmma:
-        a_src = staged.get(a_v) if staged.get(a_v, (0, 0, ""))[2] in ("a", "a_atoms") \
+        a_src = staged.get(a_v) if staged.get(a_v, (0, 0, ""))[2] in wgmma.A_LAYOUTS \
             else register_a_fragments(lw, a_v, cfg)
-        b_src = staged.get(b_v) if staged.get(b_v, (0, 0, ""))[2] in ("b_atoms", "b_nk", "b_nk_atoms") else None
+        b_src = staged.get(b_v) if staged.get(b_v, (0, 0, ""))[2] in wgmma.B_LAYOUTS else None
         if a_src and b_src:
             return wgmma.lower_wgmma(lw, o, cfg, a_src, b_src)
     a_regs = None if a_v in staged else register_a_fragments(lw, a_v, cfg)

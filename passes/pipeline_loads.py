@@ -84,10 +84,7 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
             or step.attrs.value <= 0:
         return []
     body = o.regions[0]
-    uses: dict = {}
-    for op in body.walk():
-        for x in op.operands:
-            uses.setdefault(x, []).append(op)
+    uses = ir.users(body)
     out = []
     for dot in body.ops:
         if dot.op is not TileOp.DOT:

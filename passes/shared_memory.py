@@ -15,7 +15,7 @@ from tilejit import ir, simt
 from tilejit.simt import SimtOp
 
 SHARED_ACCESS = (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED, SimtOp.LDMATRIX, SimtOp.CP_ASYNC)
-SHARED_READS = (SimtOp.LOAD_SHARED, SimtOp.LDMATRIX)
+SHARED_READS = (SimtOp.LOAD_SHARED, SimtOp.LDMATRIX, SimtOp.WGMMA)
 DEDICATED_BYTES = 512    # buffers this small keep their own bytes: reuse would save almost
                          # nothing and would cost a barrier before the next writer
 
@@ -126,16 +126,19 @@ class BarrierInserter:
     def block(self, block: ir.Block, state: Pending, insert: bool) -> Pending:
         out = []
         for o in block.ops:
-            if o.op in SHARED_ACCESS and o not in self.skip:
-                rng = self.ranges[o.attrs.buffer]
+            buffers = accessed_buffers(o) if o not in self.skip else ()
+            if buffers:
+                rngs = {self.ranges[b] for b in buffers}
                 reading = o.op in SHARED_READS
-                if _hits(state.written if reading else state.written | state.read, rng):
+                if any(_hits(state.written if reading else state.written | state.read, r) for r in rngs):
                     if insert:
+                        if o.op is SimtOp.WGMMA:    # bytes stored by threads, read by the async proxy
+                            out.append(ir.Operation(SimtOp.FENCE_PROXY_ASYNC, loc=o.loc))
                         out.append(ir.Operation(SimtOp.BARRIER, loc=o.loc))
                         self.count += 1
                     state = Pending()
-                state = Pending(state.written | ({rng} if not reading else set()),
-                                state.read | ({rng} if reading else set()))
+                state = Pending(state.written | (set() if reading else rngs),
+                                state.read | (rngs if reading else set()))
             elif o.op is SimtOp.BARRIER:
                 state = Pending()
             elif o.op in (SimtOp.FOR, SimtOp.WHILE):

@@ -208,14 +208,6 @@ class ScalarEmitter:
 
 
 # ---------------------------------------------------------------------------------- rewriting
-def _uses(fn: ir.Function) -> dict[ir.Value, list[ir.Operation]]:
-    uses: dict[ir.Value, list[ir.Operation]] = {}
-    for o in fn.walk():
-        for x in o.operands:
-            uses.setdefault(x, []).append(o)
-    return uses
-
-
 def _replace_uses(fn: ir.Function, old: ir.Value, new: ir.Value) -> None:
     for o in fn.walk():
         o.operands = [new if x is old else x for x in o.operands]
@@ -224,7 +216,7 @@ def _replace_uses(fn: ir.Function, old: ir.Value, new: ir.Value) -> None:
 def _sink_into(fn: ir.Function, block: ir.Block, where: ir.Operation, region: ir.Block) -> None:
     """Move the ops of ``block`` whose results only feed ``where`` (directly or through other
     moved ops) to the front of ``region``, so the fast path does not compute them."""
-    uses = _uses(fn)
+    uses = ir.users(fn)
     moved = {where}
     for o in reversed(block.ops):
         if o.op in MOVABLE_OPS and not o.regions and o.results and all(

@@ -39,6 +39,7 @@ import os
 from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.ir import DotAttrs, TileOp
+from tilejit.passes.assign_layouts import array_spec, source_dot
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -49,6 +50,8 @@ A_ROW_BYTES = (32, 64, 128)     # K-major swizzle spans wgmma supports
 # shared tile layouts (the ``staged`` / ring labels): wgmma's, and the mma.sync ones that hold
 # the same tile for ldmatrix.  "a" / "b_nk" rows of at most 128 bytes are both at once.
 ATOM_LAYOUTS = ("a_atoms", "b_nk_atoms", "b_atoms")
+A_LAYOUTS = ("a", "a_atoms")                    # the A tiles wgmma reads
+B_LAYOUTS = ("b_atoms", "b_nk", "b_nk_atoms")   # the B tiles wgmma reads
 MMA_SYNC_LAYOUT = {"a_atoms": "a", "b_nk_atoms": "b_nk", "b_atoms": "b"}
 
 
@@ -66,7 +69,7 @@ def sources_ready(lw, dot: ir.Operation, cfg, ringed: set) -> bool:
     a wgmma layout, or (A) already in registers as mma A fragments."""
     from tilejit.passes.lower_dot import a_in_registers
     a_v, b_v = dot.operands[:2]
-    a_ok = a_v in ringed or (a_v in lw.staged and lw.staged[a_v][2] in ("a", "a_atoms")) \
+    a_ok = a_v in ringed or (a_v in lw.staged and lw.staged[a_v][2] in A_LAYOUTS) \
         or a_in_registers(lw, a_v, cfg)
     return a_ok and b_v in ringed
 
@@ -79,7 +82,6 @@ def _loaded_in(fn: ir.Function, v: ir.Value, body: ir.Block) -> tuple[bool, bool
     """(``v`` is a LOAD of ``body``, seen through unit-dim reshapes and transposes, that the
     pipeliner can turn into a cp.async ring: unit-stride 16-byte aligned rows, zero ``other``;
     it went through an odd number of transposes)."""
-    from tilejit.passes.assign_layouts import array_spec
     flips = 0
     while v.owner is not None and v.owner.op in (TileOp.RESHAPE, TileOp.TRANS):
         flips += v.owner.op is TileOp.TRANS
@@ -114,7 +116,6 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
     """Whether ``dot`` (in loop ``body``) can run on wgmma: A loaded in the loop, defined before
     it (staged once) or computed from another DOT's accumulator (registers); B loaded in the
     loop, plain (N-major, whole 64-column atoms) or transposed (K-major)."""
-    from tilejit.passes.assign_layouts import _source_dot
     a_v, b_v = dot.operands[:2]
     a, b = a_v.type, b_v.type
     if a.dtype != b.dtype or a.dtype not in (D.bfloat16, D.float16) or len(a.shape) != 2:
@@ -124,7 +125,7 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
     if num_warps % 4 or m != 16 * num_warps or k % 16 or n % 8 or n > 256:
         return False
     a_loaded, a_flipped = _loaded_in(fn, a_v, body)
-    a_ok = (a_loaded and not a_flipped) or a_v not in inside or _source_dot(a_v, a.shape) is not None
+    a_ok = (a_loaded and not a_flipped) or a_v not in inside or source_dot(a_v, a.shape) is not None
     b_loaded, b_flipped = _loaded_in(fn, b_v, body)
     b_ok = b_loaded and (kmajor_rows_ok(k * item) if b_flipped else n % (ATOM_BYTES // item) == 0)
     return a_ok and b_ok and kmajor_rows_ok(k * item)

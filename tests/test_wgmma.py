@@ -147,3 +147,34 @@ def test_emulator_catches_a_ring_slot_reused_under_an_in_flight_wgmma(monkeypatc
     c = np.zeros((64, 64), np.float32)
     with pytest.raises(emulator.EmulatorError, match="in-flight WGMMA"):
         emulator.run(fn, (1, 1), [a, np.ones((128, 64), np.float16), c])
+
+
+def test_barrier_inserter_fences_thread_stores_before_a_wgmma_reads_them():
+    from tilejit import ir, simt
+    from tilejit.passes.shared_memory import insert_barriers
+
+    def value(n=1, dt=D.int32):
+        return ir.Value(simt.RegType(dt, n))
+    attrs = simt.WgmmaAttrs("bf16", 8, 128, True, 128, 2048, (0, 1))
+    ops = [ir.Operation(SimtOp.STORE_SHARED, [value(), value()], [], simt.SharedAttrs(1, 0)),
+           ir.Operation(SimtOp.WGMMA, [value(4, D.float32), value(), value()], [simt.RegType(D.float32, 4)], attrs)]
+    fn = ir.Function("k", ir.Block([], ops), [], {"shared_buffers": {0: (0, 1024), 1: (1024, 2048)}})
+    assert [o.op for o in insert_barriers(fn).body.ops] == [
+        SimtOp.STORE_SHARED, SimtOp.FENCE_PROXY_ASYNC, SimtOp.BARRIER, SimtOp.WGMMA]
+
+
+def test_emulator_catches_a_wgmma_reading_bytes_stored_without_a_barrier():
+    from tilejit import emulator
+    from tilejit.examples import attention
+    from tilejit.specs import ScalarSpec
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = attention.attention_kernel.tile_ir((arr, arr, arr, arr, ScalarSpec(D.float32)),
+                                              {"BM": 64, "BN": 64, "BD": 128, "CAUSAL": False})
+    fn = compile_to_simt(tile, num_warps=4)
+    for o in fn.walk():                       # every barrier gone: q's staging races the wgmma
+        for region in o.regions:
+            region.ops[:] = [x for x in region.ops if x.op is not SimtOp.BARRIER]
+    fn.body.ops[:] = [x for x in fn.body.ops if x.op is not SimtOp.BARRIER]
+    q = np.ones((1, 1, 64, 128), ml_dtypes.bfloat16)
+    with pytest.raises(emulator.EmulatorError, match="race"):
+        emulator.run(fn, (1, 1), [q, q, q, np.zeros_like(q), np.float32(0.1)])

@@ -282,7 +282,13 @@ class Machine:
                 for first in range(0, self.threads, emulator_mma.WARPGROUP):
                     addrs = emulator_mma.wgmma_operand_addresses(int(v[c, first, 0]), o.attrs, operand, n)
                     self.check_landed(o, np.full(addrs.shape, cta), addrs)
-                    self.wgmma_open.append((int(cta), np.unique(addrs.ravel()[:, None] + np.arange(2))))
+                    read = np.unique(addrs.ravel()[:, None] + np.arange(2))
+                    if self.race_check:     # any store since the last BARRIER (and fence) is a race
+                        if (self.writer[cta, read] != -1).any():
+                            raise EmulatorError("shared-memory race: WGMMA reads bytes written since the "
+                                                "last BARRIER")
+                        self.reader[cta, read] = first
+                    self.wgmma_open.append((int(cta), read))
         return emulator_mma.wgmma(self.shared[f.ids], a if o.attrs.a_regs else a[:, :, 0], b[:, :, 0],
                                   acc, o.attrs)
 

@@ -256,6 +256,16 @@ class Function:
         return self.body.walk()
 
 
+def users(root: "Block | Function") -> dict[Value, list[Operation]]:
+    """Every value used in ``root`` (a Function or a Block, nested regions included) -> the ops
+    that use it, in pre-order (an op using a value twice appears twice)."""
+    found: dict[Value, list[Operation]] = {}
+    for o in root.walk():
+        for x in o.operands:
+            found.setdefault(x, []).append(o)
+    return found
+
+
 class Builder:
     """Appends ops at the end of a block; ``at(block)`` switches the insertion block."""
 

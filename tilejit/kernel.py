@@ -17,7 +17,6 @@ import numpy as np
 
 from tilejit import backends, dtypes, ir
 from tilejit.errors import CompileError, LaunchError, TilejitError, for_user
-from tilejit.fingerprint import COMPILER_SWITCHES
 from tilejit.language import constexpr
 from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
 
@@ -154,6 +153,7 @@ class Kernel:
     def compile(self, specs: tuple, consts: dict, num_warps: int, backend_name: str) -> _Compiled:
         """The artifact for one specialisation on one backend, compiled at most once per process
         (and, for backends with an on-disk cache, looked up there before the frontend runs)."""
+        from tilejit.fingerprint import COMPILER_SWITCHES
         backend = backends.get(backend_name)
         self._drop_stale()
         key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
