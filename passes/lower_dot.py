@@ -20,8 +20,9 @@ from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
 from tilejit.passes import wgmma
+from tilejit.passes.wgmma import tile_coords
 from tilejit.passes.assign_layouts import is_tile
-from tilejit.passes.mma_tiling import DotConfig, dot_config, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
+from tilejit.passes.mma_tiling import DotConfig, a_in_registers, dot_config, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -29,18 +30,6 @@ I32 = D.int32
 
 def _log2(x: int) -> int:
     return x.bit_length() - 1
-
-
-def tile_coords(lw, layout: L.Layout, item: int):
-    """(row, byte column) i32 vectors of each register of a 2-D ``layout`` (prologue values)."""
-    p = lw.prologue
-    n = layout.n
-    row = lw.ew(TileOp.ADD, [lw.splat(lw.bitfield_sum(layout.terms[0]), n, p),
-                             lw.const(I32, [c[0] for c in layout.regs], p)], I32, p)
-    col_terms = [L.BitTerm(t.src, t.shift, t.bits, t.scale * item) for t in layout.terms[1]]
-    col = lw.ew(TileOp.ADD, [lw.splat(lw.bitfield_sum(col_terms), n, p),
-                             lw.const(I32, [c[1] * item for c in layout.regs], p)], I32, p)
-    return row, col
 
 
 def swizzled_offsets(lw, layout: L.Layout, row_bytes: int, item: int):
@@ -195,14 +184,6 @@ def b_fragments(lw, cfg: DotConfig, base, buf: int, kk: int, n_major: bool = Fal
                      simt.SharedAttrs(L.vector_width(table, item), buf)).result
     return [lw.emit(SimtOp.PACK, [lw.gather(values, range(ni * size, ni * size + size))],
                     RegType(I32, cfg.kind.b_regs)).result for ni in range(cfg.n_reps)]
-
-
-def a_in_registers(lw, a_v: ir.Value, cfg: DotConfig) -> bool:
-    """Every lane already holds its mma A elements of ``a_v``: (a cast of) another DOT's
-    accumulator with the same rows per warp (``assign_layouts.chain_dots``)."""
-    src = lw.layouts.get(a_v)
-    return src is not None and src.kind == "mma_c" and cfg.kind.bits == 16 and \
-        L.same_elements(src, ML.mma_layout(cfg.kind, "a", (cfg.m, cfg.k), cfg.warps)) is not None
 
 
 def register_a_fragments(lw, a_v: ir.Value, cfg: DotConfig) -> list[list[ir.Value]] | None:

@@ -147,3 +147,11 @@ def ldmatrix_b_nk_layout(cfg: DotConfig) -> L.Layout:
     pairs = -(-cfg.n_reps // 2)
     regs = tuple((p * 16, kk * cfg.kind.k) for kk in range(cfg.k_steps) for p in range(pairs))
     return L.Layout("ldmatrix_b_nk", (cfg.n, cfg.k), cfg.num_warps, regs, (rows, cols))
+
+
+def a_in_registers(lw, a_v: ir.Value, cfg: DotConfig) -> bool:
+    """Every lane already holds its mma A elements of ``a_v``: (a cast of) another DOT's
+    accumulator with the same rows per warp (``assign_layouts.chain_dots``)."""
+    src = lw.layouts.get(a_v)
+    return src is not None and src.kind == "mma_c" and cfg.kind.bits == 16 and \
+        L.same_elements(src, ML.mma_layout(cfg.kind, "a", (cfg.m, cfg.k), cfg.warps)) is not None

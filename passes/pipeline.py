@@ -9,12 +9,11 @@ because issuing a load iterations ahead is a property of how the loop is lowered
     compile_to_simt(tile_fn, num_warps=4, target="sm_90a", dump=None) -> SIMT ir.Function
 
 With ``TILEJIT_DEBUG=1`` the IR is verified after every pass (``tilejit.verifier.verify`` for
-tile IR when that module exists, ``simt.verify`` for SIMT IR); ``dump(stage_name, text)`` is
+tile IR, ``simt.verify`` for SIMT IR); ``dump(stage_name, text)`` is
 called with the input and with each stage's output text.
 """
 from __future__ import annotations
 
-import importlib
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -28,6 +27,7 @@ from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.uniform_masks import uniform_masks
 from tilejit.passes.wgmma import choose_wgmma
+from tilejit.verifier import verify
 
 
 @dataclass(frozen=True)
@@ -56,13 +56,6 @@ PIPELINE = [
 ]
 
 
-def _tile_verifier():
-    try:
-        return importlib.import_module("tilejit.verifier").verify
-    except ImportError:
-        return None
-
-
 def stage_text(fn: ir.Function, level: str) -> str:
     if level == "simt":
         meta = {k: fn.meta.get(k) for k in ("num_warps", "shared_bytes", "writes")}
@@ -79,7 +72,6 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
     options = Options(num_warps, target)
     debug = os.environ.get("TILEJIT_DEBUG") == "1"
-    verify_tile = _tile_verifier() if debug else None
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))
@@ -88,8 +80,8 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
         if debug:
             if stage.level == "simt":
                 simt.verify(fn)
-            elif verify_tile is not None:
-                verify_tile(fn)
+            else:
+                verify(fn)
         if dump:
             dump(stage.name, stage_text(fn, stage.level))
     fn.meta["target"] = target

@@ -39,7 +39,9 @@ import os
 from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.ir import DotAttrs, TileOp
+from tilejit.passes import layouts as L
 from tilejit.passes.assign_layouts import array_spec, source_dot
+from tilejit.passes.mma_tiling import a_in_registers
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -67,7 +69,6 @@ def ring_layout(operand: str, cfg) -> str:
 def sources_ready(lw, dot: ir.Operation, cfg, ringed: set) -> bool:
     """Every operand of wgmma DOT ``dot`` is in a ring (``ringed``), staged before the loop in
     a wgmma layout, or (A) already in registers as mma A fragments."""
-    from tilejit.passes.lower_dot import a_in_registers
     a_v, b_v = dot.operands[:2]
     a_ok = a_v in ringed or (a_v in lw.staged and lw.staged[a_v][2] in A_LAYOUTS) \
         or a_in_registers(lw, a_v, cfg)
@@ -154,7 +155,6 @@ def atom_offsets(lw, layout, item: int, k_rows: int) -> ir.Value:
     per 64 columns), row ``r`` of 128 bytes in it, 16-byte chunk XOR ``r % 8`` (SW128).  An
     N-major B is k rows of n; a K-major tile wider than 128 bytes (attention's q and k with
     D = 128) is m or n rows of k.  ``atom_table`` is the NumPy twin."""
-    from tilejit.passes.lower_dot import tile_coords
 
     def make():
         p, n = lw.prologue, layout.n
@@ -211,3 +211,15 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src, b_src: tuple) -> ir.Value:
     lw.emit(SimtOp.WGMMA_COMMIT, [])
     lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(lw.wgmma_in_flight))
     return acc
+
+
+def tile_coords(lw, layout: L.Layout, item: int):
+    """(row, byte column) i32 vectors of each register of a 2-D ``layout`` (prologue values)."""
+    p = lw.prologue
+    n = layout.n
+    row = lw.ew(TileOp.ADD, [lw.splat(lw.bitfield_sum(layout.terms[0]), n, p),
+                             lw.const(I32, [c[0] for c in layout.regs], p)], I32, p)
+    col_terms = [L.BitTerm(t.src, t.shift, t.bits, t.scale * item) for t in layout.terms[1]]
+    col = lw.ew(TileOp.ADD, [lw.splat(lw.bitfield_sum(col_terms), n, p),
+                             lw.const(I32, [c[1] * item for c in layout.regs], p)], I32, p)
+    return row, col

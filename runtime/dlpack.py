@@ -6,6 +6,7 @@ import ctypes
 
 from tilejit import dtypes
 from tilejit.errors import LaunchError
+from tilejit.specs import contiguous_strides
 
 KDL_CUDA, KDL_CUDA_MANAGED = 2, 13           # DLDeviceType values for GPU-addressable memory
 LEGACY_DEFAULT_STREAM = 1                    # DLPack's (and the driver's) name for the legacy stream
@@ -58,7 +59,6 @@ def dlpack_view(obj):
     if tensor.strides:
         strides = tuple(tensor.strides[i] for i in range(ndim))
     else:                                   # NULL strides mean C-contiguous
-        from tilejit.runtime.arrays import contiguous_strides
         strides = contiguous_strides(shape)
     ptr = (tensor.data or 0) + tensor.byte_offset
     return (ptr, shape, strides, dtypes.BY_NAME[_DTYPES[code]], int(device_id),

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tilejit as tj
-from tilejit.autotune import Limits, resource_problem
+from tilejit.autotune.tuner import Limits, resource_problem
 from tilejit.errors import LaunchError
 
 CONFIGS = [tj.Config(BLOCK=32, num_warps=1), tj.Config(BLOCK=64, num_warps=2), tj.Config(BLOCK=128, num_warps=4)]

@@ -12,12 +12,12 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from tilejit import codegen
+from tilejit.codegen import llvm as codegen
 from tilejit import dtypes as D
-from tilejit.codegen_host import host_eval
+from tilejit.codegen.host import host_eval
 from tilejit.errors import CompileError
 from tilejit.ir import AxisAttrs, Block, Builder, Function, TileOp, Value
-from tilejit.ptxas import assemble
+from tilejit.codegen.ptxas import assemble
 from tilejit.simt import (EwAttrs, GlobalAttrs, IndicesAttrs, MaskAttrs, ParamDesc, PtrType, RegType,
                           SharedAttrs, SimtOp, VectorConstAttrs)
 
@@ -511,7 +511,7 @@ def _interpreter_cases():
 @pytest.mark.parametrize("dtype,tile_op", list(_interpreter_cases()), ids=lambda x: str(getattr(x, "name", x)))
 def test_agrees_with_the_interpreter(dtype, tile_op):
     """The cuda backend's elementwise math gives what the interpret/emulate backends give."""
-    from tilejit.interpreter import elementwise_fn
+    from tilejit.backends.interpret import elementwise_fn
     nargs = 3 if tile_op == TileOp.FMA else 1 if tile_op in FLOAT_UNARY + (TileOp.INVERT, TileOp.CAST) else 2
     a = _sample(dtype)
     if tile_op in (TileOp.SIN, TileOp.COS):          # accurate for |x| up to ~1e5 only (documented)

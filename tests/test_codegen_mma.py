@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from tilejit import codegen, ptxas
-from tilejit import codegen_mma as CM
-from tilejit import emulator_mma as E
+from tilejit.backends import emulate_mma as E
+from tilejit.codegen import llvm as codegen
+from tilejit.codegen import mma as CM
+from tilejit.codegen import ptxas
 from tilejit.passes import mma_layouts as ML
 
 I8, I32, I64, F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
@@ -79,7 +80,7 @@ def probe_ptx(kind: str, target: str, trans_b: bool = False) -> str:
     text = str(probe_module(kind, trans_b))
     if kind not in FP8:
         return codegen.ptx_from_llvm(text, target)
-    module = llvm.parse_assembly(text)        # fp8 mma needs PTX ISA 8.4 (see codegen_mma)
+    module = llvm.parse_assembly(text)        # fp8 mma needs PTX ISA 8.4 (see codegen/mma.py)
     module.verify()
     return _fp8_machine().emit_assembly(module)
 

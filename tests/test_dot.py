@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 import tilejit as tj
 from tilejit import dtypes as D
-from tilejit import emulator, ir, simt
+from tilejit import ir, simt
+from tilejit.backends import emulate as emulator
 from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
 from tilejit.passes.mma_tiling import (DotConfig, choose_warps, ldmatrix_a_layout, ldmatrix_b_layout)
@@ -270,7 +271,7 @@ def test_gemm_ptx_uses_tensor_cores_and_async_copies(target):
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_gemm_assembles_without_spills(target):
-    from tilejit import ptxas
+    from tilejit.codegen import ptxas
     _, ptx = _gemm_ptx(target)
     try:
         res = ptxas.assemble(ptx, target)
@@ -306,7 +307,8 @@ def test_grouped_program_order_is_a_permutation_of_the_grid(grid):
     (matmul_tf32, D.float32, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
     (matmul, D.float16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")])
 def test_other_mma_kinds_assemble(kernel, dtype, mma):
-    from tilejit import codegen, ptxas
+    from tilejit import codegen
+    from tilejit.codegen import ptxas
     spec = ArraySpec(dtype, 2, True, True, False)
     out = ArraySpec(D.int32 if dtype == D.int8 else D.float32, 2, True, True, False)
     consts = {"BM": 64, "BN": 64, "BK": 32} | ({} if kernel is matmul_tf32 else {"STAGES": 3})

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 import tilejit as tj
-from tilejit import backends, emulator, ir, simt
+from tilejit import backends, ir, simt
+from tilejit.backends import emulate as emulator
 from tilejit import dtypes as D
 from tilejit.frontend import compile_tile_ir
 from tilejit.ir import AxisAttrs, ConstAttrs, LoadAttrs, TileOp, TileType, scalar

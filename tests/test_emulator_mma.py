@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tilejit import emulator_mma as E
+from tilejit.backends import emulate_mma as E
 from tilejit.passes import mma_layouts as ML
 
 ITEMSIZE = {"bf16": 2, "f16": 2, "tf32": 4, "s8": 1, "e4m3": 1, "e5m2": 1}

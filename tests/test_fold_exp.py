@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given, strategies as st
 
 import tilejit as tj
-from tilejit import codegen, emulator, interpreter, ir
+from tilejit import codegen, ir
+from tilejit.backends import emulate, interpret
 from tilejit import dtypes as D
-from tilejit.codegen_host import host_eval
+from tilejit.codegen.host import host_eval
 from tilejit.frontend import compile_tile_ir
-from tilejit.interpreter import elementwise_fn
+from tilejit.backends.interpret import elementwise_fn
 from tilejit.ir import TileOp
 from tilejit.kernel import classify_argument
 from tilejit.passes.canonicalize import canonicalize
@@ -144,11 +145,11 @@ def launch(backend, pyfn, args, grid, num_warps=1, **consts):
     fn = tile_ir(pyfn, specs, **consts)
     if backend == "interpret":
         fn = folded(fn)
-        interpreter.run(fn, grid, args)
+        interpret.run(fn, grid, args)
         return ops(fn).count(TileOp.EXP2)
     seen = {}
     simt_fn = compile_to_simt(fn, num_warps, dump=lambda name, text: seen.setdefault(name, text))
-    emulator.run(simt_fn, grid, args)
+    emulate.run(simt_fn, grid, args)
     return seen["fold_exp"].count(" exp2 ")
 
 
@@ -240,7 +241,7 @@ def test_fully_masked_row_gives_what_exp_of_s_minus_m_gave(backend):
     x = masked_scores(np.random.default_rng(0))
     before = [np.empty_like(x), np.empty(8, np.float32)]
     specs = [classify_argument("a", a)[0] for a in [x, *before]]
-    interpreter.run(tile_ir(online_step, specs, B=8), (1,), [x, *before])       # unfolded
+    interpret.run(tile_ir(online_step, specs, B=8), (1,), [x, *before])       # unfolded
     after = [np.empty_like(x), np.empty(8, np.float32)]
     assert launch(backend, online_step, [x, *after], (1,), 1, B=8) == 2
     p_before, alpha_before = before

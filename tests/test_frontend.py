@@ -498,7 +498,7 @@ def _python_mixed(n, B):
 
 @given(st.integers(1, 40))
 def test_while_and_nested_ifs_run_like_python(n):
-    from tilejit.interpreter import run
+    from tilejit.backends.interpret import run
     out = np.zeros(1, np.int32)
     run(compile_tile_ir(_collatz_steps, [A(I32), S(I32)], {}), 1, [out, n])
     steps, m = 0, n
@@ -509,7 +509,7 @@ def test_while_and_nested_ifs_run_like_python(n):
 
 @given(st.integers(-2, 12), st.sampled_from([1, 3]))
 def test_runtime_and_static_loops_with_continue_break_and_tj_func_run_like_python(n, B):
-    from tilejit.interpreter import run
+    from tilejit.backends.interpret import run
     out = np.zeros(1, np.float32)
     run(compile_tile_ir(_mixed_loops, [A(F32), S(I32)], {"B": B}), 1, [out, n])
     assert out[0] == pytest.approx(_python_mixed(n, B), rel=1e-6)

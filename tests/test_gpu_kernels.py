@@ -267,12 +267,12 @@ CHILD = textwrap.dedent('''
     import importlib.util, os, sys, time
     import numpy as np
     start = time.perf_counter()
-    import tilejit as tj, tilejit.cuda_backend, tilejit.frontend
+    import tilejit as tj, tilejit.backends.cuda, tilejit.frontend
     if sys.argv[2] == "hit":
         def refuse(*args, **kwargs):
             raise SystemExit("the compiler ran: the disk cache was missed")
         tilejit.frontend.compile_tile_ir = refuse
-        tilejit.cuda_backend.build = refuse
+        tilejit.backends.cuda.build = refuse
     spec = importlib.util.spec_from_file_location("softmax_example", sys.argv[1])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

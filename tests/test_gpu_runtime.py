@@ -298,7 +298,7 @@ def test_generic_dlpack_input(add_one):
 
 
 def test_cubin_from_nvjitlink_loads(add_one):
-    from tilejit.ptxas import assemble
+    from tilejit.codegen.ptxas import assemble
     cubin = assemble(ADD_ONE_PTX, driver.device_properties(0).target).cubin
     kernel = launch.load(cubin, "add_one", 0, 0)
     x = np.zeros(300, np.float32)

@@ -8,7 +8,8 @@ from hypothesis import given, strategies as st
 
 import tilejit as tj
 from tilejit import dtypes as D
-from tilejit import interpreter, ir
+from tilejit import ir
+from tilejit.backends import interpret
 from tilejit.ir import (ArrayType, AxisAttrs, ConstAttrs, DotAttrs, ForAttrs, LoadAttrs, PermAttrs,
                         ReduceAttrs, ReduceKind, TileOp as Op, TileType)
 
@@ -51,7 +52,7 @@ class KernelBuilder:
         return block
 
     def run(self, grid, *args):
-        interpreter.run(self.fn, grid, list(args))
+        interpret.run(self.fn, grid, list(args))
 
 
 def array_type(a: np.ndarray) -> ArrayType:

@@ -17,7 +17,8 @@ import warnings
 import pytest
 
 import tilejit as tj
-from tilejit import backends, cli, cuda_backend, frontend
+from tilejit import backends, cli, frontend
+from tilejit.backends import cuda
 from tilejit.runtime import cache
 from tilejit.specs import ArraySpec
 
@@ -61,7 +62,7 @@ def bias(t):
 CHILD = textwrap.dedent('''
     import hashlib, importlib.util, sys
     import tilejit as tj
-    import tilejit.cuda_backend, tilejit.frontend
+    import tilejit.backends.cuda, tilejit.frontend
     from tilejit.specs import ArraySpec
 
     path, mode = sys.argv[1], sys.argv[2]
@@ -73,7 +74,7 @@ CHILD = textwrap.dedent('''
         def refuse(*args, **kwargs):
             raise SystemExit("the compiler ran: the disk cache was missed")
         tilejit.frontend.compile_tile_ir = refuse
-        tilejit.cuda_backend.build = refuse
+        tilejit.backends.cuda.build = refuse
     if mode == "wait":                      # line up with a sibling process before compiling
         print("ready", flush=True)
         sys.stdin.readline()
@@ -121,7 +122,7 @@ def refuse_to_compile(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("the compiler ran: the disk cache was missed")
     monkeypatch.setattr(frontend, "compile_tile_ir", refuse)
-    monkeypatch.setattr(cuda_backend, "build", refuse)
+    monkeypatch.setattr(cuda, "build", refuse)
 
 
 def count_frontend_calls(monkeypatch) -> list:
@@ -168,7 +169,7 @@ def test_a_second_kernel_object_hits_the_disk_cache_without_the_frontend(kernel_
 
 def test_inspect_on_a_disk_hit_gives_the_stored_stages(kernel_file, monkeypatch):
     first = build(import_kernel(kernel_file))
-    monkeypatch.setattr(cuda_backend, "build", lambda *a, **k: pytest.fail("recompiled on a hit"))
+    monkeypatch.setattr(cuda, "build", lambda *a, **k: pytest.fail("recompiled on a hit"))
     found = build(import_kernel(kernel_file))        # the frontend may run: it prints the tile IR
     assert (found.ptx, found.cubin, found.registers) == (first.ptx, first.cubin, first.registers)
     assert found.tile_ir == first.tile_ir

@@ -6,7 +6,8 @@ import pytest
 
 import tilejit as tj
 from tilejit import dtypes as D
-from tilejit import emulator, simt
+from tilejit import simt
+from tilejit.backends import emulate
 from tilejit.passes.pipeline import compile_to_simt
 from tilejit.simt import SimtOp
 from tilejit.examples.matmul import matmul_kernel
@@ -47,7 +48,7 @@ def data(m, n, k, seed=0):
 
 def launch(fn, a, b, m, n):
     c = np.full((m, n), np.nan, np.float32)
-    emulator.run(fn, (-(-m // BM), -(-n // BN)), [a, b, c])
+    emulate.run(fn, (-(-m // BM), -(-n // BN)), [a, b, c])
     return c
 
 
@@ -130,7 +131,7 @@ def test_missing_wait_is_caught():
     body = main_loop(fn).regions[0]
     body.ops[:] = [o for o in body.ops if o.op is not SimtOp.CP_ASYNC_WAIT]
     a, b, _ = data(32, 32, 64)
-    with pytest.raises(emulator.EmulatorError, match="async copy has not landed"):
+    with pytest.raises(emulate.EmulatorError, match="async copy has not landed"):
         launch(fn, a, b, 32, 32)
 
 
@@ -139,7 +140,7 @@ def test_too_weak_wait_is_caught():
     wait = ops(main_loop(fn).regions[0], SimtOp.CP_ASYNC_WAIT)[0]
     wait.attrs = simt.WaitAttrs(2)
     a, b, _ = data(32, 32, 64)
-    with pytest.raises(emulator.EmulatorError, match="async copy has not landed"):
+    with pytest.raises(emulate.EmulatorError, match="async copy has not landed"):
         launch(fn, a, b, 32, 32)
 
 
@@ -148,7 +149,7 @@ def test_missing_barrier_is_a_race():
     body = main_loop(fn).regions[0]
     body.ops[:] = [o for o in body.ops if o.op is not SimtOp.BARRIER]
     a, b, _ = data(32, 32, 64)
-    with pytest.raises(emulator.EmulatorError, match="race"):
+    with pytest.raises(emulate.EmulatorError, match="race"):
         launch(fn, a, b, 32, 32)
 
 
@@ -158,7 +159,7 @@ def test_missing_barrier_in_the_synchronous_loop_is_a_race():
         for region in o.regions:
             region.ops[:] = [x for x in region.ops if x.op is not SimtOp.BARRIER]
     a, b, _ = data(32, 32, 64)
-    with pytest.raises(emulator.EmulatorError, match="race"):
+    with pytest.raises(emulate.EmulatorError, match="race"):
         launch(fn, a, b, 32, 32)
 
 
@@ -209,8 +210,8 @@ def test_refilling_a_ring_whose_bytes_were_reused_needs_the_barrier_placed_befor
     assert len(barriers) == 1
     a, b, ref = data(40, 64, 48)
     c = np.zeros((40, 64), np.float16)
-    emulator.run(fn, (2,), [a, b, c])
+    emulate.run(fn, (2,), [a, b, c])
     np.testing.assert_array_equal(c, ref.astype(np.float16))
     del branch.ops[barriers[0]]
-    with pytest.raises(emulator.EmulatorError, match="race"):
-        emulator.run(fn, (2,), [a, b, c])
+    with pytest.raises(emulate.EmulatorError, match="race"):
+        emulate.run(fn, (2,), [a, b, c])

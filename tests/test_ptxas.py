@@ -10,7 +10,7 @@ from tilejit import codegen
 from tilejit import dtypes as D
 from tilejit.errors import CompileError
 from tilejit.ir import TileOp
-from tilejit.ptxas import Assembled, PtxAssemblyError, assemble, parse_report
+from tilejit.codegen.ptxas import Assembled, PtxAssemblyError, assemble, parse_report
 from tilejit.simt import GlobalAttrs, RegType, SimtOp
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])

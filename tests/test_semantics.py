@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tilejit import dtypes, semantics
+from tilejit import dtypes
+from tilejit.frontend import semantics
 from tilejit.errors import CompileError
 from tilejit.ir import ArrayType, Block, Builder, Loc, ReduceKind, TileOp, TileType, Value
 

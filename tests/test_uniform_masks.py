@@ -6,7 +6,8 @@ import pytest
 
 import tilejit as tj
 from tilejit import dtypes as D
-from tilejit import interpreter, ir
+from tilejit import ir
+from tilejit.backends import interpret
 from tilejit.examples import attention
 from tilejit.ir import ConstAttrs, TileOp
 from tilejit.passes import pipeline
@@ -223,7 +224,7 @@ def test_row_sum_interpreted_after_the_pass(flip, first, limit, lower):
     fn = tile_stages(masked_row_sum.tile_ir(ROW_SUM_SPECS, {"BM": 16, "BN": 8, "FLIP": flip}))
     assert [o for o in fn.walk() if o.op is TileOp.IF]
     out = np.zeros(48, np.float32)
-    interpreter.run(fn, (3,), [x, out, np.int32(first), np.int32(limit), np.int32(lower)])
+    interpret.run(fn, (3,), [x, out, np.int32(first), np.int32(limit), np.int32(lower)])
     np.testing.assert_array_equal(out, row_sum_reference(x, first, limit, lower))
 
 
@@ -251,7 +252,7 @@ def test_attention_interpreted_after_the_pass(causal):
     guards = [o for o in fn.walk() if o.op is TileOp.IF]
     assert len(guards) == 1 and [o for o in guards[0].regions[1].ops if o.op is TileOp.WHERE]
     out = np.zeros_like(q)
-    interpreter.run(fn, (tj.cdiv(200, 16), 2), [q, k, v, out, np.float32(0.25)])
+    interpret.run(fn, (tj.cdiv(200, 16), 2), [q, k, v, out, np.float32(0.25)])
     tj.testing.assert_close(out, attention.reference(q, k, v, causal))
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tilejit import dtypes as D
-from tilejit import ptxas
-from tilejit.codegen import compile_ptx
+from tilejit.codegen import ptxas
+from tilejit.codegen.llvm import compile_ptx
 from tilejit.examples import matmul
 from tilejit.passes import wgmma
 from tilejit.passes.pipeline import compile_to_simt
@@ -132,7 +132,7 @@ def test_unaligned_rows_keep_mma_sync_and_their_warp_split():
 def test_emulator_catches_a_ring_slot_reused_under_an_in_flight_wgmma(monkeypatch):
     """Leave each group in flight (wait_group 1) with copies still running stages-1 ahead: the
     next iteration's copy lands in the slot the previous group reads."""
-    from tilejit import emulator
+    from tilejit.backends import emulate
     real = wgmma.lower_wgmma
 
     def leave_in_flight(lw, *args):
@@ -145,8 +145,8 @@ def test_emulator_catches_a_ring_slot_reused_under_an_in_flight_wgmma(monkeypatc
     fn = simt_fn(BK=32, stages=2, dtype=D.float16)
     a = np.ones((64, 128), np.float16)
     c = np.zeros((64, 64), np.float32)
-    with pytest.raises(emulator.EmulatorError, match="in-flight WGMMA"):
-        emulator.run(fn, (1, 1), [a, np.ones((128, 64), np.float16), c])
+    with pytest.raises(emulate.EmulatorError, match="in-flight WGMMA"):
+        emulate.run(fn, (1, 1), [a, np.ones((128, 64), np.float16), c])
 
 
 def test_barrier_inserter_fences_thread_stores_before_a_wgmma_reads_them():
@@ -164,7 +164,7 @@ def test_barrier_inserter_fences_thread_stores_before_a_wgmma_reads_them():
 
 
 def test_emulator_catches_a_wgmma_reading_bytes_stored_without_a_barrier():
-    from tilejit import emulator
+    from tilejit.backends import emulate
     from tilejit.examples import attention
     from tilejit.specs import ScalarSpec
     arr = ArraySpec(D.bfloat16, 4, True, True, False)
@@ -176,5 +176,5 @@ def test_emulator_catches_a_wgmma_reading_bytes_stored_without_a_barrier():
             region.ops[:] = [x for x in region.ops if x.op is not SimtOp.BARRIER]
     fn.body.ops[:] = [x for x in fn.body.ops if x.op is not SimtOp.BARRIER]
     q = np.ones((1, 1, 64, 128), ml_dtypes.bfloat16)
-    with pytest.raises(emulator.EmulatorError, match="race"):
-        emulator.run(fn, (1, 1), [q, q, q, np.zeros_like(q), np.float32(0.1)])
+    with pytest.raises(emulate.EmulatorError, match="race"):
+        emulate.run(fn, (1, 1), [q, q, q, np.zeros_like(q), np.float32(0.1)])

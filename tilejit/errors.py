@@ -5,12 +5,24 @@ from __future__ import annotations
 import linecache
 import os
 import types
-
-from tilejit.ir import Loc
+from dataclasses import dataclass
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the compiler's own source folders: in a source checkout the root also holds users' tests/examples
 _COMPILER_DIRS = tuple(os.path.join(_PACKAGE_DIR, d) + os.sep for d in ("tilejit", "passes", "runtime"))
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Where an op came from in the user's source (1-based line, 0-based columns)."""
+    file: str
+    line: int
+    col: int = 0
+    end_col: int | None = None
+    func: str = "?"
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col + 1}"
 
 
 class TilejitError(Exception):

@@ -13,22 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from tilejit.dtypes import DType
+from tilejit.errors import Loc  # noqa: F401  (ir.Loc: source locations live in errors, which needs them too)
 
 
 # ---------------------------------------------------------------------------------------- locations
-@dataclass(frozen=True)
-class Loc:
-    """Where an op came from in the user's source (1-based line, 0-based columns)."""
-    file: str
-    line: int
-    col: int = 0
-    end_col: int | None = None
-    func: str = "?"
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col + 1}"
-
-
 UNKNOWN_LOC = Loc("<unknown>", 0)
 
 

@@ -2,7 +2,7 @@
 
 Each in-kernel operation here is a *builtin*: a Python function tagged with
 ``__tilejit_builtin__ = name``.  Called from ordinary Python it raises a clear error; inside a
-kernel the frontend never calls it but dispatches by name to ``tilejit.semantics``.  Host
+kernel the frontend never calls it but dispatches by name to ``tilejit.frontend.semantics``.  Host
 helpers (``cdiv``, ``next_power_of_2``) are plain functions, folded when their arguments are
 compile-time values.
 """

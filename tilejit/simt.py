@@ -1,5 +1,5 @@
 """SIMT IR: the per-thread program of one CTA, produced by ``passes.lower_to_simt`` and consumed
-by the NumPy emulator (``tilejit.emulator``) and LLVM emission (``tilejit.codegen``).
+by the NumPy emulator (``tilejit.backends.emulate``) and LLVM emission (``tilejit.codegen.llvm``).
 
 Every value lives in each thread as a small register vector ``RegType(dtype, n)`` (``n == 1``
 for a scalar).  Control flow is uniform across the CTA (structured FOR/IF/WHILE with the tile

@@ -12,10 +12,11 @@ import numpy as np
 
 from tilejit import language
 from tilejit.errors import CompileError
-from tilejit.frontend.tracer import CodeInfo, Tracer
+from tilejit.frontend.cfg import CodeInfo
+from tilejit.frontend.tracer import Tracer
 from tilejit.frontend.values import TjFunc, func
 from tilejit.ir import ArrayType, Block, Function, Loc, TileType, Value
-from tilejit.semantics import ArrayHandle
+from tilejit.frontend.semantics import ArrayHandle
 from tilejit.specs import ArraySpec, ScalarSpec
 
 __all__ = ["compile_tile_ir", "func", "TjFunc", "constexpr_params"]

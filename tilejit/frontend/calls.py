@@ -14,13 +14,15 @@ import types
 
 import numpy as np
 
-from tilejit import dtypes, language, semantics
+from tilejit import dtypes, language
+from tilejit.frontend import semantics
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
+from tilejit.frontend.cfg import CodeInfo
 from tilejit.frontend.values import (ArrayShape, BoundMethod, RangeSpec, StaticIter, TjFunc,
                                      is_runtime)
 from tilejit.ir import ReduceKind, TileOp, TileType, Value, Operation, AxisAttrs
-from tilejit.semantics import ArrayHandle
+from tilejit.frontend.semantics import ArrayHandle
 
 _HOST_HELPERS = (language.cdiv, language.next_power_of_2)
 _TILE_METHODS = {"to", "reshape", "trans", "sum", "max", "min", "argmax", "argmin", "broadcast_to",
@@ -186,7 +188,6 @@ class Calls:
 
     def inline(self, frame, pyfn, args, kwargs):
         """Trace a ``tj.func`` (or host helper) body in the caller's block with its own locals."""
-        from tilejit.frontend.tracer import CodeInfo
         sig = inspect.signature(pyfn)
         if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
             raise CompileError(f"tj.func '{pyfn.__name__}' cannot take *args or **kwargs", frame.b.loc)

@@ -1,4 +1,5 @@
-"""Control-flow graph over canonical instructions: basic blocks, loops and post-dominators.
+"""Control-flow graph over canonical instructions: basic blocks, loops and post-dominators, and
+``CodeInfo``: a Python function prepared for tracing (its instructions and CFG).
 
 The tracer uses the immediate post-dominator of a branch as the point where the two arms of a
 runtime ``if`` meet again, and the natural loop of each back edge to know a loop's extent.
@@ -6,7 +7,11 @@ Blocks are identified by the index of their first instruction; ``EXIT`` is the v
 """
 from __future__ import annotations
 
-from tilejit.frontend.bytecode import BRANCHES, JUMPS, TERMINATORS, Instr
+import functools
+from types import CodeType
+
+from tilejit.errors import CompileError
+from tilejit.frontend.bytecode import BRANCHES, JUMPS, TERMINATORS, Instr, normalize, scan_unsupported
 
 EXIT = -1
 
@@ -102,3 +107,27 @@ class CFG:
         for b in self.loops[header]:
             out.update(range(b, self.end_of(b) + 1))
         return frozenset(out)
+
+
+@functools.lru_cache(maxsize=512)
+def _analyse(code: CodeType, filename: str) -> tuple[list[Instr], CFG]:
+    """Canonical instructions and CFG of ``code`` (code objects compare equal across files, so
+    the file name, which every Loc carries, is part of the key)."""
+    instrs = normalize(code)
+    return instrs, CFG(instrs)
+
+
+class CodeInfo:
+    """A Python function prepared for tracing: canonical instructions, CFG, globals, closure."""
+
+    def __init__(self, fn, is_kernel: bool):
+        self.fn, self.code, self.is_kernel = fn, fn.__code__, is_kernel
+        self.instrs, self.cfg = _analyse(self.code, self.code.co_filename)
+        self.globals = fn.__globals__
+        self.cells = dict(zip(self.code.co_freevars, fn.__closure__ or ()))
+        self.while_headers = frozenset(h for h in self.cfg.loops if self.instrs[h].op != "FOR_ITER")
+
+    def check_supported(self) -> None:
+        bad = scan_unsupported(self.code, self.instrs)
+        if bad is not None:
+            raise CompileError(*bad)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilejit import dtypes, semantics
+from tilejit import dtypes
+from tilejit.frontend import semantics
 from tilejit.errors import CompileError
 from tilejit.frontend.cfg import EXIT
 from tilejit.frontend.values import StaticIter, Undefined, is_runtime

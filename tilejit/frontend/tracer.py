@@ -6,15 +6,12 @@ calls (builtins, ``tj.func`` inlining, Python builtins, ``math``) in ``calls.py`
 """
 from __future__ import annotations
 
-import functools
 import operator
-from types import CodeType
 
-from tilejit import semantics
+from tilejit.frontend import semantics
 from tilejit.errors import CompileError
-from tilejit.frontend.bytecode import Instr, normalize, scan_unsupported
 from tilejit.frontend.calls import Calls
-from tilejit.frontend.cfg import CFG, EXIT
+from tilejit.frontend.cfg import EXIT, CodeInfo
 from tilejit.frontend.control import ControlFlow, Returned
 from tilejit.frontend.values import (NULL, ArrayShape, RangeSpec, StaticIter, Undefined,
                                      copy_stack_item, is_runtime)
@@ -26,30 +23,6 @@ _PY_BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": oper
               "@": operator.matmul, "==": operator.eq, "!=": operator.ne, "<": operator.lt,
               "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 _PY_UNARY = {"-": operator.neg, "~": operator.invert, "not": operator.not_, "+": operator.pos}
-
-
-@functools.lru_cache(maxsize=512)
-def _analyse(code: CodeType, filename: str) -> tuple[list[Instr], CFG]:
-    """Canonical instructions and CFG of ``code`` (code objects compare equal across files, so
-    the file name, which every Loc carries, is part of the key)."""
-    instrs = normalize(code)
-    return instrs, CFG(instrs)
-
-
-class CodeInfo:
-    """A Python function prepared for tracing: canonical instructions, CFG, globals, closure."""
-
-    def __init__(self, fn, is_kernel: bool):
-        self.fn, self.code, self.is_kernel = fn, fn.__code__, is_kernel
-        self.instrs, self.cfg = _analyse(self.code, self.code.co_filename)
-        self.globals = fn.__globals__
-        self.cells = dict(zip(self.code.co_freevars, fn.__closure__ or ()))
-        self.while_headers = frozenset(h for h in self.cfg.loops if self.instrs[h].op != "FOR_ITER")
-
-    def check_supported(self) -> None:
-        bad = scan_unsupported(self.code, self.instrs)
-        if bad is not None:
-            raise CompileError(*bad)
 
 
 class Frame:

@@ -10,7 +10,7 @@ import functools
 
 from tilejit.errors import outside_kernel
 from tilejit.ir import Value
-from tilejit.semantics import ArrayHandle
+from tilejit.frontend.semantics import ArrayHandle
 
 
 class _Null:

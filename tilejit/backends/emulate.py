@@ -11,7 +11,7 @@ Checks that catch compiler bugs without a GPU: a shared-memory read of bytes ano
 wrote since the last BARRIER (or a write of bytes another thread read or wrote since then)
 is a race; a ``vec`` access whose offsets are not contiguous or whose address is not aligned
 is an error; control values must be uniform across each CTA.  Tensor-core ops and async
-copies run through ``emulator_mma`` (the PTX fragment maps); an async copy writes shared
+copies run through ``emulate_mma`` (the PTX fragment maps); an async copy writes shared
 memory only when a CP_ASYNC_WAIT retires its group, and reading bytes a copy still has in
 flight is an error, so a missing or too-weak wait is caught.
 """
@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilejit import backends, emulator_mma, ir
+from tilejit import backends, ir
+from tilejit.backends import emulate_mma
 from tilejit.errors import LaunchError
-from tilejit.interpreter import elementwise_fn
+from tilejit.backends.interpret import elementwise_fn
 from tilejit.simt import PtrType, SimtOp
 
 WARP = 32
@@ -102,7 +103,7 @@ class Machine:
                 self.wgmma_open, self.wgmma_groups = [], []   # shared bytes in-flight wgmmas read
                 self.writer = np.full((c, self.shared_bytes), -1, np.int32)
                 self.reader = np.full((c, self.shared_bytes), -1, np.int32)
-                self.copies = emulator_mma.AsyncCopies()
+                self.copies = emulate_mma.AsyncCopies()
                 self.block(self.fn.body, Frame({}, np.arange(c)))
 
     def full(self, f: Frame, value, dtype, n: int = 1) -> np.ndarray:
@@ -264,12 +265,12 @@ class Machine:
                 raise EmulatorError("shared-memory race: LDMATRIX reads bytes written by another "
                                     "thread since the last BARRIER")
             self.reader[ctas, rows16] = readers
-        regs = emulator_mma.ldmatrix(self.shared[f.ids], addr, num, o.attrs.trans)
+        regs = emulate_mma.ldmatrix(self.shared[f.ids], addr, num, o.attrs.trans)
         return np.ascontiguousarray(regs).view(np.int32)
 
     def op_MMA(self, o, f):
         a, b, c = (f[x] for x in o.operands)
-        d = emulator_mma.mma(a, b, c, o.attrs.kind)
+        d = emulate_mma.mma(a, b, c, o.attrs.kind)
         return d.astype(o.result.type.dtype.np)
 
     def op_WGMMA(self, o, f):
@@ -279,8 +280,8 @@ class Machine:
         n = o.attrs.n
         for v, operand in ((b, "b"),) if o.attrs.a_regs else ((a, "a"), (b, "b")):
             for c, cta in enumerate(f.ids):
-                for first in range(0, self.threads, emulator_mma.WARPGROUP):
-                    addrs = emulator_mma.wgmma_operand_addresses(int(v[c, first, 0]), o.attrs, operand, n)
+                for first in range(0, self.threads, emulate_mma.WARPGROUP):
+                    addrs = emulate_mma.wgmma_operand_addresses(int(v[c, first, 0]), o.attrs, operand, n)
                     self.check_landed(o, np.full(addrs.shape, cta), addrs)
                     read = np.unique(addrs.ravel()[:, None] + np.arange(2))
                     if self.race_check:     # any store since the last BARRIER (and fence) is a race
@@ -289,7 +290,7 @@ class Machine:
                                                 "last BARRIER")
                         self.reader[cta, read] = first
                     self.wgmma_open.append((int(cta), read))
-        return emulator_mma.wgmma(self.shared[f.ids], a if o.attrs.a_regs else a[:, :, 0], b[:, :, 0],
+        return emulate_mma.wgmma(self.shared[f.ids], a if o.attrs.a_regs else a[:, :, 0], b[:, :, 0],
                                   acc, o.attrs)
 
     def op_WGMMA_COMMIT(self, o, f):

@@ -14,7 +14,7 @@ import math
 
 from llvmlite import ir
 
-from tilejit.codegen_base import F32, F64, I32, Ctx
+from tilejit.codegen.base import F32, F64, I32, Ctx
 from tilejit.ir import TileOp
 
 LOG2E_HI, LOG2E_LO = 1.4426950216293335, 1.925963033500011e-08

@@ -1,8 +1,7 @@
 """LLVM emission: SIMT IR ``Function`` -> LLVM IR (llvmlite) -> PTX through the NVPTX target machine.
 
-The only part of tilejit that imports llvmlite (with its helpers ``codegen_base``,
-``codegen_math``, ``codegen_floatmath``, ``codegen_memory``, and ``codegen_host`` for CPU
-tests of the math).  Each SIMT op maps to a few
+With its helpers in this package (``base``, ``elementwise``, ``floatmath``, ``memory``, ``mma``,
+and ``host`` for CPU tests of the math) the only part of tilejit that imports llvmlite.  Each SIMT op maps to a few
 LLVM instructions; a ``RegType(dtype, n)`` value is a Python list of n LLVM scalars, so
 GATHER/CONCAT/SPLAT cost nothing.
 
@@ -37,12 +36,12 @@ import threading
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tilejit import codegen_mma
+from tilejit.codegen import mma
 from tilejit import dtypes as D
 from tilejit import simt
-from tilejit.codegen_base import GLOBAL, I8, I32, I64, Ctx, const, reg_type
-from tilejit.codegen_math import elementwise
-from tilejit.codegen_memory import (cp_async, load_global, load_shared, pack, shared_pointer,
+from tilejit.codegen.base import GLOBAL, I8, I32, I64, Ctx, const, reg_type
+from tilejit.codegen.elementwise import elementwise
+from tilejit.codegen.memory import (cp_async, load_global, load_shared, pack, shared_pointer,
                                     store_global, store_shared)
 from tilejit.errors import CompileError
 from tilejit.simt import ParamDesc, RegType, SimtOp
@@ -245,14 +244,14 @@ class KernelEmitter:
         store_shared(self.ctx, self.get(op.operands[0]), self.get(op.operands[1]),
                      op.operands[1].type.dtype, vec)
 
-    # --- tensor cores and async copies (intrinsics from codegen_mma)
+    # --- tensor cores and async copies (intrinsics from codegen.mma)
     def op_LDMATRIX(self, op):
         ptr = shared_pointer(self.ctx, self.get(op.operands[0])[0])
-        self.set(op.result, codegen_mma.ldmatrix(self.b, ptr, op.attrs.num, op.attrs.trans))
+        self.set(op.result, mma.ldmatrix(self.b, ptr, op.attrs.num, op.attrs.trans))
 
     def op_MMA(self, op):
         a, b, c = (self.get(v) for v in op.operands)
-        self.set(op.result, codegen_mma.mma(self.b, a, b, c, op.attrs.kind))
+        self.set(op.result, mma.mma(self.b, a, b, c, op.attrs.kind))
 
     def op_PACK(self, op):
         self.set(op.result, pack(self.ctx, self.get(op.operands[0]), op.operands[0].type.dtype))
@@ -263,33 +262,33 @@ class KernelEmitter:
         cp_async(self.ctx, ptr, offsets, addrs, sizes, op.operands[0].type.dtype)
 
     def op_CP_ASYNC_COMMIT(self, op):
-        codegen_mma.cp_async_commit_group(self.b)
+        mma.cp_async_commit_group(self.b)
 
     def op_CP_ASYNC_WAIT(self, op):
-        codegen_mma.cp_async_wait_group(self.b, op.attrs.n)
+        mma.cp_async_wait_group(self.b, op.attrs.n)
 
     def op_WGMMA(self, op):
         acc, a, b = (self.get(v) for v in op.operands)
         at = op.attrs
         if not at.a_regs:         # K-major A: LBO unused (16), SBO eight rows
-            a = codegen_mma.matrix_descriptor(self.b, shared_pointer(self.ctx, a[0]), 16,
+            a = mma.matrix_descriptor(self.b, shared_pointer(self.ctx, a[0]), 16,
                                               8 * at.a_row_bytes, at.a_row_bytes)
         lbo = at.b_atom_bytes if at.b_n_major else 16   # N-major: one 64-column atom to the next
-        desc_b = codegen_mma.matrix_descriptor(self.b, shared_pointer(self.ctx, b[0]), lbo,
+        desc_b = mma.matrix_descriptor(self.b, shared_pointer(self.ctx, b[0]), lbo,
                                                8 * at.b_row_bytes, at.b_row_bytes)
-        self.set(op.result, codegen_mma.wgmma(self.b, acc, a, desc_b, at.kind, at.n, at.b_n_major))
+        self.set(op.result, mma.wgmma(self.b, acc, a, desc_b, at.kind, at.n, at.b_n_major))
 
     def op_WGMMA_FENCE(self, op):
-        codegen_mma.wgmma_fence(self.b)
+        mma.wgmma_fence(self.b)
 
     def op_WGMMA_COMMIT(self, op):
-        codegen_mma.wgmma_commit_group(self.b)
+        mma.wgmma_commit_group(self.b)
 
     def op_WGMMA_WAIT(self, op):
-        codegen_mma.wgmma_wait_group(self.b, op.attrs.n)
+        mma.wgmma_wait_group(self.b, op.attrs.n)
 
     def op_FENCE_PROXY_ASYNC(self, op):
-        codegen_mma.fence_proxy_async_shared(self.b)
+        mma.fence_proxy_async_shared(self.b)
 
     def op_BARRIER(self, op):
         self.ctx.call("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(I32, 0)])

@@ -1,7 +1,7 @@
 """Run codegen's elementwise LLVM on the host CPU (MCJIT), for CPU-only tests of the GPU math.
 
 ``host_eval(TileOp.EXP, float32, x)`` emits ``out[i] = exp(x[i])`` with exactly the LLVM that
-``codegen_math.elementwise`` gives the GPU, swaps the NVVM approximate instructions for the
+``codegen.elementwise.elementwise`` gives the GPU, swaps the NVVM approximate instructions for the
 exact operations they approximate (their own error is PTX's, ~2**-22), JIT-compiles it for the
 host and runs it on NumPy arrays.  This checks range reductions, polynomials, special values
 and integer semantics against NumPy without a GPU.  float16/bfloat16/float8 are not
@@ -17,9 +17,9 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
-from tilejit.codegen_base import I64, Ctx, mem_type
-from tilejit.codegen_math import elementwise
-from tilejit.codegen_memory import to_mem, to_reg
+from tilejit.codegen.base import I64, Ctx, mem_type
+from tilejit.codegen.elementwise import elementwise
+from tilejit.codegen.memory import to_mem, to_reg
 from tilejit.dtypes import DType
 from tilejit.ir import TileOp
 
@@ -32,7 +32,7 @@ HOST_APPROX = {   # NVVM approximation -> the exact operation it stands for (x i
 
 
 def _host_loop_module(tile_op: TileOp, in_dtype: DType, nargs: int, out: DType) -> str:
-    """``void f(out*, in0*, ..., i64 n)``: out[i] = op(in0[i], ...), emitted by codegen_math."""
+    """``void f(out*, in0*, ..., i64 n)``: out[i] = op(in0[i], ...), emitted by codegen.elementwise."""
     mod, ptr = ir.Module("host"), ir.PointerType()
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ptr] * (1 + nargs) + [I64]), "f")
     ctx = Ctx(mod, fn, 90, "host")

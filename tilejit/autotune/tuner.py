@@ -11,7 +11,7 @@ The tuning key is the value of each scalar and the shape of each array named in 
 dtype of every runtime argument, and the constexprs passed at launch (they change the compiled
 kernel). The first launch with a new key compiles every config, drops those that cannot run
 (each with a one-line reason), times the rest (CUDA events, warm-up, median, L2 flushed),
-keeps the fastest in memory and on disk (``autotune_store``), then launches it; later
+keeps the fastest in memory and on disk (``autotune.store``), then launches it; later
 launches with that key only look it up.
 
 Policies:
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilejit import backends, dtypes
-from tilejit.autotune_inputs import InputGuard
-from tilejit.autotune_progress import Progress
-from tilejit.autotune_store import ResultStore, canonical, device_identity
+from tilejit.autotune.inputs import InputGuard
+from tilejit.autotune.progress import Progress
+from tilejit.autotune.store import ResultStore, canonical, device_identity
 from tilejit.errors import LaunchError, TilejitError
 from tilejit.kernel import Kernel, at_caller, check_num_warps
 
@@ -309,7 +309,7 @@ def device_limits(backend: str) -> Limits | None:
     compiling needs none); None on the CPU backends, which have no such limits."""
     if backend != "cuda":
         return None
-    from tilejit.cuda_backend import MAX_SHARED_BYTES
+    from tilejit.backends.cuda import MAX_SHARED_BYTES
     from tilejit.runtime import driver
     if driver.available():
         return Limits(driver.device_properties(driver.current_device()).max_shared_per_block_optin)

@@ -4,15 +4,15 @@ Integer ops follow NumPy: ``//`` and ``%`` floor (and give 0 for a zero divisor)
 the bit width or more give 0 (or the sign for ``>>`` of a negative number), arithmetic wraps.
 Float ops on float16/bfloat16/float8 are computed in float32 and rounded once, which gives the
 correctly rounded result for ``+ - * / sqrt``.  Transcendentals are built from the PTX
-approximate instructions plus range reduction (see ``codegen_floatmath``) to a relative
+approximate instructions plus range reduction (see ``codegen.floatmath``) to a relative
 error of a few 1e-7.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
-from tilejit.codegen_base import F32, I1, Ctx, convert, from_f32, to_f32
-from tilejit.codegen_floatmath import FLOAT_BINARY, FLOAT_UNARY
+from tilejit.codegen.base import F32, I1, Ctx, convert, from_f32, to_f32
+from tilejit.codegen.floatmath import FLOAT_BINARY, FLOAT_UNARY
 from tilejit.dtypes import DType
 from tilejit.ir import COMPARE_OPS, TileOp
 

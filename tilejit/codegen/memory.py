@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from tilejit import codegen_mma
-from tilejit.codegen_base import I8, I32, SHARED, Ctx, const, mem_type
+from tilejit.codegen import mma
+from tilejit.codegen.base import I8, I32, SHARED, Ctx, const, mem_type
 from tilejit.dtypes import DType
 
 SHARED_SYMBOL = "tj_smem"        # the kernel's dynamic shared memory buffer
@@ -202,5 +202,5 @@ def pack(ctx: Ctx, values: list, dt: DType) -> list:
 def cp_async(ctx: Ctx, base, offsets: list, addrs: list, sizes: list, dt: DType) -> None:
     """One 16-byte ``cp.async.cg`` (zero-filling past ``sizes[i]`` bytes) per register."""
     for offset, addr, size in zip(offsets, addrs, sizes):
-        codegen_mma.cp_async_16(ctx.builder, _shared_ptr(ctx, addr),
+        mma.cp_async_16(ctx.builder, _shared_ptr(ctx, addr),
                                 _element_ptr(ctx, base, offset, dt), size)

@@ -15,7 +15,7 @@ from llvmlite import ir
 from tilejit import dtypes as D
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
-from tilejit.ir import Loc
+from tilejit.errors import Loc
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()

@@ -4,7 +4,7 @@
 Plain functions on an ``llvmlite.ir.IRBuilder`` positioned inside a ``ptx_kernel`` function:
 they declare the intrinsic in the builder's module once and return LLVM values, so the SIMT
 emitter can call them from its ``op_LDMATRIX`` / ``op_MMA`` / ``op_CP_ASYNC`` handlers.  Register
-conventions match ``tilejit.emulator_mma``: A/B fragments and ldmatrix results are ``i32``
+conventions match ``tilejit.backends.emulate_mma``: A/B fragments and ldmatrix results are ``i32``
 values (packed 16/8-bit elements, low first), accumulators are ``float`` (f32) or ``i32`` (s32).
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def mma(builder: ir.IRBuilder, a: list[ir.Value], b: list[ir.Value], c: list[ir.
     2 i32, ``c`` = 4 float (4 i32 for s8); returns the 4 accumulator values D.  The f16
     intrinsic takes ``<2 x half>`` operands: the i32 registers are bitcast (same bits).  tf32
     operands are f32 bit patterns (round them with ``f32_to_tf32`` first; un-rounded bits are
-    modelled as truncated by ``emulator_mma``).  The fp8 kinds need sm_89+ and a target whose PTX
+    modelled as truncated by ``backends.emulate_mma``).  The fp8 kinds need sm_89+ and a target whose PTX
     ISA (``ptx_version``, e.g. 84 for "+ptx84") is at least ``FP8_MIN_PTX``."""
     ab_type = getattr(kind, "ab_type", kind)
     name, int_acc = MMA_INTRINSICS[ab_type]

@@ -1,5 +1,11 @@
-"""The backend registry: a name (``cuda``, ``emulate``, ``interpret``) maps to an object that
-compiles a kernel's tile IR into an artifact and launches that artifact on a grid.
+"""Backends: tile IR in, results in the user's arrays out.  This module is the registry: a name
+maps to an object that compiles a kernel's tile IR into an artifact and launches that artifact
+on a grid.
+
+    interpret.py    runs tile IR with NumPy, one program at a time (the reference semantics)
+    emulate.py      runs the compiled SIMT IR with NumPy, all threads of a CTA in lockstep;
+                    emulate_mma.py is its tensor-core part (PTX fragment maps, ldmatrix, wgmma)
+    cuda.py         passes -> codegen -> cubin, the on-disk cache, launch through the runtime
 
 A backend is any object with
 
@@ -24,9 +30,9 @@ from tilejit.errors import LaunchError
 
 # name -> modules that register it when imported (tried in order)
 PROVIDERS: dict[str, tuple[str, ...]] = {
-    "interpret": ("tilejit.interpreter",),
-    "emulate": ("tilejit.emulator",),
-    "cuda": ("tilejit.cuda_backend",),
+    "interpret": ("tilejit.backends.interpret",),
+    "emulate": ("tilejit.backends.emulate",),
+    "cuda": ("tilejit.backends.cuda",),
 }
 NAMES = tuple(PROVIDERS)
 

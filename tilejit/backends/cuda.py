@@ -119,7 +119,7 @@ def stage_ptx(state: dict) -> None:
 
 def stage_cubin(state: dict) -> None:
     """Assemble with nvJitLink when it is installed; otherwise the driver JIT-compiles the PTX."""
-    from tilejit import ptxas
+    from tilejit.codegen import ptxas
     if not ptxas.available():
         return
     asm = ptxas.assemble(state["ptx"], state["target"])
