@@ -42,7 +42,9 @@ def _grid(op):
     _arity(op, 0, 1)
     _attrs(op, AxisAttrs)
     _need(op.attrs.axis in (0, 1, 2), op, "axis must be 0, 1 or 2")
-    _need(op.result.type == TileType((), dtypes.int32), op, "result must be an int32 scalar")
+    # int64 when the array spans 2**31 elements or more (ArraySpec.large)
+    _need(op.result.type in (TileType((), dtypes.int32), TileType((), dtypes.int64)), op,
+          "result must be an int32 or int64 scalar")
 
 
 def _dim(op):
@@ -51,7 +53,9 @@ def _dim(op):
     arr = op.operands[0].type
     _need(isinstance(arr, ArrayType), op, "operand must be an array")
     _need(0 <= op.attrs.axis < arr.rank, op, "axis out of range")
-    _need(op.result.type == TileType((), dtypes.int32), op, "result must be an int32 scalar")
+    # int64 when the array spans 2**31 elements or more (ArraySpec.large)
+    _need(op.result.type in (TileType((), dtypes.int32), TileType((), dtypes.int64)), op,
+          "result must be an int32 or int64 scalar")
 
 
 def _constant(op):
