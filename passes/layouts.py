@@ -8,7 +8,7 @@ the coordinate of register ``r`` of thread ``(lane, warp)`` along dim ``d`` is
 
 Blocked layouts (Triton's ``size_per_thread / threads_per_warp / warps_per_cta / order``),
 their slices (a reduction's result) and permutations (a transpose) are all of this form, and
-so are the tensor-core fragment layouts of issue #4 (``row = lane >> 2``, ...).  Lane and warp
+so are the tensor-core fragment layouts (``row = lane >> 2``, ...).  Lane and warp
 bits that no term reads are *replicas*: threads differing only there hold the same elements.
 """
 from __future__ import annotations

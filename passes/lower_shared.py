@@ -64,7 +64,7 @@ def _stage_operand(lw, v: ir.Value):
 
 
 def dot_fallback(lw, o: ir.Operation) -> ir.Value:
-    """FALLBACK DOT (no tensor cores; issue #4 replaces it): A and B go to shared memory
+    """FALLBACK DOT (no tensor cores, for the DOTs ``dot_config`` leaves out): A and B go to shared memory
     row-major, then each thread runs a loop over K doing one FMA per accumulator register,
     reading ``A[i, k]`` and ``B[k, j]`` for its registers' rows and columns.  Products are
     exact in float32 for fp16/bf16 inputs; int8 products accumulate in int32."""

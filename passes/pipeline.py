@@ -6,19 +6,20 @@ check when the whole block is inside it.  ``assign_layouts`` picks the tensor-co
 loads feeding DOTs in ``tj.range(stages=N)`` loops into cp.async rings (``pipeline_loads``),
 because issuing a load iterations ahead is a property of how the loop is lowered.
 
-    compile_to_simt(tile_fn, num_warps=4, target="sm_90a", dump=None) -> SIMT ir.Function
+    compile_to_simt(tile_fn, num_warps=4, target="sm_90a", dump=None, *, wgmma=True, verify=False)
+        -> SIMT ir.Function
 
-With ``TILEJIT_DEBUG=1`` the IR is verified after every pass (``tilejit.verifier.verify`` for
-tile IR, ``simt.verify`` for SIMT IR); ``dump(stage_name, text)`` is
+With ``verify=True`` (``TILEJIT_DEBUG=1`` at the API edge) the IR is verified after every pass
+(``tilejit.verifier.verify`` for tile IR, ``simt.verify`` for SIMT IR); ``dump(stage_name, text)`` is
 called with the input and with each stage's output text.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable
 
-from tilejit import ir, simt
+from tilejit import ir, simt, verifier
+from tilejit.ir import TileOp
 from tilejit.passes.assign_layouts import assign_layouts, layouts_text
 from tilejit.passes.canonicalize import canonicalize
 from tilejit.passes.dce import dce
@@ -27,13 +28,16 @@ from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.uniform_masks import uniform_masks
 from tilejit.passes.wgmma import choose_wgmma
-from tilejit.verifier import verify
 
 
 @dataclass(frozen=True)
 class Options:
+    """What the pipeline is asked for.  The switches are read from the environment once, at the
+    API edge (``tilejit.kernel.compile_switches``); no pass reads the environment."""
     num_warps: int = 4
     target: str = "sm_90a"
+    wgmma: bool = True          # Hopper warpgroup mma where it applies (TILEJIT_WGMMA=0: off)
+    verify: bool = False        # verify the IR after every pass (TILEJIT_DEBUG=1)
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ PIPELINE = [
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
-    Stage("choose_wgmma", lambda fn, opt: choose_wgmma(fn, opt.num_warps, opt.target), "tile"),
+    Stage("choose_wgmma", lambda fn, opt: choose_wgmma(fn, opt.num_warps, opt.target, opt.wgmma), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
@@ -66,26 +70,38 @@ def stage_text(fn: ir.Function, level: str) -> str:
 
 
 def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_90a",
-                    dump: Callable[[str, str], None] | None = None) -> ir.Function:
+                    dump: Callable[[str, str], None] | None = None, *, wgmma: bool = True,
+                    verify: bool = False) -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
-    options = Options(num_warps, target)
-    debug = os.environ.get("TILEJIT_DEBUG") == "1"
+    options = Options(num_warps, target, wgmma, verify)
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))
     for stage in PIPELINE:
         fn = stage.run(fn, options)
-        if debug:
+        if options.verify:
             if stage.level == "simt":
                 simt.verify(fn)
             else:
-                verify(fn)
+                verifier.verify(fn)
         if dump:
             dump(stage.name, stage_text(fn, stage.level))
     fn.meta["target"] = target
+    fn.meta["min_ctas_per_sm"] = occupancy_hint(tile_fn, num_warps)
     return fn
+
+
+def occupancy_hint(tile_fn: ir.Function, num_warps: int) -> int:
+    """CTAs per SM to ask ptxas to fit (it caps registers to match), a fact of the SIMT
+    program's metadata that codegen reads.  Kernels without tensor-core or shared-memory-heavy
+    work are memory-bound and need many bytes in flight: ask for half the SM's 2048 threads.
+    Kernels with DOT keep their registers (they would spill)."""
+    threads = 32 * num_warps
+    if threads < 512 or any(o.op is TileOp.DOT for o in tile_fn.walk()):
+        return 0
+    return 1024 // threads
 
 
 # ------------------------------------------------------------------------------------ cloning

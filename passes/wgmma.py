@@ -28,13 +28,12 @@ or more slots (one group stays in flight; ``pipeline_loads`` then copies a slot 
 else ``wait_group 0``.  The ring's per-iteration barrier is preceded by
 ``fence.proxy.async`` so cp.async bytes are visible to the tensor cores.
 Kernels with wgmma divide float32 with ``div.full.f32`` (IEEE division's slow path is a call,
-and ptxas serialises every wgmma of a function with calls).  ``TILEJIT_WGMMA=0`` turns the
-path off (mma.sync is used instead).
+and ptxas serialises every wgmma of a function with calls).  ``Options.wgmma=False``
+(``TILEJIT_WGMMA=0``) turns the path off (mma.sync is used instead).
 """
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from tilejit import dtypes as D
 from tilejit import ir, simt
@@ -75,8 +74,9 @@ def sources_ready(lw, dot: ir.Operation, cfg, ringed: set) -> bool:
     return a_ok and b_v in ringed
 
 
-def enabled(target: str) -> bool:
-    return target == "sm_90a" and os.environ.get("TILEJIT_WGMMA", "1") != "0"
+def enabled(target: str, switch: bool = True) -> bool:
+    """wgmma exists on sm_90a; ``switch`` is ``Options.wgmma``."""
+    return switch and target == "sm_90a"
 
 
 def _loaded_in(fn: ir.Function, v: ir.Value, body: ir.Block) -> tuple[bool, bool]:
@@ -132,9 +132,9 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
     return a_ok and b_ok and kmajor_rows_ok(k * item)
 
 
-def choose_wgmma(fn: ir.Function, num_warps: int, target: str) -> ir.Function:
+def choose_wgmma(fn: ir.Function, num_warps: int, target: str, switch: bool = True) -> ir.Function:
     """Mark the DOTs that take the wgmma path: ``DotAttrs(wgmma=True, warps=(num_warps, 1))``."""
-    if not enabled(target):
+    if not enabled(target, switch):
         return fn
     for o in fn.walk():
         step = o.operands[2].owner if o.op is TileOp.FOR else None

@@ -244,14 +244,9 @@ def test_pack_puts_the_lower_element_in_the_low_bits():
 def _gemm_ptx(target, dtype=D.bfloat16, stages=3):
     """The mma.sync GEMM (sm_90a would take wgmma for this tile: ``test_wgmma`` covers that)."""
     from tilejit import codegen
-    import os
-    os.environ["TILEJIT_WGMMA"] = "0"
     spec = ArraySpec(dtype, 2, True, True, False)
     tile = matmul.tile_ir((spec, spec, spec), {"BM": 128, "BN": 128, "BK": 32, "STAGES": stages})
-    try:
-        fn = compile_to_simt(tile, num_warps=8, target=target)
-    finally:
-        del os.environ["TILEJIT_WGMMA"]
+    fn = compile_to_simt(tile, num_warps=8, target=target, wgmma=False)
     return fn, codegen.compile_ptx(fn, target)
 
 

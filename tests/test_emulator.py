@@ -340,10 +340,9 @@ def scale_by_shape(x, y, B: tj.constexpr):
     tj.store(y, (i,), tj.load(x, (i,), (B,)) * (n - 997))
 
 
-def test_shape_of_a_large_array_is_int64_and_verifies(monkeypatch):
+def test_shape_of_a_large_array_is_int64_and_verifies():
     """``x.shape[i]`` of an array spanning 2**31 elements is int64: the verifier accepts it
     (it required int32 and failed every such kernel with 'VerifyError dim')."""
-    monkeypatch.setenv("TILEJIT_DEBUG", "1")                 # verify after every pass
     x = np.arange(1000, dtype=np.float32)
     y = np.zeros_like(x)
     spec = tj.specs.ArraySpec(D.float32, 1, large=True)
@@ -351,7 +350,7 @@ def test_shape_of_a_large_array_is_int64_and_verifies(monkeypatch):
     assert [o.result.type.dtype for o in tile_fn.walk() if o.op is TileOp.DIM] == [D.int64]
     from tilejit.verifier import verify
     verify(tile_fn)
-    fn = compile_to_simt(tile_fn, 4)
+    fn = compile_to_simt(tile_fn, 4, verify=True)            # verify after every pass
     emulator.run(fn, (4,), [x, y])
     np.testing.assert_array_equal(y, x * 3)
 

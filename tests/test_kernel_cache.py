@@ -114,7 +114,8 @@ def build(kern):
 
 
 def disk_key(kern) -> str:
-    return backends.get("cuda").cache_key(kern.fn, SPECS, CONSTS, NUM_WARPS)
+    from tilejit.kernel import compile_switches
+    return backends.get("cuda").cache_key(kern.fn, SPECS, CONSTS, NUM_WARPS, dict(compile_switches()))
 
 
 def refuse_to_compile(monkeypatch) -> None:

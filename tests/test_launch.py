@@ -128,12 +128,21 @@ def test_new_shape_reuses_compilation_and_new_dtype_does_not():
     assert len(copy._cache) == 3
 
 
+def test_a_provider_that_fails_to_import_is_a_real_error(monkeypatch, tmp_path):
+    """Only a missing provider module means "not here"; an ImportError inside one surfaces."""
+    (tmp_path / "tj_broken_provider.py").write_text("import tj_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(backends.PROVIDERS, "broken", ("tj_broken_provider",))
+    with pytest.raises(ModuleNotFoundError, match="tj_no_such_dependency"):
+        backends.get("broken")
+
+
 def test_backend_selection(monkeypatch, capsys):
     monkeypatch.setenv("TILEJIT_BACKEND", "bogus")
     with pytest.raises(tj.LaunchError, match="not a backend"):
         backends.selected()
     monkeypatch.setitem(backends.PROVIDERS, "fake", ("tilejit.no_such_module",))
-    with pytest.raises(tj.LaunchError, match="backend 'fake' is not built yet"):
+    with pytest.raises(tj.LaunchError, match="backend 'fake' has no provider here"):
         backends.get("fake")
     monkeypatch.delenv("TILEJIT_BACKEND")
     monkeypatch.setattr(backends, "_notice_printed", False)

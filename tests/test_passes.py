@@ -152,10 +152,30 @@ def test_pipeline_is_one_ordered_list_and_every_stage_dumps():
 
 def test_debug_mode_verifies_between_passes(monkeypatch):
     calls = []
-    monkeypatch.setenv("TILEJIT_DEBUG", "1")
     monkeypatch.setattr(simt, "verify", lambda fn: calls.append(fn))
     compile_to_simt(softmax_ir(), 4)
+    assert calls == []
+    compile_to_simt(softmax_ir(), 4, verify=True)
     assert len(calls) == 3                    # after each SIMT-level stage
+
+
+def test_tilejit_debug_reaches_the_pipeline_through_the_launch_path(monkeypatch):
+    from tilejit.backends import emulate
+    from tilejit.kernel import verify_switch
+    seen = []
+    monkeypatch.setattr(emulate, "EmulatedKernel", lambda fn: seen.append(fn))
+    import tilejit.passes.pipeline as pl
+    real = pl.compile_to_simt
+    monkeypatch.setattr(pl, "compile_to_simt", lambda *a, **kw: seen.append(kw.get("verify")) or real(*a, **kw))
+    monkeypatch.setenv("TILEJIT_DEBUG", "1")
+    assert verify_switch()
+
+    @tj.kernel
+    def double(x, y, B: tj.constexpr):
+        tj.store(y, (0,), tj.load(x, (0,), (B,)) * 2)
+    spec = ArraySpec(F32, 1)
+    double.compile((spec, spec), {"B": 32}, 4, "emulate")
+    assert seen[0] is True
 
 
 def test_simt_verifier_rejects_mismatched_registers():

@@ -23,11 +23,11 @@ BACKENDS = [b for b in ("emulate", pytest.param("cuda", marks=pytest.mark.gpu))
             if ONLY is None or getattr(b, "values", (b,))[0] == ONLY]
 
 
-def simt_fn(BM=64, BN=64, BK=32, stages=2, warps=4, dtype=D.bfloat16, target="sm_90a"):
+def simt_fn(BM=64, BN=64, BK=32, stages=2, warps=4, dtype=D.bfloat16, target="sm_90a", wgmma=True):
     spec = ArraySpec(dtype, 2, True, True, False)
     out = ArraySpec(D.float32, 2, True, True, False)
     tile = KERNEL.tile_ir((spec, spec, out), {"BM": BM, "BN": BN, "BK": BK, "STAGES": stages})
-    return compile_to_simt(tile, num_warps=warps, target=target)
+    return compile_to_simt(tile, num_warps=warps, target=target, wgmma=wgmma)
 
 
 def ops(fn, kind):
@@ -67,9 +67,40 @@ def test_other_dots_keep_mma_sync(why, kwargs):
     assert not ops(simt_fn(**kwargs), SimtOp.WGMMA), why
 
 
-def test_env_switch_turns_it_off(monkeypatch):
+def test_the_option_turns_it_off():
+    assert ops(simt_fn(), SimtOp.WGMMA)
+    assert not ops(simt_fn(wgmma=False), SimtOp.WGMMA)
+
+
+def test_the_env_switch_is_read_at_the_api_edge_and_keys_both_caches(monkeypatch):
+    """``TILEJIT_WGMMA=0`` reaches ``Options.wgmma`` through ``compile_switches`` (no pass reads
+    the environment), and the in-process and on-disk keys change with it."""
+    from tilejit import backends
+    from tilejit.kernel import compile_switches
+    seen = []
+
+    class Spy:
+        target = "sm_90a"
+
+        def cache_key(self, pyfn, specs, consts, num_warps, switches):
+            seen.append(("key", dict(switches)))
+            return None
+
+        def compile(self, tile_fn, options):
+            seen.append(("compile", options["wgmma"]))
+            return object()
+
+    monkeypatch.setitem(backends._registry, "spy", Spy())
+    spec = ArraySpec(D.bfloat16, 2, True, True, False)
+    out = ArraySpec(D.float32, 2, True, True, False)
+    consts = {"BM": 64, "BN": 64, "BK": 32, "STAGES": 2}
+    assert compile_switches() == (("wgmma", True),)
+    KERNEL.compile((spec, spec, out), consts, 4, "spy")
     monkeypatch.setenv("TILEJIT_WGMMA", "0")
-    assert not ops(simt_fn(), SimtOp.WGMMA)
+    assert compile_switches() == (("wgmma", False),)
+    KERNEL.compile((spec, spec, out), consts, 4, "spy")          # not the first compile's entry
+    KERNEL.compile((spec, spec, out), consts, 4, "spy")          # the second's, from memory
+    assert seen == [("key", {"wgmma": True}), ("compile", True), ("key", {"wgmma": False}), ("compile", False)]
 
 
 def test_b_atoms_are_128_byte_swizzled_rows_of_64_columns():

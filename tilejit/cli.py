@@ -92,28 +92,26 @@ def compile_command(args) -> int:
                          f"runtime parameters ({', '.join(kern.runtime_names)})")
     consts = {p.name: consts[p.name] for p in kern.params if p.name in consts}
     if args.emit not in STAGES:                      # the IR right after one pass of the pipeline
+        from tilejit.kernel import compile_switches, verify_switch
         from tilejit.passes.pipeline import compile_to_simt
         texts = {}
-        compile_to_simt(kern.tile_ir(specs, consts), args.num_warps, dump=texts.__setitem__)
+        compile_to_simt(kern.tile_ir(specs, consts), args.num_warps, dump=texts.__setitem__,
+                        verify=verify_switch(), **dict(compile_switches()))
         print(texts[args.emit])
         return 0
     found = kern.inspect_specs(specs, consts, args.num_warps, args.backend)
     text = getattr(found, STAGES[args.emit])
     if text is None:
-        print(f"tilejit: stage '{args.emit}' is not built yet", file=sys.stderr)
+        print(f"tilejit: the '{found.backend}' backend does not produce stage '{args.emit}' here "
+              "(ptx and llvm come from cuda; cubin needs nvJitLink)", file=sys.stderr)
         return 2
     print(text)
     return 0
 
 
 def cache_command(args) -> int:
-    try:
-        from tilejit.runtime import cache
-        action = getattr(cache, args.action)
-    except (ImportError, AttributeError):
-        print("tilejit: the on-disk kernel cache is not built yet", file=sys.stderr)
-        return 2
-    result = action()
+    from tilejit.runtime import cache
+    result = getattr(cache, args.action)()
     if result is not None:
         print(result)
     return 0

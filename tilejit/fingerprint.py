@@ -26,9 +26,6 @@ _ROOT_DIR = os.path.dirname(_PACKAGE_DIR)
 _SOURCE_DIRS = ("tilejit", "passes", "runtime")        # what `pip install -e` maps into tilejit
 
 
-COMPILER_SWITCHES = ("TILEJIT_WGMMA",)       # environment variables that change the code built
-
-
 @functools.cache
 def compiler_fingerprint() -> str:
     """Hash of tilejit's source files, the llvmlite version and the Python version (once per
@@ -58,13 +55,11 @@ def cache_key(fingerprint: str, specs, constexprs: dict, num_warps: int, target:
               driver_version: int, options: dict | None = None) -> str:
     """The on-disk cache key: kernel and compiler fingerprints, argument specialisation
     (``tilejit.specs`` records), constexpr values, ``num_warps``, target (``sm_90a``), driver
-    version, the compiler switches read from the environment (``TILEJIT_WGMMA``) and any other
-    compile ``options``."""
+    version and the compile ``options`` (the compiler switches, ``tilejit.kernel.compile_switches``)."""
     h = hashlib.sha256()
-    switches = tuple((name, os.environ.get(name, "")) for name in COMPILER_SWITCHES)
-    _Hasher(h).value(("key-v1", fingerprint, compiler_fingerprint(), tuple(specs),
+    _Hasher(h).value(("key-v2", fingerprint, compiler_fingerprint(), tuple(specs),
                       tuple(sorted(constexprs.items())), num_warps, target, driver_version,
-                      tuple(sorted((options or {}).items())), switches))
+                      tuple(sorted((options or {}).items()))))
     return h.hexdigest()
 
 

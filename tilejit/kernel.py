@@ -25,6 +25,18 @@ _UNBOUND = object()
 _STAGES = ("simt_ir", "llvm_ir", "ptx", "cubin", "sass", "registers", "spills", "shared_bytes")
 
 
+def compile_switches() -> tuple[tuple[str, bool], ...]:
+    """The compiler switches from the environment, read here at the API edge on every compile
+    and nowhere else: ``(option name, value)`` pairs that become ``passes.pipeline.Options``
+    fields and part of both compile caches' keys.  ``TILEJIT_WGMMA=0`` keeps GEMMs on mma.sync."""
+    return (("wgmma", os.environ.get("TILEJIT_WGMMA", "1").strip() != "0"),)
+
+
+def verify_switch() -> bool:
+    """``TILEJIT_DEBUG=1``: verify the IR after every pass (it changes no code, so no key has it)."""
+    return os.environ.get("TILEJIT_DEBUG", "").strip() == "1"
+
+
 def kernel(fn=None):
     """Decorator turning a Python function into a launchable ``Kernel``."""
     if fn is None:
@@ -153,22 +165,23 @@ class Kernel:
     def compile(self, specs: tuple, consts: dict, num_warps: int, backend_name: str) -> _Compiled:
         """The artifact for one specialisation on one backend, compiled at most once per process
         (and, for backends with an on-disk cache, looked up there before the frontend runs)."""
-        from tilejit.fingerprint import COMPILER_SWITCHES
         backend = backends.get(backend_name)
         self._drop_stale()
+        switches = compile_switches()
         key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
-               backend_name, getattr(backend, "target", None),
-               tuple(os.environ.get(name, "") for name in COMPILER_SWITCHES))
+               backend_name, getattr(backend, "target", None), switches)
         entry = self._cache.get(key)
         if entry is not None:
             return entry
-        disk_key = backend.cache_key(self.fn, specs, consts, num_warps) if hasattr(backend, "cache_key") else None
+        disk_key = backend.cache_key(self.fn, specs, consts, num_warps, dict(switches)) \
+            if hasattr(backend, "cache_key") else None
         artifact = backend.lookup(disk_key) if disk_key is not None else None
         text = None
         if artifact is None:
             tile_fn = self.tile_ir(specs, consts)
             text = ir.print_function(tile_fn)
-            options = {"num_warps": num_warps, "cache_key": disk_key}   # the rest travels in the IR
+            # the switches as Options fields; the rest travels in the IR
+            options = {"num_warps": num_warps, "cache_key": disk_key, "verify": verify_switch(), **dict(switches)}
             try:
                 artifact = backend.compile(tile_fn, options)
             except TilejitError as err:
@@ -217,7 +230,7 @@ class Kernel:
             parts.append(part)
             views.append(v)
         consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        key = (num_warps, os.environ.get("TILEJIT_BACKEND"), consts, tuple(parts))
+        key = (num_warps, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), consts, tuple(parts))
         try:
             hash(key)
         except TypeError:

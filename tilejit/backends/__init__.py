@@ -14,7 +14,7 @@ A backend is any object with
 
 and optionally ``available() -> bool`` (e.g. "a CUDA device is present"), ``target`` (a
 string that becomes part of the specialisation key, e.g. ``"sm_90a"``), and an on-disk cache:
-``cache_key(pyfn, specs, constexprs, num_warps) -> str`` with ``lookup(key) -> artifact | None``
+``cache_key(pyfn, specs, constexprs, num_warps, switches) -> str`` with ``lookup(key) -> artifact | None``
 (on a hit the frontend does not run; on a miss ``options["cache_key"]`` is passed to compile).  Artifacts may carry the
 text of later stages as attributes (``simt_ir``, ``llvm_ir``, ``ptx``, ...); ``kernel.inspect``
 reads them.  Modules register their backend on import with ``register(name, backend)``; the
@@ -40,6 +40,11 @@ _registry: dict[str, object] = {}
 _notice_printed = False
 
 
+def switch_options(options: dict) -> dict:
+    """The ``compile_to_simt`` keyword options (``wgmma``, ``verify``) in a backend's ``options``."""
+    return {k: options[k] for k in ("wgmma", "verify") if k in options}
+
+
 def register(name: str, backend) -> None:
     """Make ``backend`` the implementation of ``name`` (called by the module that provides it)."""
     _registry[name] = backend
@@ -54,12 +59,14 @@ def get(name: str):
         for module in PROVIDERS.get(name, ()):
             try:
                 importlib.import_module(module)
-            except ImportError:
+            except ModuleNotFoundError as err:
+                if err.name != module:          # the provider is there but its own import failed:
+                    raise                       # a real error, never hidden behind another backend
                 continue
             if name in _registry:
                 break
     if name not in _registry:
-        raise LaunchError(f"backend '{name}' is not built yet")
+        raise LaunchError(f"backend '{name}' has no provider here (tried: {', '.join(PROVIDERS.get(name, ()))})")
     return _registry[name]
 
 
@@ -74,7 +81,7 @@ def _usable(name: str) -> bool:
 
 def selected() -> str:
     """The backend to launch on: ``$TILEJIT_BACKEND`` when set, else cuda when a device is
-    present, else emulate (or interpret while the emulator is not built), with a one-line notice
+    present, else emulate (interpret if emulate cannot run), with a one-line notice
     on stderr the first time."""
     global _notice_printed
     name = os.environ.get("TILEJIT_BACKEND", "").strip().lower()

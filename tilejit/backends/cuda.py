@@ -10,7 +10,6 @@ import threading
 from dataclasses import dataclass, field
 
 from tilejit import backends, dtypes
-from tilejit.ir import TileOp
 from tilejit.simt import ParamDesc
 
 _CACHE_FILES = ("ptx", "cubin", "llvm_ir", "simt_ir")
@@ -90,24 +89,14 @@ def check_resources(fn, target: str) -> None:
 def stage_simt(state: dict) -> None:
     from tilejit import ir
     from tilejit.passes.pipeline import compile_to_simt
-    fn = compile_to_simt(state["tile_fn"], num_warps=state["num_warps"], target=state["target"])
+    fn = compile_to_simt(state["tile_fn"], num_warps=state["num_warps"], target=state["target"],
+                         **state["switches"])
     check_resources(fn, state["target"])
     state["simt_fn"], state["simt_ir"] = fn, ir.print_function(fn)
 
 
-def occupancy_hint(tile_fn, simt_fn) -> int:
-    """CTAs per SM to ask ptxas to fit (it caps registers to match). Kernels without tensor-core
-    or shared-memory-heavy work are memory-bound and need many bytes in flight: ask for half the
-    SM's 2048 threads. Kernels with DOT keep their registers (they would spill)."""
-    threads = 32 * simt_fn.meta["num_warps"]
-    if threads < 512 or any(o.op is TileOp.DOT for o in tile_fn.walk()):
-        return 0
-    return 1024 // threads
-
-
 def stage_llvm(state: dict) -> None:
     from tilejit import codegen
-    state["simt_fn"].meta.setdefault("min_ctas_per_sm", occupancy_hint(state["tile_fn"], state["simt_fn"]))
     state["llvm_ir"] = codegen.emit_llvm(state["simt_fn"], state["target"])
     state["kernel_name"] = codegen.kernel_name(state["simt_fn"])
 
@@ -129,9 +118,10 @@ def stage_cubin(state: dict) -> None:
 STAGES = {"simt": stage_simt, "llvm": stage_llvm, "ptx": stage_ptx, "cubin": stage_cubin}
 
 
-def build(tile_fn, num_warps: int, target: str, stop_after: str | None = None) -> dict:
-    """Run the stages in order on one tile-IR function; returns every artifact made."""
-    state = {"tile_fn": tile_fn, "num_warps": num_warps, "target": target}
+def build(tile_fn, num_warps: int, target: str, stop_after: str | None = None, **switches) -> dict:
+    """Run the stages in order on one tile-IR function; returns every artifact made.
+    ``switches`` are ``compile_to_simt``'s keyword options (``wgmma``, ``verify``)."""
+    state = {"tile_fn": tile_fn, "num_warps": num_warps, "target": target, "switches": switches}
     for name, stage in STAGES.items():
         stage(state)
         if name == stop_after:
@@ -155,12 +145,12 @@ class CudaBackend:
         target = driver.device_properties(driver.current_device()).target
         return target if target in ("sm_80", "sm_90a") else "sm_80"
 
-    def cache_key(self, pyfn, specs, constexprs: dict, num_warps: int) -> str:
+    def cache_key(self, pyfn, specs, constexprs: dict, num_warps: int, switches: dict | None = None) -> str:
         from tilejit import fingerprint
         from tilejit.runtime import driver
         version = driver.device_properties(driver.current_device()).driver_version if driver.available() else 0
         return fingerprint.cache_key(fingerprint.kernel_fingerprint(pyfn), list(specs), constexprs,
-                                     num_warps, self.target, version)
+                                     num_warps, self.target, version, switches)
 
     def lookup(self, key: str) -> CudaArtifact | None:
         """The artifact in the on-disk cache under ``key`` (None: compile it)."""
@@ -169,7 +159,7 @@ class CudaBackend:
         return CudaArtifact.from_cache(*hit) if hit else None
 
     def compile(self, tile_fn, options: dict) -> CudaArtifact:
-        state = build(tile_fn, options["num_warps"], self.target)
+        state = build(tile_fn, options["num_warps"], self.target, **backends.switch_options(options))
         simt_fn = state["simt_fn"]
         art = CudaArtifact(state["kernel_name"], list(simt_fn.meta["params"]), tuple(simt_fn.meta["writes"]),
                            simt_fn.meta["num_warps"], simt_fn.meta["shared_bytes"], state["ptx"],

@@ -479,8 +479,9 @@ class EmulateBackend:
     target = "emulate"
 
     def compile(self, tile_fn: ir.Function, options: dict) -> EmulatedKernel:
+        from tilejit.backends import switch_options
         from tilejit.passes.pipeline import compile_to_simt
-        return EmulatedKernel(compile_to_simt(tile_fn, num_warps=options.get("num_warps", 4)))
+        return EmulatedKernel(compile_to_simt(tile_fn, num_warps=options.get("num_warps", 4), **switch_options(options)))
 
     def launch(self, artifact: EmulatedKernel, grid, args: list, stream=None) -> None:
         run(artifact.fn, grid, args)
