@@ -27,6 +27,9 @@ rowmajor = lower_shared.rowmajor
 class Lowering:
     def __init__(self, fn: ir.Function, num_warps: int):
         self.fn, self.num_warps = fn, num_warps
+        # the tile op being lowered: every SIMT op emitted for it carries its location (ops of
+        # the kernel as a whole, such as parameter loads, carry the ``def`` line)
+        self.loc = fn.meta.get("loc", ir.UNKNOWN_LOC)
         self.layouts: dict = fn.meta["layouts"]
         self.deferred: set = fn.meta["deferred"]
         self.prologue = ir.Builder(ir.Block())
@@ -49,7 +52,7 @@ class Lowering:
     # --- building ----------------------------------------------------------------------------
     def emit(self, op, operands, rtype=None, attrs=None, regions=None, builder=None) -> ir.Operation:
         b = builder or self.b
-        return b.create(op, operands, [rtype] if rtype is not None else [], attrs, regions)
+        return b.create(op, operands, [rtype] if rtype is not None else [], attrs, regions, loc=self.loc)
 
     def const(self, dtype, values, builder=None) -> ir.Value:
         values = tuple(values)
@@ -259,15 +262,20 @@ class Lowering:
                 continue
             if o.results and any(r in self.deferred for r in o.results) or o in self.replaced:
                 continue                      # materialised at each use / read from a ring
-            handler = getattr(self, f"op_{o.op.name}", None)
-            if handler is not None:
-                handler(o)
-            elif o.op in ELEMENTWISE_OPS:
-                lay = self.layouts.get(o.result) if is_tile(o.result) else None
-                self.values[o.result] = self.ew(o.op, [self.get(x, lay) for x in o.operands],
-                                                o.result.type.dtype)
-            else:
-                raise CompileError(f"'{o.op.name.lower()}' is not supported by the SIMT lowering yet", o.loc)
+            outer, self.loc = self.loc, o.loc if o.loc.line else self.loc
+            self.lower_op(o)
+            self.loc = outer
+
+    def lower_op(self, o: ir.Operation) -> None:
+        handler = getattr(self, f"op_{o.op.name}", None)
+        if handler is not None:
+            handler(o)
+        elif o.op in ELEMENTWISE_OPS:
+            lay = self.layouts.get(o.result) if is_tile(o.result) else None
+            self.values[o.result] = self.ew(o.op, [self.get(x, lay) for x in o.operands],
+                                            o.result.type.dtype)
+        else:
+            raise CompileError(f"'{o.op.name.lower()}' is not supported by the SIMT lowering", o.loc)
 
     def op_CONSTANT(self, o):
         self.values[o.result] = self.const(o.result.type.dtype, [o.attrs.value])
@@ -390,7 +398,7 @@ class Lowering:
         return out
 
     def control(self, o, simt_op, operands, regions) -> None:
-        op = self.b.create(simt_op, operands, [self.reg_type(r) for r in o.results], o.attrs, regions)
+        op = self.b.create(simt_op, operands, [self.reg_type(r) for r in o.results], o.attrs, regions, loc=self.loc)
         for r, sr in zip(o.results, op.results):
             self.values[r] = sr
 
@@ -446,7 +454,7 @@ class Lowering:
         body = ir.Block([], self.prologue.block.ops + self.b.block.ops)
         meta = {"params": self.params, "num_warps": self.num_warps, "name": self.fn.name,
                 "writes": sorted(self.writes), "shared_bytes": 0,
-                "self_synced_ops": self.self_synced}
+                "self_synced_ops": self.self_synced, "loc": self.fn.meta.get("loc", ir.UNKNOWN_LOC)}
         return ir.Function(self.fn.name, body, list(self.fn.arg_names), meta)
 
 

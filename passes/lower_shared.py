@@ -96,5 +96,5 @@ def dot_fallback(lw, o: ir.Operation) -> ir.Value:
     lw.emit(simt.SimtOp.YIELD, [nxt])
     lw.b = outer
     bounds = [lw.const(D.int32, [0]), lw.const(D.int32, [k]), lw.const(D.int32, [1])]
-    loop = lw.b.create(simt.SimtOp.FOR, bounds + [acc], [acc.type], None, [body])
+    loop = lw.b.create(simt.SimtOp.FOR, bounds + [acc], [acc.type], None, [body], loc=lw.loc)
     return loop.result

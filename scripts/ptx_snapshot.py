@@ -52,8 +52,17 @@ def cases():
 
 
 def strip_line_info(ptx: str) -> str:
-    ptx = re.sub(r"^\s*\.(loc|file)\b.*\n", "", ptx, flags=re.M)
-    return re.sub(r"^\s*\.section\s+\.debug.*?^\s*}\n", "", ptx, flags=re.M | re.S)
+    """``ptx`` without ``.loc``/``.file`` directives, debug sections and the labels they use."""
+    out, in_section = [], False
+    for line in ptx.splitlines(keepends=True):
+        text = line.strip()
+        if in_section:
+            in_section = text != "}"
+        elif text.startswith(".section") and ".debug" in text:
+            in_section = "{" in text and "}" not in text
+        elif not (re.match(r"\.(loc|file)\b", text) or re.match(r"\$L__(tmp|func_begin|func_end)\d+:$", text)):
+            out.append(line)
+    return "".join(out)
 
 
 def main(argv: list[str]) -> int:

@@ -47,6 +47,16 @@ class TilejitError(Exception):
         width = min(width, max(1, len(stripped) - col))
         return f"{head}\n    {stripped}\n    {' ' * col}{'^' * width}"
 
+    def at(self, loc: Loc | None, kernel: str | None = None) -> "TilejitError":
+        """Fill in the location (and kernel) when the raiser did not know it: the op that was
+        running when a helper failed."""
+        if (self.loc is None or not self.loc.line) and loc is not None and loc.line:
+            self.loc = loc
+        if self.kernel is None and kernel:
+            self.kernel = kernel
+        self.args = (self._render(),)
+        return self
+
     def with_kernel(self, kernel: str) -> "TilejitError":
         """Fill in the kernel name once it is known (errors raised deep inside helpers)."""
         if self.kernel is None:

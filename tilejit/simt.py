@@ -16,6 +16,7 @@ import enum
 from dataclasses import dataclass
 
 from tilejit.dtypes import DType
+from tilejit.errors import CompileError
 from tilejit.ir import Attrs, Function, TileOp  # noqa: F401  (Function re-exported for users of this module)
 
 
@@ -188,8 +189,9 @@ class AllocAttrs(Attrs):
 
 
 # ------------------------------------------------------------------------------------ verifier
-class SimtVerifyError(Exception):
-    """The SIMT IR breaks an invariant of this module (a compiler bug, never a user error)."""
+class SimtVerifyError(CompileError):
+    """The SIMT IR breaks an invariant of this module (a compiler bug, never a user error); it
+    shows the user's line the op came from."""
 
 
 def _n(v) -> int:
@@ -242,10 +244,12 @@ def verify(fn: Function) -> None:
         for o in b.ops:
             missing = [x for x in o.operands if x not in defined]
             if missing:
-                raise SimtVerifyError(f"{o.op.name} uses a value not defined before it")
+                raise SimtVerifyError(f"internal error, the SIMT IR is invalid: {o.op.name} uses a "
+                                      "value not defined before it", o.loc, fn.name)
             problem = _SPECS.get(o.op, lambda o: None)(o)
             if problem:
-                raise SimtVerifyError(f"{o.op.name}: {problem}")
+                raise SimtVerifyError(f"internal error, the SIMT IR is invalid: {o.op.name}: {problem}",
+                                      o.loc, fn.name)
             for r in o.regions:
                 block(r, defined)
             defined |= set(o.results)

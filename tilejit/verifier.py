@@ -6,18 +6,20 @@ from __future__ import annotations
 import math
 
 from tilejit import dtypes
+from tilejit.errors import CompileError
 from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
                         PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType)
 
 
-class VerifyError(Exception):
-    """The IR breaks an invariant: a bug in whichever stage produced it."""
+class VerifyError(CompileError):
+    """The IR breaks an invariant: a bug in whichever stage produced it.  It names the op and
+    shows the user's line it came from."""
 
 
 def _need(cond: bool, op: Operation, message: str) -> None:
     if not cond:
-        raise VerifyError(f"{op.op.name.lower()} at {op.loc}: {message}")
+        raise VerifyError(f"internal error, the tile IR is invalid: {op.op.name.lower()}: {message}", op.loc)
 
 
 def _tile(v) -> bool:

@@ -114,7 +114,10 @@ class Machine:
         for o in block.ops:
             if o.op is SimtOp.YIELD:
                 return [f[x] for x in o.operands]
-            result = getattr(self, f"op_{o.op.name}")(o, f)
+            try:
+                result = getattr(self, f"op_{o.op.name}")(o, f)
+            except EmulatorError as err:          # name the user's line the failing op came from
+                raise err.at(o.loc, self.fn.name) from None
             if o.results and len(o.results) == 1 and not o.regions:
                 f[o.result] = result
         return None

@@ -30,6 +30,7 @@ uses ``fn.meta["shared_bytes"]`` bytes of *dynamic* shared memory (pass it as
 from __future__ import annotations
 
 import functools
+import os
 import re
 import threading
 
@@ -44,6 +45,7 @@ from tilejit.codegen.elementwise import elementwise
 from tilejit.codegen.memory import (cp_async, load_global, load_shared, pack, shared_pointer,
                                     store_global, store_shared)
 from tilejit.errors import CompileError
+from tilejit.ir import UNKNOWN_LOC
 from tilejit.simt import ParamDesc, RegType, SimtOp
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -98,6 +100,57 @@ def kernel_name(fn: simt.Function) -> str:
     return name if name and not name[0].isdigit() else "k_" + name
 
 
+class LineInfo:
+    """Debug line info (what ``nvcc -lineinfo`` gives): a compile unit that emits only ``.loc``
+    and ``.file`` directives, a subprogram at the kernel's ``def`` line, and a ``DILocation``
+    on every instruction from the location of the SIMT op it implements, so ptxas, ncu and
+    compute-sanitizer name the user's source line.  Code is the same with or without it."""
+
+    def __init__(self, module: ir.Module, func: ir.Function, loc):
+        self.module = module
+        self.files: dict[str, object] = {}
+        self.scopes: dict[str, object] = {}
+        self.locations: dict[tuple, object] = {}
+        path = loc.file if loc.line else "<tilejit>"
+        unit = module.add_debug_info("DICompileUnit", {
+            "language": ir.DIToken("DW_LANG_Python"), "file": self.file(path), "producer": "tilejit",
+            "runtimeVersion": 0, "isOptimized": True, "emissionKind": ir.DIToken("DebugDirectivesOnly")},
+            is_distinct=True)
+        self.subprogram = module.add_debug_info("DISubprogram", {
+            "name": func.name, "file": self.file(path), "line": loc.line, "scopeLine": loc.line,
+            "type": module.add_debug_info("DISubroutineType", {"types": module.add_metadata([])}),
+            "isLocal": False, "isDefinition": True, "unit": unit,
+            "spFlags": ir.DIToken("DISPFlagDefinition | DISPFlagOptimized")}, is_distinct=True)
+        self.scopes[path] = self.subprogram
+        func.set_metadata("dbg", self.subprogram)
+        module.add_named_metadata("llvm.dbg.cu", unit)
+        for flag, value in (("Debug Info Version", 3), ("Dwarf Version", 4)):
+            module.add_named_metadata("llvm.module.flags", module.add_metadata([I32(2), flag, I32(value)]))
+
+    def file(self, path: str):
+        if path not in self.files:
+            directory, name = os.path.split(path)
+            self.files[path] = self.module.add_debug_info("DIFile", {"filename": name, "directory": directory})
+        return self.files[path]
+
+    def scope(self, path: str):
+        """The subprogram, or a lexical block of it in another file (an inlined ``@tj.func``)."""
+        if path not in self.scopes:
+            self.scopes[path] = self.module.add_debug_info("DILexicalBlockFile", {
+                "scope": self.subprogram, "file": self.file(path), "discriminator": 0})
+        return self.scopes[path]
+
+    def location(self, loc):
+        """The ``DILocation`` of a source location (None for an unknown one)."""
+        if loc is None or not loc.line:
+            return None
+        key = (loc.file, loc.line, loc.col)
+        if key not in self.locations:
+            self.locations[key] = self.module.add_debug_info("DILocation", {
+                "line": loc.line, "column": loc.col + 1, "scope": self.scope(loc.file)})
+        return self.locations[key]
+
+
 class KernelEmitter:
     """Translates one SIMT kernel into an llvmlite module, op by op (``op_<NAME>`` handlers)."""
 
@@ -116,6 +169,8 @@ class KernelEmitter:
             func.attributes.add(f'"nvvm.minctasm"="{fn.meta["min_ctas_per_sm"]}"')
         self.ctx = Ctx(self.module, func, TARGETS[target][2], fn.meta.get("name", fn.name))
         self.ctx.division_without_calls = any(o.op is simt.SimtOp.WGMMA for o in fn.walk())
+        self.lines = LineInfo(self.module, func, fn.meta.get("loc") or UNKNOWN_LOC)
+        self.b.debug_metadata = self.lines.location(fn.meta.get("loc"))
         self.values: dict[int, list] = {}
 
     @property
@@ -142,6 +197,7 @@ class KernelEmitter:
             if op.op == SimtOp.YIELD:
                 return [self.get(v) for v in op.operands]
             self.ctx.loc = op.loc
+            self.b.debug_metadata = self.lines.location(op.loc) or self.b.debug_metadata
             handler = getattr(self, f"op_{op.op.name}", None)
             if handler is None:
                 raise CompileError(f"LLVM emission does not support SIMT op {op.op.name}",

@@ -72,7 +72,7 @@ def assemble(ptx: str, arch: str, options: tuple[str, ...] = ()) -> Assembled:
         from cuda.bindings import nvjitlink
     except ImportError as e:          # cuda-python too old, or its nvjitlink module missing
         raise PtxAssemblyError(f"nvJitLink is not available ({e}); install nvidia-nvjitlink") from None
-    opts = [f"-arch={arch}", "-verbose", *options]
+    opts = [f"-arch={arch}", "-verbose", "-lineinfo", *options]     # the PTX's .loc lines into the cubin
     try:
         handle = nvjitlink.create(len(opts), opts)
     except Exception as e:            # DynamicLibNotFoundError when the wheel is missing

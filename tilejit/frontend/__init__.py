@@ -90,6 +90,6 @@ def compile_tile_ir(pyfn, specs, constexprs: dict | None = None, name: str | Non
     except CompileError as e:
         raise e.with_kernel(name) from None
     fn = Function(name, body, arg_names, {"specs": list(specs), "constexprs": resolved,
-                                          "deps": dict(tracer.deps)})
+                                          "deps": dict(tracer.deps), "loc": _def_loc(pyfn)})
     verify(fn)
     return fn
