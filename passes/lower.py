@@ -42,7 +42,7 @@ class Lowering:
         self.param_index: dict[tuple, int] = {}
         self.writes: set[int] = set()
         self.multiples = lower_memory.KnownMultiples(fn)
-        self.staged: dict = {}                # DOT operand in shared -> (base, buffer, n_major)
+        self.staged: dict = {}                # DOT operand in shared memory -> plans.Staged
         self.replaced: set = set()            # ops a cp.async ring stands in for
         self.wgmma_in_flight = 0              # wgmma groups a pipelined loop leaves pending
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself

@@ -22,6 +22,7 @@ from tilejit.passes import mma_layouts as ML
 from tilejit.passes import wgmma
 from tilejit.passes.wgmma import tile_coords
 from tilejit.passes.assign_layouts import is_tile
+from tilejit.passes.plans import SharedTile, Staged
 from tilejit.passes.mma_tiling import DotConfig, a_in_registers, dot_config, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
 from tilejit.simt import RegType, SimtOp
 
@@ -54,29 +55,21 @@ def swizzled_offsets(lw, layout: L.Layout, row_bytes: int, item: int):
     return lw.geo(("swizzled", layout, row_bytes, item), make), offsets
 
 
-def tile_bytes(cfg: DotConfig, operand: str) -> int:
-    """Bytes of the shared tile of ``operand`` ("a", "b" or "b_nk", see ``row_bytes``)."""
-    rows = {"a": cfg.m, "b": cfg.k, "b_nk": cfg.n}[operand]
-    return rows * cfg.row_bytes(operand)
-
-
-def stage_registers(lw, v: ir.Value, cfg: DotConfig, operand: str, stored: str | None = None,
-                    align: int = 128):
-    """Store register tile ``v`` into a new swizzled shared tile: (base, buffer id).  Replica
-    threads (a tile smaller than the CTA) write to a private scratch chunk instead, so each
-    byte has one writer.  ``stored``: the tile's layout when not ``operand``'s ldmatrix one
-    (``wgmma.ATOM_LAYOUTS``); ``align``: 128 (ldmatrix's bank spread) or 1024 (wgmma atoms)."""
+def stage_registers(lw, v: ir.Value, cfg: DotConfig, tile: SharedTile, align: int = 128) -> Staged:
+    """Store register tile ``v`` into a new shared tile laid out as ``tile``.  Replica threads
+    (a tile smaller than the CTA) write to a private scratch chunk instead, so each byte has one
+    writer.  ``align``: 128 (ldmatrix's bank spread) or 1024 (wgmma atoms)."""
     layout, item = lw.layout_of(v), cfg.ab_dtype.itemsize
-    size = tile_bytes(cfg, operand)
+    size = cfg.tile_bytes(tile)
     primary = lw.primary_thread(layout)
     threads = 32 * lw.num_warps
     base, buf = lw.alloc_shared(size + (16 * threads if primary is not None else 0), align=align)
-    if stored in wgmma.ATOM_LAYOUTS:
+    if tile.atoms:
         offsets = wgmma.atom_offsets(lw, layout, item, layout.shape[0])
         t = layout.table()
         table = wgmma.atom_table(t[..., 0], t[..., 1] * item, layout.shape[0])
     else:
-        offsets, table = swizzled_offsets(lw, layout, cfg.row_bytes(operand), item)
+        offsets, table = swizzled_offsets(lw, layout, cfg.row_bytes(tile), item)
     vec = L.vector_width(table, item)
     if primary is not None:
         n, p = layout.n, lw.prologue
@@ -87,7 +80,7 @@ def stage_registers(lw, v: ir.Value, cfg: DotConfig, operand: str, stored: str |
         offsets = lw.ew(TileOp.WHERE, [lw.splat(primary, n, p), offsets, away], I32, p)
     addr = lw.ew(TileOp.ADD, [lw.splat(base, layout.n), offsets], I32)
     lw.emit(SimtOp.STORE_SHARED, [addr, lw.get(v, layout)], None, simt.SharedAttrs(vec, buf))
-    return base, buf
+    return Staged(base, buf, tile)
 
 
 def stage_invariant_operands(lw, o: ir.Operation) -> list[ir.Value]:
@@ -103,11 +96,12 @@ def stage_invariant_operands(lw, o: ir.Operation) -> list[ir.Value]:
         if cfg is None or lw.layouts.get(dot.result) != cfg.acc_layout:
             continue
         on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
-        for operand, v in zip("ab", dot.operands[:2]):
+        for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
             if v in inside or v in lw.staged or v in lw.deferred or not is_tile(v):
                 continue
-            stored = wgmma.ring_layout(operand, cfg) if on_wgmma and operand == "a" else operand
-            lw.staged[v] = stage_registers(lw, v, cfg, operand, stored, 1024 if on_wgmma else 128) + (stored,)
+            if on_wgmma and tile is SharedTile.A:
+                tile = wgmma.ring_layout(tile, cfg)
+            lw.staged[v] = stage_registers(lw, v, cfg, tile, 1024 if on_wgmma else 128)
             hoisted.append(v)
     return hoisted
 
@@ -155,7 +149,7 @@ def _ldmatrix(lw, addr, index: int, num: int, trans: bool, buf: int):
 def a_fragments(lw, cfg: DotConfig, base, buf: int, kk: int) -> list[ir.Value]:
     """A fragments of k step ``kk``, per m tile: 4 packed registers each (one ldmatrix.x4)."""
     layout = ldmatrix_a_layout(cfg)
-    addr = _addresses(lw, base, layout, cfg.row_bytes("a"), cfg.ab_dtype.itemsize)
+    addr = _addresses(lw, base, layout, cfg.row_bytes(SharedTile.A), cfg.ab_dtype.itemsize)
     return [_ldmatrix(lw, addr, kk * cfg.m_reps + mi, 4, False, buf) for mi in range(cfg.m_reps)]
 
 
@@ -166,7 +160,7 @@ def b_fragments(lw, cfg: DotConfig, base, buf: int, kk: int, n_major: bool = Fal
     item = cfg.ab_dtype.itemsize
     if cfg.ldmatrix_b or n_major:
         layout = ldmatrix_b_nk_layout(cfg) if n_major else ldmatrix_b_layout(cfg)
-        addr = _addresses(lw, base, layout, cfg.row_bytes("b_nk" if n_major else "b"), item)
+        addr = _addresses(lw, base, layout, cfg.row_bytes(SharedTile.B_NK if n_major else SharedTile.B), item)
         pairs = -(-cfg.n_reps // 2)
         out = []
         for p in range(pairs):
@@ -178,7 +172,7 @@ def b_fragments(lw, cfg: DotConfig, base, buf: int, kk: int, n_major: bool = Fal
     size = ML.fragment_size(cfg.kind, "b")
     step = slice(kk * cfg.n_reps * size, (kk + 1) * cfg.n_reps * size)   # this k step's registers
     layout = L.Layout(layout.kind, layout.shape, layout.num_warps, layout.regs[step], layout.terms)
-    offsets, table = swizzled_offsets(lw, layout, cfg.row_bytes("b"), item)
+    offsets, table = swizzled_offsets(lw, layout, cfg.row_bytes(SharedTile.B), item)
     addr = lw.ew(TileOp.ADD, [lw.splat(base, layout.n), offsets], I32)
     values = lw.emit(SimtOp.LOAD_SHARED, [addr], RegType(cfg.ab_dtype, layout.n),
                      simt.SharedAttrs(L.vector_width(table, item), buf)).result
@@ -205,35 +199,33 @@ def register_a_fragments(lw, a_v: ir.Value, cfg: DotConfig) -> list[list[ir.Valu
     return out
 
 
-def operand_source(lw, v: ir.Value, cfg: DotConfig, operand: str, staged: dict) -> tuple:
-    """(base, buffer id, stored layout: "a", "b", "b_nk" or "b_atoms") of operand ``v``'s
-    swizzled shared tile: a pipelined load's ring slot or a tile staged before the loop (in
-    ``staged``), else staged here."""
-    if v in staged and staged[v][2] not in wgmma.ATOM_LAYOUTS:   # (ldmatrix cannot read atoms)
+def operand_source(lw, v: ir.Value, cfg: DotConfig, tile: SharedTile, staged: dict) -> Staged:
+    """Operand ``v``'s swizzled shared tile for ldmatrix: a pipelined load's ring slot or a tile
+    staged before the loop (in ``staged``), else staged here as ``tile``."""
+    if v in staged and not staged[v].tile.atoms:          # (ldmatrix cannot read atoms)
         return staged[v]
-    return stage_registers(lw, v, cfg, operand) + (operand,)
+    return stage_registers(lw, v, cfg, tile)
 
 
 def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     """The DOT ``o`` on tensor cores; ``staged`` maps an operand Value already in a swizzled
-    shared tile to its (base address, buffer id, stored layout)."""
+    shared tile to its ``Staged`` tile."""
     a_v, b_v, acc_v = o.operands
     if o.attrs and o.attrs.wgmma:
-        a_src = staged.get(a_v) if staged.get(a_v, (0, 0, ""))[2] in wgmma.A_LAYOUTS \
-            else register_a_fragments(lw, a_v, cfg)
-        b_src = staged.get(b_v) if staged.get(b_v, (0, 0, ""))[2] in wgmma.B_LAYOUTS else None
+        a_src = staged[a_v] if a_v in staged and staged[a_v].tile.wgmma_a else register_a_fragments(lw, a_v, cfg)
+        b_src = staged[b_v] if b_v in staged and staged[b_v].tile.wgmma_b else None
         if a_src and b_src:
             return wgmma.lower_wgmma(lw, o, cfg, a_src, b_src)
     a_regs = None if a_v in staged else register_a_fragments(lw, a_v, cfg)
-    a_src = None if a_regs else operand_source(lw, a_v, cfg, "a", staged)
-    b_src = operand_source(lw, b_v, cfg, "b", staged)
+    a_src = None if a_regs else operand_source(lw, a_v, cfg, SharedTile.A, staged)
+    b_src = operand_source(lw, b_v, cfg, SharedTile.B, staged)
     acc = lw.get(acc_v, cfg.acc_layout)
     pieces = [[lw.gather(acc, range((mi * cfg.n_reps + ni) * 4, (mi * cfg.n_reps + ni) * 4 + 4))
                for ni in range(cfg.n_reps)] for mi in range(cfg.m_reps)]
     attrs = simt.MmaAttrs(cfg.kind.ab_type)
     for kk in range(cfg.k_steps):            # fragments of one k step live at a time
-        a_frags = a_regs[kk] if a_regs else a_fragments(lw, cfg, *a_src[:2], kk)
-        b_frags = b_fragments(lw, cfg, b_src[0], b_src[1], kk, n_major=b_src[2] == "b_nk")
+        a_frags = a_regs[kk] if a_regs else a_fragments(lw, cfg, a_src.base, a_src.buffer, kk)
+        b_frags = b_fragments(lw, cfg, b_src.base, b_src.buffer, kk, n_major=b_src.tile is SharedTile.B_NK)
         for mi in range(cfg.m_reps):
             for ni in range(cfg.n_reps):
                 pieces[mi][ni] = lw.emit(SimtOp.MMA, [a_frags[mi], b_frags[ni], pieces[mi][ni]],

@@ -15,6 +15,7 @@ from tilejit import dtypes as D
 from tilejit import ir
 from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
+from tilejit.passes.plans import SharedTile
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,15 @@ class DotConfig:
         types read their B fragments element by element."""
         return self.kind.bits == 16
 
-    def row_bytes(self, operand: str) -> int:
-        """Bytes per row of the swizzled shared tile of A (M x K), B (K x N) or B stored
-        n-major ("b_nk": B^T, N x K)."""
-        return (self.k if operand in ("a", "b_nk") else self.n) * self.ab_dtype.itemsize
+    def row_bytes(self, tile: SharedTile) -> int:
+        """Bytes per row of the ldmatrix form of shared tile ``tile``: A (M x K), B (K x N) or
+        B stored N x K (B_NK)."""
+        return (self.k if tile.k_major else self.n) * self.ab_dtype.itemsize
+
+    def tile_bytes(self, tile: SharedTile) -> int:
+        """Bytes of the shared tile ``tile`` (its atom form holds as many)."""
+        rows = {SharedTile.A: self.m, SharedTile.B: self.k, SharedTile.B_NK: self.n}[tile.ldmatrix]
+        return rows * self.row_bytes(tile)
 
 
 def _pow2(x: int) -> bool:

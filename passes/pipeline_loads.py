@@ -17,14 +17,17 @@ is 0, and its offsets are computed from the induction variable and loop-invarian
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_memory, wgmma
 from tilejit.passes.assign_layouts import array_spec, is_tile, memory_layout
-from tilejit.passes.lower_dot import swizzled_offsets, tile_bytes
+from tilejit.passes.lower_dot import swizzled_offsets
 from tilejit.passes.mma_tiling import dot_config
+from tilejit.passes.plans import RingPlan, SharedTile, Staged
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -74,9 +77,8 @@ def _load_chain(v: ir.Value, uses: dict, body: ir.Block):
     return load, chain, n_major
 
 
-def plan(lw, o: ir.Operation) -> list[tuple]:
-    """[(load op, operand "a"/"b"/"b_nk"/"b_atoms", DotConfig, offset slice, DOT operand, chain
-    ops, for wgmma)] of the loads of FOR ``o`` to pipeline."""
+def plan(lw, o: ir.Operation) -> list[RingPlan]:
+    """The rings of the loads of FOR ``o`` to pipeline."""
     if o.attrs is None or o.attrs.stages < 2:
         return []
     step = o.operands[2].owner
@@ -93,15 +95,16 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
         if cfg is None or lw.layouts.get(dot.result) != cfg.acc_layout:
             continue
         mine = []
-        for operand, v in zip("ab", dot.operands[:2]):
+        on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
+        for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
             found = _load_chain(v, uses, body) if uses.get(v) == [dot] else None
-            if found is None or (found[2] and operand == "a"):
+            if found is None or (found[2] and tile is SharedTile.A):
                 continue
             load, chain, n_major = found
             if n_major:
-                operand = "b_nk"
-            if dot.attrs and dot.attrs.wgmma:   # the tile layouts wgmma reads (passes.wgmma)
-                operand = wgmma.ring_layout(operand, cfg)
+                tile = SharedTile.B_NK
+            if on_wgmma:                        # the tile layouts wgmma reads (passes.wgmma)
+                tile = wgmma.ring_layout(tile, cfg)
             spec = array_spec(lw.fn, load.operands[0])
             item = spec.dtype.itemsize
             if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
@@ -110,11 +113,11 @@ def plan(lw, o: ir.Operation) -> list[tuple]:
                 continue
             offsets = _offset_slice(body, load)
             if offsets is not None:
-                mine.append((load, operand, cfg, offsets, v, chain, bool(dot.attrs and dot.attrs.wgmma)))
-        if dot.attrs and dot.attrs.wgmma and not wgmma.sources_ready(lw, dot, cfg, {x[4] for x in mine}):
+                mine.append(RingPlan(load, tile, dot, v, tuple(chain), tuple(offsets), on_wgmma))
+        if on_wgmma and not wgmma.sources_ready(lw, dot, cfg, {r.operand for r in mine}):
             # wgmma needs each operand in shared (a ring, or staged before the loop) or A in
             # registers; otherwise the DOT runs on mma.sync and its rings keep ldmatrix layouts
-            mine = [(*x[:1], wgmma.MMA_SYNC_LAYOUT.get(x[1], x[1]), *x[2:6], False) for x in mine]
+            mine = [dataclasses.replace(r, tile=r.tile.ldmatrix, wgmma=False) for r in mine]
         out += mine
     return out
 
@@ -125,8 +128,8 @@ def rows_aligned(lw, loads) -> ir.Value:
     an (n, 1) array may have a row stride of one element; such launches take the synchronous
     loop, which the lowering emits next to the pipelined one."""
     ok = None
-    for load, *_ in loads:
-        array = load.operands[0]
+    for ring in loads:
+        array = ring.load.operands[0]
         arg = lower_memory._arg_index(lw, array)
         stride = lw.param("stride", arg, 0)
         item = lw.const(stride.type.dtype, [array.type.dtype.itemsize])
@@ -138,16 +141,16 @@ def rows_aligned(lw, loads) -> ir.Value:
 
 
 class Ring:
-    """The S-slot shared ring of one pipelined load."""
+    """The S-slot shared ring of one pipelined load (``plan`` is its ``RingPlan``)."""
 
-    def __init__(self, lw, load: ir.Operation, operand: str, cfg, offsets, value: ir.Value, chain,
-                 for_wgmma: bool, stages: int):
-        self.load, self.operand, self.cfg, self.offsets = load, operand, cfg, offsets
-        self.value, self.chain = value, chain       # the DOT operand; the reshapes/trans before it
-        self.slot_bytes = tile_bytes(cfg, wgmma.MMA_SYNC_LAYOUT.get(operand, operand))
+    def __init__(self, lw, plan: RingPlan, stages: int):
+        self.plan = plan
+        self.load, self.tile, self.offsets = plan.load, plan.tile, plan.offsets
+        self.cfg = dot_config(plan.dot, lw.num_warps)
+        self.value, self.wgmma = plan.operand, plan.wgmma
+        self.slot_bytes = self.cfg.tile_bytes(self.tile)
         # 128: ldmatrix's swizzle spreads rows over the banks of a line (lower_dot); 1024: a
         # wgmma swizzle atom starts on a 1024-byte boundary (passes.wgmma)
-        self.wgmma = for_wgmma
         self.base, self.buf = lw.alloc_shared(stages * self.slot_bytes, align=1024 if self.wgmma else 128)
 
     def issue(self, lw, iv: ir.Value, iv_value, slot, valid) -> None:
@@ -166,10 +169,10 @@ class Ring:
         ok = lw.splat(valid, chunks.n)
         src = lw.ew(TileOp.WHERE, [ok, src, lw.const(I32, [0] * chunks.n)], I32)
         stored = L.unit_dims_changed(chunks, tuple(d for d in copy.shape if d != 1))   # as in the slot
-        if self.operand in wgmma.ATOM_LAYOUTS:
+        if self.tile.atoms:
             rel = wgmma.atom_offsets(lw, stored, item, stored.shape[0])
         else:
-            rel, _ = swizzled_offsets(lw, stored, self.cfg.row_bytes(self.operand), item)
+            rel, _ = swizzled_offsets(lw, stored, self.cfg.row_bytes(self.tile), item)
         addr = lw.ew(TileOp.ADD, [lw.splat(self.slot_base(lw, slot), chunks.n), rel], I32)
         lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, simt.SharedAttrs(1, self.buf))
         lw.values[iv] = saved
@@ -202,7 +205,7 @@ def _sync(lw, wait: int, async_proxy: bool = False) -> None:
     lw.emit(SimtOp.BARRIER, [])
 
 
-def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
+def lower_pipelined_for(lw, o: ir.Operation, loads: list[RingPlan]) -> None:
     """Lower FOR ``o`` with ``loads`` (from ``plan``) issued through cp.async rings."""
     stages = o.attrs.stages
     region = o.regions[0]
@@ -210,7 +213,7 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
     lb, ub, step = (lw.get(x) for x in o.operands[:3])
     iv_dt = iv.type.dtype
     step_value = o.operands[2].owner.attrs.value
-    rings = [Ring(lw, *load, stages) for load in loads]
+    rings = [Ring(lw, load, stages) for load in loads]
     async_proxy = any(ring.wgmma for ring in rings)
     # wgmma keeps one group in flight across iterations when the ring has a slot to spare:
     # copies then run stages-2 iterations ahead, so the slot they overwrite was read two
@@ -247,7 +250,7 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
             ring.issue(lw, iv, iv_ahead, write, valid)
         lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         for ring in rings:
-            lw.staged[ring.value] = (ring.slot_base(lw, read), ring.buf, ring.operand)
+            lw.staged[ring.value] = Staged(ring.slot_base(lw, read), ring.buf, ring.tile)
 
     args = region.args[1:]
     inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
@@ -271,7 +274,7 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[tuple]) -> None:
     _sync(lw, 0)                              # drained; the ring's bytes may be reused
 
 
-def replaced_ops(loads: list[tuple]) -> set:
+def replaced_ops(loads: list[RingPlan]) -> set:
     """The ops a ring stands in for (each load and the reshapes/trans between it and its DOT):
     lowering emits nothing for them inside the pipelined loop."""
-    return {op for load, _, _, _, _, chain, _ in loads for op in [load, *chain]}
+    return {op for r in loads for op in (r.load, *r.chain)}

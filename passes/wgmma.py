@@ -41,6 +41,7 @@ from tilejit.ir import DotAttrs, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes.assign_layouts import array_spec, source_dot
 from tilejit.passes.mma_tiling import a_in_registers
+from tilejit.passes.plans import SharedTile, Staged
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -48,28 +49,21 @@ ATOM_BYTES = 128                # an N-major B atom row: 64 fp16/bf16 columns
 A_ROW_BYTES = (32, 64, 128)     # K-major swizzle spans wgmma supports
 
 
-# shared tile layouts (the ``staged`` / ring labels): wgmma's, and the mma.sync ones that hold
-# the same tile for ldmatrix.  "a" / "b_nk" rows of at most 128 bytes are both at once.
-ATOM_LAYOUTS = ("a_atoms", "b_nk_atoms", "b_atoms")
-A_LAYOUTS = ("a", "a_atoms")                    # the A tiles wgmma reads
-B_LAYOUTS = ("b_atoms", "b_nk", "b_nk_atoms")   # the B tiles wgmma reads
-MMA_SYNC_LAYOUT = {"a_atoms": "a", "b_nk_atoms": "b_nk", "b_atoms": "b"}
-
-
-def ring_layout(operand: str, cfg) -> str:
-    """The layout a wgmma DOT's operand tile takes in shared memory ("a", "b", "b_nk" as
-    ``lower_dot`` names them)."""
-    if operand == "b":
-        return "b_atoms"
-    wide = cfg.k * cfg.ab_dtype.itemsize > ATOM_BYTES
-    return operand + "_atoms" if wide else operand
+def ring_layout(tile: SharedTile, cfg) -> SharedTile:
+    """The layout a wgmma DOT's operand tile takes in shared memory, for the ldmatrix layout
+    ``tile`` the mma.sync path would give it."""
+    if tile is SharedTile.B:
+        return SharedTile.B_ATOMS
+    if cfg.k * cfg.ab_dtype.itemsize <= ATOM_BYTES:
+        return tile
+    return {SharedTile.A: SharedTile.A_ATOMS, SharedTile.B_NK: SharedTile.B_NK_ATOMS}[tile]
 
 
 def sources_ready(lw, dot: ir.Operation, cfg, ringed: set) -> bool:
     """Every operand of wgmma DOT ``dot`` is in a ring (``ringed``), staged before the loop in
     a wgmma layout, or (A) already in registers as mma A fragments."""
     a_v, b_v = dot.operands[:2]
-    a_ok = a_v in ringed or (a_v in lw.staged and lw.staged[a_v][2] in A_LAYOUTS) \
+    a_ok = a_v in ringed or (a_v in lw.staged and lw.staged[a_v].tile.wgmma_a) \
         or a_in_registers(lw, a_v, cfg)
     return a_ok and b_v in ringed
 
@@ -181,23 +175,23 @@ def atom_table(rows, cols_bytes, k_rows: int):
         (((inner >> 4) ^ (rows & 7)) << 4) + (inner & 15)
 
 
-def lower_wgmma(lw, o: ir.Operation, cfg, a_src, b_src: tuple) -> ir.Value:
-    """The DOT ``o`` as wgmma over its k steps.  ``a_src`` is (base, buffer, layout) of A's
-    K-major shared tile ("a" or "a_atoms") or ``[kk][0]`` register fragments; ``b_src`` is
-    (base, buffer, layout) of B: "b_atoms" (N-major) or "b_nk" / "b_nk_atoms" (K-major)."""
+def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -> ir.Value:
+    """The DOT ``o`` as wgmma over its k steps.  ``a_src`` is A's K-major shared tile (A or
+    A_ATOMS) or ``[kk][0]`` register fragments; ``b_src`` is B's tile: B_ATOMS (N-major) or
+    B_NK / B_NK_ATOMS (K-major)."""
     item = cfg.ab_dtype.itemsize
     kind = {"bfloat16": "bf16", "float16": "f16"}[cfg.ab_dtype.name]
     acc = lw.get(o.operands[2], cfg.acc_layout)
     k_row = cfg.k * item
     a_regs = isinstance(a_src, list)
-    n_major = b_src[2] == "b_atoms"
+    n_major = b_src.tile is SharedTile.B_ATOMS
     b_span = ATOM_BYTES if n_major else kmajor_span(k_row)
     attrs = simt.WgmmaAttrs(kind, cfg.n, kmajor_span(k_row), n_major, b_span,
                             cfg.k * ATOM_BYTES if n_major else 0,
-                            (None if a_regs else a_src[1], b_src[1]), a_regs)
+                            (None if a_regs else a_src.buffer, b_src.buffer), a_regs)
     if not a_regs:                 # warpgroup g reads rows 64g.. (each row one span apart)
         group = lw.ew(TileOp.SHR, [lw.thread_id("warp"), lw.const(I32, [2])], I32)
-        a_base = lw.ew(TileOp.ADD, [a_src[0], lw.ew(TileOp.MUL, [group, lw.const(I32, [64 * kmajor_span(k_row)])],
+        a_base = lw.ew(TileOp.ADD, [a_src.base, lw.ew(TileOp.MUL, [group, lw.const(I32, [64 * kmajor_span(k_row)])],
                                                     I32)], I32)
     lw.emit(SimtOp.WGMMA_FENCE, [])
     for kk in range(cfg.k // 16):
@@ -206,7 +200,7 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src, b_src: tuple) -> ir.Value:
         else:
             a = lw.ew(TileOp.ADD, [a_base, lw.const(I32, [kmajor_step(kk, cfg.m, k_row, item)])], I32)
         step = kk * 16 * ATOM_BYTES if n_major else kmajor_step(kk, cfg.n, k_row, item)
-        b = lw.ew(TileOp.ADD, [b_src[0], lw.const(I32, [step])], I32)
+        b = lw.ew(TileOp.ADD, [b_src.base, lw.const(I32, [step])], I32)
         acc = lw.emit(SimtOp.WGMMA, [acc, a, b], RegType(D.float32, cfg.n // 2), attrs).result
     lw.emit(SimtOp.WGMMA_COMMIT, [])
     lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(lw.wgmma_in_flight))

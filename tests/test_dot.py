@@ -120,7 +120,8 @@ def test_ldmatrix_address_layouts_match_the_ptx_row_maps(dtype):
 
 def test_swizzled_ldmatrix_reads_are_conflict_free():
     cfg = DotConfig(ML.MMA_KINDS["bf16"], 128, 128, 32, (2, 4), D.bfloat16, D.float32)
-    for layout, operand in ((ldmatrix_a_layout(cfg), "a"), (ldmatrix_b_layout(cfg), "b")):
+    from tilejit.passes.plans import SharedTile
+    for layout, operand in ((ldmatrix_a_layout(cfg), SharedTile.A), (ldmatrix_b_layout(cfg), SharedTile.B)):
         t = layout.table()
         offs = ML.swizzled_offset(t[..., 0], t[..., 1] * 2, cfg.row_bytes(operand))
         for warp in range(8):

@@ -1,0 +1,114 @@
+"""Typed plans: the decisions an analysis makes once, recorded as immutable values that later
+passes read instead of deciding again.
+
+    SharedTile    how a tensor-core operand tile is laid out in shared memory
+    Staged        an operand tile already in shared memory (a ring slot, or staged before a loop)
+    RingPlan      one load of a pipelined loop, copied ahead into a ring of shared slots
+    LoopPlan      how one FOR loop is software-pipelined (``passes.plan_loops`` decides it)
+
+Plans are keyed by the op they concern in typed tables (``LoopPlans``), never by position in a
+tuple nor by a string label.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from tilejit import ir
+
+
+class SharedTile(enum.Enum):
+    """The layout of a DOT operand tile in shared memory.  The ldmatrix forms swizzle 16-byte
+    chunks of each row over the banks (``mma_layouts.swizzled_offset``); the atom forms are
+    wgmma's 128-byte SW128 atoms (``wgmma.atom_offsets``).  A row-major A and a K-major B of
+    at most 128-byte rows are both at once, so wgmma reads them as they are."""
+    A = "a"                        # A (M x K) row-major, ldmatrix
+    B = "b"                        # B (K x N) row-major, ldmatrix.trans (16-bit) or element loads
+    B_NK = "b_nk"                  # B stored N x K (a ``tj.trans(k)`` operand), plain ldmatrix
+    A_ATOMS = "a_atoms"            # A in K-major atoms (rows wider than 128 bytes), wgmma only
+    B_ATOMS = "b_atoms"            # B N-major in 64-column atoms, wgmma only
+    B_NK_ATOMS = "b_nk_atoms"      # B stored N x K in atoms (rows wider than 128 bytes), wgmma only
+
+    @property
+    def atoms(self) -> bool:
+        """Only wgmma can read it (ldmatrix cannot)."""
+        return self in (SharedTile.A_ATOMS, SharedTile.B_ATOMS, SharedTile.B_NK_ATOMS)
+
+    @property
+    def ldmatrix(self) -> "SharedTile":
+        """The ldmatrix form of the same tile (itself for the ldmatrix forms)."""
+        return _LDMATRIX.get(self, self)
+
+    @property
+    def k_major(self) -> bool:
+        """Rows run along K: A, and a B stored N x K."""
+        return self.ldmatrix in (SharedTile.A, SharedTile.B_NK)
+
+    @property
+    def wgmma_a(self) -> bool:
+        """wgmma can read it as its A operand."""
+        return self in (SharedTile.A, SharedTile.A_ATOMS)
+
+    @property
+    def wgmma_b(self) -> bool:
+        """wgmma can read it as its B operand."""
+        return self in (SharedTile.B_ATOMS, SharedTile.B_NK, SharedTile.B_NK_ATOMS)
+
+
+_LDMATRIX = {SharedTile.A_ATOMS: SharedTile.A, SharedTile.B_ATOMS: SharedTile.B,
+             SharedTile.B_NK_ATOMS: SharedTile.B_NK}
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A DOT operand in shared memory: its tile's base address (an i32 SIMT value), the
+    SHARED_ALLOC buffer id and the tile's layout."""
+    base: ir.Value
+    buffer: int
+    tile: SharedTile
+
+
+@dataclass(frozen=True)
+class RingPlan:
+    """One load of a pipelined loop: copied ``LoopPlan.ahead`` iterations ahead into a ring of
+    ``stages`` slots laid out as ``tile``, and read from there by ``dot``."""
+    load: ir.Operation
+    tile: SharedTile
+    dot: ir.Operation
+    operand: ir.Value                      # the DOT operand the ring stands in for
+    chain: tuple[ir.Operation, ...]        # the reshapes / transpose between the load and it
+    offsets: tuple[ir.Operation, ...]      # the body ops computing the load's offsets
+    wgmma: bool                            # read by wgmma (atoms, 1024-byte aligned slots)
+
+
+class CopyEngine(enum.Enum):
+    CP_ASYNC = "cp.async"                  # 16-byte copies issued by every thread
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """How a FOR loop is software-pipelined: its rings, how many iterations ahead they are
+    filled, and how many wgmma groups stay in flight across an iteration."""
+    stages: int
+    rings: tuple[RingPlan, ...]
+    wgmma_in_flight: int
+    engine: CopyEngine = CopyEngine.CP_ASYNC
+
+    @property
+    def ahead(self) -> int:
+        """Iterations the copies run ahead of the DOTs that read them."""
+        return self.stages - 1 - self.wgmma_in_flight
+
+    @property
+    def replaced(self) -> frozenset:
+        """The ops the rings stand in for (each load and its chain): nothing is emitted for
+        them inside the pipelined loop."""
+        return frozenset(op for r in self.rings for op in (r.load, *r.chain))
+
+    def describe(self, names) -> str:
+        """One line per ring, for the IR dump (``names``: value -> printed name)."""
+        head = f"stages={self.stages} ahead={self.ahead} wgmma_in_flight={self.wgmma_in_flight} " \
+               f"engine={self.engine.value}"
+        rings = [f"  ring {names(r.load.result)} -> {r.tile.value}{' (wgmma)' if r.wgmma else ''} "
+                 f"for dot {names(r.dot.result)}" for r in self.rings]
+        return "\n".join([head] + rings)
