@@ -43,8 +43,8 @@ class Lowering:
         self.writes: set[int] = set()
         self.multiples = lower_memory.KnownMultiples(fn)
         self.staged: dict = {}                # DOT operand in shared memory -> plans.Staged
-        self.replaced: set = set()            # ops a cp.async ring stands in for
-        self.wgmma_in_flight = 0              # wgmma groups a pipelined loop leaves pending
+        self.loop_plans = fn.meta["loop_plans"]   # FOR op -> plans.LoopPlan (passes.plan_loops)
+        self.pipelining: list = []            # the LoopPlans whose pipelined bodies are being lowered
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
         self.grouped_ids = any(o.op is TileOp.DOT and dot_config(o, num_warps) for o in fn.walk())
         self.describe_params()
@@ -260,7 +260,8 @@ class Lowering:
         for o in block.ops:
             if o.op is TileOp.YIELD:
                 continue
-            if o.results and any(r in self.deferred for r in o.results) or o in self.replaced:
+            if o.results and any(r in self.deferred for r in o.results) or \
+                    any(o in plan.replaced for plan in self.pipelining):
                 continue                      # materialised at each use / read from a ring
             outer, self.loc = self.loc, o.loc if o.loc.line else self.loc
             self.lower_op(o)
@@ -403,16 +404,22 @@ class Lowering:
             self.values[r] = sr
 
     def op_FOR(self, o):
-        hoisted = lower_dot.stage_invariant_operands(self, o)
-        loads = pipeline_loads.plan(self, o)
-        if loads:
-            self.two_ways(o, pipeline_loads.rows_aligned(self, loads),
-                          lambda: pipeline_loads.lower_pipelined_for(self, o, loads),
+        plan = self.loop_plans[o]
+        for s in plan.staged_before:
+            self.staged[s.value] = lower_dot.stage_registers(self, s.value, dot_config(s.dot, self.num_warps),
+                                                             s.tile, s.align)
+        if plan.pipelined:
+            self.two_ways(o, pipeline_loads.rows_aligned(self, plan.rings),
+                          lambda: pipeline_loads.lower_pipelined_for(self, o, plan),
                           lambda: self.plain_for(o))
         else:
             self.plain_for(o)
-        for v in hoisted:
-            del self.staged[v]
+        for s in plan.staged_before:
+            del self.staged[s.value]
+
+    def in_flight_after(self, dot: ir.Operation) -> int:
+        """wgmma groups DOT ``dot`` leaves pending: its loop's plan, in the pipelined body."""
+        return max((plan.in_flight_after(dot) for plan in self.pipelining), default=0)
 
     def two_ways(self, o, cond, then_fn, else_fn) -> None:
         """``o`` lowered twice, by ``then_fn`` and ``else_fn``, under a runtime IF(cond)."""

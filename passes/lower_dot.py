@@ -83,29 +83,6 @@ def stage_registers(lw, v: ir.Value, cfg: DotConfig, tile: SharedTile, align: in
     return Staged(base, buf, tile)
 
 
-def stage_invariant_operands(lw, o: ir.Operation) -> list[ir.Value]:
-    """Put the tensor-core operands that DOTs in loop ``o`` read but the loop does not compute
-    (attention's ``q``) into their shared tiles once, before the loop, instead of on every
-    iteration (in the wgmma layout, 1024-byte aligned, for a wgmma DOT).  Returns the values
-    staged; the caller drops them from ``lw.staged`` after the loop."""
-    body = o.regions[0]
-    inside = {r for op in body.walk() for r in op.results} | set(body.args)
-    hoisted = []
-    for dot in body.ops:
-        cfg = dot_config(dot, lw.num_warps) if dot.op is TileOp.DOT else None
-        if cfg is None or lw.layouts.get(dot.result) != cfg.acc_layout:
-            continue
-        on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
-        for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
-            if v in inside or v in lw.staged or v in lw.deferred or not is_tile(v):
-                continue
-            if on_wgmma and tile is SharedTile.A:
-                tile = wgmma.ring_layout(tile, cfg)
-            lw.staged[v] = stage_registers(lw, v, cfg, tile, 1024 if on_wgmma else 128)
-            hoisted.append(v)
-    return hoisted
-
-
 def xor_add_form(offsets) -> tuple[list[int], list[int]] | None:
     """Constants ``(x, a)`` with ``offsets[:, i] == (offsets[:, 0] ^ x[i]) + a[i]`` in every
     thread, or None.  Register ``i`` of an ldmatrix address layout moves by whole 16-byte chunks

@@ -62,13 +62,13 @@ _MULTIPLE_RULES = {
 }
 
 
-def _arg_index(lw, array: ir.Value) -> int:
+def arg_index(lw, array: ir.Value) -> int:
     return next(i for i, a in enumerate(lw.fn.args) if a is array)
 
 
-def _element_offsets(lw, array, offsets, layout: L.Layout):
+def element_offsets(lw, array, offsets, layout: L.Layout):
     """(ptr, offsets, mask, vec) of a ``layout`` tile at ``offsets`` of ``array``."""
-    spec, arg = array_spec(lw.fn, array), _arg_index(lw, array)
+    spec, arg = array_spec(lw.fn, array), arg_index(lw, array)
     rank, n = array.type.rank, layout.n
     wide = spec.large or any(o.type.dtype.bits == 64 for o in offsets)
     idx_dt = D.int64 if wide else D.int32
@@ -106,7 +106,7 @@ def _in_range(lw, idx, dim, idx_dt):
 def load(lw, o: ir.Operation) -> ir.Value:
     array, offsets = o.operands[0], o.operands[1:]
     layout = lw.layouts[o.result]
-    ptr, offs, mask, vec = _element_offsets(lw, array, offsets, layout)
+    ptr, offs, mask, vec = element_offsets(lw, array, offsets, layout)
     dt = o.result.type.dtype
     return lw.emit(simt.SimtOp.LOAD_GLOBAL, [ptr, offs, mask], simt.RegType(dt, layout.n),
                    simt.GlobalAttrs(vec=vec, other=o.attrs.other if o.attrs else 0)).result
@@ -146,9 +146,9 @@ def store(lw, o: ir.Operation) -> None:
         raise CompileError("storing a scalar is not supported by the SIMT lowering yet", o.loc)
     layout = store_layout(lw, tile, spec)
     value = lw.get(tile, layout)
-    ptr, offs, mask, vec = _element_offsets(lw, array, offsets, layout)
+    ptr, offs, mask, vec = element_offsets(lw, array, offsets, layout)
     primary = lw.primary_thread(layout)
     if primary is not None:                   # replicas hold the same values: one writes
         mask = lw.ew(TileOp.AND, [mask, lw.splat(primary, layout.n)], D.bool_)
-    lw.writes.add(_arg_index(lw, array))
+    lw.writes.add(arg_index(lw, array))
     lw.emit(simt.SimtOp.STORE_GLOBAL, [ptr, offs, value, mask], None, simt.GlobalAttrs(vec=vec))

@@ -25,6 +25,7 @@ from tilejit.passes.canonicalize import canonicalize
 from tilejit.passes.dce import dce
 from tilejit.passes.fold_exp import fold_exp
 from tilejit.passes.lower import lower_to_simt
+from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.uniform_masks import uniform_masks
 from tilejit.passes.wgmma import choose_wgmma
@@ -54,6 +55,7 @@ PIPELINE = [
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
     Stage("choose_wgmma", lambda fn, opt: choose_wgmma(fn, opt.num_warps, opt.target, opt.wgmma), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
+    Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
@@ -64,6 +66,8 @@ def stage_text(fn: ir.Function, level: str) -> str:
     if level == "simt":
         meta = {k: fn.meta.get(k) for k in ("num_warps", "shared_bytes", "writes")}
         return ir.print_function(fn) + f"\n# {meta}"
+    if "loop_plans" in fn.meta:
+        return plans_text(fn)
     if "layouts" in fn.meta:
         return layouts_text(fn)
     return ir.print_function(fn)

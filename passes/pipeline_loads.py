@@ -11,115 +11,23 @@ tiles, issued S-1 iterations ahead of the DOT that reads them.
 One barrier per iteration covers both hazards: the wait makes each thread's copies visible to
 the others, and every warp has finished reading slot (j-1)%S before it is overwritten.  Copies
 past the loop's end or the array's edge use ``src_bytes`` to zero-fill (ragged K and trip
-counts below S need no other code).  A load qualifies when its only use is a tensor-core DOT
-in the same loop body, its array has a unit-stride, 16-byte aligned last dim, its ``other``
-is 0, and its offsets are computed from the induction variable and loop-invariant values.
+counts below S need no other code).  Which loads are ringed, in which layout, and how far
+ahead is decided by ``plan_loops`` (a ``LoopPlan`` per loop); this module only emits it.
 """
 from __future__ import annotations
-
-import dataclasses
 
 from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_memory, wgmma
-from tilejit.passes.assign_layouts import array_spec, is_tile, memory_layout
+from tilejit.passes.assign_layouts import array_spec, memory_layout
 from tilejit.passes.lower_dot import swizzled_offsets
 from tilejit.passes.mma_tiling import dot_config
-from tilejit.passes.plans import RingPlan, SharedTile, Staged
+from tilejit.passes.plans import LoopPlan, RingPlan, Staged
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
-
-
-def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:
-    """The body ops (in order) that compute ``load``'s offsets, or None when they read a
-    loop-carried value or have effects (then the load cannot be issued ahead)."""
-    in_body = {r: o for o in body.ops for r in o.results}
-    carried = set(body.args[1:])
-    needed, stack = set(), list(load.operands[1:])
-    while stack:
-        v = stack.pop()
-        if v in carried:
-            return None
-        o = in_body.get(v)
-        if o is None or o in needed:
-            continue
-        if o.regions or is_tile(v) or o.op in (TileOp.LOAD, TileOp.STORE):
-            return None
-        needed.add(o)
-        stack.extend(o.operands)
-    return [o for o in body.ops if o in needed]
-
-
-def _load_chain(v: ir.Value, uses: dict, body: ir.Block):
-    """(LOAD op, ops between it and ``v``, n_major) when DOT operand ``v`` is a load seen
-    through unit-dim reshapes (``tj.load(k, (b, h, n, 0), (1, 1, BN, D)).reshape(...)``) and
-    at most one 2-D transpose (``tj.trans(k)``: the tile lands as B^T, n-major), each used
-    once; else None."""
-    chain, n_major = [], False
-    while v.owner is not None and v.owner.op in (TileOp.RESHAPE, TileOp.TRANS):
-        o = v.owner
-        if o not in body.ops or len(uses.get(v, ())) != 1:
-            return None
-        if o.op is TileOp.TRANS:
-            if n_major or tuple(o.attrs.perm) != (1, 0):
-                return None
-            n_major = True
-        elif [d for d in o.operands[0].type.shape if d != 1] != [d for d in o.result.type.shape if d != 1]:
-            return None
-        chain.append(o)
-        v = o.operands[0]
-    load = v.owner
-    if load is None or load.op is not TileOp.LOAD or load not in body.ops or len(uses.get(v, ())) != 1:
-        return None
-    return load, chain, n_major
-
-
-def plan(lw, o: ir.Operation) -> list[RingPlan]:
-    """The rings of the loads of FOR ``o`` to pipeline."""
-    if o.attrs is None or o.attrs.stages < 2:
-        return []
-    step = o.operands[2].owner
-    if step is None or step.op is not TileOp.CONSTANT or not isinstance(step.attrs.value, int) \
-            or step.attrs.value <= 0:
-        return []
-    body = o.regions[0]
-    uses = ir.users(body)
-    out = []
-    for dot in body.ops:
-        if dot.op is not TileOp.DOT:
-            continue
-        cfg = dot_config(dot, lw.num_warps)
-        if cfg is None or lw.layouts.get(dot.result) != cfg.acc_layout:
-            continue
-        mine = []
-        on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
-        for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
-            found = _load_chain(v, uses, body) if uses.get(v) == [dot] else None
-            if found is None or (found[2] and tile is SharedTile.A):
-                continue
-            load, chain, n_major = found
-            if n_major:
-                tile = SharedTile.B_NK
-            if on_wgmma:                        # the tile layouts wgmma reads (passes.wgmma)
-                tile = wgmma.ring_layout(tile, cfg)
-            spec = array_spec(lw.fn, load.operands[0])
-            item = spec.dtype.itemsize
-            if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
-                continue
-            if (lw.multiples.of(load.operands[-1]) * item) % 16:
-                continue
-            offsets = _offset_slice(body, load)
-            if offsets is not None:
-                mine.append(RingPlan(load, tile, dot, v, tuple(chain), tuple(offsets), on_wgmma))
-        if on_wgmma and not wgmma.sources_ready(lw, dot, cfg, {r.operand for r in mine}):
-            # wgmma needs each operand in shared (a ring, or staged before the loop) or A in
-            # registers; otherwise the DOT runs on mma.sync and its rings keep ldmatrix layouts
-            mine = [dataclasses.replace(r, tile=r.tile.ldmatrix, wgmma=False) for r in mine]
-        out += mine
-    return out
 
 
 def rows_aligned(lw, loads) -> ir.Value:
@@ -130,7 +38,7 @@ def rows_aligned(lw, loads) -> ir.Value:
     ok = None
     for ring in loads:
         array = ring.load.operands[0]
-        arg = lower_memory._arg_index(lw, array)
+        arg = lower_memory.arg_index(lw, array)
         stride = lw.param("stride", arg, 0)
         item = lw.const(stride.type.dtype, [array.type.dtype.itemsize])
         mod = lw.ew(TileOp.AND, [lw.ew(TileOp.MUL, [stride, item], stride.type.dtype),
@@ -186,12 +94,12 @@ def _chunk_sources(lw, load: ir.Operation, chunks: L.Layout, item: int):
     inside the array, fewer at its right edge (a chunk never starts left of column 0: offsets
     are multiples of the chunk), none outside it."""
     array, offsets = load.operands[0], load.operands[1:]
-    ptr, offs, mask, _ = lower_memory._element_offsets(lw, array, offsets, chunks)
+    ptr, offs, mask, _ = lower_memory.element_offsets(lw, array, offsets, chunks)
     n, idx_dt, last = chunks.n, offs.type.dtype, chunks.rank - 1
     first_col = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[-1]), idx_dt),
                                    lw.cast(lw.thread_coord(chunks, last), idx_dt)], idx_dt)
     col0 = lw.ew(TileOp.ADD, [lw.splat(first_col, n), lw.const(idx_dt, [c[last] for c in chunks.regs])], idx_dt)
-    dim = lw.cast(lw.param("dim", lower_memory._arg_index(lw, array), last), idx_dt)
+    dim = lw.cast(lw.param("dim", lower_memory.arg_index(lw, array), last), idx_dt)
     left = lw.ew(TileOp.MINIMUM, [lw.ew(TileOp.SUB, [lw.splat(dim, n), col0], idx_dt),
                                   lw.const(idx_dt, [16 // item] * n)], idx_dt)
     nbytes = lw.ew(TileOp.MUL, [lw.cast(left, I32), lw.const(I32, [item] * n)], I32)
@@ -205,27 +113,17 @@ def _sync(lw, wait: int, async_proxy: bool = False) -> None:
     lw.emit(SimtOp.BARRIER, [])
 
 
-def lower_pipelined_for(lw, o: ir.Operation, loads: list[RingPlan]) -> None:
-    """Lower FOR ``o`` with ``loads`` (from ``plan``) issued through cp.async rings."""
-    stages = o.attrs.stages
+def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
+    """Lower FOR ``o`` with the loads of its ``plan`` issued through cp.async rings."""
+    stages = plan.stages
     region = o.regions[0]
     iv = region.args[0]
     lb, ub, step = (lw.get(x) for x in o.operands[:3])
     iv_dt = iv.type.dtype
     step_value = o.operands[2].owner.attrs.value
-    rings = [Ring(lw, load, stages) for load in loads]
-    async_proxy = any(ring.wgmma for ring in rings)
-    # wgmma keeps one group in flight across iterations when the ring has a slot to spare:
-    # copies then run stages-2 iterations ahead, so the slot they overwrite was read two
-    # iterations back, by a group every warpgroup retired before this iteration's barrier
-    wgmma_dots = [d for d in region.ops if d.op is TileOp.DOT and d.attrs and d.attrs.wgmma]
-    # only a GEMM-style accumulator (carried straight to the next iteration) may stay in flight:
-    # any other reader would make ptxas wait (or serialise) anyway
-    carried_only = len(wgmma_dots) == 1 and [u for op in region.walk() for u in op.operands
-                                             if u is wgmma_dots[0].result] == [wgmma_dots[0].result] \
-        and wgmma_dots[0].result in region.ops[-1].operands
-    in_flight = 1 if async_proxy and stages >= 3 and carried_only else 0
-    ahead = stages - 1 - in_flight
+    rings = [Ring(lw, ring, stages) for ring in plan.rings]
+    async_proxy = plan.async_proxy
+    ahead = plan.ahead
     ub_iv = lw.cast(ub, iv_dt)
     for s in range(ahead):
         iv_s = lw.ew(TileOp.ADD, [lw.cast(lb, iv_dt), lw.const(iv_dt, [s * step_value])], iv_dt)
@@ -254,14 +152,11 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[RingPlan]) -> None:
 
     args = region.args[1:]
     inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
-    replaced = replaced_ops(loads)
-    lw.replaced |= replaced
-    lw.wgmma_in_flight = in_flight
+    lw.pipelining.append(plan)
     body = lw.region(region, args, before=before_body)
-    lw.wgmma_in_flight = 0
+    lw.pipelining.pop()
     lw.control(o, SimtOp.FOR, [lb, ub, step] + inits, [body])
-    lw.replaced -= replaced
-    if in_flight:                             # the last group, before anything reads the results
+    if plan.wgmma_in_flight:                  # the last group, before anything reads the results
         lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(0))
     for ring in rings:
         del lw.staged[ring.value]
@@ -272,9 +167,3 @@ def lower_pipelined_for(lw, o: ir.Operation, loads: list[RingPlan]) -> None:
                                                                  SimtOp.LOAD_SHARED)
                           and op.attrs.buffer in ring_ids)
     _sync(lw, 0)                              # drained; the ring's bytes may be reused
-
-
-def replaced_ops(loads: list[RingPlan]) -> set:
-    """The ops a ring stands in for (each load and the reshapes/trans between it and its DOT):
-    lowering emits nothing for them inside the pipelined loop."""
-    return {op for r in loads for op in (r.load, *r.chain)}

@@ -3,8 +3,10 @@ passes read instead of deciding again.
 
     SharedTile    how a tensor-core operand tile is laid out in shared memory
     Staged        an operand tile already in shared memory (a ring slot, or staged before a loop)
+    StagedOperand a loop-invariant DOT operand staged into shared memory once, before its loop
     RingPlan      one load of a pipelined loop, copied ahead into a ring of shared slots
-    LoopPlan      how one FOR loop is software-pipelined (``passes.plan_loops`` decides it)
+    LoopPlan      how one FOR loop is lowered (``passes.plan_loops`` decides it)
+    LoopPlans     the table FOR op -> LoopPlan (``fn.meta["loop_plans"]``)
 
 Plans are keyed by the op they concern in typed tables (``LoopPlans``), never by position in a
 tuple nor by a string label.
@@ -12,7 +14,7 @@ tuple nor by a string label.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tilejit import ir
 
@@ -69,6 +71,15 @@ class Staged:
 
 
 @dataclass(frozen=True)
+class StagedOperand:
+    """Loop-invariant operand ``value`` of ``dot``, stored once before the loop as ``tile``."""
+    value: ir.Value
+    tile: SharedTile
+    dot: ir.Operation
+    align: int                             # 128 (ldmatrix's bank spread) or 1024 (wgmma atoms)
+
+
+@dataclass(frozen=True)
 class RingPlan:
     """One load of a pipelined loop: copied ``LoopPlan.ahead`` iterations ahead into a ring of
     ``stages`` slots laid out as ``tile``, and read from there by ``dot``."""
@@ -87,12 +98,24 @@ class CopyEngine(enum.Enum):
 
 @dataclass(frozen=True)
 class LoopPlan:
-    """How a FOR loop is software-pipelined: its rings, how many iterations ahead they are
-    filled, and how many wgmma groups stay in flight across an iteration."""
+    """How a FOR loop is lowered: the operands staged before it, its rings (none: the loop is
+    not pipelined), how many iterations ahead they are filled, and how many wgmma groups stay in
+    flight across an iteration (for the loop's one wgmma DOT)."""
     stages: int
     rings: tuple[RingPlan, ...]
     wgmma_in_flight: int
+    staged_before: tuple[StagedOperand, ...] = ()
     engine: CopyEngine = CopyEngine.CP_ASYNC
+    replaced: frozenset = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        # the ops the rings stand in for (each load and its chain): nothing is emitted for
+        # them inside the pipelined loop
+        object.__setattr__(self, "replaced", frozenset(op for r in self.rings for op in (r.load, *r.chain)))
+
+    @property
+    def pipelined(self) -> bool:
+        return bool(self.rings)
 
     @property
     def ahead(self) -> int:
@@ -100,15 +123,24 @@ class LoopPlan:
         return self.stages - 1 - self.wgmma_in_flight
 
     @property
-    def replaced(self) -> frozenset:
-        """The ops the rings stand in for (each load and its chain): nothing is emitted for
-        them inside the pipelined loop."""
-        return frozenset(op for r in self.rings for op in (r.load, *r.chain))
+    def async_proxy(self) -> bool:
+        """Ring bytes are read by wgmma (the async proxy): a proxy fence before the barrier."""
+        return any(r.wgmma for r in self.rings)
 
-    def describe(self, names) -> str:
-        """One line per ring, for the IR dump (``names``: value -> printed name)."""
-        head = f"stages={self.stages} ahead={self.ahead} wgmma_in_flight={self.wgmma_in_flight} " \
-               f"engine={self.engine.value}"
-        rings = [f"  ring {names(r.load.result)} -> {r.tile.value}{' (wgmma)' if r.wgmma else ''} "
-                 f"for dot {names(r.dot.result)}" for r in self.rings]
-        return "\n".join([head] + rings)
+    def in_flight_after(self, dot: ir.Operation) -> int:
+        """wgmma groups ``dot`` leaves pending in the pipelined loop (its ``wait_group``)."""
+        return self.wgmma_in_flight if any(r.dot is dot and r.wgmma for r in self.rings) else 0
+
+    def describe(self, name) -> list[str]:
+        """Lines for the IR dump (``name``: value -> its printed name)."""
+        out = [f"stages={self.stages} pipelined={self.pipelined} ahead={self.ahead if self.pipelined else 0} "
+               f"wgmma_in_flight={self.wgmma_in_flight} engine={self.engine.value}"]
+        out += [f"  staged before: {name(s.value)} as {s.tile.name} (align {s.align}) for {name(s.dot.result)}"
+                for s in self.staged_before]
+        out += [f"  ring: {name(r.load.result)} as {r.tile.name}{' (wgmma)' if r.wgmma else ''} "
+                f"for {name(r.dot.result)}" for r in self.rings]
+        return out
+
+
+class LoopPlans(dict):
+    """FOR op -> its ``LoopPlan`` (every FOR loop of the function has one)."""

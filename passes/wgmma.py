@@ -59,11 +59,12 @@ def ring_layout(tile: SharedTile, cfg) -> SharedTile:
     return {SharedTile.A: SharedTile.A_ATOMS, SharedTile.B_NK: SharedTile.B_NK_ATOMS}[tile]
 
 
-def sources_ready(lw, dot: ir.Operation, cfg, ringed: set) -> bool:
+def sources_ready(lw, dot: ir.Operation, cfg, ringed: set, staged: dict) -> bool:
     """Every operand of wgmma DOT ``dot`` is in a ring (``ringed``), staged before the loop in
-    a wgmma layout, or (A) already in registers as mma A fragments."""
+    a wgmma layout (``staged``: value -> SharedTile), or (A) already in registers as mma A
+    fragments."""
     a_v, b_v = dot.operands[:2]
-    a_ok = a_v in ringed or (a_v in lw.staged and lw.staged[a_v].tile.wgmma_a) \
+    a_ok = a_v in ringed or (a_v in staged and staged[a_v].wgmma_a) \
         or a_in_registers(lw, a_v, cfg)
     return a_ok and b_v in ringed
 
@@ -203,7 +204,7 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
         b = lw.ew(TileOp.ADD, [b_src.base, lw.const(I32, [step])], I32)
         acc = lw.emit(SimtOp.WGMMA, [acc, a, b], RegType(D.float32, cfg.n // 2), attrs).result
     lw.emit(SimtOp.WGMMA_COMMIT, [])
-    lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(lw.wgmma_in_flight))
+    lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(lw.in_flight_after(o)))
     return acc
 
 

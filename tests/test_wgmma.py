@@ -167,11 +167,8 @@ def test_emulator_catches_a_ring_slot_reused_under_an_in_flight_wgmma(monkeypatc
     real = wgmma.lower_wgmma
 
     def leave_in_flight(lw, *args):
-        lw.wgmma_in_flight = 1
-        try:
-            return real(lw, *args)
-        finally:
-            lw.wgmma_in_flight = 0
+        monkeypatch.setattr(lw, "in_flight_after", lambda dot: 1)
+        return real(lw, *args)
     monkeypatch.setattr(wgmma, "lower_wgmma", leave_in_flight)
     fn = simt_fn(BK=32, stages=2, dtype=D.float16)
     a = np.ones((64, 128), np.float16)

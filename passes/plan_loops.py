@@ -1,0 +1,198 @@
+"""Analysis: how each FOR loop is lowered, decided once before lowering and recorded as a
+``plans.LoopPlan`` per loop (``fn.meta["loop_plans"]``, a ``LoopPlans`` table keyed by the FOR
+op).  The lowering (``lower``, ``lower_dot``, ``pipeline_loads``, ``wgmma``) reads the plans and
+never decides again.
+
+    plan_loops(fn, num_warps) -> fn
+
+A plan says which loop-invariant DOT operands are staged into shared memory once, before the
+loop (attention's ``q``), in which layout; which loads are software-pipelined through cp.async
+rings of ``stages`` slots (``pipeline_loads`` describes the schedule), in which layout; and how
+many wgmma groups stay in flight across an iteration.  A load is ringed when its only use is a
+tensor-core DOT in the same loop body (seen through unit-dim reshapes and one transpose), its
+array has a unit-stride, 16-byte aligned last dim, its ``other`` is 0, and its offsets are
+computed from the induction variable and loop-invariant values.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tilejit import ir
+from tilejit.ir import TileOp
+from tilejit.passes import lower_memory, wgmma
+from tilejit.passes.assign_layouts import array_spec, is_tile, layouts_text
+from tilejit.passes.mma_tiling import dot_config
+from tilejit.passes.plans import LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
+
+
+class Facts:
+    """What the analysis reads: the function, its layouts, what is known about its integers,
+    and the operands staged by the enclosing loops (value -> SharedTile)."""
+
+    def __init__(self, fn: ir.Function, num_warps: int):
+        self.fn, self.num_warps = fn, num_warps
+        self.layouts: dict = fn.meta["layouts"]
+        self.deferred: set = fn.meta["deferred"]
+        self.multiples = lower_memory.KnownMultiples(fn)
+        self.staged: dict[ir.Value, SharedTile] = {}
+
+
+def plan_loops(fn: ir.Function, num_warps: int) -> ir.Function:
+    """Record a ``LoopPlan`` for every FOR loop of ``fn`` (after ``assign_layouts``)."""
+    facts = Facts(fn, num_warps)
+    plans = LoopPlans()
+
+    def walk(block: ir.Block) -> None:
+        for o in block.ops:
+            if o.op is not TileOp.FOR:
+                for r in o.regions:
+                    walk(r)
+                continue
+            staged = invariant_operands(facts, o)
+            facts.staged.update((s.value, s.tile) for s in staged)
+            rings = tuple(ring_plans(facts, o))
+            plans[o] = LoopPlan(o.attrs.stages if o.attrs else 1, rings, _in_flight(o, rings), tuple(staged))
+            walk(o.regions[0])
+            for s in staged:
+                del facts.staged[s.value]
+    walk(fn.body)
+    fn.meta["loop_plans"] = plans
+    return fn
+
+
+def plans_text(fn: ir.Function) -> str:
+    """The function's text and layouts (``layouts_text``) followed by each loop's plan."""
+    printer = ir.Printer()
+    printer.function(fn)                       # names every value as the dump does
+    lines = [layouts_text(fn), "# loop plans"]
+    for o in fn.walk():
+        if o in fn.meta["loop_plans"]:
+            lines += [f"#   for {printer.name(o.regions[0].args[0])} (line {o.loc.line}): " +
+                      line if i == 0 else "#   " + line
+                      for i, line in enumerate(fn.meta["loop_plans"][o].describe(printer.name))]
+    return "\n".join(lines)
+
+
+def invariant_operands(facts: Facts, o: ir.Operation) -> list[StagedOperand]:
+    """The tensor-core operands that DOTs in loop ``o`` read but the loop does not compute
+    (attention's ``q``): staged into their shared tiles once, before the loop, instead of on
+    every iteration (in the wgmma layout, 1024-byte aligned, for a wgmma DOT)."""
+    body = o.regions[0]
+    inside = {r for op in body.walk() for r in op.results} | set(body.args)
+    out, seen = [], set(facts.staged)
+    for dot in body.ops:
+        cfg = dot_config(dot, facts.num_warps) if dot.op is TileOp.DOT else None
+        if cfg is None or facts.layouts.get(dot.result) != cfg.acc_layout:
+            continue
+        on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
+        for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
+            if v in inside or v in seen or v in facts.deferred or not is_tile(v):
+                continue
+            if on_wgmma and tile is SharedTile.A:
+                tile = wgmma.ring_layout(tile, cfg)
+            out.append(StagedOperand(v, tile, dot, 1024 if on_wgmma else 128))
+            seen.add(v)
+    return out
+
+
+def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...]) -> int:
+    """wgmma keeps one group in flight across iterations when the ring has a slot to spare
+    (3+ stages): copies then run a slot less ahead, so the slot they overwrite was read two
+    iterations back, by a group every warpgroup retired before this iteration's barrier.  Only
+    a GEMM-style accumulator (carried straight to the next iteration) may stay in flight: any
+    other reader would make ptxas wait (or serialise) anyway."""
+    region = o.regions[0]
+    dots = [d for d in region.ops if d.op is TileOp.DOT and d.attrs and d.attrs.wgmma]
+    carried_only = len(dots) == 1 and [u for op in region.walk() for u in op.operands
+                                       if u is dots[0].result] == [dots[0].result] \
+        and dots[0].result in region.ops[-1].operands
+    return 1 if any(r.wgmma for r in rings) and o.attrs.stages >= 3 and carried_only else 0
+
+
+def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:
+    """The body ops (in order) that compute ``load``'s offsets, or None when they read a
+    loop-carried value or have effects (then the load cannot be issued ahead)."""
+    in_body = {r: o for o in body.ops for r in o.results}
+    carried = set(body.args[1:])
+    needed, stack = set(), list(load.operands[1:])
+    while stack:
+        v = stack.pop()
+        if v in carried:
+            return None
+        o = in_body.get(v)
+        if o is None or o in needed:
+            continue
+        if o.regions or is_tile(v) or o.op in (TileOp.LOAD, TileOp.STORE):
+            return None
+        needed.add(o)
+        stack.extend(o.operands)
+    return [o for o in body.ops if o in needed]
+
+
+def _load_chain(v: ir.Value, uses: dict, body: ir.Block):
+    """(LOAD op, ops between it and ``v``, n_major) when DOT operand ``v`` is a load seen
+    through unit-dim reshapes (``tj.load(k, (b, h, n, 0), (1, 1, BN, D)).reshape(...)``) and
+    at most one 2-D transpose (``tj.trans(k)``: the tile lands as B^T, n-major), each used
+    once; else None."""
+    chain, n_major = [], False
+    while v.owner is not None and v.owner.op in (TileOp.RESHAPE, TileOp.TRANS):
+        o = v.owner
+        if o not in body.ops or len(uses.get(v, ())) != 1:
+            return None
+        if o.op is TileOp.TRANS:
+            if n_major or tuple(o.attrs.perm) != (1, 0):
+                return None
+            n_major = True
+        elif [d for d in o.operands[0].type.shape if d != 1] != [d for d in o.result.type.shape if d != 1]:
+            return None
+        chain.append(o)
+        v = o.operands[0]
+    load = v.owner
+    if load is None or load.op is not TileOp.LOAD or load not in body.ops or len(uses.get(v, ())) != 1:
+        return None
+    return load, chain, n_major
+
+
+def ring_plans(facts: "Facts", o: ir.Operation) -> list[RingPlan]:
+    """The rings of the loads of FOR ``o`` to pipeline (``pipeline_loads`` describes them)."""
+    if o.attrs is None or o.attrs.stages < 2:
+        return []
+    step = o.operands[2].owner
+    if step is None or step.op is not TileOp.CONSTANT or not isinstance(step.attrs.value, int) \
+            or step.attrs.value <= 0:
+        return []
+    body = o.regions[0]
+    uses = ir.users(body)
+    out = []
+    for dot in body.ops:
+        if dot.op is not TileOp.DOT:
+            continue
+        cfg = dot_config(dot, facts.num_warps)
+        if cfg is None or facts.layouts.get(dot.result) != cfg.acc_layout:
+            continue
+        mine = []
+        on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
+        for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
+            found = _load_chain(v, uses, body) if uses.get(v) == [dot] else None
+            if found is None or (found[2] and tile is SharedTile.A):
+                continue
+            load, chain, n_major = found
+            if n_major:
+                tile = SharedTile.B_NK
+            if on_wgmma:                        # the tile layouts wgmma reads (passes.wgmma)
+                tile = wgmma.ring_layout(tile, cfg)
+            spec = array_spec(facts.fn, load.operands[0])
+            item = spec.dtype.itemsize
+            if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
+                continue
+            if (facts.multiples.of(load.operands[-1]) * item) % 16:
+                continue
+            offsets = _offset_slice(body, load)
+            if offsets is not None:
+                mine.append(RingPlan(load, tile, dot, v, tuple(chain), tuple(offsets), on_wgmma))
+        if on_wgmma and not wgmma.sources_ready(facts, dot, cfg, {r.operand for r in mine}, facts.staged):
+            # wgmma needs each operand in shared (a ring, or staged before the loop) or A in
+            # registers; otherwise the DOT runs on mma.sync and its rings keep ldmatrix layouts
+            mine = [dataclasses.replace(r, tile=r.tile.ldmatrix, wgmma=False) for r in mine]
+        out += mine
+    return out

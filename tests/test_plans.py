@@ -1,0 +1,110 @@
+"""The loop plans (``passes.plan_loops``): decided once before lowering, typed, printed with the
+IR, and what the lowering then emits."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit.ir import TileOp
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.passes.plans import LoopPlan, SharedTile
+from tilejit.simt import SimtOp
+
+from examples.attention import attention_kernel
+from examples.matmul import matmul_kernel
+
+
+def bf16(*shape):
+    return np.zeros(shape, tj.bfloat16.np)
+
+
+def planned(kernel, args, consts, warps, target="sm_90a"):
+    """(the plans of every FOR loop in program order, the SIMT function, the plan dump)."""
+    kernel = getattr(kernel, "kernel", kernel)
+    specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
+    tile_fn = kernel.tile_ir(specs, consts)
+    seen = {}
+    simt_fn = compile_to_simt(tile_fn, warps, target, dump=seen.__setitem__)
+    return seen["plan_loops"], simt_fn
+
+
+def plans_of(kernel, args, consts, warps, target="sm_90a") -> list[LoopPlan]:
+    from tilejit.passes import pipeline
+    kernel = getattr(kernel, "kernel", kernel)
+    specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
+    fn = pipeline.clone_function(kernel.tile_ir(specs, consts))
+    opts = pipeline.Options(warps, target)
+    for stage in pipeline.PIPELINE:
+        fn = stage.run(fn, opts)
+        if stage.name == "plan_loops":
+            return [fn.meta["loop_plans"][o] for o in fn.walk() if o.op is TileOp.FOR]
+    raise AssertionError("no plan_loops stage")
+
+
+GEMM = (bf16(512, 512), bf16(512, 512), np.zeros((512, 512), np.float32))
+
+
+@pytest.mark.parametrize("stages,in_flight", [(2, 0), (3, 1), (4, 1)])
+def test_a_hopper_gemm_loop_rings_a_and_b_in_wgmma_layouts(stages, in_flight):
+    [plan] = plans_of(matmul_kernel, GEMM, {"BM": 128, "BN": 128, "BK": 64, "STAGES": stages}, 8)
+    assert plan.pipelined and plan.stages == stages and plan.staged_before == ()
+    assert [(r.tile, r.wgmma) for r in plan.rings] == [(SharedTile.A, True), (SharedTile.B_ATOMS, True)]
+    assert plan.wgmma_in_flight == in_flight and plan.ahead == stages - 1 - in_flight
+    assert {r.load.op for r in plan.rings} == {TileOp.LOAD} and plan.replaced >= {r.load for r in plan.rings}
+
+
+def test_the_lowering_emits_what_the_plan_says():
+    text, fn = planned(matmul_kernel, GEMM, {"BM": 128, "BN": 128, "BK": 64, "STAGES": 4}, 8)
+    waits = [o.attrs.n for o in fn.walk() if o.op is SimtOp.WGMMA_WAIT]
+    assert 1 in waits                                   # one group left in flight in the loop
+    cp_waits = [o.attrs.n for o in fn.walk() if o.op is SimtOp.CP_ASYNC_WAIT]
+    assert 4 - 1 - 1 - 1 in cp_waits                    # wait_group(ahead - 1)
+    assert "ring: " in text and "as A (wgmma)" in text and "as B_ATOMS (wgmma)" in text
+
+
+def test_on_sm80_the_rings_keep_ldmatrix_layouts():
+    [plan] = plans_of(matmul_kernel, GEMM, {"BM": 128, "BN": 128, "BK": 64, "STAGES": 3}, 8, "sm_80")
+    assert [(r.tile, r.wgmma) for r in plan.rings] == [(SharedTile.A, False), (SharedTile.B, False)]
+    assert plan.wgmma_in_flight == 0 and plan.ahead == 2
+
+
+ATTENTION = (bf16(1, 2, 256, 64),) * 4 + (0.125,)
+
+
+def test_attention_stages_q_before_the_loop_and_rings_k_and_v():
+    [plan] = plans_of(attention_kernel, ATTENTION, {"BM": 64, "BN": 128, "BD": 64, "CAUSAL": False}, 4)
+    [q] = plan.staged_before
+    assert q.tile is SharedTile.A and q.align == 1024 and q.dot.op is TileOp.DOT
+    assert [r.tile for r in plan.rings] == [SharedTile.B_NK, SharedTile.B_ATOMS]
+    assert plan.wgmma_in_flight == 0                   # the scores are read in the iteration
+
+
+def test_attention_with_128_wide_heads_uses_atoms_for_q_and_k():
+    args = (bf16(1, 2, 256, 128),) * 4 + (0.125,)
+    [plan] = plans_of(attention_kernel, args, {"BM": 128, "BN": 128, "BD": 128, "CAUSAL": True}, 8)
+    assert plan.staged_before[0].tile is SharedTile.A_ATOMS
+    assert [r.tile for r in plan.rings] == [SharedTile.B_NK_ATOMS, SharedTile.B_ATOMS]
+
+
+@tj.kernel
+def plain_loop_gemm(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, a.shape[1], BK):
+        acc = tj.dot(tj.load(a, (0, k), (BM, BK)), tj.load(b, (k, 0), (BK, BN)), acc)
+    tj.store(c, (0, 0), acc)
+
+
+def test_a_plain_range_loop_has_a_plan_that_does_not_pipeline():
+    [plan] = plans_of(plain_loop_gemm, GEMM, {"BM": 64, "BN": 64, "BK": 32}, 4)
+    assert not plan.pipelined and plan.rings == () and plan.ahead == 0
+    assert plan.describe(str)[0].startswith("stages=1 pipelined=False")
+
+
+def test_shared_tile_properties():
+    assert {t for t in SharedTile if t.atoms} == {SharedTile.A_ATOMS, SharedTile.B_ATOMS, SharedTile.B_NK_ATOMS}
+    assert all(not t.ldmatrix.atoms for t in SharedTile)
+    assert {t for t in SharedTile if t.wgmma_a} == {SharedTile.A, SharedTile.A_ATOMS}
+    assert {t for t in SharedTile if t.wgmma_b} == {SharedTile.B_ATOMS, SharedTile.B_NK, SharedTile.B_NK_ATOMS}
+    assert {t for t in SharedTile if t.k_major} == {SharedTile.A, SharedTile.A_ATOMS, SharedTile.B_NK,
+                                                     SharedTile.B_NK_ATOMS}
