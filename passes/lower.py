@@ -17,7 +17,7 @@ from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads
 from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
-from tilejit.passes.mma_tiling import dot_config
+from tilejit.passes.mma_tiling import dot_config, tensor_core_config
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -338,8 +338,8 @@ class Lowering:
         self.values[o.result] = lower_reduce.reduce(self, o)
 
     def op_DOT(self, o):
-        cfg = dot_config(o, self.num_warps)
-        if cfg is None or self.layouts.get(o.result) != cfg.acc_layout:
+        cfg = tensor_core_config(o, self.layouts, self.num_warps)
+        if cfg is None:
             self.values[o.result] = lower_shared.dot_fallback(self, o)
         else:
             self.values[o.result] = lower_dot.lower_dot(self, o, cfg, self.staged)

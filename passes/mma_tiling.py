@@ -69,6 +69,26 @@ class DotConfig:
         return rows * self.row_bytes(tile)
 
 
+def tensor_core_config(op: ir.Operation, layouts: dict, num_warps: int) -> "DotConfig | None":
+    """The DotConfig of DOT ``op`` when it runs on tensor cores: ``dot_config`` gives one and
+    ``assign_layouts`` gave its result the mma accumulator layout; None: the FMA fallback."""
+    cfg = dot_config(op, num_warps) if op.op is ir.TileOp.DOT else None
+    return cfg if cfg is not None and layouts.get(op.result) == cfg.acc_layout else None
+
+
+def pipeline_stages(op: ir.Operation) -> int:
+    """The ring depth of FOR ``op`` when it can be software-pipelined (``tj.range(stages=S)``
+    with S >= 2 and a constant positive step), else 1.  The one rule ``choose_wgmma`` and
+    ``plan_loops`` share."""
+    if op.op is not ir.TileOp.FOR or op.attrs is None or op.attrs.stages < 2:
+        return 1
+    step = op.operands[2].owner
+    if step is None or step.op is not ir.TileOp.CONSTANT or not isinstance(step.attrs.value, int) \
+            or step.attrs.value <= 0:
+        return 1
+    return op.attrs.stages
+
+
 def _pow2(x: int) -> bool:
     return x > 0 and x & (x - 1) == 0
 

@@ -21,7 +21,7 @@ from tilejit import ir
 from tilejit.ir import TileOp
 from tilejit.passes import lower_memory, wgmma
 from tilejit.passes.assign_layouts import array_spec, is_tile, layouts_text
-from tilejit.passes.mma_tiling import dot_config
+from tilejit.passes.mma_tiling import pipeline_stages, tensor_core_config
 from tilejit.passes.plans import LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
 
 
@@ -51,7 +51,7 @@ def plan_loops(fn: ir.Function, num_warps: int) -> ir.Function:
             staged = invariant_operands(facts, o)
             facts.staged.update((s.value, s.tile) for s in staged)
             rings = tuple(ring_plans(facts, o))
-            plans[o] = LoopPlan(o.attrs.stages if o.attrs else 1, rings, _in_flight(o, rings), tuple(staged))
+            plans[o] = LoopPlan(pipeline_stages(o), rings, _in_flight(o, rings), tuple(staged))
             walk(o.regions[0])
             for s in staged:
                 del facts.staged[s.value]
@@ -81,8 +81,8 @@ def invariant_operands(facts: Facts, o: ir.Operation) -> list[StagedOperand]:
     inside = {r for op in body.walk() for r in op.results} | set(body.args)
     out, seen = [], set(facts.staged)
     for dot in body.ops:
-        cfg = dot_config(dot, facts.num_warps) if dot.op is TileOp.DOT else None
-        if cfg is None or facts.layouts.get(dot.result) != cfg.acc_layout:
+        cfg = tensor_core_config(dot, facts.layouts, facts.num_warps)
+        if cfg is None:
             continue
         on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
         for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
@@ -155,20 +155,14 @@ def _load_chain(v: ir.Value, uses: dict, body: ir.Block):
 
 def ring_plans(facts: "Facts", o: ir.Operation) -> list[RingPlan]:
     """The rings of the loads of FOR ``o`` to pipeline (``pipeline_loads`` describes them)."""
-    if o.attrs is None or o.attrs.stages < 2:
-        return []
-    step = o.operands[2].owner
-    if step is None or step.op is not TileOp.CONSTANT or not isinstance(step.attrs.value, int) \
-            or step.attrs.value <= 0:
+    if pipeline_stages(o) < 2:
         return []
     body = o.regions[0]
     uses = ir.users(body)
     out = []
     for dot in body.ops:
-        if dot.op is not TileOp.DOT:
-            continue
-        cfg = dot_config(dot, facts.num_warps)
-        if cfg is None or facts.layouts.get(dot.result) != cfg.acc_layout:
+        cfg = tensor_core_config(dot, facts.layouts, facts.num_warps)
+        if cfg is None:
             continue
         mine = []
         on_wgmma = bool(dot.attrs and dot.attrs.wgmma)

@@ -40,7 +40,7 @@ from tilejit import ir, simt
 from tilejit.ir import DotAttrs, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes.assign_layouts import array_spec, source_dot
-from tilejit.passes.mma_tiling import a_in_registers
+from tilejit.passes.mma_tiling import a_in_registers, pipeline_stages
 from tilejit.passes.plans import SharedTile, Staged
 from tilejit.simt import RegType, SimtOp
 
@@ -132,10 +132,8 @@ def choose_wgmma(fn: ir.Function, num_warps: int, target: str, switch: bool = Tr
     if not enabled(target, switch):
         return fn
     for o in fn.walk():
-        step = o.operands[2].owner if o.op is TileOp.FOR else None
-        if o.op is not TileOp.FOR or o.attrs is None or o.attrs.stages < 2 or step is None \
-                or step.op is not TileOp.CONSTANT or not isinstance(step.attrs.value, int) or step.attrs.value <= 0:
-            continue                      # (the loops pipeline_loads pipelines)
+        if pipeline_stages(o) < 2:
+            continue                      # (only pipelined loops feed wgmma from shared rings)
         body = o.regions[0]
         inside = {r for op in body.walk() for r in op.results} | set(body.args)
         for dot in body.ops:
