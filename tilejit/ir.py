@@ -324,3 +324,156 @@ class Printer:
 
 def print_function(fn: Function, with_locs: bool = False) -> str:
     return Printer(with_locs).function(fn)
+
+
+# ------------------------------------------------------------------------------------------- parser
+class ParseError(ValueError):
+    """Text that is not the printed form of a tile-IR function (the message names the line)."""
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """``text`` split at ``sep`` outside parentheses, brackets and angle brackets."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([<":
+            depth += 1
+        elif ch in ")]>":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            out.append(text[start:i].strip())
+            start = i + 1
+    tail = text[start:].strip()
+    return out + [tail] if tail or out else out
+
+
+def parse_type(text: str):
+    """``int32``, ``tile<16x16xfloat32>`` or ``array<2xbfloat16>`` back to its type."""
+    from tilejit.dtypes import BY_NAME
+    text = text.strip()
+    try:
+        if text.startswith("tile<") and text.endswith(">"):
+            *dims, dtype = text[5:-1].split("x")
+            return TileType(tuple(int(d) for d in dims), BY_NAME[dtype])
+        if text.startswith("array<") and text.endswith(">"):
+            rank, dtype = text[6:-1].split("x", 1)
+            return ArrayType(BY_NAME[dtype], int(rank))
+        return TileType((), BY_NAME[text])
+    except (KeyError, ValueError):
+        raise ParseError(f"not a type: {text!r}") from None
+
+
+_ATTRS = {frozenset(f.name for f in dataclasses.fields(c)): c
+          for c in (ConstAttrs, AxisAttrs, LoadAttrs, PermAttrs, ReduceAttrs, DotAttrs, ForAttrs)}
+_ENUMS = {"ReduceKind": ReduceKind}
+
+
+def _attr_value(text: str, annotation: str):
+    text = text.strip()
+    if text.startswith("("):
+        return tuple(_attr_value(x, "") for x in _split_top(text[1:-1]) if x)
+    literals = {"True": True, "False": False, "None": None, "inf": float("inf"), "-inf": float("-inf"),
+                "nan": float("nan")}
+    if text in literals:
+        return literals[text]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    enum_type = _ENUMS.get(annotation)
+    if enum_type is not None and text.upper() in enum_type.__members__:
+        return enum_type[text.upper()]
+    raise ParseError(f"not an attribute value: {text!r}")
+
+
+def _parse_attrs(text: str) -> Attrs:
+    items = dict(item.split("=", 1) for item in _split_top(text[1:-1]))
+    cls = _ATTRS.get(frozenset(items))
+    if cls is None:
+        raise ParseError(f"no attribute record has the fields {sorted(items)}")
+    fields = {f.name: f.type for f in dataclasses.fields(cls)}
+    return cls(**{k: _attr_value(v, str(fields[k])) for k, v in items.items()})
+
+
+def parse_function(text: str) -> Function:
+    """The ``Function`` that ``print_function`` printed as ``text`` (loc comments are dropped):
+    a pass test can then read as IR text in -> IR text out."""
+    lines = [ln.split("  # ")[0].rstrip() for ln in text.strip().splitlines()]
+    lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    values: dict[str, Value] = {}
+    pos = 0
+
+    def fail(message: str):
+        raise ParseError(f"line {pos + 1}: {message}: {lines[min(pos, len(lines) - 1)].strip()!r}")
+
+    def define(name: str, type_) -> Value:
+        if name in values:
+            fail(f"{name} is defined twice")
+        values[name] = Value(type_)
+        return values[name]
+
+    def use(name: str) -> Value:
+        if name not in values:
+            fail(f"{name} is used before it is defined")
+        return values[name]
+
+    def args_of(text: str) -> list[Value]:
+        return [define(n.strip(), parse_type(t)) for n, t in (a.split(":", 1) for a in _split_top(text) if a)]
+
+    def block(args: list[Value]) -> Block:
+        nonlocal pos
+        out = Block(args, [])
+        while pos < len(lines):
+            line = lines[pos].strip()
+            if line == "}" or line == "} {":
+                return out
+            pos += 1
+            out.ops.append(operation(line))
+        fail("missing '}'")
+
+    def operation(line: str) -> Operation:
+        nonlocal pos
+        opens = line.endswith(" {")
+        line = line[:-2].rstrip() if opens else line
+        results, _, rest = line.partition(" = ") if line.startswith("%") else ("", "", line)
+        rest, _, types = rest.partition(" : ")
+        attrs = None
+        if rest.endswith("}") and "{" in rest:
+            rest, brace, attr_text = rest.partition(" {")
+            attrs = _parse_attrs(brace.strip() + attr_text)
+        name, _, operand_text = rest.strip().partition(" ")
+        try:
+            op = TileOp[name.upper()]
+        except KeyError:
+            fail(f"unknown op {name!r}")
+        operands = [use(n) for n in _split_top(operand_text) if n]
+        result_types = [parse_type(t) for t in _split_top(types) if t]
+        result_names = [n.strip() for n in results.split(",") if n.strip()]
+        if len(result_names) != len(result_types):
+            fail("as many result types as results are needed")
+        o = Operation(op, operands, result_types, attrs)
+        regions = []
+        while opens:
+            region_args = []
+            if pos < len(lines) and lines[pos].strip().startswith("^("):
+                region_args = args_of(lines[pos].strip()[2:-2])
+                pos += 1
+            regions.append(block(region_args))
+            opens = lines[pos].strip() == "} {"
+            pos += 1
+        o.regions = regions
+        for r_name, r in zip(result_names, o.results):
+            if r_name in values:
+                fail(f"{r_name} is defined twice")
+            values[r_name] = r
+        return o
+
+    head = lines[0].strip() if lines else ""
+    if not (head.startswith("func @") and head.endswith(") {")):
+        fail("expected 'func @name(...) {'")
+    name, _, arg_text = head[6:-3].partition("(")
+    pos = 1
+    body = block(args_of(arg_text))
+    if pos != len(lines) - 1:
+        fail("text after the function's closing '}'")
+    return Function(name, body, [f"a{i}" for i in range(len(body.args))], {})
