@@ -93,7 +93,7 @@ class LayoutAssigner:
         if not found:
             self.set(o.result, None)
             return
-        blocked = [x for x in found if x.kind == "blocked"]
+        blocked = [x for x in found if x.kind is L.LayoutKind.BLOCKED]
         self.set(o.result, (blocked or found)[0])
 
     def op_LOAD(self, o: ir.Operation) -> None:

@@ -13,6 +13,8 @@ bits that no term reads are *replicas*: threads differing only there hold the sa
 """
 from __future__ import annotations
 
+import enum
+
 import itertools
 from dataclasses import dataclass
 
@@ -34,9 +36,25 @@ class BitTerm:
         return ((v >> self.shift) & ((1 << self.bits) - 1)) * self.scale
 
 
+class LayoutKind(enum.Enum):
+    """Where a layout came from.  Code may branch on it (an mma accumulator is stored
+    differently from a blocked tile); two layouts of different kinds are different layouts."""
+    BLOCKED = "blocked"                         # Triton's blocked layout (``blocked_layout``)
+    SLICE = "slice"                             # a reduction's result
+    PERMUTED = "permuted"                       # a transpose
+    COLLAPSED = "collapsed"                     # unit dims dropped or added
+    MMA_A = "mma_a"                             # mma.sync fragments (``mma_layouts.mma_layout``)
+    MMA_B = "mma_b"
+    MMA_C = "mma_c"                             # the tensor-core accumulator
+    LDMATRIX_A = "ldmatrix_a"                   # ldmatrix row addresses (``mma_tiling``)
+    LDMATRIX_B = "ldmatrix_b"
+    LDMATRIX_B_NK = "ldmatrix_b_nk"
+    CHUNKS = "chunks"                           # one register per 16-byte cp.async chunk
+
+
 @dataclass(frozen=True)
 class Layout:
-    kind: str                                   # "blocked", "slice", "permuted", ... (text only)
+    kind: LayoutKind
     shape: tuple[int, ...]
     num_warps: int
     regs: tuple[tuple[int, ...], ...]           # register part of each register's coordinate
@@ -80,7 +98,7 @@ class Layout:
         return self.thread_coords(tid)[:, None, :] + regs[None, :, :]
 
     def __str__(self) -> str:
-        return f"#{self.kind}<{'x'.join(map(str, self.shape))}{', ' + self.desc if self.desc else ''}>"
+        return f"#{self.kind.value}<{'x'.join(map(str, self.shape))}{', ' + self.desc if self.desc else ''}>"
 
 
 # ------------------------------------------------------------------------------------- blocked
@@ -112,7 +130,7 @@ def blocked(shape, size_per_thread, threads_per_warp, warps_per_cta, order, num_
             regs.append(tuple(coord))
     desc = (f"spt={tuple(size_per_thread)}, tpw={tuple(threads_per_warp)}, "
             f"wpc={tuple(warps_per_cta)}, order={tuple(order)}")
-    return Layout("blocked", tuple(shape), num_warps, tuple(regs),
+    return Layout(LayoutKind.BLOCKED, tuple(shape), num_warps, tuple(regs),
                   tuple(tuple(t) for t in terms), desc)
 
 
@@ -166,7 +184,7 @@ def sliced(layout: Layout, axis: int, keepdims: bool) -> Layout:
         terms[axis], shape[axis] = (), 1
     else:
         del terms[axis], shape[axis]
-    return Layout("slice", tuple(shape), layout.num_warps, tuple(regs), tuple(terms),
+    return Layout(LayoutKind.SLICE, tuple(shape), layout.num_warps, tuple(regs), tuple(terms),
                   f"dim={axis} of {layout}")
 
 
@@ -174,7 +192,7 @@ def permuted(layout: Layout, perm: tuple[int, ...]) -> Layout:
     """Layout of ``trans(x, perm)`` that keeps every element in the thread and register it was
     in (result dim ``i`` is source dim ``perm[i]``)."""
     regs = tuple(tuple(c[p] for p in perm) for c in layout.regs)
-    return Layout("permuted", tuple(layout.shape[p] for p in perm), layout.num_warps, regs,
+    return Layout(LayoutKind.PERMUTED, tuple(layout.shape[p] for p in perm), layout.num_warps, regs,
                   tuple(layout.terms[p] for p in perm), f"perm={perm} of {layout}")
 
 
@@ -190,7 +208,7 @@ def collapsed(layout: Layout, dims) -> Layout:
             regs.append(c)
     terms = tuple(() if d in dims else t for d, t in enumerate(layout.terms))
     shape = tuple(1 if d in dims else s for d, s in enumerate(layout.shape))
-    return Layout("collapsed", shape, layout.num_warps, tuple(regs), terms, f"of {layout}")
+    return Layout(LayoutKind.COLLAPSED, shape, layout.num_warps, tuple(regs), terms, f"of {layout}")
 
 
 def unit_dims_changed(layout: Layout, new_shape: tuple[int, ...]) -> Layout | None:

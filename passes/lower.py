@@ -205,7 +205,7 @@ class Lowering:
         if idx is not None:
             return self.gather(sv, idx)
         strides = rowmajor(src.shape)
-        if src.kind == "mma_c" and src.rank == 2:
+        if src.kind is L.LayoutKind.MMA_C and src.rank == 2:
             # rows padded by 16 bytes: the 8 rows an accumulator store touches at once fall in
             # different banks, and 16-byte row chunks stay aligned for vector reads
             strides = (src.shape[1] + 16 // dtype.itemsize, 1)

@@ -130,7 +130,7 @@ def store_layout(lw, tile: ir.Value, spec) -> L.Layout:
         return want
     own = lw.layouts[tile]
     rank = len(own.shape)
-    if own.kind == "mma_c" and spec.unit_inner_stride and L.contiguous_run(own) * spec.dtype.itemsize < 8:
+    if own.kind is L.LayoutKind.MMA_C and spec.unit_inner_stride and L.contiguous_run(own) * spec.dtype.itemsize < 8:
         # accumulators hold 2 neighbours per lane, 4 lanes per row: 32-byte sectors are whole
         # for 4-byte elements; narrower ones go through shared memory for 16-byte stores
         return want

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilejit import dtypes as D
-from tilejit.passes.layouts import BitTerm, Layout
+from tilejit.passes.layouts import BitTerm, Layout, LayoutKind
 
 WARP_SIZE = 32
 BANKS = 32                 # shared memory: 32 banks of 4 bytes
@@ -205,7 +205,7 @@ def mma_layout(kind: MmaKind | str, operand: str, shape: tuple[int, int],
     r0, c0 = _COORD[operand](kind, lane0, np.arange(len(lane0)))    # the register part
     regs = tuple((int(p * inst[0] + r), int(q * inst[1] + c))
                  for p in range(reps[0]) for q in range(reps[1]) for r, c in zip(r0, c0))
-    return Layout(f"mma_{operand}", tuple(shape), wm * wn, regs,
+    return Layout(LayoutKind("mma_" + operand), tuple(shape), wm * wn, regs,
                   (lane_rows + warp_m, lane_cols + warp_n),
                   f"{kind.shape}.{kind.ab_type}, warps={warps}")
 

@@ -144,7 +144,7 @@ def ldmatrix_a_layout(cfg: DotConfig) -> L.Layout:
         ((L.BitTerm("warp", 0, _log2(wm), cfg.warp_tile[0]),) if wm > 1 else ())
     cols = (L.BitTerm("lane", 4, 1, per16),)
     regs = tuple((mi * cfg.kind.m, kk * cfg.kind.k) for kk in range(cfg.k_steps) for mi in range(cfg.m_reps))
-    return L.Layout("ldmatrix_a", (cfg.m, cfg.k), cfg.num_warps, regs, (rows, cols))
+    return L.Layout(L.LayoutKind.LDMATRIX_A, (cfg.m, cfg.k), cfg.num_warps, regs, (rows, cols))
 
 
 def ldmatrix_b_layout(cfg: DotConfig) -> L.Layout:
@@ -157,7 +157,7 @@ def ldmatrix_b_layout(cfg: DotConfig) -> L.Layout:
         ((L.BitTerm("warp", _log2(wm), _log2(wn), cfg.warp_tile[1]),) if wn > 1 else ())
     pairs = -(-cfg.n_reps // 2)
     regs = tuple((kk * 16, p * 16) for kk in range(cfg.k_steps) for p in range(pairs))
-    return L.Layout("ldmatrix_b", (cfg.k, cfg.n), cfg.num_warps, regs, (rows, cols))
+    return L.Layout(L.LayoutKind.LDMATRIX_B, (cfg.k, cfg.n), cfg.num_warps, regs, (rows, cols))
 
 
 def ldmatrix_b_nk_layout(cfg: DotConfig) -> L.Layout:
@@ -172,12 +172,12 @@ def ldmatrix_b_nk_layout(cfg: DotConfig) -> L.Layout:
     cols = (L.BitTerm("lane", 3, 1, per16),)
     pairs = -(-cfg.n_reps // 2)
     regs = tuple((p * 16, kk * cfg.kind.k) for kk in range(cfg.k_steps) for p in range(pairs))
-    return L.Layout("ldmatrix_b_nk", (cfg.n, cfg.k), cfg.num_warps, regs, (rows, cols))
+    return L.Layout(L.LayoutKind.LDMATRIX_B_NK, (cfg.n, cfg.k), cfg.num_warps, regs, (rows, cols))
 
 
 def a_in_registers(lw, a_v: ir.Value, cfg: DotConfig) -> bool:
     """Every lane already holds its mma A elements of ``a_v``: (a cast of) another DOT's
     accumulator with the same rows per warp (``assign_layouts.chain_dots``)."""
     src = lw.layouts.get(a_v)
-    return src is not None and src.kind == "mma_c" and cfg.kind.bits == 16 and \
+    return src is not None and src.kind is L.LayoutKind.MMA_C and cfg.kind.bits == 16 and \
         L.same_elements(src, ML.mma_layout(cfg.kind, "a", (cfg.m, cfg.k), cfg.warps)) is not None

@@ -72,7 +72,7 @@ class Ring:
         copy = memory_layout(self.load.result.type.shape, spec, lw.num_warps)
         assert L.contiguous_run(copy) >= 16 // item, copy
         # one register per 16-byte chunk: the first element of each group of 16 // item
-        chunks = L.Layout("chunks", copy.shape, copy.num_warps, copy.regs[::16 // item], copy.terms)
+        chunks = L.Layout(L.LayoutKind.CHUNKS, copy.shape, copy.num_warps, copy.regs[::16 // item], copy.terms)
         ptr, offs, src = _chunk_sources(lw, self.load, chunks, item)
         ok = lw.splat(valid, chunks.n)
         src = lw.ew(TileOp.WHERE, [ok, src, lw.const(I32, [0] * chunks.n)], I32)
