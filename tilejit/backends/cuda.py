@@ -162,7 +162,15 @@ class CudaBackend:
         """The artifact in the on-disk cache under ``key`` (None: compile it)."""
         from tilejit.runtime import cache
         hit = cache.get(key)
-        return CudaArtifact.from_cache(*hit) if hit else None
+        if not hit:
+            return None
+        try:
+            return CudaArtifact.from_cache(*hit)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            import warnings        # an entry another tilejit wrote: its meta has other fields
+            warnings.warn(f"tilejit: cache entry {key[:16]}... does not describe a kernel this tilejit "
+                          f"can load ({type(e).__name__}: {e}); recompiling", stacklevel=2)
+            return None
 
     def compile(self, tile_fn, options: dict) -> CudaArtifact:
         state = build(tile_fn, options["num_warps"], self.target, **backends.switch_options(options))
