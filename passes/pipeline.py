@@ -29,6 +29,7 @@ from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.uniform_masks import uniform_masks
 from tilejit.passes.wgmma import choose_wgmma
+from tilejit.passes.widen_offsets import widen_offsets
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Stage:
 
 
 PIPELINE = [
+    Stage("widen_offsets", lambda fn, opt: widen_offsets(fn), "tile"),
     Stage("canonicalize", lambda fn, opt: canonicalize(fn), "tile"),
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),

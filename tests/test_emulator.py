@@ -425,3 +425,34 @@ def test_missing_barrier_before_buffer_reuse_is_reported():
     del fn.body.ops[barriers[1]]                 # the one guarding the reuse of the bytes
     with pytest.raises(emulator.EmulatorError, match="read by"):
         emulator.run(fn, (1,), [x.copy(), np.zeros_like(x)])
+
+
+def scale_tail(x, y, a, first, BLOCK: tj.constexpr):
+    i = (tj.program_id(0) + first) * BLOCK              # past 2**31 - 1: int32 would wrap
+    tj.store(y, (i,), tj.load(x, (i,), (BLOCK,)) * a)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_offsets_past_2_31_elements_do_not_wrap(backend, monkeypatch):
+    """The last two blocks of a 2**31 + 2**20 element array, as zero-stride views (one element of
+    memory each): the offsets are computed in 64 bits, so the blocks are in range and written
+    (in int32 they wrapped negative, were masked off, and nothing was written)."""
+    from numpy.lib.stride_tricks import as_strided
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    n, block = 2**31 + 2**20, 1024
+    xb, yb = np.array([1.5], np.float16), np.zeros(1, np.float16)
+    x, y = as_strided(xb, shape=(n,), strides=(0,)), as_strided(yb, shape=(n,), strides=(0,))
+    tj.kernel(scale_tail)[(2,)](x, y, np.float16(2.0), n // block - 2, BLOCK=block)
+    assert yb[0] == 3.0
+
+
+def test_only_large_arrays_get_64_bit_offsets():
+    from tilejit.passes.widen_offsets import widen_offsets
+    small, large = tj.specs.ArraySpec(D.float16, 1), tj.specs.ArraySpec(D.float16, 1, large=True)
+    for specs, width in (([small, small], 32), ([large, large], 64)):
+        fn = widen_offsets(compile_tile_ir(scale_tail, specs + [tj.specs.ScalarSpec(D.float16),
+                                                                 tj.specs.ScalarSpec(D.int32)], {"BLOCK": 1024}))
+        offsets = [o.operands[1] for o in fn.walk() if o.op in (TileOp.LOAD, TileOp.STORE)]
+        assert {v.type.dtype.bits for v in offsets} == {width}
+        if width == 64:                              # the product itself is 64-bit, not a cast of it
+            assert all(v.owner.op is TileOp.MUL for v in offsets)

@@ -233,6 +233,27 @@ def test_tensor_past_2_31_elements():
     assert x.sum(dtype=torch.int64).item() == block + (n - start)
 
 
+@tj.kernel
+def scale_1d(x, y, a, BLOCK: tj.constexpr):
+    i = tj.program_id(0) * BLOCK                            # past 2**31 - 1 for the tail programs
+    tj.store(y, (i,), tj.load(x, (i,), (BLOCK,)) * a)
+
+
+def test_program_id_times_block_past_2_31_does_not_wrap():
+    """The 1-D kernel as a user writes it, over 2**31 + 2**20 fp16 elements: the int32
+    ``program_id * BLOCK`` is computed in 64 bits (it wrapped negative and the tail stayed
+    unwritten)."""
+    torch = pytest.importorskip("torch")
+    n, block = 2**31 + 2**20, 4096
+    x = torch.full((n,), 1.5, dtype=torch.float16, device="cuda")
+    y = torch.zeros(n, dtype=torch.float16, device="cuda")
+    scale_1d[(n // block,)](x, y, 2.0, BLOCK=block)
+    torch.cuda.synchronize()
+    assert torch.all(y == 3.0).item()
+    del x, y
+    torch.cuda.empty_cache()
+
+
 # --- inspection and resources --------------------------------------------------------------------
 def test_inspect_softmax_on_the_gpu_runs_nothing():
     host = rows(np.random.default_rng(6), 8, 1000)

@@ -382,7 +382,10 @@ class InterpretBackend:
     target = "numpy"
 
     def compile(self, tile_fn: Function, options: dict) -> Program:
-        return Program(tile_fn)
+        # 64-bit offsets into arrays of 2**31 elements or more, as on the other backends
+        from tilejit.passes.pipeline import clone_function
+        from tilejit.passes.widen_offsets import widen_offsets
+        return Program(widen_offsets(clone_function(tile_fn)))
 
     def launch(self, program: Program, grid, args: list, stream=None) -> None:
         program.launch(grid, args)
