@@ -296,3 +296,32 @@ def test_cache_key_covers_every_input():
                "driver_version": 12090}
     for name, value in changes.items():
         assert fingerprint.cache_key(**{**base, name: value}) != key, name
+
+
+def _chain_namespaces(value):
+    """Globals of a user file whose kernel reads ``value`` through attribute chains of a
+    package's submodule, nested classes, an object's attribute and an enum member's value."""
+    import enum
+    pkg, sub = types.ModuleType("pkg"), types.ModuleType("pkg.sub")
+    sub.SCALE = value
+    pkg.sub = sub
+
+    class Outer:
+        class Inner:
+            GAIN = value
+
+    cfg = types.SimpleNamespace(inner=types.SimpleNamespace(gain=value))
+    Mode = enum.Enum("Mode", {"FAST": value})
+    return {"pkg": pkg, "Outer": Outer, "cfg": cfg, "Mode": Mode}
+
+
+@pytest.mark.parametrize("expr", ["pkg.sub.SCALE", "Outer.Inner.GAIN", "cfg.inner.gain", "Mode.FAST.value"])
+def test_values_reached_through_attribute_chains_are_part_of_the_fingerprint(expr):
+    source = f"def kernel(x):\n    return x * {expr}\n"
+    two = fingerprint.kernel_fingerprint(make(source, _chain_namespaces(2)))
+    assert fingerprint.kernel_fingerprint(make(source, _chain_namespaces(2))) == two
+    assert fingerprint.kernel_fingerprint(make(source, _chain_namespaces(3))) != two
+
+
+def test_the_toolchain_versions_are_part_of_the_compiler_fingerprint():
+    assert "cuda-bindings" in fingerprint.toolchain_versions()

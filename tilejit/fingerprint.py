@@ -28,11 +28,11 @@ _SOURCE_DIRS = ("tilejit", "passes", "runtime")        # what `pip install -e` m
 
 @functools.cache
 def compiler_fingerprint() -> str:
-    """Hash of tilejit's source files, the llvmlite version and the Python version (once per
-    process; ~1-3 ms)."""
+    """Hash of tilejit's source files and the versions of Python, llvmlite, cuda-bindings and
+    nvJitLink (once per process; ~1-3 ms)."""
     import llvmlite     # only its version module: the LLVM library is not loaded here
     h = hashlib.sha256()
-    h.update(f"python {sys.version}\nllvmlite {llvmlite.__version__}\n".encode())
+    h.update(f"python {sys.version}\nllvmlite {llvmlite.__version__}\n{toolchain_versions()}\n".encode())
     for top in _SOURCE_DIRS:
         for directory, subdirs, names in sorted(os.walk(os.path.join(_ROOT_DIR, top))):
             subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
@@ -42,6 +42,18 @@ def compiler_fingerprint() -> str:
                 with open(path, "rb") as f:
                     h.update(f.read())
     return h.hexdigest()
+
+
+def toolchain_versions() -> str:
+    """The installed cuda-bindings and nvJitLink versions (what assembles and loads the code)."""
+    import importlib.metadata as md
+    found = []
+    for dist in ("cuda-bindings", "nvidia-nvjitlink", "nvidia-nvjitlink-cu12", "nvidia-nvjitlink-cu13"):
+        try:
+            found.append(f"{dist} {md.version(dist)}")
+        except md.PackageNotFoundError:
+            pass
+    return "; ".join(found)
 
 
 def kernel_fingerprint(pyfn) -> str:
@@ -129,6 +141,7 @@ class _Hasher:
             self.h.update(np.ascontiguousarray(v).tobytes())
         elif isinstance(v, enum.Enum):
             self.put("enum", f"{type(v).__qualname__}.{v.name}")
+            self.value(v.value if isinstance(v.value, (bool, int, float, str, tuple)) else None)
         elif isinstance(v, types.ModuleType):
             self.module(v, attribute_names)
         elif hasattr(v, "__tilejit_builtin__"):
@@ -158,14 +171,27 @@ class _Hasher:
         if not _is_tilejit_module(module.__name__):
             self.attributes(module, attribute_names)
 
-    def attributes(self, owner, attribute_names) -> None:
-        """The simple values of ``owner``'s attributes that the code may read (``config.BLOCK``,
-        ``Config.GAIN``, ``obj.scale``): the frontend folds them into the kernel."""
+    def attributes(self, owner, attribute_names, depth: int = 0, seen=None) -> None:
+        """The values of ``owner``'s attributes that the code may read (``config.BLOCK``,
+        ``Config.GAIN``, ``obj.scale``), and through attribute chains (``pkg.sub.SCALE``,
+        ``Outer.Inner.GAIN``, ``cfg.inner.gain``, ``Mode.FAST.value``): the frontend folds them
+        into the kernel."""
+        seen = set() if seen is None else seen
+        if id(owner) in seen or depth > _MAX_ATTRIBUTE_DEPTH:
+            return
+        seen.add(id(owner))
         for name in attribute_names:
-            attr = getattr(owner, name, None)
-            if _is_tilejit_func(attr) or isinstance(attr, (bool, int, float, str, tuple, DType)):
+            try:
+                attr = getattr(owner, name, None)
+            except Exception:           # a property that fails: the frontend would fail too
+                continue
+            if _is_tilejit_func(attr) or isinstance(attr, (bool, int, float, str, tuple, DType, enum.Enum,
+                                                           list, dict, np.generic)):
                 self.put("attr", name)
                 self.value(attr)
+            elif _chainable(attr):
+                self.put("attr-of", name)
+                self.attributes(attr, attribute_names, depth + 1, seen)
 
     def other(self, v) -> None:
         """Any other object: its repr when stable across processes, else only its type."""
@@ -173,6 +199,21 @@ class _Hasher:
         if " at 0x" in text:
             text = ""
         self.put("object", f"{type(v).__module__}.{type(v).__qualname__}:{text}")
+
+
+_MAX_ATTRIBUTE_DEPTH = 6
+
+
+def _chainable(v) -> bool:
+    """An object whose attributes a kernel may read through (a user's module, class or
+    instance), not tilejit's own modules nor functions."""
+    if isinstance(v, types.ModuleType):
+        return not _is_tilejit_module(v.__name__) and v.__name__.split(".")[0] not in ("numpy", "math", "builtins")
+    if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+        return False
+    if isinstance(v, type):
+        return not _is_tilejit_module(getattr(v, "__module__", ""))
+    return hasattr(v, "__dict__") and not _is_tilejit_module(type(v).__module__)
 
 
 def _is_tilejit_func(v) -> bool:
