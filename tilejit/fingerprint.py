@@ -75,6 +75,88 @@ def cache_key(fingerprint: str, specs, constexprs: dict, num_warps: int, target:
     return h.hexdigest()
 
 
+_MISSING = object()
+
+
+def dependency_readers(pyfn) -> list:
+    """Zero-argument callables that read, now, each value the compiled code of ``pyfn`` may have
+    folded in: the globals its code names, its closure cells, attribute chains from them
+    (``Outer.Inner.GAIN``, ``cfg.inner.gain``) and, recursively, the same for the ``tj.func``s
+    and plain functions it calls.  ``snapshot`` of what they return changes when any of those
+    is rebound or mutated in place, which is how a ``Kernel`` notices that its compiled code is
+    stale within one process."""
+    readers: list = []
+    _collect(pyfn, readers, set())
+    return readers
+
+
+def snapshot(value):
+    """A comparable copy of ``value``: containers by content (so an in-place change shows), any
+    other object as itself (compared by identity, then equality)."""
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(snapshot(v) for v in value))
+    if isinstance(value, dict):
+        return (dict, tuple((k, snapshot(v)) for k, v in value.items()))
+    if isinstance(value, (set, frozenset)):
+        return (type(value), frozenset(value))
+    if isinstance(value, np.ndarray):
+        return (np.ndarray, value.dtype.str, value.shape, value.tobytes())
+    return value
+
+
+def _collect(fn, readers: list, active: set) -> None:
+    while not isinstance(fn, types.FunctionType) and hasattr(fn, "fn"):
+        fn = fn.fn
+    if not isinstance(fn, types.FunctionType) or id(fn) in active:
+        return
+    active.add(id(fn))
+    names = sorted(_all_names(fn.__code__))
+    g = fn.__globals__
+    for name in names:
+        if name in g:
+            read = functools.partial(g.get, name, _MISSING)
+            readers.append(read)
+            _chain(g[name], read, names, readers, active, 0, set())
+    for cell in fn.__closure__ or ():
+        read = functools.partial(_cell_contents, cell)
+        readers.append(read)
+        _chain(read(), read, names, readers, active, 0, set())
+
+
+def _cell_contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:                  # an empty cell
+        return _MISSING
+
+
+def _chain(value, read, names, readers: list, active: set, depth: int, seen: set) -> None:
+    if _is_tilejit_func(value) or (isinstance(value, types.FunctionType)
+                                   and not _is_tilejit_module(value.__module__)):
+        _collect(value, readers, active)
+        return
+    if depth > _MAX_ATTRIBUTE_DEPTH or id(value) in seen or not _chainable(value):
+        return
+    seen.add(id(value))
+    for name in names:
+        try:
+            attr = getattr(value, name, _MISSING)
+        except Exception:
+            continue
+        if attr is _MISSING:
+            continue
+        sub = functools.partial(_read_attr, read, name)
+        readers.append(sub)
+        _chain(attr, sub, names, readers, active, depth + 1, seen)
+
+
+def _read_attr(read, name):
+    try:
+        return getattr(read(), name, _MISSING)
+    except Exception:
+        return _MISSING
+
+
 class _Hasher:
     """Feeds a canonical, process-independent byte encoding of values into ``h``."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilejit import backends, dtypes, ir
+from tilejit import backends, dtypes, fingerprint, ir
 from tilejit.errors import CompileError, LaunchError, TilejitError, for_user
 from tilejit.language import constexpr
 from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
@@ -89,23 +89,24 @@ class Kernel:
         self._fast: dict[tuple, object] = {}
         leading = [p.name for p in self.params[:len(self.runtime_names)]]
         self._fast_arity = len(leading) if leading == self.runtime_names else -1
-        # module globals the code may read: compiled code folds their values in, so both
-        # in-memory caches are dropped when one is rebound (the disk key hashes them anyway)
-        self._global_names = tuple(fn.__code__.co_names)
+        # what the code may fold in (globals, closure cells, attribute chains, the same for the
+        # tj.funcs it calls): both in-memory caches are dropped when one of them is rebound or
+        # mutated in place (the disk key hashes them anyway)
+        self._readers = fingerprint.dependency_readers(fn)
         self._globals_seen = self._read_globals()
 
     def _read_globals(self) -> list:
-        g = self.fn.__globals__
-        return [g.get(name, _UNBOUND) for name in self._global_names]
+        return [fingerprint.snapshot(read()) for read in self._readers]
 
     def _drop_stale(self) -> None:
-        """Forget compiled code if a global the kernel reads was rebound to another value since
-        it was compiled (on every launch: one list comparison, identity first, in C)."""
+        """Forget compiled code if anything it folded in was rebound or changed since it was
+        compiled (on every launch: read each dependency, one list comparison, identity first)."""
         now = self._read_globals()
         if now != self._globals_seen:
             self._cache.clear()
             self._fast.clear()
-            self._globals_seen = now
+            self._readers = fingerprint.dependency_readers(self.fn)     # the objects may be others now
+            self._globals_seen = self._read_globals()
 
     def __repr__(self) -> str:
         return f"<tj.kernel {self.name}{self.signature}>"
