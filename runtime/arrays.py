@@ -192,9 +192,15 @@ def _torch_view(t) -> KernelArray:
 
 
 def _interface_view(obj) -> KernelArray:
-    cai = obj.__cuda_array_interface__
-    shape = tuple(cai["shape"])
-    dtype = _tile_dtype(np.dtype(cai["typestr"]))
+    try:
+        cai = obj.__cuda_array_interface__
+        shape = tuple(int(n) for n in cai["shape"])
+        typestr = np.dtype(cai["typestr"])
+        int(cai["data"][0] or 0)
+    except Exception as err:          # a broken or partial interface dict
+        raise LaunchError(f"a {type(obj).__name__}'s __cuda_array_interface__ cannot be read "
+                          f"({type(err).__name__}: {err})") from None
+    dtype = _tile_dtype(typestr)
     item = dtype.itemsize
     if cai.get("strides") is None:
         strides = contiguous_strides(shape)

@@ -20,6 +20,7 @@ from tilejit.errors import CompileError, LaunchError, TilejitError, for_user
 from tilejit.language import constexpr
 from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
 
+LAUNCH_OPTIONS = ("num_warps", "stream")          # keywords of kernel[grid](...) itself
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)        # CUDA's gridDim.x, .y, .z maxima
 _UNBOUND = object()
 _STAGES = ("simt_ir", "llvm_ir", "ptx", "cubin", "sass", "registers", "spills", "shared_bytes")
@@ -78,9 +79,13 @@ class Kernel:
         self.signature = pyinspect.signature(fn)
         self.params = list(self.signature.parameters.values())
         for p in self.params:
+            code = fn.__code__
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-                code = fn.__code__
                 raise CompileError(f"kernel parameters must be plain named parameters, not '{p}'",
+                                   ir.Loc(code.co_filename, code.co_firstlineno, func=self.name), self.name)
+            if p.name in LAUNCH_OPTIONS:
+                raise CompileError(f"a kernel parameter cannot be named '{p.name}': "
+                                   f"kernel[grid](..., {p.name}=...) is the launch option; rename it",
                                    ir.Loc(code.co_filename, code.co_firstlineno, func=self.name), self.name)
         self.constexpr_names = frozenset(p.name for p in self.params if _is_constexpr(p.annotation))
         self.runtime_names = [p.name for p in self.params if p.name not in self.constexpr_names]
@@ -201,6 +206,7 @@ class Kernel:
         grid3 = normalise_grid(grid(dict(bound)) if callable(grid) else grid)
         check_num_warps(num_warps)
         entry = self.compile(specs, consts, num_warps, backends.selected())
+        self._check_outputs(entry.artifact, values)
         entry.backend.launch(entry.artifact, grid3, values, stream)
         make_fast = getattr(entry.backend, "fast_launcher", None)
         fast = self._fast_key(args, kwargs, num_warps) if make_fast else None
@@ -208,6 +214,15 @@ class Kernel:
             launcher = make_fast(entry.artifact)
             if launcher is not None:
                 self._fast[fast[0]] = launcher
+
+    def _check_outputs(self, artifact, values: list) -> None:
+        """Refuse, before anything runs on any backend, a launch whose output is a read-only
+        NumPy array (no other output may have been written by then)."""
+        for i in getattr(artifact, "writes", ()):
+            v = values[i] if i < len(values) else None
+            if isinstance(v, np.ndarray) and not v.flags.writeable:
+                raise LaunchError(f"argument '{self.runtime_names[i]}' is a read-only NumPy array, "
+                                  "but the kernel stores to it", kernel=self.name)
 
     # --- the re-launch fast path ---------------------------------------------------------------
     def _fast_key(self, args, kwargs, num_warps):
@@ -332,8 +347,12 @@ def classify_argument(name: str, value):
         copy = array_spec(host.dtype, value.shape, contiguous_strides(value.shape), 0)
         return ArraySpec(host.dtype, host.rank, host.unit_inner_stride and copy.unit_inner_stride,
                          host.aligned16 and copy.aligned16, host.large or copy.large), value
-    if isinstance(value, np.generic) or not (hasattr(value, "__cuda_array_interface__")
-                                             or hasattr(value, "__dlpack__")):
+    try:
+        protocol = hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__")
+    except Exception as err:          # a property that raises (KeyError, ...): not an array we can read
+        raise LaunchError(f"argument '{name}': reading its array protocol raised "
+                          f"{type(err).__name__}: {err}") from None
+    if isinstance(value, np.generic) or not protocol:
         dt = _scalar_dtype(name, value)
         return ScalarSpec(dt), dt.np.type(value)
     device = getattr(value, "__dlpack_device__", None)

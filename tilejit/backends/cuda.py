@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass, field
 
 from tilejit import backends, dtypes
+from tilejit.backends.resources import MAX_SHARED_BYTES, MAX_VALUES_PER_THREAD, check_resources  # noqa: F401
 from tilejit.simt import ParamDesc
 
 _CACHE_FILES = ("ptx", "cubin", "llvm_ir", "simt_ir")
@@ -66,32 +67,6 @@ class CudaArtifact:
 
 
 # ------------------------------------------------------------------------------------------ stages
-# shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin), per target
-MAX_SHARED_BYTES = {"sm_80": 166912, "sm_90a": 232448}
-MAX_VALUES_PER_THREAD = 1024      # far past the 255 registers a thread has: LLVM would grind on
-
-
-def check_resources(fn, target: str) -> None:
-    """Refuse a SIMT program the GPU cannot hold, naming the op and the user's line."""
-    from tilejit.errors import CompileError
-    from tilejit.simt import RegType
-    for o in fn.walk():
-        for r in o.results:
-            if isinstance(r.type, RegType) and r.type.n > MAX_VALUES_PER_THREAD:
-                raise CompileError(f"tile too large for the registers: it needs {r.type.n} values in each of the "
-                                   f"{32 * fn.meta['num_warps']} threads (at most {MAX_VALUES_PER_THREAD}); "
-                                   "use smaller tiles or more warps (num_warps=...)", o.loc)
-    if fn.meta["shared_bytes"] > MAX_SHARED_BYTES[target]:
-        from tilejit.passes.shared_memory import accessed_buffers
-        buffers = fn.meta.get("shared_buffers", {})
-        largest = max(buffers, key=lambda b: buffers[b][1], default=None)
-        user = next((o for o in fn.walk() if largest in accessed_buffers(o)), None)
-        where = f" (the largest buffer, {buffers[largest][1]} bytes, is for this line)" if user else ""
-        raise CompileError(f"the kernel needs {fn.meta['shared_bytes']} bytes of shared memory; "
-                           f"{target} offers at most {MAX_SHARED_BYTES[target]} per CTA{where}; use smaller "
-                           "tiles or fewer pipeline stages", user.loc if user else fn.meta.get("loc"))
-
-
 def stage_simt(state: dict) -> None:
     from tilejit import ir
     from tilejit.passes.pipeline import compile_to_simt

@@ -475,6 +475,7 @@ class EmulatedKernel:
         self.fn = fn
         self.simt_ir = ir.print_function(fn)
         self.shared_bytes = fn.meta.get("shared_bytes", 0)
+        self.writes = tuple(fn.meta.get("writes", ()))     # runtime arguments it stores to
 
 
 class EmulateBackend:
@@ -483,8 +484,11 @@ class EmulateBackend:
 
     def compile(self, tile_fn: ir.Function, options: dict) -> EmulatedKernel:
         from tilejit.backends import switch_options
+        from tilejit.backends.resources import check_resources
         from tilejit.passes.pipeline import compile_to_simt
-        return EmulatedKernel(compile_to_simt(tile_fn, num_warps=options.get("num_warps", 4), **switch_options(options)))
+        fn = compile_to_simt(tile_fn, num_warps=options.get("num_warps", 4), **switch_options(options))
+        check_resources(fn, "sm_90a")         # what the largest target holds: the GPU would refuse the rest
+        return EmulatedKernel(fn)
 
     def launch(self, artifact: EmulatedKernel, grid, args: list, stream=None) -> None:
         run(artifact.fn, grid, args)

@@ -333,6 +333,7 @@ class Program:
         self.num_slots = len(compiler.slots) + 2
         stored = {id(o.operands[0]) for o in fn.walk() if o.op is Op.STORE}
         self.stored_args = [i for i, a in enumerate(fn.args) if id(a) in stored]
+        self.writes = tuple(self.stored_args)              # runtime arguments it stores to
 
     def launch(self, grid: tuple[int, int, int], args: list) -> None:
         """Run every program of ``grid`` in order (x fastest) on host ``args``."""

@@ -34,8 +34,17 @@ if hasattr(math, "exp2"):
 _PY_BUILTINS = ("range", "len", "min", "max", "abs", "float", "int", "bool", "isinstance", "tuple",
                 "print")
 _CONST_METHOD_TYPES = (str, int, float, tuple, DType)
-_MAX_INLINE_DEPTH = 32
+_MAX_INLINE_DEPTH = 64                 # nested tj.func calls
+MAX_STATIC_ITERATIONS = 4096           # iterations tj.static_range may unroll
 _LIBRARY_MODULES = {"tilejit", "math", "numpy", "builtins"}
+
+
+def _scalar(frame, x, fn: str):
+    """``x`` when it is a runtime scalar: ``float(t)`` of a tile has no meaning."""
+    if isinstance(x, Value) and x.type.shape != ():
+        raise CompileError(f"{fn}() of a {x.type}: only scalars convert; use t.to(tj.{'float32' if fn == 'float' else 'int32'}) "
+                           "to convert every element", frame.b.loc)
+    return x
 
 
 class Calls:
@@ -177,14 +186,30 @@ class Calls:
 
     def call_method(self, frame, method: BoundMethod, args, kwargs):
         b, obj, name = frame.b, method.obj, method.name
-        if name in ("to", "astype"):
-            return semantics.cast(b, obj, *args, **kwargs)
         if name == "reshape":
-            shape = args[0] if len(args) == 1 else tuple(args)
-            return semantics.reshape(b, obj, shape)
-        if name in ("max", "min", "sum", "argmax", "argmin"):
-            return semantics.reduce(b, ReduceKind(name), obj, *args, **kwargs)
-        return semantics.BUILTINS[name](b, obj, *args, **kwargs)
+            kwargs = dict(kwargs)
+            reorder = kwargs.pop("can_reorder", False)      # Triton's: any order is allowed, and
+            if not isinstance(reorder, bool):               # tilejit keeps row-major order
+                raise CompileError("t.reshape(): can_reorder must be True or False", b.loc)
+            if "shape" in kwargs:
+                if args:
+                    raise CompileError("t.reshape(): give the shape once", b.loc)
+                args = (kwargs.pop("shape"),)
+            if kwargs or not args:
+                what = f"unexpected keyword argument '{next(iter(kwargs))}'" if kwargs else "no shape given"
+                raise CompileError(f"t.reshape(): {what}", b.loc)
+            return semantics.reshape(b, obj, args[0] if len(args) == 1 else tuple(args))
+        if name in ("to", "astype"):
+            target, lead = semantics.cast, (b, obj)
+        elif name in ("max", "min", "sum", "argmax", "argmin"):
+            target, lead = semantics.reduce, (b, ReduceKind(name), obj)
+        else:
+            target, lead = semantics.BUILTINS[name], (b, obj)
+        try:                             # a wrong call is the user's error, never a raw TypeError
+            inspect.signature(target).bind(*lead, *args, **kwargs)
+        except TypeError as e:
+            raise CompileError(f"t.{name}(): {e}", b.loc) from None
+        return target(*lead, *args, **kwargs)
 
     def inline(self, frame, pyfn, args, kwargs):
         """Trace a ``tj.func`` (or host helper) body in the caller's block with its own locals."""
@@ -196,13 +221,18 @@ class Calls:
         except TypeError as e:
             raise CompileError(f"{pyfn.__name__}(): {e}", frame.b.loc) from None
         bound.apply_defaults()
+        if pyfn in self.inlining:
+            raise CompileError(f"tj.func '{pyfn.__name__}' is recursive (it calls itself, directly or "
+                               "through other tj.funcs); device functions are inlined", frame.b.loc)
         if self.inline_depth >= _MAX_INLINE_DEPTH:
-            raise CompileError(f"tj.func '{pyfn.__name__}' is recursive (inlining too deep)", frame.b.loc)
+            raise CompileError(f"tj.func calls are nested more than {_MAX_INLINE_DEPTH} deep", frame.b.loc)
         self.inline_depth += 1
+        self.inlining.append(pyfn)
         try:
             return self.run(CodeInfo(pyfn, is_kernel=False), dict(bound.arguments), frame.b.block)
         finally:
             self.inline_depth -= 1
+            self.inlining.pop()
 
     def make_range(self, frame, name, start, stop=None, step=1, stages=1):
         b = frame.b
@@ -220,6 +250,11 @@ class Calls:
         if name == "static_range":
             if any(isinstance(v, Value) for v in (start, stop, step)):
                 raise CompileError("tj.static_range() bounds must be compile-time constants", b.loc)
+            count = len(range(start, stop, step))
+            if count > MAX_STATIC_ITERATIONS:
+                raise CompileError(f"tj.static_range() would unroll {count} iterations (at most "
+                                   f"{MAX_STATIC_ITERATIONS}); use range() or tj.range() for a runtime loop",
+                                   b.loc)
             return StaticIter(tuple(range(start, stop, step)))
         return RangeSpec(start, stop, step, stages)
 
@@ -256,10 +291,12 @@ class Calls:
         return builtins.abs(x) if all_const else semantics.unary(frame.b, "abs", x)
 
     def builtin_float(self, frame, all_const, x=0.0):
-        return _fold(frame.b, float, [x], {}) if all_const else semantics.cast(frame.b, x, dtypes.float32)
+        return _fold(frame.b, float, [x], {}) if all_const else semantics.cast(frame.b, _scalar(frame, x, "float"),
+                                                                               dtypes.float32)
 
     def builtin_int(self, frame, all_const, x=0):
-        return _fold(frame.b, int, [x], {}) if all_const else semantics.cast(frame.b, x, dtypes.int32)
+        return _fold(frame.b, int, [x], {}) if all_const else semantics.cast(frame.b, _scalar(frame, x, "int"),
+                                                                             dtypes.int32)
 
     def builtin_bool(self, frame, all_const, x=False):
         return bool(x) if all_const else semantics.condition(frame.b, x)

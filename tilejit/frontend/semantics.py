@@ -181,6 +181,9 @@ def binary(b: Builder, op: str, x, y) -> Value:
         fail(b, f"operator {op} needs integer or bool operands, got {dt}")
     if (op in _ARITH or op in ("<<", ">>")) and dt.is_bool:
         fail(b, f"operator {op} is not defined on bool operands; cast them first")
+    if op == "**" and not dt.is_float and isinstance(y, (int, float)) and not isinstance(y, bool) and y < 0:
+        fail(b, f"integer ** {y}: a negative exponent gives a fraction (Python returns a float); "
+                "use a float base, e.g. x.to(tj.float32) ** " + str(y))
     if op == "/":
         dt = dtypes.float_result(dt)
     xv, yv = convert(b, x, dt, shape), convert(b, y, dt, shape)

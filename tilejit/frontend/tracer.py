@@ -61,6 +61,7 @@ class Tracer(ControlFlow, Calls):
         self.dims: dict[tuple[int, int], Value] = {}
         self.deps: dict[str, object] = {}
         self.inline_depth = 0
+        self.inlining: list = []           # the tj.funcs being inlined (recursion check)
 
     def run(self, info: CodeInfo, locals_: dict, block: Block):
         """Trace ``info``'s function from its first instruction to its return; its value."""
