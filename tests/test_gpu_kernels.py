@@ -267,6 +267,18 @@ def test_inspect_softmax_on_the_gpu_runs_nothing():
     assert not y.numpy().any()
 
 
+def test_registers_come_from_the_loaded_function_when_the_report_is_missing():
+    """A cache entry without ptxas's report (or a PTX the driver JIT-compiled) still reports
+    registers, from cuFuncGetAttribute: the autotuner's pruning never silently turns off."""
+    import dataclasses
+    host = rows(np.random.default_rng(6), 8, 1000)
+    x = tj.to_device(host)
+    entry = softmax_kernel.compile(*softmax_kernel.specialise(softmax_kernel.bind((x, x), {"BLOCK": 1024}))[:2],
+                                   4, "cuda")
+    art = dataclasses.replace(entry.artifact, registers=None, loaded={})
+    assert art.registers_per_thread() == entry.artifact.registers > 0
+
+
 def test_shared_memory_over_the_device_limit_is_refused_before_launch():
     """A 256x256 float32 transpose stages 256 KiB in shared memory: more than any GPU allows
     (a CompileError for the target's limit, or a LaunchError for the device's)."""

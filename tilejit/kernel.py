@@ -302,6 +302,8 @@ class Kernel:
                     raise
                 continue
             found = {s: getattr(entry.artifact, s, None) for s in _STAGES}
+            if hasattr(entry.artifact, "registers_per_thread"):    # never a silent 0 or None on a GPU
+                found["registers"] = entry.artifact.registers_per_thread()
             text = entry.tile_text or ir.print_function(self.tile_ir(specs, consts))
             return Inspection(text, name, **found)
         return Inspection(ir.print_function(self.tile_ir(specs, consts)))

@@ -323,7 +323,9 @@ def resource_problem(artifact, num_warps: int, limits: Limits | None) -> str | N
     shared = getattr(artifact, "shared_bytes", None) or 0
     if shared > limits.shared_bytes:
         return f"needs {shared} bytes of shared memory; the device offers {limits.shared_bytes} per CTA"
-    registers, threads = getattr(artifact, "registers", None) or 0, 32 * num_warps
+    read = getattr(artifact, "registers_per_thread", None)
+    registers = (read() if read else getattr(artifact, "registers", None)) or 0
+    threads = 32 * num_warps
     if registers * threads > limits.registers:
         return (f"needs {registers} registers x {threads} threads = {registers * threads}; "
                 f"a CTA has {limits.registers}")

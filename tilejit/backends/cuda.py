@@ -45,6 +45,16 @@ class CudaArtifact:
                     self.loaded[device] = loaded
         return loaded
 
+    def registers_per_thread(self) -> int | None:
+        """Registers per thread: ptxas's report, else (the driver JIT-compiled the PTX, or a cache
+        entry lacks the report) the loaded function's attribute, read once on the current device;
+        None without a device."""
+        if not self.registers:
+            from tilejit.runtime import driver
+            if driver.available():
+                self.registers = self.kernel_for_device(driver.current_device()).num_regs or None
+        return self.registers
+
     # --- (de)serialisation for the disk cache ----------------------------------------------------
     def files(self) -> dict[str, bytes]:
         out = {"ptx": self.ptx.encode(), "llvm_ir": (self.llvm_ir or "").encode(),
