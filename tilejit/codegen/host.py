@@ -31,8 +31,9 @@ HOST_APPROX = {   # NVVM approximation -> the exact operation it stands for (x i
 }
 
 
-def _host_loop_module(tile_op: TileOp, in_dtype: DType, nargs: int, out: DType) -> str:
+def _host_loop_module(tile_op: TileOp, in_dtypes: list[DType], out: DType) -> str:
     """``void f(out*, in0*, ..., i64 n)``: out[i] = op(in0[i], ...), emitted by codegen.elementwise."""
+    nargs = len(in_dtypes)
     mod, ptr = ir.Module("host"), ir.PointerType()
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ptr] * (1 + nargs) + [I64]), "f")
     ctx = Ctx(mod, fn, 90, "host")
@@ -43,9 +44,9 @@ def _host_loop_module(tile_op: TileOp, in_dtype: DType, nargs: int, out: DType) 
     i = b.phi(I64)
     b.cbranch(b.icmp_signed("<", i, fn.args[-1]), body, done)
     b.position_at_end(body)
-    ety = mem_type(in_dtype)
-    args = [to_reg(ctx, b.load(b.gep(p, [i], source_etype=ety), typ=ety), in_dtype) for p in fn.args[1:-1]]
-    r = elementwise(ctx, tile_op, args, [in_dtype] * nargs, out)
+    args = [to_reg(ctx, b.load(b.gep(p, [i], source_etype=mem_type(dt)), typ=mem_type(dt)), dt)
+            for p, dt in zip(fn.args[1:-1], in_dtypes)]
+    r = elementwise(ctx, tile_op, args, list(in_dtypes), out)
     b.store(to_mem(ctx, r, out), b.gep(fn.args[0], [i], source_etype=mem_type(out)))
     i.add_incoming(ir.Constant(I64, 0), entry)
     i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
@@ -60,20 +61,23 @@ def _host_loop_module(tile_op: TileOp, in_dtype: DType, nargs: int, out: DType) 
     return text
 
 
-def host_eval(tile_op: TileOp, in_dtype: DType, *arrays, out: DType | None = None) -> np.ndarray:
-    """NumPy arrays in, the codegen's answer for ``tile_op`` computed on the host out."""
-    out = out or in_dtype
-    if any(d.is_float and d.bits < 32 for d in (in_dtype, out)):
-        raise ValueError(f"host_eval runs float32/int/bool only, not {in_dtype} -> {out}")
+def host_eval(tile_op: TileOp, in_dtype, *arrays, out: DType | None = None) -> np.ndarray:
+    """NumPy arrays in, the codegen's answer for ``tile_op`` computed on the host out.
+    ``in_dtype`` is one DType for every operand, or a list of one per operand (``where``'s
+    bool condition, a comparison or cast between dtypes)."""
+    in_dtypes = list(in_dtype) if isinstance(in_dtype, (list, tuple)) else [in_dtype] * len(arrays)
+    out = out or in_dtypes[-1]
+    if any(d.is_float and d.bits < 32 for d in (*in_dtypes, out)):
+        raise ValueError(f"host_eval runs float32/int/bool only, not {in_dtypes} -> {out}")
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    module = llvm.parse_assembly(_host_loop_module(tile_op, in_dtype, len(arrays), out))
+    module = llvm.parse_assembly(_host_loop_module(tile_op, in_dtypes, out))
     module.verify()
     engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine())
     engine.finalize_object()          # the engine owns the code: it lives until we return
     cfn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (1 + len(arrays)), ctypes.c_int64)(
         engine.get_function_address("f"))
-    ins = [np.ascontiguousarray(a, dtype=in_dtype.np) for a in arrays]
+    ins = [np.ascontiguousarray(a, dtype=dt.np) for a, dt in zip(arrays, in_dtypes)]
     res = np.zeros(len(ins[0]), out.np)
     cfn(res.ctypes.data, *[a.ctypes.data for a in ins], len(res))
     return res
