@@ -5,7 +5,10 @@ NVPTX has no libm, so the transcendentals are built here from PTX's approximate 
 at a relative error of a few 1e-7 (absolute ~5e-7 for sin/cos over a few hundred periods):
   exp   2**(x*log2 e) with the rounding error of the product folded back in
   log   x = m * 2**e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1)
-  sin   k = rint(x / 2pi), sin.approx(x - k*2pi) with a three-part 2pi
+  sin   x = q*pi/2 + r, |r| <= pi/4, in float64: Cody-Waite with a three-part pi/2 below 2**20,
+  cos   Payne-Hanek (integer product with 240 bits of 2/pi) above; then fdlibm's float64
+        sin/cos polynomials on r, picked by q mod 4 (within 1 ulp of float32 over the whole range;
+        sin(1e-8) is 1e-8, not the 0 of sin.approx)
   tanh  odd Taylor series below 0.4, 1 - 2/(exp(2|x|) + 1) above
 """
 from __future__ import annotations
@@ -97,12 +100,118 @@ def _reduce_two_pi(ctx: Ctx, x):
     return r
 
 
-def sin(ctx: Ctx, x):
+def fast_sin(ctx: Ctx, x):
+    """sin.approx after a 2pi range reduction: absolute error ~5e-7, so tiny x lose all digits."""
     return ctx.call("llvm.nvvm.sin.approx.f", F32, [_reduce_two_pi(ctx, x)])
 
 
-def cos(ctx: Ctx, x):
+def fast_cos(ctx: Ctx, x):
     return ctx.call("llvm.nvvm.cos.approx.f", F32, [_reduce_two_pi(ctx, x)])
+
+
+# fdlibm: pi/2 in three 33-bit parts (q * part is exact for q < 2**20), 2/pi's first 240 bits,
+# and the float64 kernels of sin and cos on [-pi/4, pi/4]
+PIO2_PARTS = (1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624871116645580e-21)
+TWO_OVER_PI_240 = int("A2F9836E4E441529FC2757D1F534DDC0DB6295993C439041FE5163ABDEBB", 16)
+SIN_POLY = (-1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04,
+            2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10)
+COS_POLY = (4.16666666666666019037e-02, -1.38888888888741095749e-03, 2.48015872894767294178e-05,
+            -2.75573143513906633035e-07, 2.08757232129817482790e-09, -1.13596475577881948265e-11)
+I128, I256 = ir.IntType(128), ir.IntType(256)
+
+
+def _d(value: float) -> ir.Constant:
+    return ir.Constant(F64, value)
+
+
+def _reduce_pio2(ctx: Ctx, x):
+    """(q mod 4 as i32, r as f64) with x = q * pi/2 + r and |r| <= pi/4 (for finite x)."""
+    b = ctx.builder
+    xd = b.fpext(x, F64)
+    large = b.fcmp_ordered(">=", _fabs(ctx, x), f(2.0 ** 20))
+    small_bb, large_bb, done = ctx.block("pio2.small"), ctx.block("pio2.large"), ctx.block("pio2.done")
+    b.cbranch(large, large_bb, small_bb)
+
+    b.position_at_end(small_bb)                 # Cody-Waite: every q * part is exact
+    q = ctx.call("llvm.rint.f64", F64, [b.fmul(xd, _d(2 / math.pi))])
+    r_small = xd
+    for part in PIO2_PARTS:
+        r_small = ctx.call("llvm.fma.f64", F64, [b.fneg(q), _d(part), r_small])
+    q_small = b.fptosi(q, I32)
+    small_end = b.block
+    b.branch(done)
+
+    b.position_at_end(large_bb)                 # Payne-Hanek: |x| = m * 2**e, e in [-3, 104]
+    bits = b.bitcast(x, I32)
+    ix = b.and_(bits, ir.Constant(I32, 0x7FFFFFFF))
+    e = b.sub(b.lshr(ix, ir.Constant(I32, 23)), ir.Constant(I32, 150))
+    m = b.zext(b.or_(b.and_(ix, ir.Constant(I32, 0x7FFFFF)), ir.Constant(I32, 0x800000)), I128)
+    # x * 2/pi = m * P * 2**(e - 240): the 98 bits of P from 2**(144 - e) up give y mod 4 with
+    # 96 fraction bits (the bits below add < 2**-72)
+    shift = b.zext(b.sub(ir.Constant(I32, 144), e), I256)
+    window = b.and_(b.trunc(b.lshr(ir.Constant(I256, TWO_OVER_PI_240), shift), I128),
+                    ir.Constant(I128, (1 << 98) - 1))
+    y = b.and_(b.mul(m, window), ir.Constant(I128, (1 << 98) - 1))
+    q_large = b.trunc(b.lshr(y, ir.Constant(I128, 96)), I32)
+    frac = b.and_(y, ir.Constant(I128, (1 << 96) - 1))
+    upper = b.icmp_unsigned(">=", frac, ir.Constant(I128, 1 << 95))     # round to the nearest quadrant
+    q_large = b.add(q_large, b.zext(upper, I32))
+    frac = b.select(upper, b.sub(frac, ir.Constant(I128, 1 << 96)), frac)
+    top = b.trunc(b.ashr(frac, ir.Constant(I128, 32)), ir.IntType(64))   # fraction * 2**64
+    r_large = b.fmul(b.sitofp(top, F64), _d(2.0 ** -64 * math.pi / 2))
+    negative = b.icmp_signed("<", bits, ir.Constant(I32, 0))
+    r_large = b.select(negative, b.fneg(r_large), r_large)
+    q_large = b.select(negative, b.neg(q_large), q_large)
+    large_end = b.block
+    b.branch(done)
+
+    b.position_at_end(done)
+    q = b.phi(I32)
+    q.add_incoming(q_small, small_end)
+    q.add_incoming(q_large, large_end)
+    r = b.phi(F64)
+    r.add_incoming(r_small, small_end)
+    r.add_incoming(r_large, large_end)
+    return b.and_(q, ir.Constant(I32, 3)), r
+
+
+def _sin_cos_kernels(ctx: Ctx, r):
+    """(sin r, cos r) in float64 for |r| <= pi/4."""
+    b = ctx.builder
+    z = b.fmul(r, r)
+
+    def poly(coeffs):
+        acc = _d(coeffs[-1])
+        for c in reversed(coeffs[:-1]):
+            acc = ctx.call("llvm.fma.f64", F64, [acc, z, _d(c)])
+        return acc
+    s = ctx.call("llvm.fma.f64", F64, [b.fmul(r, z), poly(SIN_POLY), r])
+    c = ctx.call("llvm.fma.f64", F64, [b.fmul(z, z), poly(COS_POLY), b.fsub(_d(1.0), b.fmul(z, _d(0.5)))])
+    return s, c
+
+
+def _sin_or_cos(ctx: Ctx, x, phase: int):
+    """sin(x) (phase 0) or cos(x) = sin(x + pi/2) (phase 1), to float32."""
+    b = ctx.builder
+    q, r = _reduce_pio2(ctx, x)
+    s, c = _sin_cos_kernels(ctx, r)
+    k = b.and_(b.add(q, ir.Constant(I32, phase)), ir.Constant(I32, 3))
+    odd = b.icmp_unsigned("!=", b.and_(k, ir.Constant(I32, 1)), ir.Constant(I32, 0))
+    value = b.select(odd, c, s)
+    value = b.select(b.icmp_unsigned(">=", k, ir.Constant(I32, 2)), b.fneg(value), value)
+    out = b.fptrunc(value, F32)
+    if phase == 0:                                     # sin(-0.0) is -0.0
+        out = b.select(b.fcmp_ordered("==", x, f(0.0)), x, out)
+    finite = b.fcmp_ordered("<", _fabs(ctx, x), f(math.inf))
+    return b.select(finite, out, f(math.nan))
+
+
+def sin(ctx: Ctx, x):
+    return _sin_or_cos(ctx, x, 0)
+
+
+def cos(ctx: Ctx, x):
+    return _sin_or_cos(ctx, x, 1)
 
 
 def tanh(ctx: Ctx, x):
