@@ -50,7 +50,11 @@ def exp(ctx: Ctx, x):
     c = b.fadd(_fma(ctx, x, f(LOG2E_HI), b.fneg(t)), b.fmul(x, f(LOG2E_LO)))
     # c only matters where 2**t is finite and normal; for huge or infinite x it is nan or huge
     c = b.select(b.fcmp_ordered("<", _fabs(ctx, t), f(256.0)), c, f(0.0))
-    return b.fmul(_ex2(ctx, t), _fma(ctx, c, f(LN2_HI), f(1.0)))
+    # ex2.approx flushes subnormal results to 0: below 2**-125 take 2**(t + 64) * 2**-64
+    low = b.fcmp_ordered("<", t, f(-125.0))
+    t = b.select(low, b.fadd(t, f(64.0)), t)
+    value = b.fmul(_ex2(ctx, t), _fma(ctx, c, f(LN2_HI), f(1.0)))
+    return b.select(low, b.fmul(value, f(2.0 ** -64)), value)
 
 
 def _log_parts(ctx: Ctx, x):
@@ -61,13 +65,18 @@ def _log_parts(ctx: Ctx, x):
     bits = b.bitcast(scaled, I32)
     e = b.ashr(b.sub(bits, ir.Constant(I32, SQRT_HALF_BITS)), ir.Constant(I32, 23))
     m = b.bitcast(b.sub(bits, b.shl(e, ir.Constant(I32, 23))), F32)
-    e = b.sitofp(b.sub(e, b.select(tiny, ir.Constant(I32, 23), ir.Constant(I32, 0))), F32)
-    fm = b.fsub(m, f(1.0))                                   # exact (Sterbenz)
-    s = ctx.fdiv(fm, b.fadd(fm, f(2.0)))
+    e = b.sitofp(b.sub(e, b.select(tiny, ir.Constant(I32, 23), ir.Constant(I32, 0))), F64)
+    fm = b.fpext(b.fsub(m, f(1.0)), F64)                     # exact (Sterbenz)
+    d = b.fadd(fm, _d(2.0))
+    # s = fm / d to ~48 bits without a float64 division (a call ptxas serialises wgmma around):
+    # a float32 quotient and one correction in float64
+    s0 = b.fpext(ctx.fdiv(b.fptrunc(fm, F32), b.fptrunc(d, F32)), F64)
+    rcp = b.fpext(ctx.fdiv(f(1.0), b.fptrunc(d, F32)), F64)
+    s = ctx.call("llvm.fma.f64", F64, [ctx.call("llvm.fma.f64", F64, [b.fneg(s0), d, fm]), rcp, s0])
     z = b.fmul(s, s)
-    poly = f(2 / 9)
-    for coeff in (2 / 7, 2 / 5, 2 / 3, 2.0):
-        poly = _fma(ctx, poly, z, f(coeff))
+    poly = _d(2 / 15)
+    for k in (13, 11, 9, 7, 5, 3, 1):                        # 2 atanh(s) = 2 (s + s**3/3 + ...)
+        poly = ctx.call("llvm.fma.f64", F64, [poly, z, _d(2 / k)])
     return e, b.fmul(s, poly)
 
 
@@ -80,14 +89,16 @@ def _log_specials(ctx: Ctx, x, value):
 
 
 def log(ctx: Ctx, x):
+    """In float64 from e and log(m) (``_log_parts``), rounded once to float32."""
     e, log_m = _log_parts(ctx, x)
-    value = _fma(ctx, e, f(LN2_HI), _fma(ctx, e, f(LN2_LO), log_m))
-    return _log_specials(ctx, x, value)
+    value = ctx.call("llvm.fma.f64", F64, [e, _d(math.log(2)), log_m])
+    return _log_specials(ctx, x, ctx.builder.fptrunc(value, F32))
 
 
 def log2(ctx: Ctx, x):
     e, log_m = _log_parts(ctx, x)
-    return _log_specials(ctx, x, _fma(ctx, log_m, f(LOG2E_HI), e))
+    value = ctx.call("llvm.fma.f64", F64, [log_m, _d(1 / math.log(2)), e])
+    return _log_specials(ctx, x, ctx.builder.fptrunc(value, F32))
 
 
 def _reduce_two_pi(ctx: Ctx, x):
