@@ -76,17 +76,23 @@ def tensor_core_config(op: ir.Operation, layouts: dict, num_warps: int) -> "DotC
     return cfg if cfg is not None and layouts.get(op.result) == cfg.acc_layout else None
 
 
-def pipeline_stages(op: ir.Operation) -> int:
-    """The ring depth of FOR ``op`` when it can be software-pipelined (``tj.range(stages=S)``
-    with S >= 2 and a constant positive step), else 1.  The one rule ``choose_wgmma`` and
-    ``plan_loops`` share."""
-    if op.op is not ir.TileOp.FOR or op.attrs is None or op.attrs.stages < 2:
+DEFAULT_STAGES = 3          # the ring depth of loops that do not say (sm_80 and sm_90a)
+
+
+def pipeline_stages(op: ir.Operation, default: int = DEFAULT_STAGES) -> int:
+    """The ring depth of FOR ``op`` when it can be software-pipelined: ``tj.range(stages=S)``
+    asks for S (1: off), a plain ``range`` gets ``default``; the step must be a positive
+    constant.  Else 1.  The one rule ``choose_wgmma`` and ``plan_loops`` share."""
+    if op.op is not ir.TileOp.FOR:
+        return 1
+    stages = (op.attrs.stages if op.attrs else 0) or default
+    if stages < 2:
         return 1
     step = op.operands[2].owner
     if step is None or step.op is not ir.TileOp.CONSTANT or not isinstance(step.attrs.value, int) \
             or step.attrs.value <= 0:
         return 1
-    return op.attrs.stages
+    return stages
 
 
 def _pow2(x: int) -> bool:

@@ -57,7 +57,7 @@ PIPELINE = [
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
     Stage("choose_wgmma", lambda fn, opt: choose_wgmma(fn, opt.num_warps, opt.target, opt.wgmma), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
-    Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps), "tile"),
+    Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),

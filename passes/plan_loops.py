@@ -21,7 +21,7 @@ from tilejit import ir
 from tilejit.ir import TileOp
 from tilejit.passes import lower_memory, wgmma
 from tilejit.passes.assign_layouts import array_spec, is_tile, layouts_text
-from tilejit.passes.mma_tiling import pipeline_stages, tensor_core_config
+from tilejit.passes.mma_tiling import dot_config, pipeline_stages, tensor_core_config
 from tilejit.passes.plans import LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
 
 
@@ -37,7 +37,12 @@ class Facts:
         self.staged: dict[ir.Value, SharedTile] = {}
 
 
-def plan_loops(fn: ir.Function, num_warps: int) -> ir.Function:
+# shared memory the rings of a loop whose depth the compiler picks may take: what the target
+# offers per CTA less room for the kernel's other tiles (an explicit tj.range(stages=) is obeyed)
+RING_BUDGET = {"sm_80": 100 * 1024, "sm_90a": 160 * 1024}
+
+
+def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a") -> ir.Function:
     """Record a ``LoopPlan`` for every FOR loop of ``fn`` (after ``assign_layouts``)."""
     facts = Facts(fn, num_warps)
     plans = LoopPlans()
@@ -51,7 +56,14 @@ def plan_loops(fn: ir.Function, num_warps: int) -> ir.Function:
             staged = invariant_operands(facts, o)
             facts.staged.update((s.value, s.tile) for s in staged)
             rings = tuple(ring_plans(facts, o))
-            plans[o] = LoopPlan(pipeline_stages(o), rings, _in_flight(o, rings), tuple(staged))
+            stages = pipeline_stages(o)
+            if rings and not (o.attrs and o.attrs.stages):          # the compiler's choice: fit it
+                per_stage = sum(dot_config(r.dot, num_warps).tile_bytes(r.tile) for r in rings)
+                while stages > 1 and stages * per_stage > RING_BUDGET.get(target, RING_BUDGET["sm_80"]):
+                    stages -= 1
+                if stages < 2:
+                    rings = ()
+            plans[o] = LoopPlan(stages, rings, _in_flight(o, rings, stages), tuple(staged))
             walk(o.regions[0])
             for s in staged:
                 del facts.staged[s.value]
@@ -95,7 +107,7 @@ def invariant_operands(facts: Facts, o: ir.Operation) -> list[StagedOperand]:
     return out
 
 
-def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...]) -> int:
+def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...], stages: int) -> int:
     """wgmma keeps one group in flight across iterations when the ring has a slot to spare
     (3+ stages): copies then run a slot less ahead, so the slot they overwrite was read two
     iterations back, by a group every warpgroup retired before this iteration's barrier.  Only
@@ -106,7 +118,7 @@ def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...]) -> int:
     carried_only = len(dots) == 1 and [u for op in region.walk() for u in op.operands
                                        if u is dots[0].result] == [dots[0].result] \
         and dots[0].result in region.ops[-1].operands
-    return 1 if any(r.wgmma for r in rings) and o.attrs.stages >= 3 and carried_only else 0
+    return 1 if any(r.wgmma for r in rings) and stages >= 3 and carried_only else 0
 
 
 def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:

@@ -111,7 +111,7 @@ def test_for_loop_with_iter_args():
           %3 = constant {value=0.0} : tile<4xfloat32>
           %4 = constant {value=0} : int32
           %5 = constant {value=1} : int32
-          %6 = for %4, %1, %5, %2 {stages=1, unroll=False} : tile<4xfloat32> {
+          %6 = for %4, %1, %5, %2 {stages=0, unroll=False} : tile<4xfloat32> {
             ^(%7: int32, %8: tile<4xfloat32>):
             %9 = load %0, %7 {other=0.0} : tile<4xfloat32>
             %10 = add %8, %9 : tile<4xfloat32>
@@ -425,7 +425,7 @@ def test_value_carried_only_once_a_python_int_is_promoted():
             flag = 1
         tj.store(x, (0,), t)
     text = compile_text(k, [A(F32), S(I32)])
-    assert "for %3, %1, %4, %2, %5 {stages=1, unroll=False} : tile<2xfloat32>, int32" in text
+    assert "for %3, %1, %4, %2, %5 {stages=0, unroll=False} : tile<2xfloat32>, int32" in text
 
 
 def test_array_shape_unpacking_slicing_and_ndim():

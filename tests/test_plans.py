@@ -90,13 +90,29 @@ def test_attention_with_128_wide_heads_uses_atoms_for_q_and_k():
 @tj.kernel
 def plain_loop_gemm(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
     acc = tj.zeros((BM, BN), tj.float32)
-    for k in range(0, a.shape[1], BK):
+    for k in range(0, a.shape[1], BK):                  # as Triton's tutorial writes it
         acc = tj.dot(tj.load(a, (0, k), (BM, BK)), tj.load(b, (k, 0), (BK, BN)), acc)
     tj.store(c, (0, 0), acc)
 
 
-def test_a_plain_range_loop_has_a_plan_that_does_not_pipeline():
+@tj.kernel
+def unpipelined_gemm(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in tj.range(0, a.shape[1], BK, stages=1):     # stages=1: pipelining off
+        acc = tj.dot(tj.load(a, (0, k), (BM, BK)), tj.load(b, (k, 0), (BK, BN)), acc)
+    tj.store(c, (0, 0), acc)
+
+
+def test_a_plain_range_loop_is_pipelined_by_default():
+    from tilejit.passes.mma_tiling import DEFAULT_STAGES
     [plan] = plans_of(plain_loop_gemm, GEMM, {"BM": 64, "BN": 64, "BK": 32}, 4)
+    assert plan.pipelined and plan.stages == DEFAULT_STAGES and len(plan.rings) == 2
+    [plan] = plans_of(plain_loop_gemm, GEMM, {"BM": 64, "BN": 64, "BK": 32}, 4, "sm_80")
+    assert plan.pipelined and [r.tile for r in plan.rings] == [SharedTile.A, SharedTile.B]
+
+
+def test_stages_1_turns_pipelining_off():
+    [plan] = plans_of(unpipelined_gemm, GEMM, {"BM": 64, "BN": 64, "BK": 32}, 4)
     assert not plan.pipelined and plan.rings == () and plan.ahead == 0
     assert plan.describe(str)[0].startswith("stages=1 pipelined=False")
 

@@ -133,7 +133,7 @@ class DotAttrs(Attrs):
 
 @dataclass(frozen=True)
 class ForAttrs(Attrs):
-    stages: int = 1                      # software pipelining depth asked for with tj.range
+    stages: int = 0                      # pipelining depth from tj.range(stages=); 0: the compiler's choice
     unroll: bool = False
 
 

@@ -234,7 +234,9 @@ class Calls:
             self.inline_depth -= 1
             self.inlining.pop()
 
-    def make_range(self, frame, name, start, stop=None, step=1, stages=1):
+    def make_range(self, frame, name, start, stop=None, step=1, stages=None):
+        """``stages=None`` (a plain ``range``, or ``tj.range`` without it): the compiler picks the
+        pipeline depth (ForAttrs.stages 0); ``stages=1`` turns pipelining off."""
         b = frame.b
         if stop is None:
             start, stop = 0, start
@@ -245,7 +247,9 @@ class Calls:
                 raise CompileError(f"{name}() bounds must be integers, got {semantics.describe(v)}", b.loc)
         if isinstance(step, int) and step == 0:
             raise CompileError(f"{name}() step must not be zero", b.loc)
-        if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
+        if stages is None:
+            stages = 0
+        elif not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
             raise CompileError("tj.range(): stages must be a positive compile-time integer", b.loc)
         if name == "static_range":
             if any(isinstance(v, Value) for v in (start, stop, step)):
