@@ -25,6 +25,7 @@ from tilejit.passes.canonicalize import canonicalize
 from tilejit.passes.dce import dce
 from tilejit.passes.fold_exp import fold_exp
 from tilejit.passes.lower import lower_to_simt
+from tilejit.passes.mma_tiling import DEFAULT_STAGES
 from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.uniform_masks import uniform_masks
@@ -40,6 +41,7 @@ class Options:
     target: str = "sm_90a"
     wgmma: bool = True          # Hopper warpgroup mma where it applies (TILEJIT_WGMMA=0: off)
     verify: bool = False        # verify the IR after every pass (TILEJIT_DEBUG=1)
+    num_stages: int = DEFAULT_STAGES   # ring depth of loops that do not say (launch option)
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,9 @@ PIPELINE = [
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
-    Stage("choose_wgmma", lambda fn, opt: choose_wgmma(fn, opt.num_warps, opt.target, opt.wgmma), "tile"),
+    Stage("choose_wgmma", lambda fn, opt: choose_wgmma(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
-    Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target), "tile"),
+    Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
@@ -77,11 +79,11 @@ def stage_text(fn: ir.Function, level: str) -> str:
 
 def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_90a",
                     dump: Callable[[str, str], None] | None = None, *, wgmma: bool = True,
-                    verify: bool = False) -> ir.Function:
+                    verify: bool = False, num_stages: int | None = None) -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
-    options = Options(num_warps, target, wgmma, verify)
+    options = Options(num_warps, target, wgmma, verify, num_stages or DEFAULT_STAGES)
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))

@@ -42,7 +42,7 @@ class Facts:
 RING_BUDGET = {"sm_80": 100 * 1024, "sm_90a": 160 * 1024}
 
 
-def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a") -> ir.Function:
+def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a", default_stages: int = 3) -> ir.Function:
     """Record a ``LoopPlan`` for every FOR loop of ``fn`` (after ``assign_layouts``)."""
     facts = Facts(fn, num_warps)
     plans = LoopPlans()
@@ -55,8 +55,8 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a") -> ir.Fu
                 continue
             staged = invariant_operands(facts, o)
             facts.staged.update((s.value, s.tile) for s in staged)
-            rings = tuple(ring_plans(facts, o))
-            stages = pipeline_stages(o)
+            rings = tuple(ring_plans(facts, o, default_stages))
+            stages = pipeline_stages(o, default_stages)
             if rings and not (o.attrs and o.attrs.stages):          # the compiler's choice: fit it
                 per_stage = sum(dot_config(r.dot, num_warps).tile_bytes(r.tile) for r in rings)
                 while stages > 1 and stages * per_stage > RING_BUDGET.get(target, RING_BUDGET["sm_80"]):
@@ -165,9 +165,9 @@ def _load_chain(v: ir.Value, uses: dict, body: ir.Block):
     return load, chain, n_major
 
 
-def ring_plans(facts: "Facts", o: ir.Operation) -> list[RingPlan]:
+def ring_plans(facts: "Facts", o: ir.Operation, default_stages: int = 3) -> list[RingPlan]:
     """The rings of the loads of FOR ``o`` to pipeline (``pipeline_loads`` describes them)."""
-    if pipeline_stages(o) < 2:
+    if pipeline_stages(o, default_stages) < 2:
         return []
     body = o.regions[0]
     uses = ir.users(body)

@@ -127,12 +127,13 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
     return a_ok and b_ok and kmajor_rows_ok(k * item)
 
 
-def choose_wgmma(fn: ir.Function, num_warps: int, target: str, switch: bool = True) -> ir.Function:
+def choose_wgmma(fn: ir.Function, num_warps: int, target: str, switch: bool = True,
+                 default_stages: int = 3) -> ir.Function:
     """Mark the DOTs that take the wgmma path: ``DotAttrs(wgmma=True, warps=(num_warps, 1))``."""
     if not enabled(target, switch):
         return fn
     for o in fn.walk():
-        if pipeline_stages(o) < 2:
+        if pipeline_stages(o, default_stages) < 2:
             continue                      # (only pipelined loops feed wgmma from shared rings)
         body = o.regions[0]
         inside = {r for op in body.walk() for r in op.results} | set(body.args)

@@ -124,3 +124,24 @@ def test_shared_tile_properties():
     assert {t for t in SharedTile if t.wgmma_b} == {SharedTile.B_ATOMS, SharedTile.B_NK, SharedTile.B_NK_ATOMS}
     assert {t for t in SharedTile if t.k_major} == {SharedTile.A, SharedTile.A_ATOMS, SharedTile.B_NK,
                                                      SharedTile.B_NK_ATOMS}
+
+
+def test_num_stages_is_a_launch_option_and_a_config_field_in_the_key(monkeypatch):
+    from tilejit.simt import SimtOp
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    a = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float16)
+    b = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float16)
+    outs = {}
+    for stages in (None, 1, 2):
+        c = np.zeros((64, 64), np.float32)
+        plain_loop_gemm[(1,)](a, b, c, BM=64, BN=64, BK=32, num_stages=stages)
+        outs[stages] = c
+    entries = list(plain_loop_gemm._cache.values())
+    rings = [sum(o.op is SimtOp.CP_ASYNC for o in e.artifact.fn.walk()) for e in entries]
+    assert len(entries) == 3 and rings[1] == 0 and rings[0] > 0 and rings[2] > 0      # None, 1, 2
+    for c in outs.values():
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-2, atol=1e-2)
+    with pytest.raises(tj.LaunchError, match="num_stages"):
+        plain_loop_gemm[(1,)](a, b, outs[1], BM=64, BN=64, BK=32, num_stages=0)
+    assert tj.Config(BM=64, num_stages=2) != tj.Config(BM=64)
+    assert "num_stages=2" in tj.Config(BM=64, num_stages=2).label()

@@ -1,7 +1,10 @@
 """``@tj.kernel`` and the launch path: argument binding, specialisation, the in-memory compile
 cache, grid checks and the hand-off to a backend (``tilejit.backends``).
 
-    kernel[grid](*args, num_warps=4, stream=None, **constexprs)
+    kernel[grid](*args, num_warps=4, num_stages=None, stream=None, **constexprs)
+
+``num_stages``: the ring depth of loops that do not give ``tj.range(stages=)`` (None: the
+compiler's per-target default, ``passes.mma_tiling.DEFAULT_STAGES``; 1 turns pipelining off).
 
 Every launch mistake is a ``LaunchError`` naming the kernel, raised before anything runs.
 """
@@ -20,7 +23,7 @@ from tilejit.errors import CompileError, LaunchError, TilejitError, for_user
 from tilejit.language import constexpr
 from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
 
-LAUNCH_OPTIONS = ("num_warps", "stream")          # keywords of kernel[grid](...) itself
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "stream")    # keywords of kernel[grid](...) itself
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)        # CUDA's gridDim.x, .y, .z maxima
 _UNBOUND = object()
 _STAGES = ("simt_ir", "llvm_ir", "ptx", "cubin", "sass", "registers", "spills", "shared_bytes")
@@ -122,10 +125,11 @@ class Kernel:
         raise at_caller(err, self.name, sys._getframe(1)) from None
 
     def __getitem__(self, grid):
-        def launch(*args, num_warps: int = 4, stream=None, **kwargs):
+        def launch(*args, num_warps: int = 4, num_stages: int | None = None, stream=None, **kwargs):
             try:
-                if not self._launch_fast(grid, args, kwargs, num_warps, stream):
-                    self._launch(grid, args, kwargs, num_warps, stream)
+                check_num_stages(num_stages)
+                if not self._launch_fast(grid, args, kwargs, num_warps, stream, num_stages):
+                    self._launch(grid, args, kwargs, num_warps, stream, num_stages)
             except TilejitError as err:
                 raise at_caller(err, self.name, sys._getframe(1)) from None
         return launch
@@ -168,12 +172,13 @@ class Kernel:
         return tuple(specs), consts, values
 
     # --- compiling -----------------------------------------------------------------------------
-    def compile(self, specs: tuple, consts: dict, num_warps: int, backend_name: str) -> _Compiled:
+    def compile(self, specs: tuple, consts: dict, num_warps: int, backend_name: str,
+                num_stages: int | None = None) -> _Compiled:
         """The artifact for one specialisation on one backend, compiled at most once per process
         (and, for backends with an on-disk cache, looked up there before the frontend runs)."""
         backend = backends.get(backend_name)
         self._drop_stale()
-        switches = compile_switches()
+        switches = compile_switches() + ((("num_stages", num_stages),) if num_stages is not None else ())
         key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
                backend_name, getattr(backend, "target", None), switches)
         entry = self._cache.get(key)
@@ -200,16 +205,16 @@ class Kernel:
         from tilejit.frontend import compile_tile_ir
         return compile_tile_ir(self.fn, list(specs), dict(consts), name=self.name)
 
-    def _launch(self, grid, args, kwargs, num_warps, stream) -> None:
+    def _launch(self, grid, args, kwargs, num_warps, stream, num_stages=None) -> None:
         bound = self.bind(args, kwargs)
         specs, consts, values = self.specialise(bound)
         grid3 = normalise_grid(grid(dict(bound)) if callable(grid) else grid)
         check_num_warps(num_warps)
-        entry = self.compile(specs, consts, num_warps, backends.selected())
+        entry = self.compile(specs, consts, num_warps, backends.selected(), num_stages)
         self._check_outputs(entry.artifact, values)
         entry.backend.launch(entry.artifact, grid3, values, stream)
         make_fast = getattr(entry.backend, "fast_launcher", None)
-        fast = self._fast_key(args, kwargs, num_warps) if make_fast else None
+        fast = self._fast_key(args, kwargs, num_warps, num_stages) if make_fast else None
         if fast is not None:
             launcher = make_fast(entry.artifact)
             if launcher is not None:
@@ -225,7 +230,7 @@ class Kernel:
                                   "but the kernel stores to it", kernel=self.name)
 
     # --- the re-launch fast path ---------------------------------------------------------------
-    def _fast_key(self, args, kwargs, num_warps):
+    def _fast_key(self, args, kwargs, num_warps, num_stages=None):
         """(key, views) when the runtime arguments are exactly the positional ones and each is a
         device array or a Python int/float; None sends the launch down the full path. The key
         holds everything the specialisation depends on, computed by the same rules."""
@@ -246,19 +251,20 @@ class Kernel:
             parts.append(part)
             views.append(v)
         consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        key = (num_warps, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), consts, tuple(parts))
+        key = (num_warps, num_stages, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), consts,
+               tuple(parts))
         try:
             hash(key)
         except TypeError:
             return None
         return key, views
 
-    def _launch_fast(self, grid, args, kwargs, num_warps, stream) -> bool:
+    def _launch_fast(self, grid, args, kwargs, num_warps, stream, num_stages=None) -> bool:
         """Launch a specialisation seen before with minimal Python work; False if not possible."""
         if not self._fast:
             return False
         self._drop_stale()
-        fast = self._fast_key(args, kwargs, num_warps)
+        fast = self._fast_key(args, kwargs, num_warps, num_stages)
         launcher = self._fast.get(fast[0]) if fast is not None else None
         if launcher is None:
             return False
@@ -419,6 +425,13 @@ def normalise_grid(grid) -> tuple[int, int, int]:
         if not 1 <= n <= limit:
             raise LaunchError(f"grid dimension {axis} is {n}; it must be between 1 and {limit}")
     return tuple(int(n) for n in dims) + (1,) * (3 - len(dims))
+
+
+def check_num_stages(num_stages, who: str = "") -> None:
+    """LaunchError unless ``num_stages`` is None or an int from 1 to 8."""
+    if num_stages is not None and (not isinstance(num_stages, int) or isinstance(num_stages, bool)
+                                   or not 1 <= num_stages <= 8):
+        raise LaunchError(f"{who}num_stages must be None or an integer from 1 to 8, got {num_stages!r}")
 
 
 def check_num_warps(num_warps, who: str = "") -> None:

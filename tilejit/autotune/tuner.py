@@ -36,21 +36,23 @@ from tilejit.autotune.inputs import InputGuard
 from tilejit.autotune.progress import Progress
 from tilejit.autotune.store import ResultStore, canonical, device_identity
 from tilejit.errors import LaunchError, TilejitError
-from tilejit.kernel import Kernel, at_caller, check_num_warps
+from tilejit.kernel import Kernel, at_caller, check_num_stages, check_num_warps
 
 REGISTERS_PER_CTA = 65536         # sm_80 and sm_90: 64K 32-bit registers per CTA
 
 
 class Config:
-    """One candidate launch: constexpr values plus ``num_warps``."""
+    """One candidate launch: constexpr values plus ``num_warps`` and ``num_stages`` (None: the
+    compiler's default pipeline depth)."""
 
-    def __init__(self, num_warps: int = 4, **constexprs):
+    def __init__(self, num_warps: int = 4, num_stages: int | None = None, **constexprs):
         check_num_warps(num_warps, "tj.Config: ")
-        self.num_warps = num_warps
+        check_num_stages(num_stages, "tj.Config: ")
+        self.num_warps, self.num_stages = num_warps, num_stages
         self.constexprs = {k: tuple(v) if isinstance(v, list) else v for k, v in constexprs.items()}
 
     def _identity(self) -> tuple:
-        return (self.num_warps, tuple(sorted(self.constexprs.items())))
+        return (self.num_warps, self.num_stages, tuple(sorted(self.constexprs.items())))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Config) and self._identity() == other._identity()
@@ -60,12 +62,14 @@ class Config:
 
     def label(self) -> str:
         """``BM=64 BN=64 num_warps=4``: how progress lines and reasons name the config."""
-        return " ".join([f"{k}={v}" for k, v in self.constexprs.items()] + [f"num_warps={self.num_warps}"])
+        return " ".join([f"{k}={v}" for k, v in self.constexprs.items()] + [f"num_warps={self.num_warps}"]
+                        + ([f"num_stages={self.num_stages}"] if self.num_stages is not None else []))
 
     def canonical(self) -> str:
         """A process-independent text (for the results file's key)."""
         parts = [f"{k}={canonical(v)}" for k, v in sorted(self.constexprs.items())]
-        return " ".join(parts + [f"num_warps={self.num_warps}"])
+        return " ".join(parts + [f"num_warps={self.num_warps}"]
+                        + ([f"num_stages={self.num_stages}"] if self.num_stages is not None else []))
 
     def __repr__(self) -> str:
         return f"Config({self.label().replace(' ', ', ')})"
@@ -123,7 +127,7 @@ class Autotuned:
         self.timer, self._timer_injected = timer, injected
         self.config_names = frozenset().union(*(c.constexprs for c in configs))
         self._check_names()
-        self._reserved = self.config_names | {"num_warps"}        # chosen here, never passed in
+        self._reserved = self.config_names | {"num_warps", "num_stages"}   # chosen here, never passed in
         self._positional = [p.name for p in kernel.params if p.kind is not p.KEYWORD_ONLY]
         self._defaults = {p.name: p.default for p in kernel.params if p.default is not p.empty}
         self._runtime = kernel.runtime_names
@@ -168,7 +172,8 @@ class Autotuned:
         def launch(*args, stream=None, **kwargs):
             try:
                 config = self._config_for(grid, args, kwargs, stream)
-                self.kernel[grid](*args, stream=stream, num_warps=config.num_warps, **kwargs, **config.constexprs)
+                self.kernel[grid](*args, stream=stream, num_warps=config.num_warps, num_stages=config.num_stages,
+                                  **kwargs, **config.constexprs)
             except TilejitError as err:
                 if err.loc is not None and err.loc.file == __file__:   # pointed at our call: re-point
                     err.loc = None
@@ -257,7 +262,8 @@ class Autotuned:
     def _runner(self, grid, args, kwargs, stream, config):
         launch = self.kernel[grid]
         options = {**kwargs, **config.constexprs}
-        return lambda: launch(*args, stream=stream, num_warps=config.num_warps, **options)
+        return lambda: launch(*args, stream=stream, num_warps=config.num_warps, num_stages=config.num_stages,
+                              **options)
 
     def viable(self, configs, args, kwargs, backend: str) -> tuple[list[Config], dict]:
         """Compile each config for these arguments on ``backend`` (nothing runs): the configs
@@ -268,7 +274,7 @@ class Autotuned:
             try:
                 bound = self.kernel.bind(args, {**kwargs, **config.constexprs})
                 specs, consts, _ = self.kernel.specialise(bound)
-                entry = self.kernel.compile(specs, consts, config.num_warps, backend)
+                entry = self.kernel.compile(specs, consts, config.num_warps, backend, config.num_stages)
             except TilejitError as err:
                 dropped[config] = f"does not compile: {one_line(err)}"
                 continue
