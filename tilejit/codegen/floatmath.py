@@ -4,12 +4,12 @@ NVPTX has no libm, so the transcendentals are built here from PTX's approximate 
 (``ex2.approx``, ``sin.approx``) with range reduction, or from short polynomials, each aiming
 at a relative error of a few 1e-7 (absolute ~5e-7 for sin/cos over a few hundred periods):
   exp   2**(x*log2 e) with the rounding error of the product folded back in
-  log   x = m * 2**e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1)
+  log   x = m * 2**e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1), in float64
   sin   x = q*pi/2 + r, |r| <= pi/4, in float64: Cody-Waite with a three-part pi/2 below 2**20,
   cos   Payne-Hanek (integer product with 240 bits of 2/pi) above; then fdlibm's float64
         sin/cos polynomials on r, picked by q mod 4 (within 1 ulp of float32 over the whole range;
         sin(1e-8) is 1e-8, not the 0 of sin.approx)
-  tanh  odd Taylor series below 0.4, 1 - 2/(exp(2|x|) + 1) above
+  tanh  m / (m + 2) with m = expm1(2|x|), both in float64
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ LOG2E_HI, LOG2E_LO = 1.4426950216293335, 1.925963033500011e-08
 LN2_HI, LN2_LO = 0.6931471824645996, -1.9046542121259336e-09
 TWO_PI = (6.2831854820251465, -1.7484555314695172e-07, -7.105427357601002e-15)
 SQRT_HALF_BITS = 0x3F3504F3                    # float32 bits of sqrt(1/2)
-TANH_TAYLOR = (1.0, -1 / 3, 2 / 15, -17 / 315, 62 / 2835, -1382 / 155925, 21844 / 6081075)
 
 
 def f(value: float) -> ir.Constant:
@@ -225,17 +224,40 @@ def cos(ctx: Ctx, x):
     return _sin_or_cos(ctx, x, 1)
 
 
+def _expm1_f64(ctx: Ctx, y):
+    """e**y - 1 in float64 for 0 <= y <= 20, to ~1e-15 relative: y = k ln2 + r with |r| <= ln2/2,
+    expm1(r) by its Taylor series (no cancellation for small y: k = 0 gives it directly), then
+    2**k (e**r) - 1 for k >= 1 (e**y >= 1.4 there, so the subtraction loses < 2 bits)."""
+    b = ctx.builder
+    k = ctx.call("llvm.rint.f64", F64, [b.fmul(y, _d(1 / math.log(2)))])
+    r = ctx.call("llvm.fma.f64", F64, [b.fneg(k), _d(LN2_F64[0]), y])
+    r = ctx.call("llvm.fma.f64", F64, [b.fneg(k), _d(LN2_F64[1]), r])
+    poly = _d(1 / math.factorial(13))
+    for n in range(12, 1, -1):
+        poly = ctx.call("llvm.fma.f64", F64, [poly, r, _d(1 / math.factorial(n))])
+    em1_r = ctx.call("llvm.fma.f64", F64, [b.fmul(r, r), poly, r])       # e**r - 1
+    scale = b.bitcast(b.shl(b.add(b.fptosi(k, ir.IntType(64)), ir.Constant(ir.IntType(64), 1023)),
+                            ir.Constant(ir.IntType(64), 52)), F64)           # 2**k
+    big = b.fsub(ctx.call("llvm.fma.f64", F64, [scale, em1_r, scale]), _d(1.0))
+    return b.select(b.fcmp_ordered("==", k, _d(0.0)), em1_r, big)
+
+
+LN2_F64 = (6.93147180369123816490e-01, 1.90821492927058770002e-10)     # fdlibm ln2_hi, ln2_lo
+
+
 def tanh(ctx: Ctx, x):
+    """tanh |x| = m / (m + 2) with m = expm1(2|x|), in float64 (1 for |x| >= 9.5), rounded once;
+    the division as a float32 quotient with one float64 correction (no float64 division)."""
     b = ctx.builder
     ax = _fabs(ctx, x)
-    z = b.fmul(x, x)
-    poly = f(TANH_TAYLOR[-1])
-    for coeff in reversed(TANH_TAYLOR[:-1]):
-        poly = _fma(ctx, poly, z, f(coeff))
-    small = b.fmul(x, poly)
-    big = b.fsub(f(1.0), ctx.fdiv(f(2.0), b.fadd(exp(ctx, b.fmul(ax, f(2.0))), f(1.0))))
-    big = ctx.call("llvm.copysign.f32", F32, [big, x])
-    return b.select(b.fcmp_ordered("<", ax, f(0.4)), small, big)
+    m = _expm1_f64(ctx, b.fpext(b.fmul(ctx.call("llvm.minnum.f32", F32, [ax, f(9.5)]), f(2.0)), F64))
+    d = b.fadd(m, _d(2.0))
+    q0 = b.fpext(ctx.fdiv(b.fptrunc(m, F32), b.fptrunc(d, F32)), F64)
+    rcp = b.fpext(ctx.fdiv(f(1.0), b.fptrunc(d, F32)), F64)
+    q = ctx.call("llvm.fma.f64", F64, [ctx.call("llvm.fma.f64", F64, [b.fneg(q0), d, m]), rcp, q0])
+    t = b.select(b.fcmp_ordered(">=", ax, f(9.5)), f(1.0), b.fptrunc(q, F32))
+    t = b.select(b.fcmp_unordered("!=", x, x), x, t)                     # nan stays nan
+    return ctx.call("llvm.copysign.f32", F32, [t, x])
 
 
 def sigmoid(ctx: Ctx, x):
