@@ -21,9 +21,8 @@ from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
 from tilejit.passes import wgmma
 from tilejit.passes.wgmma import tile_coords
-from tilejit.passes.assign_layouts import is_tile
 from tilejit.passes.plans import SharedTile, Staged
-from tilejit.passes.mma_tiling import DotConfig, a_in_registers, dot_config, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
+from tilejit.passes.mma_tiling import DotConfig, a_in_registers, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32

@@ -25,7 +25,7 @@ from tilejit.passes.assign_layouts import array_spec, memory_layout
 from tilejit.passes.lower_dot import swizzled_offsets
 from tilejit.passes.mma_tiling import dot_config
 from tilejit.passes.plans import LoopPlan, RingPlan, Staged
-from tilejit.simt import RegType, SimtOp
+from tilejit.simt import SimtOp
 
 I32 = D.int32
 

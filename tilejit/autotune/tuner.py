@@ -315,7 +315,7 @@ def device_limits(backend: str) -> Limits | None:
     compiling needs none); None on the CPU backends, which have no such limits."""
     if backend != "cuda":
         return None
-    from tilejit.backends.cuda import MAX_SHARED_BYTES
+    from tilejit.backends.resources import MAX_SHARED_BYTES
     from tilejit.runtime import driver
     if driver.available():
         return Limits(driver.device_properties(driver.current_device()).max_shared_per_block_optin)

@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 
 from tilejit import backends, dtypes
-from tilejit.backends.resources import MAX_SHARED_BYTES, MAX_VALUES_PER_THREAD, check_resources  # noqa: F401
+from tilejit.backends.resources import check_resources
 from tilejit.simt import ParamDesc
 
 _CACHE_FILES = ("ptx", "cubin", "llvm_ir", "simt_ir")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import operator
 
 from tilejit.frontend import semantics
+from tilejit.frontend.bytecode import Instr
 from tilejit.errors import CompileError
 from tilejit.frontend.calls import Calls
 from tilejit.frontend.cfg import EXIT, CodeInfo
