@@ -145,3 +145,47 @@ def test_num_stages_is_a_launch_option_and_a_config_field_in_the_key(monkeypatch
         plain_loop_gemm[(1,)](a, b, outs[1], BM=64, BN=64, BK=32, num_stages=0)
     assert tj.Config(BM=64, num_stages=2) != tj.Config(BM=64)
     assert "num_stages=2" in tj.Config(BM=64, num_stages=2).label()
+
+
+@tj.kernel
+def attention_as_triton_writes_it(q, k, v, o, scale, BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr):
+    start_m = tj.program_id(0) * BM
+    qt = tj.load(q, (start_m, 0), (BM, BD))
+    m_i = tj.full((BM,), -tj.inf, tj.float32)
+    l_i = tj.zeros((BM,), tj.float32)
+    acc = tj.zeros((BM, BD), tj.float32)
+    for n0 in range(0, k.shape[0], BN):               # a plain range, k.T: nothing about pipelining
+        kt = tj.load(k, (n0, 0), (BN, BD))
+        vt = tj.load(v, (n0, 0), (BN, BD))
+        s = tj.dot(qt, kt.T) * scale
+        s = tj.where((n0 + tj.arange(0, BN))[None, :] < k.shape[0], s, -tj.inf)
+        m_new = tj.maximum(m_i, tj.max(s, axis=1))
+        alpha = tj.exp(m_i - m_new)
+        p = tj.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tj.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tj.dot(p.to(vt.dtype), vt)
+        m_i = m_new
+    tj.store(o, (start_m, 0), (acc / l_i[:, None]).to(o.dtype))
+
+
+@pytest.mark.parametrize("bm,bn,bd,warps", [(64, 128, 64, 4), (128, 64, 128, 8)])
+def test_the_triton_spelling_of_attention_reaches_the_pipelined_wgmma_path(bm, bn, bd, warps, monkeypatch):
+    """Spelling independence: the plain-range, ``k.T`` attention gets the rings and wgmma the
+    examples' ``tj.range(stages=2)`` spelling gets, and computes the same on emulate."""
+    from tilejit.simt import SimtOp
+    seq = 200
+    rng = np.random.default_rng(7)
+    q, k, v = ((rng.standard_normal((seq, bd)) * 0.5).astype(np.float16) for _ in range(3))
+    [plan] = plans_of(attention_as_triton_writes_it, (q, k, v, np.zeros_like(q), 0.1),
+                      {"BM": bm, "BN": bn, "BD": bd}, warps)
+    assert plan.pipelined and all(r.wgmma for r in plan.rings) and len(plan.rings) == 2
+    assert [s.tile.wgmma_a for s in plan.staged_before] == [True]
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    o = np.zeros_like(q)
+    attention_as_triton_writes_it[(tj.cdiv(seq, bm),)](q, k, v, o, bd ** -0.5, BM=bm, BN=bn, BD=bd, num_warps=warps)
+    entry = next(iter(attention_as_triton_writes_it._cache.values()))
+    ops = {op.op for op in entry.artifact.fn.walk()}
+    assert {SimtOp.WGMMA, SimtOp.CP_ASYNC} <= ops
+    s = q.astype(np.float64) @ k.astype(np.float64).T * bd ** -0.5
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(o, (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64), atol=2e-2)
