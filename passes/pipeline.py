@@ -79,7 +79,7 @@ def stage_text(fn: ir.Function, level: str) -> str:
 
 def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_90a",
                     dump: Callable[[str, str], None] | None = None, *, wgmma: bool = True,
-                    verify: bool = False, num_stages: int | None = None) -> ir.Function:
+                    verify: bool = False, num_stages: int | None = None, fast_math: bool = False) -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
@@ -98,6 +98,7 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
             dump(stage.name, stage_text(fn, stage.level))
     fn.meta["target"] = target
     fn.meta["min_ctas_per_sm"] = occupancy_hint(tile_fn, num_warps)
+    fn.meta["fast_math"] = fast_math          # codegen: approximate sin/cos (a launch option)
     return fn
 
 

@@ -114,3 +114,22 @@ def test_gpu_math_ulp_table():
     assert np.isnan(out[0][np.isnan(exact["sin"])]).all()
     over = {k: v for k, v in table.items() if v > BOUNDS[k]}
     assert not over, f"over CUDA's bounds {BOUNDS}: {over}"
+
+
+@tj.kernel
+def sine(x, y, B: tj.constexpr):
+    tj.store(y, (0,), tj.sin(tj.load(x, (0,), (B,))))
+
+
+def test_fast_math_is_a_launch_option_that_selects_the_approximate_instructions(monkeypatch, tmp_path):
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    specs, consts, _ = sine.specialise(sine.bind((np.zeros(8, np.float32),) * 2, {"B": 128}))
+    accurate = sine.compile(specs, consts, 4, "cuda").artifact.ptx
+    fast = sine.compile(specs, consts, 4, "cuda", fast_math=True).artifact.ptx
+    assert "sin.approx" not in accurate and "sin.approx" in fast
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x, y = np.float32([1e-8, 0.5, 3.0]), np.zeros(3, np.float32)
+    sine[(1,)](x, y, B=4, fast_math=True)            # the CPU backends stay exact
+    np.testing.assert_allclose(y, np.sin(x), rtol=1e-6)
+    with pytest.raises(tj.LaunchError, match="fast_math"):
+        sine[(1,)](x, y, B=4, fast_math="yes")

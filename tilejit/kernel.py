@@ -5,6 +5,8 @@ cache, grid checks and the hand-off to a backend (``tilejit.backends``).
 
 ``num_stages``: the ring depth of loops that do not give ``tj.range(stages=)`` (None: the
 compiler's per-target default, ``passes.mma_tiling.DEFAULT_STAGES``; 1 turns pipelining off).
+``fast_math=True``: sin and cos use the GPU's approximate instructions (absolute error ~5e-7, so
+tiny arguments lose their digits) instead of the accurate default; the CPU backends stay exact.
 
 Every launch mistake is a ``LaunchError`` naming the kernel, raised before anything runs.
 """
@@ -23,7 +25,7 @@ from tilejit.errors import CompileError, LaunchError, TilejitError, for_user
 from tilejit.language import constexpr
 from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
 
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "stream")    # keywords of kernel[grid](...) itself
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "fast_math", "stream")   # keywords of kernel[grid](...)
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)        # CUDA's gridDim.x, .y, .z maxima
 _UNBOUND = object()
 _STAGES = ("simt_ir", "llvm_ir", "ptx", "cubin", "sass", "registers", "spills", "shared_bytes")
@@ -125,11 +127,14 @@ class Kernel:
         raise at_caller(err, self.name, sys._getframe(1)) from None
 
     def __getitem__(self, grid):
-        def launch(*args, num_warps: int = 4, num_stages: int | None = None, stream=None, **kwargs):
+        def launch(*args, num_warps: int = 4, num_stages: int | None = None, fast_math: bool = False,
+                   stream=None, **kwargs):
             try:
                 check_num_stages(num_stages)
-                if not self._launch_fast(grid, args, kwargs, num_warps, stream, num_stages):
-                    self._launch(grid, args, kwargs, num_warps, stream, num_stages)
+                if not isinstance(fast_math, bool):
+                    raise LaunchError(f"fast_math must be True or False, got {fast_math!r}")
+                if not self._launch_fast(grid, args, kwargs, num_warps, stream, num_stages, fast_math):
+                    self._launch(grid, args, kwargs, num_warps, stream, num_stages, fast_math)
             except TilejitError as err:
                 raise at_caller(err, self.name, sys._getframe(1)) from None
         return launch
@@ -173,12 +178,13 @@ class Kernel:
 
     # --- compiling -----------------------------------------------------------------------------
     def compile(self, specs: tuple, consts: dict, num_warps: int, backend_name: str,
-                num_stages: int | None = None) -> _Compiled:
+                num_stages: int | None = None, fast_math: bool = False) -> _Compiled:
         """The artifact for one specialisation on one backend, compiled at most once per process
         (and, for backends with an on-disk cache, looked up there before the frontend runs)."""
         backend = backends.get(backend_name)
         self._drop_stale()
-        switches = compile_switches() + ((("num_stages", num_stages),) if num_stages is not None else ())
+        switches = compile_switches() + ((("num_stages", num_stages),) if num_stages is not None else ()) \
+            + ((("fast_math", True),) if fast_math else ())
         key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
                backend_name, getattr(backend, "target", None), switches)
         entry = self._cache.get(key)
@@ -205,16 +211,16 @@ class Kernel:
         from tilejit.frontend import compile_tile_ir
         return compile_tile_ir(self.fn, list(specs), dict(consts), name=self.name)
 
-    def _launch(self, grid, args, kwargs, num_warps, stream, num_stages=None) -> None:
+    def _launch(self, grid, args, kwargs, num_warps, stream, num_stages=None, fast_math=False) -> None:
         bound = self.bind(args, kwargs)
         specs, consts, values = self.specialise(bound)
         grid3 = normalise_grid(grid(dict(bound)) if callable(grid) else grid)
         check_num_warps(num_warps)
-        entry = self.compile(specs, consts, num_warps, backends.selected(), num_stages)
+        entry = self.compile(specs, consts, num_warps, backends.selected(), num_stages, fast_math)
         self._check_outputs(entry.artifact, values)
         entry.backend.launch(entry.artifact, grid3, values, stream)
         make_fast = getattr(entry.backend, "fast_launcher", None)
-        fast = self._fast_key(args, kwargs, num_warps, num_stages) if make_fast else None
+        fast = self._fast_key(args, kwargs, num_warps, num_stages, fast_math) if make_fast else None
         if fast is not None:
             launcher = make_fast(entry.artifact)
             if launcher is not None:
@@ -230,7 +236,7 @@ class Kernel:
                                   "but the kernel stores to it", kernel=self.name)
 
     # --- the re-launch fast path ---------------------------------------------------------------
-    def _fast_key(self, args, kwargs, num_warps, num_stages=None):
+    def _fast_key(self, args, kwargs, num_warps, num_stages=None, fast_math=False):
         """(key, views) when the runtime arguments are exactly the positional ones and each is a
         device array or a Python int/float; None sends the launch down the full path. The key
         holds everything the specialisation depends on, computed by the same rules."""
@@ -251,7 +257,7 @@ class Kernel:
             parts.append(part)
             views.append(v)
         consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        key = (num_warps, num_stages, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), consts,
+        key = (num_warps, num_stages, fast_math, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), consts,
                tuple(parts))
         try:
             hash(key)
@@ -259,12 +265,12 @@ class Kernel:
             return None
         return key, views
 
-    def _launch_fast(self, grid, args, kwargs, num_warps, stream, num_stages=None) -> bool:
+    def _launch_fast(self, grid, args, kwargs, num_warps, stream, num_stages=None, fast_math=False) -> bool:
         """Launch a specialisation seen before with minimal Python work; False if not possible."""
         if not self._fast:
             return False
         self._drop_stale()
-        fast = self._fast_key(args, kwargs, num_warps, num_stages)
+        fast = self._fast_key(args, kwargs, num_warps, num_stages, fast_math)
         launcher = self._fast.get(fast[0]) if fast is not None else None
         if launcher is None:
             return False

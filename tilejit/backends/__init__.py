@@ -43,7 +43,7 @@ _notice_printed = False
 def switch_options(options: dict) -> dict:
     """The ``compile_to_simt`` keyword options (``wgmma``, ``verify``, ``num_stages``) in a
     backend's ``options``."""
-    return {k: options[k] for k in ("wgmma", "verify", "num_stages") if k in options}
+    return {k: options[k] for k in ("wgmma", "verify", "num_stages", "fast_math") if k in options}
 
 
 def register(name: str, backend) -> None:

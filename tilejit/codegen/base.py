@@ -90,6 +90,7 @@ class Ctx:
         # float32 division as div.full.f32 (<= 2 ulp, no call) instead of IEEE div.rn, whose
         # slow path is a subroutine call: ptxas serialises every wgmma of a function with calls
         self.division_without_calls = False
+        self.fast_math = False                       # approximate sin/cos (the fast_math launch option)
 
     def fdiv(self, a: ir.Value, b: ir.Value) -> ir.Value:
         """a / b for float values (see ``division_without_calls``)."""

@@ -217,11 +217,11 @@ def _sin_or_cos(ctx: Ctx, x, phase: int):
 
 
 def sin(ctx: Ctx, x):
-    return _sin_or_cos(ctx, x, 0)
+    return fast_sin(ctx, x) if ctx.fast_math else _sin_or_cos(ctx, x, 0)
 
 
 def cos(ctx: Ctx, x):
-    return _sin_or_cos(ctx, x, 1)
+    return fast_cos(ctx, x) if ctx.fast_math else _sin_or_cos(ctx, x, 1)
 
 
 def _expm1_f64(ctx: Ctx, y):

@@ -169,6 +169,7 @@ class KernelEmitter:
             func.attributes.add(f'"nvvm.minctasm"="{fn.meta["min_ctas_per_sm"]}"')
         self.ctx = Ctx(self.module, func, TARGETS[target][2], fn.meta.get("name", fn.name))
         self.ctx.division_without_calls = any(o.op is simt.SimtOp.WGMMA for o in fn.walk())
+        self.ctx.fast_math = bool(fn.meta.get("fast_math"))
         self.lines = LineInfo(self.module, func, fn.meta.get("loc") or UNKNOWN_LOC)
         self.b.debug_metadata = self.lines.location(fn.meta.get("loc"))
         self.values: dict[int, list] = {}
