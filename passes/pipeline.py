@@ -41,7 +41,7 @@ class Options:
     target: str = "sm_90a"
     wgmma: bool = True          # Hopper warpgroup mma where it applies (TILEJIT_WGMMA=0: off)
     verify: bool = False        # verify the IR after every pass (TILEJIT_DEBUG=1)
-    num_stages: int = DEFAULT_STAGES   # ring depth of loops that do not say (launch option)
+    num_stages: int | None = None      # ring depth of loops that do not say (launch option; None: the compiler picks)
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ PIPELINE = [
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
-    Stage("choose_wgmma", lambda fn, opt: choose_wgmma(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages), "tile"),
+    Stage("choose_wgmma", lambda fn, opt: choose_wgmma(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
@@ -83,7 +83,7 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
-    options = Options(num_warps, target, wgmma, verify, num_stages or DEFAULT_STAGES)
+    options = Options(num_warps, target, wgmma, verify, num_stages)
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))

@@ -21,7 +21,7 @@ from tilejit import ir
 from tilejit.ir import TileOp
 from tilejit.passes import lower_memory, wgmma
 from tilejit.passes.assign_layouts import array_spec, is_tile, layouts_text
-from tilejit.passes.mma_tiling import dot_config, pipeline_stages, tensor_core_config
+from tilejit.passes.mma_tiling import DEFAULT_STAGES, dot_config, pipeline_stages, tensor_core_config
 from tilejit.passes.plans import LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
 
 
@@ -39,11 +39,14 @@ class Facts:
 
 # shared memory the rings of a loop whose depth the compiler picks may take: what the target
 # offers per CTA less room for the kernel's other tiles (an explicit tj.range(stages=) is obeyed)
-RING_BUDGET = {"sm_80": 100 * 1024, "sm_90a": 160 * 1024}
+RING_BUDGET = {"sm_80": 100 * 1024, "sm_90a": 200 * 1024}
 
 
-def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a", default_stages: int = 3) -> ir.Function:
-    """Record a ``LoopPlan`` for every FOR loop of ``fn`` (after ``assign_layouts``)."""
+def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
+               default_stages: int | None = None) -> ir.Function:
+    """Record a ``LoopPlan`` for every FOR loop of ``fn`` (after ``assign_layouts``).
+    ``default_stages``: the depth of loops that do not say (the ``num_stages`` launch option);
+    None lets the compiler pick per loop (``preferred_stages``)."""
     facts = Facts(fn, num_warps)
     plans = LoopPlans()
 
@@ -55,8 +58,8 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a", default_
                 continue
             staged = invariant_operands(facts, o)
             facts.staged.update((s.value, s.tile) for s in staged)
-            rings = tuple(ring_plans(facts, o, default_stages))
-            stages = pipeline_stages(o, default_stages)
+            rings = tuple(ring_plans(facts, o, default_stages or DEFAULT_STAGES))
+            stages = pipeline_stages(o, default_stages or preferred_stages(o, rings))
             if rings and not (o.attrs and o.attrs.stages):          # the compiler's choice: fit it
                 per_stage = sum(dot_config(r.dot, num_warps).tile_bytes(r.tile) for r in rings)
                 while stages > 1 and stages * per_stage > RING_BUDGET.get(target, RING_BUDGET["sm_80"]):
@@ -107,18 +110,32 @@ def invariant_operands(facts: Facts, o: ir.Operation) -> list[StagedOperand]:
     return out
 
 
+def preferred_stages(o: ir.Operation, rings: tuple[RingPlan, ...]) -> int:
+    """The depth the compiler picks for loop ``o``, from H200 measurements (benchmarks/README):
+    a GEMM loop whose one wgmma group stays in flight wants 4 slots (copies 2 ahead: 574 vs
+    526 TFLOP/s with 3 at 8192^3); chained wgmma DOTs (attention) want 2 (344 vs 323 TFLOP/s
+    with 3 at D64); mma.sync loops keep DEFAULT_STAGES."""
+    if not any(r.wgmma for r in rings):
+        return DEFAULT_STAGES
+    return 4 if _carried_only(o) else 2
+
+
+def _carried_only(o: ir.Operation) -> bool:
+    """The loop has one wgmma DOT and its accumulator is only carried to the next iteration."""
+    region = o.regions[0]
+    dots = [d for d in region.ops if d.op is TileOp.DOT and d.attrs and d.attrs.wgmma]
+    return len(dots) == 1 and [u for op in region.walk() for u in op.operands
+                               if u is dots[0].result] == [dots[0].result] \
+        and dots[0].result in region.ops[-1].operands
+
+
 def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...], stages: int) -> int:
     """wgmma keeps one group in flight across iterations when the ring has a slot to spare
     (3+ stages): copies then run a slot less ahead, so the slot they overwrite was read two
     iterations back, by a group every warpgroup retired before this iteration's barrier.  Only
     a GEMM-style accumulator (carried straight to the next iteration) may stay in flight: any
     other reader would make ptxas wait (or serialise) anyway."""
-    region = o.regions[0]
-    dots = [d for d in region.ops if d.op is TileOp.DOT and d.attrs and d.attrs.wgmma]
-    carried_only = len(dots) == 1 and [u for op in region.walk() for u in op.operands
-                                       if u is dots[0].result] == [dots[0].result] \
-        and dots[0].result in region.ops[-1].operands
-    return 1 if any(r.wgmma for r in rings) and stages >= 3 and carried_only else 0
+    return 1 if any(r.wgmma for r in rings) and stages >= 3 and _carried_only(o) else 0
 
 
 def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:

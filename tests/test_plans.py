@@ -104,11 +104,32 @@ def unpipelined_gemm(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constex
 
 
 def test_a_plain_range_loop_is_pipelined_by_default():
+    """The depth the compiler picks: a wgmma GEMM keeps a group in flight with 4 slots, as the
+    tuned example does (STAGES=4); mma.sync keeps DEFAULT_STAGES."""
     from tilejit.passes.mma_tiling import DEFAULT_STAGES
     [plan] = plans_of(plain_loop_gemm, GEMM, {"BM": 64, "BN": 64, "BK": 32}, 4)
-    assert plan.pipelined and plan.stages == DEFAULT_STAGES and len(plan.rings) == 2
+    assert plan.pipelined and plan.stages == 4 and plan.wgmma_in_flight == 1 and len(plan.rings) == 2
     [plan] = plans_of(plain_loop_gemm, GEMM, {"BM": 64, "BN": 64, "BK": 32}, 4, "sm_80")
-    assert plan.pipelined and [r.tile for r in plan.rings] == [SharedTile.A, SharedTile.B]
+    assert plan.pipelined and plan.stages == DEFAULT_STAGES
+    assert [r.tile for r in plan.rings] == [SharedTile.A, SharedTile.B]
+
+
+def test_the_plain_spellings_get_the_tuned_examples_plans():
+    """The plans the benchmarks measured fastest (benchmarks/README, 2026-12-03): the plain GEMM
+    gets the STAGES=4 example's plan, the plain attention the tj.range(stages=2) example's."""
+    def shape(plan):
+        return plan.stages, plan.ahead, plan.wgmma_in_flight, [(r.tile, r.wgmma) for r in plan.rings]
+    big = bf16(1024, 1024), bf16(1024, 1024), np.zeros((1024, 1024), np.float32)
+    consts = {"BM": 128, "BN": 256, "BK": 64}
+    [tuned] = plans_of(matmul_kernel, big, {**consts, "STAGES": 4}, 8)
+    [plain] = plans_of(plain_loop_gemm, big, consts, 8)
+    assert shape(plain) == shape(tuned)
+    for d, bm, bn, warps in ((64, 64, 128, 4), (128, 128, 128, 8)):
+        q = bf16(256, d)
+        [tuned] = plans_of(attention_kernel, (bf16(1, 2, 256, d),) * 4 + (0.1,),
+                           {"BM": bm, "BN": bn, "BD": d, "CAUSAL": False}, warps)
+        [plain] = plans_of(attention_as_triton_writes_it, (q, q, q, q, 0.1), {"BM": bm, "BN": bn, "BD": d}, warps)
+        assert shape(plain) == shape(tuned), d
 
 
 def test_stages_1_turns_pipelining_off():
