@@ -182,7 +182,7 @@ def _load_chain(v: ir.Value, uses: dict, body: ir.Block):
     return load, chain, n_major
 
 
-def ring_plans(facts: "Facts", o: ir.Operation, default_stages: int = 3) -> list[RingPlan]:
+def ring_plans(facts: "Facts", o: ir.Operation, default_stages: int = DEFAULT_STAGES) -> list[RingPlan]:
     """The rings of the loads of FOR ``o`` to pipeline (``pipeline_loads`` describes them)."""
     if pipeline_stages(o, default_stages) < 2:
         return []

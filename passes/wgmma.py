@@ -40,7 +40,7 @@ from tilejit import ir, simt
 from tilejit.ir import DotAttrs, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes.assign_layouts import array_spec, source_dot
-from tilejit.passes.mma_tiling import a_in_registers, pipeline_stages
+from tilejit.passes.mma_tiling import DEFAULT_STAGES, a_in_registers, pipeline_stages
 from tilejit.passes.plans import SharedTile, Staged
 from tilejit.simt import RegType, SimtOp
 
@@ -128,7 +128,7 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
 
 
 def choose_wgmma(fn: ir.Function, num_warps: int, target: str, switch: bool = True,
-                 default_stages: int = 3) -> ir.Function:
+                 default_stages: int = DEFAULT_STAGES) -> ir.Function:
     """Mark the DOTs that take the wgmma path: ``DotAttrs(wgmma=True, warps=(num_warps, 1))``."""
     if not enabled(target, switch):
         return fn
