@@ -23,7 +23,6 @@ from tilejit import ir
 from tilejit.ir import ELEMENTWISE_OPS, DotAttrs, TileOp, TileType
 from tilejit.passes import layouts as L
 from tilejit.passes.mma_layouts import mma_kind_for
-from tilejit.passes.mma_tiling import dot_config
 from tilejit.specs import ArraySpec
 
 DEFERRED_OPS = frozenset({TileOp.CONSTANT, TileOp.SPLAT, TileOp.ARANGE})
@@ -57,6 +56,7 @@ def default_layout(t: TileType, num_warps: int) -> L.Layout:
 class LayoutAssigner:
     def __init__(self, fn: ir.Function, num_warps: int):
         self.fn, self.num_warps = fn, num_warps
+        self.dot_plans = fn.meta["dot_plans"]          # DOT -> plans.DotPlan (passes.plan_dots)
         self.layouts: dict[ir.Value, L.Layout] = {}
         self.deferred: set[ir.Value] = set()
         self.slice_parent: dict[L.Layout, L.Layout] = {}   # keepdims slice -> the reduced layout
@@ -144,7 +144,7 @@ class LayoutAssigner:
         self.set(o.result, L.permuted(self.layouts[src], o.attrs.perm))
 
     def op_DOT(self, o: ir.Operation) -> None:
-        cfg = dot_config(o, self.num_warps)       # tensor cores: the mma accumulator layout
+        cfg = self.dot_plans.config(o)            # tensor cores: the mma accumulator layout
         self.set(o.result, cfg.acc_layout if cfg else default_layout(o.result.type, self.num_warps))
 
     # --- control flow ------------------------------------------------------------------------
@@ -209,29 +209,8 @@ def source_dot(v: ir.Value, shape) -> ir.Operation | None:
     return None
 
 
-def chain_dots(fn: ir.Function, num_warps: int) -> None:
-    """Give ``dot(f(dot(a, b)), c)`` chains (attention's ``p @ v`` after ``q @ k.T``) one warp
-    split with every warp owning whole rows, ``(num_warps, 1)``: then the first accumulator's
-    C fragments are already the second DOT's A fragments (``lower_dot`` passes them in
-    registers) and the row statistics of the softmax between them stay inside each warp."""
-    for o in list(fn.walk()):
-        if o.op is not TileOp.DOT or (o.attrs and o.attrs.warps):
-            continue
-        a = o.operands[0]
-        first = source_dot(a, a.type.shape)
-        kind = mma_kind_for(a.type.dtype)
-        if first is None or kind is None or kind.bits != 16:
-            continue
-        m = a.type.shape[0]
-        if m % (kind.m * num_warps) or first.result.type.shape[0] != m:
-            continue
-        for d in (first, o):
-            d.attrs = dataclasses.replace(d.attrs or DotAttrs(), warps=(num_warps, 1))
-
-
 def assign_layouts(fn: ir.Function, num_warps: int) -> ir.Function:
     """Fill ``fn.meta["layouts"]`` and ``fn.meta["deferred"]`` (see the module docstring)."""
-    chain_dots(fn, num_warps)
     assigner = LayoutAssigner(fn, num_warps)
     for a in fn.args:
         if is_tile(a):

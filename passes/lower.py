@@ -17,7 +17,6 @@ from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads
 from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
-from tilejit.passes.mma_tiling import dot_config, tensor_core_config
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -46,7 +45,8 @@ class Lowering:
         self.loop_plans = fn.meta["loop_plans"]   # FOR op -> plans.LoopPlan (passes.plan_loops)
         self.pipelining: list = []            # the LoopPlans whose pipelined bodies are being lowered
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
-        self.grouped_ids = any(o.op is TileOp.DOT and dot_config(o, num_warps) for o in fn.walk())
+        self.dot_plans = fn.meta["dot_plans"]     # DOT op -> plans.DotPlan (passes.plan_dots)
+        self.grouped_ids = any(p.config is not None for p in self.dot_plans.values())
         self.describe_params()
 
     # --- building ----------------------------------------------------------------------------
@@ -338,7 +338,7 @@ class Lowering:
         self.values[o.result] = lower_reduce.reduce(self, o)
 
     def op_DOT(self, o):
-        cfg = tensor_core_config(o, self.layouts, self.num_warps)
+        cfg = self.dot_plans.config(o)
         if cfg is None:
             self.values[o.result] = lower_shared.dot_fallback(self, o)
         else:
@@ -406,7 +406,7 @@ class Lowering:
     def op_FOR(self, o):
         plan = self.loop_plans[o]
         for s in plan.staged_before:
-            self.staged[s.value] = lower_dot.stage_registers(self, s.value, dot_config(s.dot, self.num_warps),
+            self.staged[s.value] = lower_dot.stage_registers(self, s.value, self.dot_plans.config(s.dot),
                                                              s.tile, s.align)
         if plan.pipelined:
             self.two_ways(o, pipeline_loads.rows_aligned(self, plan.rings),

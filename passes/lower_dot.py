@@ -21,7 +21,7 @@ from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
 from tilejit.passes import wgmma
 from tilejit.passes.wgmma import tile_coords
-from tilejit.passes.plans import SharedTile, Staged
+from tilejit.passes.plans import DotFamily, SharedTile, Staged
 from tilejit.passes.mma_tiling import DotConfig, a_in_registers, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
 from tilejit.simt import RegType, SimtOp
 
@@ -187,7 +187,7 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     """The DOT ``o`` on tensor cores; ``staged`` maps an operand Value already in a swizzled
     shared tile to its ``Staged`` tile."""
     a_v, b_v, acc_v = o.operands
-    if o.attrs and o.attrs.wgmma:
+    if lw.dot_plans.family(o) is DotFamily.WGMMA:
         a_src = staged[a_v] if a_v in staged and staged[a_v].tile.wgmma_a else register_a_fragments(lw, a_v, cfg)
         b_src = staged[b_v] if b_v in staged and staged[b_v].tile.wgmma_b else None
         if a_src and b_src:

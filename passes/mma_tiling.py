@@ -1,7 +1,7 @@
 """Tensor-core plan of a ``tj.dot``: which mma instruction, how the CTA tile is split over warps,
 and the layouts that follow (accumulator, swizzled shared-memory operand tiles).
 
-    dot_config(op, num_warps) -> DotConfig | None
+    dot_config(op, num_warps, forced=None) -> DotConfig | None   (``plan_dots`` calls it once per DOT)
 
 None means the DOT keeps the FMA fallback (``lower_shared.dot_fallback``): float32 without
 ``allow_tf32``, tiles that are not powers of two or too small for one m16n8 tile per warp,
@@ -69,20 +69,13 @@ class DotConfig:
         return rows * self.row_bytes(tile)
 
 
-def tensor_core_config(op: ir.Operation, layouts: dict, num_warps: int) -> "DotConfig | None":
-    """The DotConfig of DOT ``op`` when it runs on tensor cores: ``dot_config`` gives one and
-    ``assign_layouts`` gave its result the mma accumulator layout; None: the FMA fallback."""
-    cfg = dot_config(op, num_warps) if op.op is ir.TileOp.DOT else None
-    return cfg if cfg is not None and layouts.get(op.result) == cfg.acc_layout else None
-
-
 DEFAULT_STAGES = 3          # the ring depth of loops that do not say (sm_80 and sm_90a)
 
 
 def pipeline_stages(op: ir.Operation, default: int = DEFAULT_STAGES) -> int:
     """The ring depth of FOR ``op`` when it can be software-pipelined: ``tj.range(stages=S)``
     asks for S (1: off), a plain ``range`` gets ``default``; the step must be a positive
-    constant.  Else 1.  The one rule ``choose_wgmma`` and ``plan_loops`` share."""
+    constant.  Else 1.  The one rule ``plan_dots`` and ``plan_loops`` share."""
     if op.op is not ir.TileOp.FOR:
         return 1
     stages = (op.attrs.stages if op.attrs else 0) or default
@@ -114,7 +107,9 @@ def choose_warps(m: int, n: int, num_warps: int, kind: ML.MmaKind) -> tuple[int,
     return best[1] if best else None
 
 
-def dot_config(o: ir.Operation, num_warps: int) -> DotConfig | None:
+def dot_config(o: ir.Operation, num_warps: int, forced: tuple[int, int] | None = None) -> DotConfig | None:
+    """The tensor-core config of DOT ``o``; ``forced``: the warp split ``plan_dots`` asks for
+    (wgmma and chained DOTs), used where the tile divides evenly."""
     a, b = o.operands[0].type, o.operands[1].type
     kind = ML.mma_kind_for(a.dtype, o.attrs.allow_tf32 if o.attrs else False)
     if kind is None or kind.ab_type in ("e4m3", "e5m2") or a.dtype != b.dtype:
@@ -125,10 +120,9 @@ def dot_config(o: ir.Operation, num_warps: int) -> DotConfig | None:
     if n * a.dtype.itemsize < ML.CHUNK:      # a swizzled B row holds at least one 16-byte chunk
         return None
     warps = choose_warps(m, n, num_warps, kind)
-    forced = o.attrs.warps if o.attrs else None
     if forced is not None and forced[0] * forced[1] == num_warps \
             and m % (kind.m * forced[0]) == 0 and n % (kind.n * forced[1]) == 0:
-        warps = forced                    # chained DOTs share rows (``assign_layouts.chain_dots``)
+        warps = forced
     if warps is None:
         return None
     acc = D.int32 if kind.acc_type == "s32" else D.float32
@@ -183,7 +177,7 @@ def ldmatrix_b_nk_layout(cfg: DotConfig) -> L.Layout:
 
 def a_in_registers(lw, a_v: ir.Value, cfg: DotConfig) -> bool:
     """Every lane already holds its mma A elements of ``a_v``: (a cast of) another DOT's
-    accumulator with the same rows per warp (``assign_layouts.chain_dots``)."""
+    accumulator with the same rows per warp (``plan_dots.chained_dots``)."""
     src = lw.layouts.get(a_v)
     return src is not None and src.kind is L.LayoutKind.MMA_C and cfg.kind.bits == 16 and \
         L.same_elements(src, ML.mma_layout(cfg.kind, "a", (cfg.m, cfg.k), cfg.warps)) is not None

@@ -1,10 +1,10 @@
 """The compiler's pass pipeline, in order, in one list: tile IR -> tile IR passes, the lowering
 to SIMT IR, then SIMT IR passes.  ``fold_exp`` turns softmax exponentials into exp2 with the
 log2(e) scale folded into one FMA; ``uniform_masks`` skips a block mask behind a scalar bound
-check when the whole block is inside it.  ``assign_layouts`` picks the tensor-core plan of each DOT
-(``mma_tiling``: mma accumulator layout, warp tiling); ``lower_to_simt`` also pipelines the
-loads feeding DOTs in ``tj.range(stages=N)`` loops into cp.async rings (``pipeline_loads``),
-because issuing a load iterations ahead is a property of how the loop is lowered.
+check when the whole block is inside it.  ``plan_dots`` decides each DOT's instructions (wgmma,
+mma.sync or FMA) and warp split (``plans.DotPlan``); ``assign_layouts`` gives every tile a
+register layout; ``plan_loops`` decides how each loop is pipelined (``plans.LoopPlan``);
+``lower_to_simt`` reads the plans (``pipeline_loads`` lowers the rings).
 
     compile_to_simt(tile_fn, num_warps=4, target="sm_90a", dump=None, *, wgmma=True, verify=False)
         -> SIMT ir.Function
@@ -26,10 +26,10 @@ from tilejit.passes.dce import dce
 from tilejit.passes.fold_exp import fold_exp
 from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.mma_tiling import DEFAULT_STAGES
+from tilejit.passes.plan_dots import dot_plans_text, plan_dots
 from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.uniform_masks import uniform_masks
-from tilejit.passes.wgmma import choose_wgmma
 from tilejit.passes.widen_offsets import widen_offsets
 
 
@@ -57,7 +57,7 @@ PIPELINE = [
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
-    Stage("choose_wgmma", lambda fn, opt: choose_wgmma(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
+    Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
@@ -71,10 +71,12 @@ def stage_text(fn: ir.Function, level: str) -> str:
         meta = {k: fn.meta.get(k) for k in ("num_warps", "shared_bytes", "writes")}
         return ir.print_function(fn) + f"\n# {meta}"
     if "loop_plans" in fn.meta:
-        return plans_text(fn)
-    if "layouts" in fn.meta:
-        return layouts_text(fn)
-    return ir.print_function(fn)
+        text = plans_text(fn)
+    elif "layouts" in fn.meta:
+        text = layouts_text(fn)
+    else:
+        text = ir.print_function(fn)
+    return text + "\n" + dot_plans_text(fn) if "dot_plans" in fn.meta else text
 
 
 def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_90a",

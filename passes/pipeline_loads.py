@@ -23,7 +23,6 @@ from tilejit.passes import layouts as L
 from tilejit.passes import lower_memory, wgmma
 from tilejit.passes.assign_layouts import array_spec, memory_layout
 from tilejit.passes.lower_dot import swizzled_offsets
-from tilejit.passes.mma_tiling import dot_config
 from tilejit.passes.plans import LoopPlan, RingPlan, Staged
 from tilejit.simt import SimtOp
 
@@ -54,7 +53,7 @@ class Ring:
     def __init__(self, lw, plan: RingPlan, stages: int):
         self.plan = plan
         self.load, self.tile, self.offsets = plan.load, plan.tile, plan.offsets
-        self.cfg = dot_config(plan.dot, lw.num_warps)
+        self.cfg = lw.dot_plans.config(plan.dot)
         self.value, self.wgmma = plan.operand, plan.wgmma
         self.slot_bytes = self.cfg.tile_bytes(self.tile)
         # 128: ldmatrix's swizzle spreads rows over the banks of a line (lower_dot); 1024: a

@@ -21,8 +21,8 @@ from tilejit import ir
 from tilejit.ir import TileOp
 from tilejit.passes import lower_memory, wgmma
 from tilejit.passes.assign_layouts import array_spec, is_tile, layouts_text
-from tilejit.passes.mma_tiling import DEFAULT_STAGES, dot_config, pipeline_stages, tensor_core_config
-from tilejit.passes.plans import LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
+from tilejit.passes.mma_tiling import DEFAULT_STAGES, pipeline_stages
+from tilejit.passes.plans import DotFamily, LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
 
 
 class Facts:
@@ -33,6 +33,7 @@ class Facts:
         self.fn, self.num_warps = fn, num_warps
         self.layouts: dict = fn.meta["layouts"]
         self.deferred: set = fn.meta["deferred"]
+        self.dot_plans = fn.meta["dot_plans"]
         self.multiples = lower_memory.KnownMultiples(fn)
         self.staged: dict[ir.Value, SharedTile] = {}
 
@@ -59,14 +60,14 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
             staged = invariant_operands(facts, o)
             facts.staged.update((s.value, s.tile) for s in staged)
             rings = tuple(ring_plans(facts, o, default_stages or DEFAULT_STAGES))
-            stages = pipeline_stages(o, default_stages or preferred_stages(o, rings))
+            stages = pipeline_stages(o, default_stages or preferred_stages(o, rings, facts.dot_plans))
             if rings and not (o.attrs and o.attrs.stages):          # the compiler's choice: fit it
-                per_stage = sum(dot_config(r.dot, num_warps).tile_bytes(r.tile) for r in rings)
+                per_stage = sum(facts.dot_plans.config(r.dot).tile_bytes(r.tile) for r in rings)
                 while stages > 1 and stages * per_stage > RING_BUDGET.get(target, RING_BUDGET["sm_80"]):
                     stages -= 1
                 if stages < 2:
                     rings = ()
-            plans[o] = LoopPlan(stages, rings, _in_flight(o, rings, stages), tuple(staged))
+            plans[o] = LoopPlan(stages, rings, _in_flight(o, rings, stages, facts.dot_plans), tuple(staged))
             walk(o.regions[0])
             for s in staged:
                 del facts.staged[s.value]
@@ -96,10 +97,10 @@ def invariant_operands(facts: Facts, o: ir.Operation) -> list[StagedOperand]:
     inside = {r for op in body.walk() for r in op.results} | set(body.args)
     out, seen = [], set(facts.staged)
     for dot in body.ops:
-        cfg = tensor_core_config(dot, facts.layouts, facts.num_warps)
+        cfg = facts.dot_plans.config(dot) if dot.op is TileOp.DOT else None
         if cfg is None:
             continue
-        on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
+        on_wgmma = facts.dot_plans.family(dot) is DotFamily.WGMMA
         for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
             if v in inside or v in seen or v in facts.deferred or not is_tile(v):
                 continue
@@ -110,32 +111,32 @@ def invariant_operands(facts: Facts, o: ir.Operation) -> list[StagedOperand]:
     return out
 
 
-def preferred_stages(o: ir.Operation, rings: tuple[RingPlan, ...]) -> int:
+def preferred_stages(o: ir.Operation, rings: tuple[RingPlan, ...], dot_plans) -> int:
     """The depth the compiler picks for loop ``o``, from H200 measurements (benchmarks/README):
     a GEMM loop whose one wgmma group stays in flight wants 4 slots (copies 2 ahead: 574 vs
     526 TFLOP/s with 3 at 8192^3); chained wgmma DOTs (attention) want 2 (344 vs 323 TFLOP/s
     with 3 at D64); mma.sync loops keep DEFAULT_STAGES."""
     if not any(r.wgmma for r in rings):
         return DEFAULT_STAGES
-    return 4 if _carried_only(o) else 2
+    return 4 if _carried_only(o, dot_plans) else 2
 
 
-def _carried_only(o: ir.Operation) -> bool:
+def _carried_only(o: ir.Operation, dot_plans) -> bool:
     """The loop has one wgmma DOT and its accumulator is only carried to the next iteration."""
     region = o.regions[0]
-    dots = [d for d in region.ops if d.op is TileOp.DOT and d.attrs and d.attrs.wgmma]
+    dots = [d for d in region.ops if d.op is TileOp.DOT and dot_plans.family(d) is DotFamily.WGMMA]
     return len(dots) == 1 and [u for op in region.walk() for u in op.operands
                                if u is dots[0].result] == [dots[0].result] \
         and dots[0].result in region.ops[-1].operands
 
 
-def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...], stages: int) -> int:
+def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...], stages: int, dot_plans) -> int:
     """wgmma keeps one group in flight across iterations when the ring has a slot to spare
     (3+ stages): copies then run a slot less ahead, so the slot they overwrite was read two
     iterations back, by a group every warpgroup retired before this iteration's barrier.  Only
     a GEMM-style accumulator (carried straight to the next iteration) may stay in flight: any
     other reader would make ptxas wait (or serialise) anyway."""
-    return 1 if any(r.wgmma for r in rings) and stages >= 3 and _carried_only(o) else 0
+    return 1 if any(r.wgmma for r in rings) and stages >= 3 and _carried_only(o, dot_plans) else 0
 
 
 def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:
@@ -190,11 +191,11 @@ def ring_plans(facts: "Facts", o: ir.Operation, default_stages: int = DEFAULT_ST
     uses = ir.users(body)
     out = []
     for dot in body.ops:
-        cfg = tensor_core_config(dot, facts.layouts, facts.num_warps)
+        cfg = facts.dot_plans.config(dot) if dot.op is TileOp.DOT else None
         if cfg is None:
             continue
         mine = []
-        on_wgmma = bool(dot.attrs and dot.attrs.wgmma)
+        on_wgmma = facts.dot_plans.family(dot) is DotFamily.WGMMA
         for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
             found = _load_chain(v, uses, body) if uses.get(v) == [dot] else None
             if found is None or (found[2] and tile is SharedTile.A):

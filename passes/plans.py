@@ -7,6 +7,9 @@ passes read instead of deciding again.
     RingPlan      one load of a pipelined loop, copied ahead into a ring of shared slots
     LoopPlan      how one FOR loop is lowered (``passes.plan_loops`` decides it)
     LoopPlans     the table FOR op -> LoopPlan (``fn.meta["loop_plans"]``)
+    DotFamily     the instructions a DOT runs on: wgmma, mma.sync or the FMA fallback
+    DotPlan       how one DOT is lowered (``passes.plan_dots`` decides it)
+    DotPlans      the table DOT op -> DotPlan (``fn.meta["dot_plans"]``)
 
 Plans are keyed by the op they concern in typed tables (``LoopPlans``), never by position in a
 tuple nor by a string label.
@@ -144,3 +147,37 @@ class LoopPlan:
 
 class LoopPlans(dict):
     """FOR op -> its ``LoopPlan`` (every FOR loop of the function has one)."""
+
+
+class DotFamily(enum.Enum):
+    """The instructions a DOT runs on."""
+    WGMMA = "wgmma"                        # Hopper warpgroup mma from shared tiles (passes.wgmma)
+    MMA_SYNC = "mma.sync"                  # warp-level mma from ldmatrix fragments (lower_dot)
+    FMA = "fma"                            # no tensor cores (lower_shared.dot_fallback)
+
+
+@dataclass(frozen=True)
+class DotPlan:
+    """How a DOT is lowered: its instruction family and, on tensor cores, its ``DotConfig``
+    (instruction shape, warp split, accumulator layout).  A WGMMA DOT falls back to mma.sync
+    at lowering only where an operand did not reach a wgmma-readable shared tile."""
+    family: DotFamily
+    config: object = None                  # mma_tiling.DotConfig; None exactly for FMA
+
+    def describe(self) -> str:
+        if self.config is None:
+            return self.family.value
+        c = self.config
+        return (f"{self.family.value} {c.kind.ab_type} m{c.m} n{c.n} k{c.k} "
+                f"warps {c.warps[0]}x{c.warps[1]} acc {c.acc_dtype.name}")
+
+
+class DotPlans(dict):
+    """DOT op -> its ``DotPlan`` (every DOT of the function has one)."""
+
+    def config(self, dot: ir.Operation):
+        """The tensor-core ``mma_tiling.DotConfig`` of ``dot``; None: the FMA fallback."""
+        return self[dot].config
+
+    def family(self, dot: ir.Operation) -> DotFamily:
+        return self[dot].family

@@ -1,6 +1,6 @@
 """Hopper warpgroup mma (``wgmma.mma_async``, sm_90a) for pipelined GEMM and attention loops.
 
-    choose_wgmma(fn, num_warps, target) -> fn        (tile IR stage, before assign_layouts)
+    wgmma_dots(fn, num_warps, target) -> set of DOTs  (read by the plan_dots analysis)
     lower_wgmma(lw, o, cfg, a_src, b_src) -> value     (SIMT lowering of one chosen DOT)
 
 A DOT qualifies (``qualifies``) when it sits in a ``tj.range(..., stages>=2)`` loop, its inputs
@@ -33,11 +33,9 @@ and ptxas serialises every wgmma of a function with calls).  ``Options.wgmma=Fal
 """
 from __future__ import annotations
 
-import dataclasses
-
 from tilejit import dtypes as D
 from tilejit import ir, simt
-from tilejit.ir import DotAttrs, TileOp
+from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes.assign_layouts import array_spec, source_dot
 from tilejit.passes.mma_tiling import DEFAULT_STAGES, a_in_registers, pipeline_stages
@@ -127,20 +125,20 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
     return a_ok and b_ok and kmajor_rows_ok(k * item)
 
 
-def choose_wgmma(fn: ir.Function, num_warps: int, target: str, switch: bool = True,
-                 default_stages: int = DEFAULT_STAGES) -> ir.Function:
-    """Mark the DOTs that take the wgmma path: ``DotAttrs(wgmma=True, warps=(num_warps, 1))``."""
+def wgmma_dots(fn: ir.Function, num_warps: int, target: str, switch: bool = True,
+               default_stages: int = DEFAULT_STAGES) -> set[ir.Operation]:
+    """The DOTs that take the wgmma path (``plan_dots`` records them, warps (num_warps, 1))."""
+    out = set()
     if not enabled(target, switch):
-        return fn
+        return out
     for o in fn.walk():
         if pipeline_stages(o, default_stages) < 2:
             continue                      # (only pipelined loops feed wgmma from shared rings)
         body = o.regions[0]
         inside = {r for op in body.walk() for r in op.results} | set(body.args)
-        for dot in body.ops:
-            if dot.op is TileOp.DOT and qualifies(fn, dot, body, num_warps, inside):
-                dot.attrs = dataclasses.replace(dot.attrs or DotAttrs(), warps=(num_warps, 1), wgmma=True)
-    return fn
+        out.update(dot for dot in body.ops
+                   if dot.op is TileOp.DOT and qualifies(fn, dot, body, num_warps, inside))
+    return out
 
 
 def atom_offsets(lw, layout, item: int, k_rows: int) -> ir.Value:

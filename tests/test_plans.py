@@ -210,3 +210,56 @@ def test_the_triton_spelling_of_attention_reaches_the_pipelined_wgmma_path(bm, b
     s = q.astype(np.float64) @ k.astype(np.float64).T * bd ** -0.5
     p = np.exp(s - s.max(axis=1, keepdims=True))
     np.testing.assert_allclose(o, (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64), atol=2e-2)
+
+
+# ------------------------------------------------------------------------------- DOT plans
+def dot_plans_of(kernel, args, consts, warps, target="sm_90a", wgmma=True):
+    """The DotPlans of every DOT in program order, and the plan_dots dump."""
+    from tilejit.passes import pipeline
+    kernel = getattr(kernel, "kernel", kernel)
+    specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
+    fn = pipeline.clone_function(kernel.tile_ir(specs, consts))
+    opts = pipeline.Options(warps, target, wgmma)
+    for stage in pipeline.PIPELINE:
+        fn = stage.run(fn, opts)
+        if stage.name == "plan_dots":
+            return ([fn.meta["dot_plans"][o] for o in fn.walk() if o.op is TileOp.DOT],
+                    pipeline.stage_text(fn, stage.level))
+    raise AssertionError("no plan_dots stage")
+
+
+def test_a_hopper_gemm_dot_is_planned_on_wgmma_with_one_row_slice_per_warpgroup():
+    from tilejit.passes.plans import DotFamily
+    [plan], text = dot_plans_of(matmul_kernel, GEMM, {"BM": 128, "BN": 128, "BK": 64, "STAGES": 3}, 8)
+    assert plan.family is DotFamily.WGMMA and plan.config.warps == (8, 1)
+    assert (plan.config.m, plan.config.n, plan.config.k) == (128, 128, 64)
+    assert "# dot plans" in text and "wgmma bf16 m128 n128 k64 warps 8x1 acc float32" in text
+
+
+@pytest.mark.parametrize("target,wgmma", [("sm_80", True), ("sm_90a", False)])
+def test_without_wgmma_the_gemm_dot_is_planned_on_mma_sync(target, wgmma):
+    from tilejit.passes.plans import DotFamily
+    [plan], text = dot_plans_of(matmul_kernel, GEMM, {"BM": 128, "BN": 128, "BK": 64, "STAGES": 3}, 8,
+                                target, wgmma)
+    assert plan.family is DotFamily.MMA_SYNC and plan.config.warps != (8, 1)   # choose_warps' split
+    assert "mma.sync bf16 m128 n128 k64" in text
+
+
+def test_chained_attention_dots_share_rows_per_warp_on_mma_sync_too():
+    from tilejit.passes.plans import DotFamily
+    plans, _ = dot_plans_of(attention_kernel, ATTENTION, {"BM": 64, "BN": 128, "BD": 64, "CAUSAL": False},
+                            4, "sm_80")
+    assert [p.family for p in plans] == [DotFamily.MMA_SYNC] * 2
+    assert [p.config.warps for p in plans] == [(4, 1), (4, 1)]
+
+
+@tj.kernel
+def float32_dot(a, b, c, BM: tj.constexpr):
+    tj.store(c, (0, 0), tj.dot(tj.load(a, (0, 0), (BM, BM)), tj.load(b, (0, 0), (BM, BM))))
+
+
+def test_a_float32_dot_without_tf32_is_planned_on_fma():
+    from tilejit.passes.plans import DotFamily
+    x = np.zeros((32, 32), np.float32)
+    [plan], text = dot_plans_of(float32_dot, (x, x, x), {"BM": 32}, 4)
+    assert plan.family is DotFamily.FMA and plan.config is None and ": fma" in text

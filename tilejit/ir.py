@@ -126,9 +126,7 @@ class ReduceAttrs(Attrs):
 
 @dataclass(frozen=True)
 class DotAttrs(Attrs):
-    allow_tf32: bool = False
-    warps: tuple | None = None           # (wm, wn) warp split chosen by assign_layouts, else None
-    wgmma: bool = False                  # Hopper warpgroup mma chosen (passes.wgmma)
+    allow_tf32: bool = False             # (the compiler's choices are in passes.plans.DotPlan)
 
 
 @dataclass(frozen=True)
