@@ -22,6 +22,7 @@ import traceback
 import pytest
 
 import common
+from tilejit.abi import ParamKind
 import tilejit as tj
 
 BLOCK = 32
@@ -90,11 +91,11 @@ def _param_values(artifact, x) -> list:
     """One ctypes value per kernel parameter, laid out by the artifact's ParamDesc list."""
     values = []
     for p in artifact.params:
-        if p.kind == "ptr":
+        if p.kind is ParamKind.PTR:
             values.append(ctypes.c_uint64(x.data_ptr()))
-        elif p.kind == "dim":
+        elif p.kind is ParamKind.DIM:
             values.append(ctypes.c_int32(x.shape[p.axis]))
-        elif p.kind == "stride":
+        elif p.kind is ParamKind.STRIDE:
             values.append((ctypes.c_int64 if p.dtype.bits == 64 else ctypes.c_int32)(x.stride(p.axis)))
         else:
             raise RuntimeError(f"unexpected parameter {p} for the increment kernel")

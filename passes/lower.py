@@ -10,6 +10,7 @@ the cp.async pipelining of ``tj.range(stages=N)`` loops feeding them in ``pipeli
 """
 from __future__ import annotations
 
+from tilejit.abi import ParamKind
 from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.errors import CompileError
@@ -158,14 +159,14 @@ class Lowering:
         for i, a in enumerate(self.fn.args):
             if isinstance(a.type, ArrayType):
                 spec = array_spec(self.fn, a)
-                self.add_param("ptr", i, None, a.type.dtype)
+                self.add_param(ParamKind.PTR, i, None, a.type.dtype)
                 for d in range(a.type.rank):
-                    self.add_param("dim", i, d, D.int64 if spec.large else I32)
+                    self.add_param(ParamKind.DIM, i, d, D.int64 if spec.large else I32)
                 for d in range(a.type.rank):
                     if not (d == a.type.rank - 1 and spec.unit_inner_stride):
-                        self.add_param("stride", i, d, D.int64 if spec.large else I32)
+                        self.add_param(ParamKind.STRIDE, i, d, D.int64 if spec.large else I32)
             else:
-                self.add_param("scalar", i, None, a.type.dtype)
+                self.add_param(ParamKind.SCALAR, i, None, a.type.dtype)
 
     def add_param(self, kind, arg, axis, dtype) -> None:
         self.param_index[(kind, arg, axis)] = len(self.params)
@@ -174,7 +175,7 @@ class Lowering:
     def param(self, kind: str, arg: int, axis: int | None = None) -> ir.Value:
         index = self.param_index[(kind, arg, axis)]
         desc = self.params[index]
-        rtype = simt.PtrType(desc.dtype) if kind == "ptr" else RegType(desc.dtype)
+        rtype = simt.PtrType(desc.dtype) if kind is ParamKind.PTR else RegType(desc.dtype)
         return self.geo(("param", index), lambda: self.emit(
             SimtOp.PARAM, [], rtype, ir.AxisAttrs(index), builder=self.prologue).result)
 
@@ -326,7 +327,7 @@ class Lowering:
 
     def op_DIM(self, o):
         arg = next(i for i, a in enumerate(self.fn.args) if a is o.operands[0])
-        self.values[o.result] = self.cast(self.param("dim", arg, o.attrs.axis), o.result.type.dtype)
+        self.values[o.result] = self.cast(self.param(ParamKind.DIM, arg, o.attrs.axis), o.result.type.dtype)
 
     def op_LOAD(self, o):
         self.values[o.result] = lower_memory.load(self, o)
@@ -456,7 +457,7 @@ class Lowering:
     def run(self) -> ir.Function:
         for i, a in enumerate(self.fn.args):
             if not isinstance(a.type, ArrayType):
-                self.values[a] = self.param("scalar", i)
+                self.values[a] = self.param(ParamKind.SCALAR, i)
         self.block(self.fn.body)
         body = ir.Block([], self.prologue.block.ops + self.b.block.ops)
         meta = {"params": self.params, "num_warps": self.num_warps, "name": self.fn.name,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from tilejit.abi import ParamKind
 from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.errors import CompileError
@@ -76,7 +77,7 @@ def element_offsets(lw, array, offsets, layout: L.Layout):
     for d in range(rank):
         base = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[d]), idx_dt),
                                   lw.cast(lw.thread_coord(layout, d), idx_dt)], idx_dt)
-        dim = lw.cast(lw.param("dim", arg, d), idx_dt)
+        dim = lw.cast(lw.param(ParamKind.DIM, arg, d), idx_dt)
         regs = [c[d] for c in layout.regs]
         if len(set(regs)) == 1:               # same index in every register: test it once
             idx = lw.ew(TileOp.ADD, [base, lw.const(idx_dt, regs[:1])], idx_dt)
@@ -87,14 +88,14 @@ def element_offsets(lw, array, offsets, layout: L.Layout):
             ok = _in_range(lw, idx, lw.splat(dim, n), idx_dt)
         mask = ok if mask is None else lw.ew(TileOp.AND, [mask, ok], D.bool_)
         if not (d == rank - 1 and spec.unit_inner_stride):
-            stride = lw.cast(lw.param("stride", arg, d), idx_dt)
+            stride = lw.cast(lw.param(ParamKind.STRIDE, arg, d), idx_dt)
             idx = lw.ew(TileOp.MUL, [idx, lw.splat(stride, n)], idx_dt)
         total = idx if total is None else lw.ew(TileOp.ADD, [total, idx], idx_dt)
     vec = 1
     if spec.unit_inner_stride and spec.aligned16 and rank:
         vec = min(L.contiguous_run(layout), 16 // spec.dtype.itemsize)
         vec = math.gcd(vec, lw.multiples.of(offsets[-1]))
-    return lw.param("ptr", arg), total, mask, vec
+    return lw.param(ParamKind.PTR, arg), total, mask, vec
 
 
 def _in_range(lw, idx, dim, idx_dt):

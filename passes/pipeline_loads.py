@@ -16,6 +16,7 @@ ahead is decided by ``plan_loops`` (a ``LoopPlan`` per loop); this module only e
 """
 from __future__ import annotations
 
+from tilejit.abi import ParamKind
 from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.ir import TileOp
@@ -38,7 +39,7 @@ def rows_aligned(lw, loads) -> ir.Value:
     for ring in loads:
         array = ring.load.operands[0]
         arg = lower_memory.arg_index(lw, array)
-        stride = lw.param("stride", arg, 0)
+        stride = lw.param(ParamKind.STRIDE, arg, 0)
         item = lw.const(stride.type.dtype, [array.type.dtype.itemsize])
         mod = lw.ew(TileOp.AND, [lw.ew(TileOp.MUL, [stride, item], stride.type.dtype),
                                  lw.const(stride.type.dtype, [15])], stride.type.dtype)
@@ -98,7 +99,7 @@ def _chunk_sources(lw, load: ir.Operation, chunks: L.Layout, item: int):
     first_col = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[-1]), idx_dt),
                                    lw.cast(lw.thread_coord(chunks, last), idx_dt)], idx_dt)
     col0 = lw.ew(TileOp.ADD, [lw.splat(first_col, n), lw.const(idx_dt, [c[last] for c in chunks.regs])], idx_dt)
-    dim = lw.cast(lw.param("dim", lower_memory.arg_index(lw, array), last), idx_dt)
+    dim = lw.cast(lw.param(ParamKind.DIM, lower_memory.arg_index(lw, array), last), idx_dt)
     left = lw.ew(TileOp.MINIMUM, [lw.ew(TileOp.SUB, [lw.splat(dim, n), col0], idx_dt),
                                   lw.const(idx_dt, [16 // item] * n)], idx_dt)
     nbytes = lw.ew(TileOp.MUL, [lw.cast(left, I32), lw.const(I32, [item] * n)], I32)

@@ -7,6 +7,7 @@ import weakref
 
 import numpy as np
 
+from tilejit.abi import ParamKind
 from tilejit.errors import DeviceError, LaunchError
 from tilejit.runtime import driver
 from tilejit.runtime.arrays import as_kernel_array
@@ -174,7 +175,7 @@ def launch_arrays(kernel_for_device, grid, block_threads: int, args, params, wri
     The stream is ``stream``, else the first array's own (torch's current stream, a CUDA Array
     Interface stream), else the legacy default stream."""
     if array_args is None:
-        array_args = sorted({p.arg for p in params if p.kind != "scalar"})
+        array_args = sorted({p.arg for p in params if p.kind is not ParamKind.SCALAR})
     for i in writes:
         if isinstance(args[i], np.ndarray) and not args[i].flags.writeable:
             raise LaunchError(f"argument {i} is a read-only NumPy array, but the kernel stores to it")

@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 
+from tilejit.abi import ParamKind
 from tilejit.errors import LaunchError
 
 SLOT_BYTES = 8          # each parameter gets its own 8-byte-aligned slot in the value buffer
@@ -29,11 +30,11 @@ _MISSING = object()
 def param_format(param) -> str:
     """The struct format of one ParamDesc: "ptr" -> u64 device address, "dim" and
     "stride" -> i32 or i64 per ``param.dtype``, "scalar" -> its dtype's C type (bool: 1 byte)."""
-    if param.kind == "ptr":
+    if param.kind is ParamKind.PTR:
         return "Q"
-    if param.kind in ("dim", "stride"):
+    if param.kind in (ParamKind.DIM, ParamKind.STRIDE):
         return "q" if param.dtype.bits == 64 else "i"
-    if param.kind == "scalar":
+    if param.kind is ParamKind.SCALAR:
         return _SCALAR_FORMAT[param.dtype.name]
     raise ValueError(f"unknown ParamDesc kind {param.kind!r}")
 
@@ -41,11 +42,11 @@ def param_format(param) -> str:
 def _value_expr(param) -> str:
     """Python expression reading ``param``'s value from the argument list ``a``."""
     arg = f"a[{param.arg}]"
-    if param.kind == "ptr":
+    if param.kind is ParamKind.PTR:
         return f"{arg}.ptr"
-    if param.kind == "dim":
+    if param.kind is ParamKind.DIM:
         return f"{arg}.shape[{param.axis}]"
-    if param.kind == "stride":
+    if param.kind is ParamKind.STRIDE:
         return f"{arg}.strides[{param.axis}]"
     if param.dtype.name in _RAW_BITS:
         return f"raw_bits_{param.dtype.name}({arg})"
@@ -77,7 +78,7 @@ class ArgPacker:
         layout = "".join(f"{f}{SLOT_BYTES - struct.calcsize(f)}x" for f in self.formats)
         self.struct = struct.Struct("<" + layout)
         namespace = {f"raw_bits_{p.dtype.name}": _raw_bits(p.dtype) for p in self.params
-                     if p.kind == "scalar" and p.dtype.name in _RAW_BITS}
+                     if p.kind is ParamKind.SCALAR and p.dtype.name in _RAW_BITS}
         source = "lambda a: (" + "".join(_value_expr(p) + ", " for p in self.params) + ")"
         self.values = eval(source, namespace)    # e.g. lambda a: (a[0].ptr, a[0].shape[0], a[1], )
         self._local = threading.local()          # launches from several threads must not share
@@ -97,7 +98,7 @@ class ArgPacker:
     def _explain(self, args) -> LaunchError:
         """Name the first parameter whose value cannot be packed."""
         for param, fmt in zip(self.params, self.formats):
-            what = f"parameter {param.kind}" + ("" if param.axis is None else f"[axis {param.axis}]")
+            what = f"parameter {param.kind.value}" + ("" if param.axis is None else f"[axis {param.axis}]")
             value = _MISSING
             try:
                 value = eval(_value_expr(param), dict(self.values.__globals__), {"a": args})

@@ -83,7 +83,7 @@ RULES = [
     ("tilejit.runtime", "the runtime knows nothing of the compiler",
      lambda m: under(m, COMPILER + ("llvmlite",))),
 ]
-CORE = ("tilejit.errors", "tilejit.dtypes", "tilejit.ir", "tilejit.simt", "tilejit.specs", "tilejit.verifier")
+CORE = ("tilejit.abi", "tilejit.errors", "tilejit.dtypes", "tilejit.ir", "tilejit.simt", "tilejit.specs", "tilejit.verifier")
 
 
 def violations(modules: dict[str, str], read=lambda f: open(f, encoding="utf-8").read()) -> list[str]:

@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from tilejit.abi import ParamKind
 import tilejit as tj
 from tilejit import dtypes as D
 from tilejit import ir, simt
@@ -197,7 +198,7 @@ def test_softmax_simt_shape():
     assert ops.count(SimtOp.BARRIER) == 2                 # one per cross-warp reduction
     assert ops.count(SimtOp.SHARED_ALLOC) == 0            # planned away
     assert fn.meta["shared_bytes"] == 32 and fn.meta["writes"] == [1]
-    kinds = [(p.kind, p.arg, p.axis) for p in fn.meta["params"]]
+    kinds = [(p.kind.value, p.arg, p.axis) for p in fn.meta["params"]]
     assert kinds == [("ptr", 0, None), ("dim", 0, 0), ("dim", 0, 1), ("stride", 0, 0),
                      ("ptr", 1, None), ("dim", 1, 0), ("dim", 1, 1), ("stride", 1, 0)]
 
@@ -206,7 +207,7 @@ def test_non_unit_stride_and_large_arrays_change_params_and_index_width():
     k = softmax_ir()
     k.meta["specs"] = [ArraySpec(F32, 2, unit_inner_stride=False, large=True), ArraySpec(F32, 2)]
     fn = compile_to_simt(k, 4)
-    strides = [(p.arg, p.axis, p.dtype) for p in fn.meta["params"] if p.kind == "stride"]
+    strides = [(p.arg, p.axis, p.dtype) for p in fn.meta["params"] if p.kind is ParamKind.STRIDE]
     assert strides == [(0, 0, D.int64), (0, 1, D.int64), (1, 0, I32)]
     load, store = [o for o in fn.walk() if o.op in (SimtOp.LOAD_GLOBAL, SimtOp.STORE_GLOBAL)]
     assert load.operands[1].type.dtype == D.int64 and load.attrs.vec == 1

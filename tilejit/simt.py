@@ -7,7 +7,7 @@ IR's semantics), so the program has no divergence; per-element predication is do
 masks on memory ops and WHERE.  The ops reuse the tile IR's elementwise names so that one
 table of NumPy/LLVM implementations serves both levels.
 
-Kernel parameters are described by ``ParamDesc`` records in ``Function.meta["params"]``: the
+Kernel parameters are described by ``ParamDesc`` records (``tilejit.abi``: a ``ParamKind`` each) in ``Function.meta["params"]``: the
 runtime packs arguments by that list and never needs to know how the code was made.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from tilejit.abi import ParamDesc, ParamKind  # noqa: F401  (the kernel ABI, re-exported)
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
 from tilejit.ir import Attrs, Function, TileOp  # noqa: F401  (Function re-exported for users of this module)
@@ -37,19 +38,6 @@ class PtrType:
 
     def __str__(self) -> str:
         return f"ptr<{self.dtype}>"
-
-
-@dataclass(frozen=True)
-class ParamDesc:
-    """One kernel parameter, in launch order.
-
-    kind: "ptr" (data pointer of array argument ``arg``), "dim" (its size along ``axis``, i32),
-    "stride" (its stride along ``axis`` in elements; ``dtype`` i32 or i64), or "scalar" (a scalar
-    argument, of ``dtype``).  ``arg`` indexes the kernel's runtime (non-constexpr) arguments."""
-    kind: str
-    arg: int
-    axis: int | None
-    dtype: DType
 
 
 class SimtOp(enum.Enum):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from tilejit.abi import ParamKind
 from tilejit import backends, dtypes
 from tilejit.backends.resources import check_resources
 from tilejit.simt import ParamDesc
@@ -66,7 +67,7 @@ class CudaArtifact:
     def meta(self) -> dict:
         return {"name": self.name, "writes": list(self.writes), "num_warps": self.num_warps,
                 "shared_bytes": self.shared_bytes, "registers": self.registers, "spills": self.spills,
-                "params": [[p.kind, p.arg, p.axis, p.dtype.name] for p in self.params]}
+                "params": [[p.kind.value, p.arg, p.axis, p.dtype.name] for p in self.params]}
 
     @classmethod
     def from_cache(cls, files: dict[str, bytes], meta: dict) -> "CudaArtifact":
@@ -172,7 +173,7 @@ class CudaBackend:
     def fast_launcher(self, art: CudaArtifact):
         """A launch function for re-launches whose array arguments are already device views
         (``Kernel`` has checked devices and specs on the first launch); None without arrays."""
-        arrays = [p.arg for p in art.params if p.kind == "ptr"]
+        arrays = [p.arg for p in art.params if p.kind is ParamKind.PTR]
         if not arrays:
             return None
         threads, params = 32 * art.num_warps, art.params

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilejit.abi import ParamKind
 from tilejit import backends, ir
 from tilejit.backends import emulate_mma
 from tilejit.errors import LaunchError
@@ -436,15 +437,15 @@ def bind_params(fn: ir.Function, args: list) -> list:
     for p in fn.meta["params"]:
         arg = args[p.arg]
         name = names[p.arg] if p.arg < len(names) else f"#{p.arg}"
-        if p.kind == "scalar":
+        if p.kind is ParamKind.SCALAR:
             out.append(np.asarray(arg).astype(p.dtype.np)[()])
             continue
         if p.arg not in arrays:
             arrays[p.arg] = GlobalArray(_host_array(arg, name), name)
         a = arrays[p.arg]
-        if p.kind == "ptr":
+        if p.kind is ParamKind.PTR:
             out.append(a)
-        elif p.kind == "dim":
+        elif p.kind is ParamKind.DIM:
             out.append(p.dtype.np.type(a.array.shape[p.axis]))
         else:
             out.append(p.dtype.np.type(a.array.strides[p.axis] // a.item))

@@ -37,6 +37,7 @@ import threading
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from tilejit.abi import ParamKind
 from tilejit.codegen import mma
 from tilejit import dtypes as D
 from tilejit import simt
@@ -57,9 +58,9 @@ TARGETS = {"sm_80": ("sm_80", "+ptx70", 80), "sm_90a": ("sm_90a", "+ptx80", 90)}
 # ------------------------------------------------------------------------------------ kernel ABI
 def param_llvm_type(desc: ParamDesc) -> ir.Type:
     """The LLVM type of a kernel parameter (see the ABI table in the module docstring)."""
-    if desc.kind == "ptr":
+    if desc.kind is ParamKind.PTR:
         return ir.PointerType(addrspace=GLOBAL)
-    if desc.kind == "dim":
+    if desc.kind is ParamKind.DIM:
         return I64 if desc.dtype.bits == 64 else I32
     if desc.dtype.is_bool:
         return I8
@@ -222,7 +223,7 @@ class KernelEmitter:
     def op_PARAM(self, op):
         desc = self.fn.meta["params"][op.attrs.axis]
         arg = self.ctx.func.args[op.attrs.axis]
-        if desc.kind == "scalar" and desc.dtype.is_bool:
+        if desc.kind is ParamKind.SCALAR and desc.dtype.is_bool:
             arg = self.b.icmp_unsigned("!=", arg, ir.Constant(I8, 0))
         self.set(op.result, [arg])
 

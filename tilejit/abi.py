@@ -1,0 +1,32 @@
+"""The kernel ABI the compiler and the runtime share: how a compiled kernel's parameters are laid
+out.  The compiler lists them (``simt.Function.meta``'s params, in launch order); the runtime
+packs host arguments by the list (``tilejit.runtime.packing``) without knowing the compiler."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from tilejit.dtypes import DType
+
+
+class ParamKind(enum.Enum):
+    """What a kernel parameter carries (its value is the name the artifact cache stores)."""
+    PTR = "ptr"                  # the data pointer of array argument ``arg``
+    DIM = "dim"                  # its size along ``axis`` (i32, or i64 for arrays of 2^31+ elements)
+    STRIDE = "stride"            # its stride along ``axis`` in elements (i32 or i64)
+    SCALAR = "scalar"            # a scalar argument, of ``dtype``
+
+
+@dataclass(frozen=True)
+class ParamDesc:
+    """One kernel parameter, in launch order: a ``ParamKind`` (its name is accepted too, as
+    the artifact cache stores it), the runtime (non-constexpr) argument ``arg`` it comes from,
+    the array ``axis`` of a DIM or STRIDE, and its ``dtype``."""
+    kind: ParamKind
+    arg: int
+    axis: int | None
+    dtype: DType
+
+    def __post_init__(self):
+        if not isinstance(self.kind, ParamKind):
+            object.__setattr__(self, "kind", ParamKind(self.kind))
