@@ -144,8 +144,8 @@ def b_fragments(lw, cfg: DotConfig, base, buf: int, kk: int, n_major: bool = Fal
             regs = _ldmatrix(lw, addr, kk * pairs + p, num, not n_major, buf)
             out += [lw.gather(regs, [0, 1])] + ([lw.gather(regs, [2, 3])] if num == 4 else [])
         return out
-    layout = ML.mma_layout(cfg.kind, "b", (cfg.k, cfg.n), cfg.warps)
-    size = ML.fragment_size(cfg.kind, "b")
+    layout = ML.mma_layout(cfg.kind, ML.Operand.B, (cfg.k, cfg.n), cfg.warps)
+    size = ML.fragment_size(cfg.kind, ML.Operand.B)
     step = slice(kk * cfg.n_reps * size, (kk + 1) * cfg.n_reps * size)   # this k step's registers
     layout = L.Layout(layout.kind, layout.shape, layout.num_warps, layout.regs[step], layout.terms)
     offsets, table = swizzled_offsets(lw, layout, cfg.row_bytes(SharedTile.B), item)
@@ -163,9 +163,9 @@ def register_a_fragments(lw, a_v: ir.Value, cfg: DotConfig) -> list[list[ir.Valu
     if not a_in_registers(lw, a_v, cfg):
         return None
     src = lw.layouts.get(a_v)
-    idx = L.same_elements(src, ML.mma_layout(cfg.kind, "a", (cfg.m, cfg.k), cfg.warps))
+    idx = L.same_elements(src, ML.mma_layout(cfg.kind, ML.Operand.A, (cfg.m, cfg.k), cfg.warps))
     values = lw.gather(lw.get(a_v), idx)
-    size = ML.fragment_size(cfg.kind, "a")
+    size = ML.fragment_size(cfg.kind, ML.Operand.A)
     out = [[None] * cfg.m_reps for _ in range(cfg.k_steps)]
     for mi in range(cfg.m_reps):
         for kk in range(cfg.k_steps):

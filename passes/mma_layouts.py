@@ -17,12 +17,14 @@ All coordinate functions accept Python ints or NumPy integer arrays (they broadc
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import numpy as np
 
 from tilejit import dtypes as D
 from tilejit.passes.layouts import BitTerm, Layout, LayoutKind
+from tilejit.passes.plans import SharedTile
 
 WARP_SIZE = 32
 BANKS = 32                 # shared memory: 32 banks of 4 bytes
@@ -85,6 +87,17 @@ def as_mma_kind(kind: MmaKind | str) -> MmaKind:
     return MMA_KINDS[kind] if isinstance(kind, str) else kind
 
 
+class Operand(enum.Enum):
+    """Which matrix of ``D = A @ B + C`` a fragment holds (its name is accepted too)."""
+    A = "a"
+    B = "b"
+    C = "c"
+
+
+def as_operand(operand: Operand | str) -> Operand:
+    return operand if isinstance(operand, Operand) else Operand(operand)
+
+
 def _group(lane):
     return lane >> 2, lane % 4          # groupID, threadID_in_group
 
@@ -127,58 +140,58 @@ def c_coord(kind: MmaKind | str, lane, i):
     return g + 8 * (i >> 1), t * 2 + (i & 1)
 
 
-_COORD = {"a": a_coord, "b": b_coord, "c": c_coord}
+_COORD = {Operand.A: a_coord, Operand.B: b_coord, Operand.C: c_coord}
 
 
-def fragment_coord(kind: MmaKind | str, operand: str, lane, i):
-    """(row, col) of element ``i`` of ``lane``'s fragment of ``operand`` ("a", "b" or "c")."""
-    return _COORD[operand](kind, lane, i)
+def fragment_coord(kind: MmaKind | str, operand: Operand | str, lane, i):
+    """(row, col) of element ``i`` of ``lane``'s fragment of ``operand``."""
+    return _COORD[as_operand(operand)](kind, lane, i)
 
 
-def fragment_size(kind: MmaKind | str, operand: str) -> int:
-    """Elements of ``operand`` ("a", "b" or "c") one lane holds."""
-    kind = as_mma_kind(kind)
-    if operand == "c":
+def fragment_size(kind: MmaKind | str, operand: Operand | str) -> int:
+    """Elements of ``operand`` one lane holds."""
+    kind, operand = as_mma_kind(kind), as_operand(operand)
+    if operand is Operand.C:
         return kind.c_regs
-    return (kind.a_regs if operand == "a" else kind.b_regs) * kind.per_reg
+    return (kind.a_regs if operand is Operand.A else kind.b_regs) * kind.per_reg
 
 
-def operand_shape(kind: MmaKind | str, operand: str) -> tuple[int, int]:
+def operand_shape(kind: MmaKind | str, operand: Operand | str) -> tuple[int, int]:
     kind = as_mma_kind(kind)
-    return {"a": (kind.m, kind.k), "b": (kind.k, kind.n), "c": (kind.m, kind.n)}[operand]
+    return {Operand.A: (kind.m, kind.k), Operand.B: (kind.k, kind.n), Operand.C: (kind.m, kind.n)}[as_operand(operand)]
 
 
-def fragment_table(kind: MmaKind | str, operand: str) -> np.ndarray:
+def fragment_table(kind: MmaKind | str, operand: Operand | str) -> np.ndarray:
     """(row, col) of every element of every lane: int array of shape (32, elements, 2)."""
     lane = np.arange(WARP_SIZE)[:, None]
     i = np.arange(fragment_size(kind, operand))[None, :]
-    row, col = _COORD[operand](kind, lane, i)
+    row, col = fragment_coord(kind, operand, lane, i)
     return np.stack(np.broadcast_arrays(row, col), axis=-1)
 
 
-def element_slot(kind: MmaKind | str, operand: str, i):
+def element_slot(kind: MmaKind | str, operand: Operand | str, i):
     """(register, bit offset) of element ``i`` of an operand's fragment ("low to high")."""
-    kind = as_mma_kind(kind)
-    per = 1 if operand == "c" else kind.per_reg
-    bits = 32 if operand == "c" else kind.bits
+    kind, is_c = as_mma_kind(kind), as_operand(operand) is Operand.C
+    per = 1 if is_c else kind.per_reg
+    bits = 32 if is_c else kind.bits
     return i // per, (i % per) * bits
 
 
 # ------------------------------------------------------------------------ as distributed layouts
-def _lane_terms(kind: MmaKind, operand: str) -> tuple[tuple, tuple]:
+def _lane_terms(kind: MmaKind, operand: Operand) -> tuple[tuple, tuple]:
     """The lane part of the fragment maps, split per dim: every map above is
     ``(groupID or threadID_in_group) * scale + f(i)``, so it fits ``layouts.Layout``."""
     group = BitTerm("lane", 2, 3, 1)                         # groupID = lane >> 2
     def tig(scale):                                          # threadID_in_group = lane % 4
         return BitTerm("lane", 0, 2, scale)
-    if operand == "a":
+    if operand is Operand.A:
         return (group,), (tig(kind.per_reg),)
-    if operand == "b":
+    if operand is Operand.B:
         return (tig(kind.per_reg),), (group,)
     return (group,), (tig(2),)
 
 
-def mma_layout(kind: MmaKind | str, operand: str, shape: tuple[int, int],
+def mma_layout(kind: MmaKind | str, operand: Operand | str, shape: tuple[int, int],
                warps: tuple[int, int] = (1, 1)) -> Layout:
     """The ``layouts.Layout`` of an mma operand tile of ``shape`` held by ``warps = (wm, wn)``
     warps (``wm * wn`` = num_warps, powers of two): warp ``w`` computes the C block
@@ -188,26 +201,29 @@ def mma_layout(kind: MmaKind | str, operand: str, shape: tuple[int, int],
     the fragment of instruction tile ``(rep0, rep1)``, so one mma's A, B or C fragment is a
     contiguous run of ``fragment_size`` layout registers (packed ``per_reg`` to a 32-bit
     hardware register for A and B)."""
-    kind = as_mma_kind(kind)
+    kind, operand = as_mma_kind(kind), as_operand(operand)
     wm, wn = warps
     assert wm & (wm - 1) == 0 and wn & (wn - 1) == 0, warps
-    split = {"a": (wm, 1), "b": (1, wn), "c": (wm, wn)}[operand]
+    split = {Operand.A: (wm, 1), Operand.B: (1, wn), Operand.C: (wm, wn)}[operand]
     inst = operand_shape(kind, operand)
     block = (shape[0] // split[0], shape[1] // split[1])
     assert all(block[d] % inst[d] == 0 and block[d] * split[d] == shape[d] for d in (0, 1)), \
         (shape, warps, inst)
     lane_rows, lane_cols = _lane_terms(kind, operand)
-    warp_m = (BitTerm("warp", 0, wm.bit_length() - 1, block[0]),) if wm > 1 and operand != "b" else ()
+    warp_m = (BitTerm("warp", 0, wm.bit_length() - 1, block[0]),) if wm > 1 and operand is not Operand.B else ()
     warp_n = (BitTerm("warp", wm.bit_length() - 1, wn.bit_length() - 1, block[1]),) \
-        if wn > 1 and operand != "a" else ()
+        if wn > 1 and operand is not Operand.A else ()
     reps = (block[0] // inst[0], block[1] // inst[1])
     lane0 = np.zeros(fragment_size(kind, operand), np.int64)
     r0, c0 = _COORD[operand](kind, lane0, np.arange(len(lane0)))    # the register part
     regs = tuple((int(p * inst[0] + r), int(q * inst[1] + c))
                  for p in range(reps[0]) for q in range(reps[1]) for r, c in zip(r0, c0))
-    return Layout(LayoutKind("mma_" + operand), tuple(shape), wm * wn, regs,
+    return Layout(_LAYOUT_KIND[operand], tuple(shape), wm * wn, regs,
                   (lane_rows + warp_m, lane_cols + warp_n),
                   f"{kind.shape}.{kind.ab_type}, warps={warps}")
+
+
+_LAYOUT_KIND = {Operand.A: LayoutKind.MMA_A, Operand.B: LayoutKind.MMA_B, Operand.C: LayoutKind.MMA_C}
 
 
 # -------------------------------------------------------------------------------------- ldmatrix
@@ -229,32 +245,34 @@ def ldmatrix_coord(lane, half, trans: bool):
     return (col, row) if trans else (row, col)
 
 
-def ldmatrix_rows(operand: str, num: int = 4) -> np.ndarray:
+LDMATRIX_TILES = {"a": SharedTile.A, "b_nk": SharedTile.B_NK, "b_kn": SharedTile.B}   # (names accepted)
+
+
+def ldmatrix_rows(tile: SharedTile | str, num: int = 4) -> np.ndarray:
     """Where each lane's ldmatrix address points for an mma operand tile stored in shared
     memory: (32, 2) int array of (row, byte column) in the stored tile.  Lanes past ``8*num``
     repeat the lower lanes (harmless from sm_80 on; required on sm_75).
 
-    ``operand``:
-      * "a"   -- A (M x K) stored row-major; ``.x4`` non-trans gives a0..a<last> of any dtype
+    ``tile`` (a ``plans.SharedTile``, or its name here):
+      * A, "a"   -- A (M x K) stored row-major; ``.x4`` non-trans gives a0..a<last> of any dtype
                  (16 rows x 32 bytes: K = 16 bf16/f16, 8 tf32, 32 int8/fp8).  Register order:
                  rows 0-7/bytes 0-15, rows 8-15/bytes 0-15, rows 0-7/bytes 16-31, rows 8-15/...
-      * "b_nk" -- B stored N-major (B^T row-major, N x K); non-trans.  ``.x2``: one n8 block
+      * B_NK, "b_nk" -- B stored N-major (B^T row-major, N x K); non-trans.  ``.x2``: one n8 block
                  (regs b-reg0, b-reg1); ``.x4``: two n8 blocks (regs 0, 1 for n 0-7; 2, 3 for
                  n 8-15).  Works for every dtype.
-      * "b_kn" -- B stored K-major (row-major K x N), loaded with ``.trans``; 16-bit dtypes only
+      * B, "b_kn" -- B stored K-major (row-major K x N), loaded with ``.trans``; 16-bit dtypes only
                  (``.trans`` moves 16-bit elements).  ``.x2``: one n8 block; ``.x4``: two, in
                  the same register order as "b_nk".  Byte columns are ``2 * n``.
     """
+    tile = LDMATRIX_TILES.get(tile, tile)
     lane = np.arange(WARP_SIZE) % (8 * num)
     matrix, r = lane >> 3, lane % 8
-    if operand == "a":
+    if tile in (SharedTile.A, SharedTile.B):
         rows, cols = r + 8 * (matrix & 1), LDMATRIX_ROW_BYTES * (matrix >> 1)
-    elif operand == "b_nk":
+    elif tile is SharedTile.B_NK:
         rows, cols = r + 8 * (matrix >> 1), LDMATRIX_ROW_BYTES * (matrix & 1)
-    elif operand == "b_kn":
-        rows, cols = r + 8 * (matrix & 1), LDMATRIX_ROW_BYTES * (matrix >> 1)
     else:
-        raise ValueError(f"unknown ldmatrix operand {operand!r}")
+        raise ValueError(f"no ldmatrix form for shared tile {tile!r}")
     return np.stack([rows, cols], axis=-1)
 
 
@@ -282,14 +300,14 @@ def swizzled_offset(row, col_byte, row_bytes: int):
     return row * row_bytes + chunk * CHUNK + col_byte % CHUNK
 
 
-def ldmatrix_offsets(operand: str, num: int, row_bytes: int, row0: int = 0, col0: int = 0) -> np.ndarray:
+def ldmatrix_offsets(tile: SharedTile | str, num: int, row_bytes: int, row0: int = 0, col0: int = 0) -> np.ndarray:
     """Each lane's ldmatrix address (32 byte offsets) into a swizzled tile of ``row_bytes``-byte
     rows, for the operand block whose first row is ``row0`` and first byte column ``col0``
     (``ldmatrix_rows`` placed in the tile, then ``swizzled_offset``).  In closed form, for
     "a": ``row = row0 + (lane & 7) + 8 * ((lane >> 3) & 1)``, ``col = col0 + 16 * (lane >> 4)``
     ("b_kn" is the same; "b_nk" swaps the roles of lane bits 3 and 4; lanes past ``8 * num``
     repeat the lower ones)."""
-    rows = ldmatrix_rows(operand, num)
+    rows = ldmatrix_rows(tile, num)
     return swizzled_offset(rows[:, 0] + row0, rows[:, 1] + col0, row_bytes)
 
 

@@ -50,7 +50,7 @@ class DotConfig:
 
     @property
     def acc_layout(self) -> L.Layout:
-        return ML.mma_layout(self.kind, "c", (self.m, self.n), self.warps)
+        return ML.mma_layout(self.kind, ML.Operand.C, (self.m, self.n), self.warps)
 
     @property
     def ldmatrix_b(self) -> bool:
@@ -180,4 +180,4 @@ def a_in_registers(lw, a_v: ir.Value, cfg: DotConfig) -> bool:
     accumulator with the same rows per warp (``plan_dots.chained_dots``)."""
     src = lw.layouts.get(a_v)
     return src is not None and src.kind is L.LayoutKind.MMA_C and cfg.kind.bits == 16 and \
-        L.same_elements(src, ML.mma_layout(cfg.kind, "a", (cfg.m, cfg.k), cfg.warps)) is not None
+        L.same_elements(src, ML.mma_layout(cfg.kind, ML.Operand.A, (cfg.m, cfg.k), cfg.warps)) is not None

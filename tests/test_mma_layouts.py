@@ -226,3 +226,17 @@ def test_warp_tiled_layout_covers_the_tile_and_keeps_mma_fragments_together(kind
             block = (bm // warps[0], bn // warps[1])
             assert (warp[..., 0] // block[0] == w % warps[0]).all()
             assert (warp[..., 1] // block[1] == w // warps[0]).all()
+
+
+def test_operand_roles_are_typed_and_their_names_mean_the_same():
+    from tilejit.passes.plans import SharedTile
+    for op in ML.Operand:
+        assert ML.fragment_size("bf16", op) == ML.fragment_size("bf16", op.value)
+        assert ML.mma_layout("bf16", op, (32, 32), (2, 1)) == ML.mma_layout("bf16", op.value, (32, 32), (2, 1))
+    assert ML.mma_layout("bf16", ML.Operand.C, (32, 32)).kind is ML.LayoutKind.MMA_C
+    for name, tile in ML.LDMATRIX_TILES.items():
+        assert (ML.ldmatrix_rows(name) == ML.ldmatrix_rows(tile)).all()
+    with pytest.raises(ValueError, match="no ldmatrix form"):
+        ML.ldmatrix_rows(SharedTile.B_ATOMS)
+    with pytest.raises(ValueError):
+        ML.fragment_size("bf16", "d")

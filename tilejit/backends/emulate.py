@@ -282,7 +282,8 @@ class Machine:
         any time) until a WGMMA_WAIT retires its group: writing them before that is a race."""
         acc, a, b = (f[x] for x in o.operands)
         n = o.attrs.n
-        for v, operand in ((b, "b"),) if o.attrs.a_regs else ((a, "a"), (b, "b")):
+        B, A = emulate_mma.ML.Operand.B, emulate_mma.ML.Operand.A
+        for v, operand in ((b, B),) if o.attrs.a_regs else ((a, A), (b, B)):
             for c, cta in enumerate(f.ids):
                 for first in range(0, self.threads, emulate_mma.WARPGROUP):
                     addrs = emulate_mma.wgmma_operand_addresses(int(v[c, first, 0]), o.attrs, operand, n)

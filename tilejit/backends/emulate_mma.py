@@ -129,14 +129,14 @@ def pack(values: np.ndarray, ab_type: str) -> np.ndarray:
     return np.bitwise_or.reduce(raw << (np.arange(per, dtype=np.uint32) * bits), axis=-1)
 
 
-def gather_fragment(kind, operand: str, matrices: np.ndarray) -> np.ndarray:
+def gather_fragment(kind, operand: "ML.Operand | str", matrices: np.ndarray) -> np.ndarray:
     """Per-lane fragment values of ``matrices`` (..., rows, cols) for every warp: the register
     contents a correct load would produce, (..., 32, elements).  Test and debugging helper."""
     table = ML.fragment_table(kind, operand)
     return matrices[..., table[..., 0], table[..., 1]]
 
 
-def scatter_fragment(kind, operand: str, values: np.ndarray) -> np.ndarray:
+def scatter_fragment(kind, operand: "ML.Operand | str", values: np.ndarray) -> np.ndarray:
     """Inverse of ``gather_fragment``: (..., 32, elements) -> (..., rows, cols)."""
     table = ML.fragment_table(kind, operand)
     out = np.zeros(values.shape[:-2] + ML.operand_shape(kind, operand), values.dtype)
@@ -273,13 +273,13 @@ def swizzled_address(addr: np.ndarray, span: int) -> np.ndarray:
     return addr ^ (((addr >> 7) & (span // 16 - 1)) << 4)
 
 
-def wgmma_operand_addresses(start: int, attrs, operand: str, n: int) -> np.ndarray:
+def wgmma_operand_addresses(start: int, attrs, operand: ML.Operand, n: int) -> np.ndarray:
     """Byte address of every element of a wgmma operand as its descriptor lays it out: A is
     (64, 16), B is (16, n).  K-major tiles have rows of ``row_bytes`` (8-row groups 8 rows
     apart: SBO = 8 * row_bytes); an N-major B has k rows of 128-byte atoms, each atom 64
     columns wide and ``b_atom_bytes`` from the next (LBO)."""
     item = 2
-    if operand == "a":
+    if operand is ML.Operand.A:
         m, k = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
         return swizzled_address(start + m * attrs.a_row_bytes + k * item, attrs.a_row_bytes)
     k, col = np.meshgrid(np.arange(16), np.arange(n), indexing="ij")
@@ -323,7 +323,7 @@ def wgmma(shared: np.ndarray, a_addr: np.ndarray, b_addr: np.ndarray, acc: np.nd
     rows = (16 * warp + (lane >> 2))[:, None] + 8 * (i >> 1)[None, :]
     cols = (2 * (lane & 3))[:, None] + (8 * j + (i & 1))[None, :]
     out = np.array(acc, np.float32)
-    operands = (("b", b_addr),) if attrs.a_regs else (("a", a_addr), ("b", b_addr))
+    operands = ((ML.Operand.B, b_addr),) if attrs.a_regs else ((ML.Operand.A, a_addr), (ML.Operand.B, b_addr))
     for c in range(ctas):
         mem = shared[c]
         for g in range(threads // WARPGROUP):
@@ -335,8 +335,8 @@ def wgmma(shared: np.ndarray, a_addr: np.ndarray, b_addr: np.ndarray, acc: np.nd
             if attrs.a_regs:
                 a = register_a(a_addr[c, first:first + WARPGROUP], attrs.kind).view(dt).astype(np.float64)
             else:
-                a = halves[addrs["a"] // 2].view(dt).astype(np.float64)
-            b = halves[addrs["b"] // 2].view(dt).astype(np.float64)
+                a = halves[addrs[ML.Operand.A] // 2].view(dt).astype(np.float64)
+            b = halves[addrs[ML.Operand.B] // 2].view(dt).astype(np.float64)
             d = a @ b
             out[c, first:first + WARPGROUP] += d[rows, cols].astype(np.float32)
     return out
