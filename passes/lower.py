@@ -460,9 +460,8 @@ class Lowering:
                 self.values[a] = self.param(ParamKind.SCALAR, i)
         self.block(self.fn.body)
         body = ir.Block([], self.prologue.block.ops + self.b.block.ops)
-        meta = {"params": self.params, "num_warps": self.num_warps, "name": self.fn.name,
-                "writes": sorted(self.writes), "shared_bytes": 0,
-                "self_synced_ops": self.self_synced, "loc": self.fn.meta.get("loc", ir.UNKNOWN_LOC)}
+        meta = simt.SimtMeta(self.fn.name, self.params, self.num_warps, sorted(self.writes),
+                             self.fn.meta.get("loc", ir.UNKNOWN_LOC), self.self_synced)
         return ir.Function(self.fn.name, body, list(self.fn.arg_names), meta)
 
 

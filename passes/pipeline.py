@@ -68,8 +68,7 @@ PIPELINE = [
 
 def stage_text(fn: ir.Function, level: str) -> str:
     if level == "simt":
-        meta = {k: fn.meta.get(k) for k in ("num_warps", "shared_bytes", "writes")}
-        return ir.print_function(fn) + f"\n# {meta}"
+        return ir.print_function(fn) + f"\n# {fn.meta.summary()}"
     if "loop_plans" in fn.meta:
         text = plans_text(fn)
     elif "layouts" in fn.meta:
@@ -98,9 +97,9 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
                 verifier.verify(fn)
         if dump:
             dump(stage.name, stage_text(fn, stage.level))
-    fn.meta["target"] = target
-    fn.meta["min_ctas_per_sm"] = occupancy_hint(tile_fn, num_warps)
-    fn.meta["fast_math"] = fast_math          # codegen: approximate sin/cos (a launch option)
+    fn.meta.target = target
+    fn.meta.min_ctas_per_sm = occupancy_hint(tile_fn, num_warps)
+    fn.meta.fast_math = fast_math             # codegen: approximate sin/cos (a launch option)
     return fn
 
 

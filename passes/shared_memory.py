@@ -91,8 +91,8 @@ def plan_shared_memory(fn: ir.Function) -> ir.Function:
     for o in fn.walk():
         if o.op is SimtOp.SHARED_ALLOC:
             o.op, o.attrs = SimtOp.CONSTANT, simt.VectorConstAttrs((offsets[o.attrs.buffer].offset,))
-    fn.meta["shared_bytes"] = max((b.offset + b.size for b in placed), default=0)
-    fn.meta["shared_buffers"] = {b.id: (b.offset, b.size) for b in placed}
+    fn.meta.shared_bytes = max((b.offset + b.size for b in placed), default=0)
+    fn.meta.shared_buffers = {b.id: (b.offset, b.size) for b in placed}
     return fn
 
 
@@ -119,8 +119,8 @@ class BarrierInserter:
     knows each iteration touches another slot and places one barrier per iteration."""
 
     def __init__(self, fn: ir.Function):
-        self.ranges = {b: (off, off + size) for b, (off, size) in fn.meta.get("shared_buffers", {}).items()}
-        self.skip = fn.meta.get("self_synced_ops", set())
+        self.ranges = {b: (off, off + size) for b, (off, size) in fn.meta.shared_buffers.items()}
+        self.skip = fn.meta.self_synced_ops
         self.count = 0
 
     def block(self, block: ir.Block, state: Pending, insert: bool) -> Pending:
@@ -158,5 +158,5 @@ class BarrierInserter:
 def insert_barriers(fn: ir.Function) -> ir.Function:
     inserter = BarrierInserter(fn)
     inserter.block(fn.body, Pending(), True)
-    fn.meta["barriers"] = inserter.count
+    fn.meta.barriers = inserter.count
     return fn

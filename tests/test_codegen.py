@@ -18,7 +18,7 @@ from tilejit.codegen.host import host_eval
 from tilejit.errors import CompileError
 from tilejit.ir import AxisAttrs, Block, Builder, Function, TileOp, Value
 from tilejit.codegen.ptxas import assemble
-from tilejit.simt import (EwAttrs, GlobalAttrs, IndicesAttrs, MaskAttrs, ParamDesc, PtrType, RegType,
+from tilejit.simt import (EwAttrs, GlobalAttrs, IndicesAttrs, MaskAttrs, ParamDesc, PtrType, RegType, SimtMeta,
                           SharedAttrs, SimtOp, VectorConstAttrs)
 
 TARGETS = ("sm_80", "sm_90a")
@@ -32,8 +32,7 @@ class Kernel:
         self.body = Block()
         self.blocks = [self.body]
         self.params: list[ParamDesc] = []
-        self.meta = {"params": self.params, "num_warps": num_warps, "shared_bytes": shared_bytes,
-                     "name": name}
+        self.meta = SimtMeta(name, self.params, num_warps, shared_bytes=shared_bytes)
 
     def op(self, op, operands=(), result=None, attrs=None, regions=None):
         types = result if isinstance(result, list) else [result] if result else []
@@ -70,7 +69,7 @@ class Kernel:
         return self.blocks.pop()
 
     def function(self) -> Function:
-        return Function(self.meta["name"], self.body, [], self.meta)
+        return Function(self.meta.name, self.body, [], self.meta)
 
 
 def contiguous_offsets(k: Kernel, per_thread: int):
@@ -372,8 +371,8 @@ def test_kernel_abi_and_constants():
     for kind in (".u64 .ptr .global", ".u32", ".u64", ".u8", ".align 2 .b8"):
         assert kind in ptx
     from tilejit.runtime.packing import param_format        # the runtime packs by this table
-    assert [param_format(p) for p in fn.meta["params"]] == ["Q", "i", "q", "?", "e", "H"]
-    assert [str(codegen.param_llvm_type(p)) for p in fn.meta["params"]] == \
+    assert [param_format(p) for p in fn.meta.params] == ["Q", "i", "q", "?", "e", "H"]
+    assert [str(codegen.param_llvm_type(p)) for p in fn.meta.params] == \
         ["ptr addrspace(1)", "i32", "i64", "i8", "half", "bfloat"]
 
 

@@ -234,7 +234,7 @@ def test_float32_without_tf32_keeps_the_exact_fallback():
 def test_pack_puts_the_lower_element_in_the_low_bits():
     x = ir.Value(simt.RegType(D.int8, 4))
     op = ir.Operation(simt.SimtOp.PACK, [x], [simt.RegType(D.int32, 1)])
-    fn = ir.Function("t", ir.Block([], [op]), [], {"params": [], "num_warps": 1})
+    fn = ir.Function("t", ir.Block([], [op]), [], simt.SimtMeta("t", [], 1))
     machine = emulator.Machine(fn, (1, 1, 1), [])
     values = np.broadcast_to(np.array([1, -1, 2, 3], np.int8), (1, 32, 4))
     packed = machine.op_PACK(op, emulator.Frame({x: values}, np.arange(1)))
@@ -262,7 +262,7 @@ def test_gemm_ptx_uses_tensor_cores_and_async_copies(target):
     # 2 prologue stages + 1 per iteration, 2 copies of 16 bytes per thread for A and for B
     assert len(re.findall(r"cp\.async\.cg\.shared\.global", ptx)) == 3 * 4
     assert "ld.local" not in ptx and "st.local" not in ptx
-    assert fn.meta["shared_bytes"] <= 3 * (128 * 32 + 32 * 128) * 2
+    assert fn.meta.shared_bytes <= 3 * (128 * 32 + 32 * 128) * 2
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])

@@ -269,8 +269,7 @@ def test_shuffle_xor_matches_ptx_butterfly():
     other = b.create(SimtOp.SHUFFLE_XOR, [tid], [simt.RegType(i32)], simt.MaskAttrs(5)).result
     yes = b.create(SimtOp.CONSTANT, [], [simt.RegType(D.bool_)], simt.VectorConstAttrs((True,))).result
     b.create(SimtOp.STORE_GLOBAL, [ptr, tid, other, yes], [], simt.GlobalAttrs())
-    fn = ir.Function("shfl", blk, ["out"], {"params": [simt.ParamDesc("ptr", 0, None, i32)],
-                                            "num_warps": 2, "shared_bytes": 0})
+    fn = ir.Function("shfl", blk, ["out"], simt.SimtMeta("shfl", [simt.ParamDesc("ptr", 0, None, i32)], 2))
     out = np.zeros(64, np.int32)
     emulator.run(fn, 1, [out])
     tids = np.arange(64)
@@ -407,7 +406,7 @@ def test_bias_row_is_loaded_in_the_broadcast_layout_without_shared_memory(nw):
     y = np.zeros_like(x)
     fn = emulate(add_bias, [x, bias, y], (3,), nw, BM=16, BN=32)
     np.testing.assert_array_equal(y, x + bias)
-    assert fn.meta["shared_bytes"] == 0
+    assert fn.meta.shared_bytes == 0
 
 
 def transpose_twice(x, y, B: tj.constexpr):

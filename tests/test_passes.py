@@ -197,8 +197,8 @@ def test_softmax_simt_shape():
     assert ops.count(SimtOp.SHUFFLE_XOR) == 10            # 5 butterfly steps per reduction
     assert ops.count(SimtOp.BARRIER) == 2                 # one per cross-warp reduction
     assert ops.count(SimtOp.SHARED_ALLOC) == 0            # planned away
-    assert fn.meta["shared_bytes"] == 32 and fn.meta["writes"] == [1]
-    kinds = [(p.kind.value, p.arg, p.axis) for p in fn.meta["params"]]
+    assert fn.meta.shared_bytes == 32 and fn.meta.writes == [1]
+    kinds = [(p.kind.value, p.arg, p.axis) for p in fn.meta.params]
     assert kinds == [("ptr", 0, None), ("dim", 0, 0), ("dim", 0, 1), ("stride", 0, 0),
                      ("ptr", 1, None), ("dim", 1, 0), ("dim", 1, 1), ("stride", 1, 0)]
 
@@ -207,7 +207,7 @@ def test_non_unit_stride_and_large_arrays_change_params_and_index_width():
     k = softmax_ir()
     k.meta["specs"] = [ArraySpec(F32, 2, unit_inner_stride=False, large=True), ArraySpec(F32, 2)]
     fn = compile_to_simt(k, 4)
-    strides = [(p.arg, p.axis, p.dtype) for p in fn.meta["params"] if p.kind is ParamKind.STRIDE]
+    strides = [(p.arg, p.axis, p.dtype) for p in fn.meta.params if p.kind is ParamKind.STRIDE]
     assert strides == [(0, 0, D.int64), (0, 1, D.int64), (1, 0, I32)]
     load, store = [o for o in fn.walk() if o.op in (SimtOp.LOAD_GLOBAL, SimtOp.STORE_GLOBAL)]
     assert load.operands[1].type.dtype == D.int64 and load.attrs.vec == 1
@@ -232,13 +232,13 @@ def test_shared_buffers_with_disjoint_lifetimes_share_bytes():
     from tilejit.frontend import compile_tile_ir
     specs = [ArraySpec(F32, 2), ArraySpec(F32, 2)]
     fn = compile_to_simt(compile_tile_ir(transpose_twice, specs, {"B": 32}), 4)
-    buffers = fn.meta["shared_buffers"]
+    buffers = fn.meta.shared_buffers
     assert len(buffers) == 2 and {off for off, _ in buffers.values()} == {0}
-    assert fn.meta["shared_bytes"] == 32 * 32 * 4
+    assert fn.meta.shared_bytes == 32 * 32 * 4
     # store A, barrier, load A, barrier (reuse), store B, barrier, load B
     assert [o.op for o in fn.walk()].count(SimtOp.BARRIER) == 3
 
 
 def test_stage_text_of_simt_mentions_meta():
     out = pipeline.stage_text(compile_to_simt(softmax_ir(), 2), "simt")
-    assert re.search(r"'num_warps': 2, 'shared_bytes': \d+", out)
+    assert re.search(r"num_warps=2 shared_bytes=\d+ writes=\[1\] barriers=\d+", out)

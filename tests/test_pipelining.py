@@ -82,9 +82,9 @@ def test_ring_structure(stages):
     assert not [o for o in body.walk() if o.op in (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED)]
     # 2x2 warps of 16x16: 1 m16 x 2 n8 x 1 k16 mmas, one ldmatrix.x4 for A and one .trans for B
     assert len(ops(body, SimtOp.MMA)) == 2 and len(ops(body, SimtOp.LDMATRIX)) == 2
-    assert set(ops(body, SimtOp.CP_ASYNC)) <= fn.meta["self_synced_ops"]
+    assert set(ops(body, SimtOp.CP_ASYNC)) <= fn.meta.self_synced_ops
     prologue = ops(pipelined_branch(fn), SimtOp.CP_ASYNC)      # 2 rings x (stages - 1) slots
-    assert [o in fn.meta["self_synced_ops"] for o in prologue] == [False] * 2 + [True] * 2 * (stages - 2)
+    assert [o in fn.meta.self_synced_ops for o in prologue] == [False] * 2 + [True] * 2 * (stages - 2)
 
 
 def test_stages_one_keeps_synchronous_loads():

@@ -186,7 +186,7 @@ def test_barrier_inserter_fences_thread_stores_before_a_wgmma_reads_them():
     attrs = simt.WgmmaAttrs("bf16", 8, 128, True, 128, 2048, (0, 1))
     ops = [ir.Operation(SimtOp.STORE_SHARED, [value(), value()], [], simt.SharedAttrs(1, 0)),
            ir.Operation(SimtOp.WGMMA, [value(4, D.float32), value(), value()], [simt.RegType(D.float32, 4)], attrs)]
-    fn = ir.Function("k", ir.Block([], ops), [], {"shared_buffers": {0: (0, 1024), 1: (1024, 2048)}})
+    fn = ir.Function("k", ir.Block([], ops), [], simt.SimtMeta("k", [], 4, shared_buffers={0: (0, 1024), 1: (1024, 2048)}))
     assert [o.op for o in insert_barriers(fn).body.ops] == [
         SimtOp.STORE_SHARED, SimtOp.FENCE_PROXY_ASYNC, SimtOp.BARRIER, SimtOp.WGMMA]
 

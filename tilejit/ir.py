@@ -228,11 +228,13 @@ class Function:
     """A kernel after the frontend: array/scalar arguments and a body block.
 
     ``arg_names`` are the user's parameter names of the runtime (non-constexpr) arguments, in
-    order; ``meta`` carries compile-time facts later stages need (constexprs, num_warps, ...)."""
+    order; ``meta`` carries compile-time facts later stages need: for a tile function a dict
+(specs, constexprs, and the analyses' typed tables: layouts, dot_plans, loop_plans), for a
+SIMT function a ``simt.SimtMeta``."""
     name: str
     body: Block
     arg_names: list[str]
-    meta: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)      # (a simt.SimtMeta on SIMT functions)
 
     @property
     def args(self) -> list[Value]:

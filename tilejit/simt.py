@@ -13,12 +13,12 @@ runtime packs arguments by that list and never needs to know how the code was ma
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tilejit.abi import ParamDesc, ParamKind  # noqa: F401  (the kernel ABI, re-exported)
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
-from tilejit.ir import Attrs, Function, TileOp  # noqa: F401  (Function re-exported for users of this module)
+from tilejit.ir import UNKNOWN_LOC, Attrs, Function, Loc, TileOp  # noqa: F401  (Function re-exported for users of this module)
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,32 @@ class PtrType:
 
     def __str__(self) -> str:
         return f"ptr<{self.dtype}>"
+
+
+@dataclass
+class SimtMeta:
+    """The facts about a SIMT function that later stages, codegen and the backends read (the
+    ``meta`` of a SIMT ``Function``): the lowering fills the first block, the SIMT passes and
+    ``compile_to_simt`` the rest, so no stage reads an earlier stage's IR."""
+    name: str                              # the kernel's name (PTX entry, error messages)
+    params: list[ParamDesc]                # the kernel parameters, in launch order
+    num_warps: int
+    writes: list[int] = field(default_factory=list)     # runtime arguments the kernel stores to
+    loc: Loc = UNKNOWN_LOC                 # the kernel's ``def`` line
+    self_synced_ops: set = field(default_factory=set)   # shared accesses the pipeliner orders itself
+    # plan_shared_memory / insert_barriers
+    shared_bytes: int = 0                  # dynamic shared memory per CTA
+    shared_buffers: dict = field(default_factory=dict)  # buffer id -> (offset, size)
+    barriers: int = 0                      # barriers insert_barriers placed
+    # compile_to_simt: what codegen is asked for
+    target: str = "sm_90a"
+    min_ctas_per_sm: int = 0               # occupancy hint (ptxas caps registers to fit); 0: none
+    fast_math: bool = False                # approximate sin/cos (a launch option)
+
+    def summary(self) -> str:
+        """The line ``--emit`` of a SIMT stage prints under the IR."""
+        return (f"num_warps={self.num_warps} shared_bytes={self.shared_bytes} writes={self.writes} "
+                f"barriers={self.barriers}")
 
 
 class SimtOp(enum.Enum):

@@ -161,8 +161,8 @@ class CudaBackend:
     def compile(self, tile_fn, options: dict) -> CudaArtifact:
         state = build(tile_fn, options["num_warps"], self.target, **backends.switch_options(options))
         simt_fn = state["simt_fn"]
-        art = CudaArtifact(state["kernel_name"], list(simt_fn.meta["params"]), tuple(simt_fn.meta["writes"]),
-                           simt_fn.meta["num_warps"], simt_fn.meta["shared_bytes"], state["ptx"],
+        art = CudaArtifact(state["kernel_name"], list(simt_fn.meta.params), tuple(simt_fn.meta.writes),
+                           simt_fn.meta.num_warps, simt_fn.meta.shared_bytes, state["ptx"],
                            state.get("cubin"), state["llvm_ir"], state["simt_ir"],
                            state.get("registers"), state.get("spills"))
         if options.get("cache_key"):

@@ -86,10 +86,10 @@ class Machine:
 
     def __init__(self, fn: ir.Function, grid, params: list, race_check: bool = True):
         self.fn, self.grid, self.params, self.race_check = fn, tuple(grid), params, race_check
-        self.threads = WARP * fn.meta["num_warps"]
+        self.threads = WARP * fn.meta.num_warps
         self.tid = np.arange(self.threads, dtype=np.int32)
         self.wgmma_open, self.wgmma_groups = [], []
-        self.shared_bytes = -(-fn.meta.get("shared_bytes", 0) // 16) * 16 + 16
+        self.shared_bytes = -(-fn.meta.shared_bytes // 16) * 16 + 16
         self.ew_cache: dict = {}
 
     def run(self) -> None:
@@ -429,13 +429,13 @@ class Machine:
 def bind_params(fn: ir.Function, args: list) -> list:
     """The value of each ``meta["params"]`` entry for host arguments ``args``."""
     names = fn.arg_names
-    wanted = 1 + max((p.arg for p in fn.meta["params"]), default=-1)
+    wanted = 1 + max((p.arg for p in fn.meta.params), default=-1)
     if len(args) < wanted:
-        raise LaunchError(f"kernel '{fn.meta.get('name', fn.name)}' takes {wanted} runtime arguments, "
+        raise LaunchError(f"kernel '{fn.meta.name}' takes {wanted} runtime arguments, "
                           f"got {len(args)}")
     arrays = {}
     out = []
-    for p in fn.meta["params"]:
+    for p in fn.meta.params:
         arg = args[p.arg]
         name = names[p.arg] if p.arg < len(names) else f"#{p.arg}"
         if p.kind is ParamKind.SCALAR:
@@ -476,8 +476,8 @@ class EmulatedKernel:
     def __init__(self, fn: ir.Function):
         self.fn = fn
         self.simt_ir = ir.print_function(fn)
-        self.shared_bytes = fn.meta.get("shared_bytes", 0)
-        self.writes = tuple(fn.meta.get("writes", ()))     # runtime arguments it stores to
+        self.shared_bytes = fn.meta.shared_bytes
+        self.writes = tuple(fn.meta.writes)     # runtime arguments it stores to
 
 
 class EmulateBackend:

@@ -17,14 +17,14 @@ def check_resources(fn, target: str) -> None:
         for r in o.results:
             if isinstance(r.type, RegType) and r.type.n > MAX_VALUES_PER_THREAD:
                 raise CompileError(f"tile too large for the registers: it needs {r.type.n} values in each of the "
-                                   f"{32 * fn.meta['num_warps']} threads (at most {MAX_VALUES_PER_THREAD}); "
+                                   f"{32 * fn.meta.num_warps} threads (at most {MAX_VALUES_PER_THREAD}); "
                                    "use smaller tiles or more warps (num_warps=...)", o.loc)
-    if fn.meta["shared_bytes"] > MAX_SHARED_BYTES[target]:
+    if fn.meta.shared_bytes > MAX_SHARED_BYTES[target]:
         from tilejit.passes.shared_memory import accessed_buffers
-        buffers = fn.meta.get("shared_buffers", {})
+        buffers = fn.meta.shared_buffers
         largest = max(buffers, key=lambda b: buffers[b][1], default=None)
         user = next((o for o in fn.walk() if largest in accessed_buffers(o)), None)
         where = f" (the largest buffer, {buffers[largest][1]} bytes, is for this line)" if user else ""
-        raise CompileError(f"the kernel needs {fn.meta['shared_bytes']} bytes of shared memory; "
+        raise CompileError(f"the kernel needs {fn.meta.shared_bytes} bytes of shared memory; "
                            f"{target} offers at most {MAX_SHARED_BYTES[target]} per CTA{where}; use smaller "
-                           "tiles or fewer pipeline stages", user.loc if user else fn.meta.get("loc"))
+                           "tiles or fewer pipeline stages", user.loc if user else fn.meta.loc)

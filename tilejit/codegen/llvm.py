@@ -5,7 +5,7 @@ and ``host`` for CPU tests of the math) the only part of tilejit that imports ll
 LLVM instructions; a ``RegType(dtype, n)`` value is a Python list of n LLVM scalars, so
 GATHER/CONCAT/SPLAT cost nothing.
 
-Kernel ABI (how the runtime packs ``fn.meta["params"]``; ``tilejit.runtime.packing.param_format``
+Kernel ABI (how the runtime packs ``fn.meta.params``; ``tilejit.runtime.packing.param_format``
 gives the ``struct`` code).  Every parameter is passed by value, in order, with its natural size:
 
     ParamDesc kind / dtype             LLVM / PTX param           C type (bytes)
@@ -22,10 +22,10 @@ gives the ``struct`` code).  Every parameter is passed by value, in order, with 
     "scalar" float8e4m3 | float8e5m2   i8                         fp8 bits, uint8_t (1)
 
 (``runtime/packing.py`` packs bool as '?' and float16 as 'e': the same bytes.)  The kernel
-uses ``fn.meta["shared_bytes"]`` bytes of *dynamic* shared memory (pass it as
+uses ``fn.meta.shared_bytes`` bytes of *dynamic* shared memory (pass it as
 ``sharedMemBytes`` at launch; above 48 KiB it also needs
 ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``) and must be launched with
-``32 * fn.meta["num_warps"]`` threads in x (``.maxntid`` in the PTX).
+``32 * fn.meta.num_warps`` threads in x (``.maxntid`` in the PTX).
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ class _KernelAttributes(ir.values.FunctionAttributes):
 # ---------------------------------------------------------------------------------------- emission
 def kernel_name(fn: simt.Function) -> str:
     """The PTX entry name: the kernel's name with anything PTX rejects replaced by '_'."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", str(fn.meta.get("name", fn.name)))
+    name = re.sub(r"[^A-Za-z0-9_]", "_", str(fn.meta.name))
     return name if name and not name[0].isdigit() else "k_" + name
 
 
@@ -160,19 +160,19 @@ class KernelEmitter:
         self.module = ir.Module(name=fn.name)
         self.module.triple = TRIPLE
         self.module.data_layout = str(target_machine(target).target_data)
-        params = fn.meta["params"]
+        params = fn.meta.params
         fnty = ir.FunctionType(ir.VoidType(), [param_llvm_type(p) for p in params])
         func = ir.Function(self.module, fnty, kernel_name(fn))
         func.calling_convention = "ptx_kernel"
         func.attributes = _KernelAttributes()
-        func.attributes.add(f'"nvvm.maxntid"="{32 * fn.meta.get("num_warps", 4)}"')
-        if fn.meta.get("min_ctas_per_sm"):           # caps registers so that many CTAs fit an SM
-            func.attributes.add(f'"nvvm.minctasm"="{fn.meta["min_ctas_per_sm"]}"')
-        self.ctx = Ctx(self.module, func, TARGETS[target][2], fn.meta.get("name", fn.name))
+        func.attributes.add(f'"nvvm.maxntid"="{32 * fn.meta.num_warps}"')
+        if fn.meta.min_ctas_per_sm:           # caps registers so that many CTAs fit an SM
+            func.attributes.add(f'"nvvm.minctasm"="{fn.meta.min_ctas_per_sm}"')
+        self.ctx = Ctx(self.module, func, TARGETS[target][2], fn.meta.name)
         self.ctx.division_without_calls = any(o.op is simt.SimtOp.WGMMA for o in fn.walk())
-        self.ctx.fast_math = bool(fn.meta.get("fast_math"))
-        self.lines = LineInfo(self.module, func, fn.meta.get("loc") or UNKNOWN_LOC)
-        self.b.debug_metadata = self.lines.location(fn.meta.get("loc"))
+        self.ctx.fast_math = bool(fn.meta.fast_math)
+        self.lines = LineInfo(self.module, func, fn.meta.loc or UNKNOWN_LOC)
+        self.b.debug_metadata = self.lines.location(fn.meta.loc)
         self.values: dict[int, list] = {}
 
     @property
@@ -221,7 +221,7 @@ class KernelEmitter:
         self.set(op.result, [self._sreg("nctaid." + "xyz"[op.attrs.axis])])
 
     def op_PARAM(self, op):
-        desc = self.fn.meta["params"][op.attrs.axis]
+        desc = self.fn.meta.params[op.attrs.axis]
         arg = self.ctx.func.args[op.attrs.axis]
         if desc.kind is ParamKind.SCALAR and desc.dtype.is_bool:
             arg = self.b.icmp_unsigned("!=", arg, ir.Constant(I8, 0))
