@@ -10,6 +10,8 @@ the cp.async pipelining of ``tj.range(stages=N)`` loops feeding them in ``pipeli
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from tilejit.abi import ParamKind
 from tilejit import dtypes as D
 from tilejit import ir, simt
@@ -49,6 +51,57 @@ class Lowering:
         self.dot_plans = fn.meta["dot_plans"]     # DOT op -> plans.DotPlan (passes.plan_dots)
         self.grouped_ids = any(p.config is not None for p in self.dot_plans.values())
         self.describe_params()
+
+    # --- scoped state: helpers change the context only through these --------------------------
+    @contextmanager
+    def building(self, block: ir.Block):
+        """Emit into ``block`` (a region body being built) inside the ``with``."""
+        outer, self.b = self.b, ir.Builder(block)
+        try:
+            yield self.b
+        finally:
+            self.b = outer
+
+    @contextmanager
+    def at_iteration(self, iv: ir.Value, value: ir.Value):
+        """Lower ops that read the induction variable ``iv`` as if it were ``value`` (a SIMT
+        value): the pipeliner computes a later iteration's load offsets this way."""
+        saved = self.values.get(iv)
+        self.values[iv] = value
+        try:
+            yield
+        finally:
+            if saved is None:
+                del self.values[iv]
+            else:
+                self.values[iv] = saved
+
+    @contextmanager
+    def pipelined_body(self, plan):
+        """Lower the body of a loop pipelined by ``plan`` inside the ``with`` (``in_flight_after``
+        reads it)."""
+        self.pipelining.append(plan)
+        try:
+            yield
+        finally:
+            self.pipelining.pop()
+
+    def stage(self, value: ir.Value, staged) -> None:
+        """DOT operand ``value`` is in shared memory as ``staged`` (a ``plans.Staged``) from here
+        on, until ``unstage``."""
+        self.staged[value] = staged
+
+    def unstage(self, value: ir.Value) -> None:
+        del self.staged[value]
+
+    def written(self, arg: int) -> None:
+        """The kernel stores to runtime argument ``arg`` (``SimtMeta.writes``)."""
+        self.writes.add(arg)
+
+    def ordered_by_pipeliner(self, ops) -> None:
+        """Shared accesses ``ops`` are ordered by the pipeliner's own waits and barriers:
+        ``insert_barriers`` leaves them alone."""
+        self.self_synced.update(ops)
 
     # --- building ----------------------------------------------------------------------------
     def emit(self, op, operands, rtype=None, attrs=None, regions=None, builder=None) -> ir.Operation:
@@ -407,8 +460,8 @@ class Lowering:
     def op_FOR(self, o):
         plan = self.loop_plans[o]
         for s in plan.staged_before:
-            self.staged[s.value] = lower_dot.stage_registers(self, s.value, self.dot_plans.config(s.dot),
-                                                             s.tile, s.align)
+            self.stage(s.value, lower_dot.stage_registers(self, s.value, self.dot_plans.config(s.dot),
+                                                          s.tile, s.align))
         if plan.pipelined:
             self.two_ways(o, pipeline_loads.rows_aligned(self, plan.rings),
                           lambda: pipeline_loads.lower_pipelined_for(self, o, plan),
@@ -416,7 +469,7 @@ class Lowering:
         else:
             self.plain_for(o)
         for s in plan.staged_before:
-            del self.staged[s.value]
+            self.unstage(s.value)
 
     def in_flight_after(self, dot: ir.Operation) -> int:
         """wgmma groups DOT ``dot`` leaves pending: its loop's plan, in the pipelined body."""

@@ -151,5 +151,5 @@ def store(lw, o: ir.Operation) -> None:
     primary = lw.primary_thread(layout)
     if primary is not None:                   # replicas hold the same values: one writes
         mask = lw.ew(TileOp.AND, [mask, lw.splat(primary, layout.n)], D.bool_)
-    lw.writes.add(arg_index(lw, array))
+    lw.written(arg_index(lw, array))
     lw.emit(simt.SimtOp.STORE_GLOBAL, [ptr, offs, value, mask], None, simt.GlobalAttrs(vec=vec))

@@ -80,21 +80,20 @@ def dot_fallback(lw, o: ir.Operation) -> ir.Value:
     b_col, _ = addresses(lw, b_base, dst, (0, 1), b_item)
     i32 = simt.RegType(D.int32)
     body = ir.Block([ir.Value(i32), ir.Value(acc.type)])
-    outer, lw.b = lw.b, ir.Builder(body)
-    kk, cur = body.args
-    step_a = lw.splat(lw.ew(TileOp.MUL, [kk, lw.const(D.int32, [a_item])], D.int32), dst.n)
-    step_b = lw.splat(lw.ew(TileOp.MUL, [kk, lw.const(D.int32, [n * b_item])], D.int32), dst.n)
-    av = lw.emit(simt.SimtOp.LOAD_SHARED, [lw.ew(TileOp.ADD, [a_row, step_a], D.int32)],
-                 simt.RegType(a_dt, dst.n), simt.SharedAttrs(1, a_buf)).result
-    bv = lw.emit(simt.SimtOp.LOAD_SHARED, [lw.ew(TileOp.ADD, [b_col, step_b], D.int32)],
-                 simt.RegType(b_dt, dst.n), simt.SharedAttrs(1, b_buf)).result
-    av, bv = lw.cast(av, acc_dt), lw.cast(bv, acc_dt)
-    if acc_dt.is_float:
-        nxt = lw.ew(TileOp.FMA, [av, bv, cur], acc_dt)
-    else:
-        nxt = lw.ew(TileOp.ADD, [cur, lw.ew(TileOp.MUL, [av, bv], acc_dt)], acc_dt)
-    lw.emit(simt.SimtOp.YIELD, [nxt])
-    lw.b = outer
+    with lw.building(body):
+        kk, cur = body.args
+        step_a = lw.splat(lw.ew(TileOp.MUL, [kk, lw.const(D.int32, [a_item])], D.int32), dst.n)
+        step_b = lw.splat(lw.ew(TileOp.MUL, [kk, lw.const(D.int32, [n * b_item])], D.int32), dst.n)
+        av = lw.emit(simt.SimtOp.LOAD_SHARED, [lw.ew(TileOp.ADD, [a_row, step_a], D.int32)],
+                     simt.RegType(a_dt, dst.n), simt.SharedAttrs(1, a_buf)).result
+        bv = lw.emit(simt.SimtOp.LOAD_SHARED, [lw.ew(TileOp.ADD, [b_col, step_b], D.int32)],
+                     simt.RegType(b_dt, dst.n), simt.SharedAttrs(1, b_buf)).result
+        av, bv = lw.cast(av, acc_dt), lw.cast(bv, acc_dt)
+        if acc_dt.is_float:
+            nxt = lw.ew(TileOp.FMA, [av, bv, cur], acc_dt)
+        else:
+            nxt = lw.ew(TileOp.ADD, [cur, lw.ew(TileOp.MUL, [av, bv], acc_dt)], acc_dt)
+        lw.emit(simt.SimtOp.YIELD, [nxt])
     bounds = [lw.const(D.int32, [0]), lw.const(D.int32, [k]), lw.const(D.int32, [1])]
     loop = lw.b.create(simt.SimtOp.FOR, bounds + [acc], [acc.type], None, [body], loc=lw.loc)
     return loop.result

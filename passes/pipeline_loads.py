@@ -64,26 +64,24 @@ class Ring:
     def issue(self, lw, iv: ir.Value, iv_value, slot, valid) -> None:
         """cp.async of the tile the load reads when the induction variable is ``iv_value``
         into ``slot`` (i32); everything is zero-filled unless ``valid`` (bool scalar)."""
-        saved = lw.values.get(iv)
-        lw.values[iv] = iv_value
-        lw.block(ir.Block([], list(self.offsets)))          # the offsets at that iteration
-        spec = array_spec(lw.fn, self.load.operands[0])
-        item = spec.dtype.itemsize
-        copy = memory_layout(self.load.result.type.shape, spec, lw.num_warps)
-        assert L.contiguous_run(copy) >= 16 // item, copy
-        # one register per 16-byte chunk: the first element of each group of 16 // item
-        chunks = L.Layout(L.LayoutKind.CHUNKS, copy.shape, copy.num_warps, copy.regs[::16 // item], copy.terms)
-        ptr, offs, src = _chunk_sources(lw, self.load, chunks, item)
-        ok = lw.splat(valid, chunks.n)
-        src = lw.ew(TileOp.WHERE, [ok, src, lw.const(I32, [0] * chunks.n)], I32)
-        stored = L.unit_dims_changed(chunks, tuple(d for d in copy.shape if d != 1))   # as in the slot
-        if self.tile.atoms:
-            rel = wgmma.atom_offsets(lw, stored, item, stored.shape[0])
-        else:
-            rel, _ = swizzled_offsets(lw, stored, self.cfg.row_bytes(self.tile), item)
-        addr = lw.ew(TileOp.ADD, [lw.splat(self.slot_base(lw, slot), chunks.n), rel], I32)
-        lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, simt.SharedAttrs(1, self.buf))
-        lw.values[iv] = saved
+        with lw.at_iteration(iv, iv_value):
+            lw.block(ir.Block([], list(self.offsets)))      # the offsets at that iteration
+            spec = array_spec(lw.fn, self.load.operands[0])
+            item = spec.dtype.itemsize
+            copy = memory_layout(self.load.result.type.shape, spec, lw.num_warps)
+            assert L.contiguous_run(copy) >= 16 // item, copy
+            # one register per 16-byte chunk: the first element of each group of 16 // item
+            chunks = L.Layout(L.LayoutKind.CHUNKS, copy.shape, copy.num_warps, copy.regs[::16 // item], copy.terms)
+            ptr, offs, src = _chunk_sources(lw, self.load, chunks, item)
+            ok = lw.splat(valid, chunks.n)
+            src = lw.ew(TileOp.WHERE, [ok, src, lw.const(I32, [0] * chunks.n)], I32)
+            stored = L.unit_dims_changed(chunks, tuple(d for d in copy.shape if d != 1))   # as in the slot
+            if self.tile.atoms:
+                rel = wgmma.atom_offsets(lw, stored, item, stored.shape[0])
+            else:
+                rel, _ = swizzled_offsets(lw, stored, self.cfg.row_bytes(self.tile), item)
+            addr = lw.ew(TileOp.ADD, [lw.splat(self.slot_base(lw, slot), chunks.n), rel], I32)
+            lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, simt.SharedAttrs(1, self.buf))
 
     def slot_base(self, lw, slot) -> ir.Value:
         return lw.ew(TileOp.ADD, [self.base, lw.ew(TileOp.MUL, [slot, lw.const(I32, [self.slot_bytes])], I32)], I32)
@@ -133,7 +131,7 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
             ring.issue(lw, iv, iv_s, lw.const(I32, [s]), valid)
         lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         if s:        # other slots of the ring: the barrier before slot 0's copies covers them
-            lw.self_synced.update(op for op in lw.b.block.ops[first:] if op.op is SimtOp.CP_ASYNC)
+            lw.ordered_by_pipeliner(op for op in lw.b.block.ops[first:] if op.op is SimtOp.CP_ASYNC)
 
     def before_body(iv_value):
         _sync(lw, ahead - 1, async_proxy)
@@ -148,22 +146,21 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
             ring.issue(lw, iv, iv_ahead, write, valid)
         lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         for ring in rings:
-            lw.staged[ring.value] = Staged(ring.slot_base(lw, read), ring.buf, ring.tile)
+            lw.stage(ring.value, Staged(ring.slot_base(lw, read), ring.buf, ring.tile))
 
     args = region.args[1:]
     inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
-    lw.pipelining.append(plan)
-    body = lw.region(region, args, before=before_body)
-    lw.pipelining.pop()
+    with lw.pipelined_body(plan):
+        body = lw.region(region, args, before=before_body)
     lw.control(o, SimtOp.FOR, [lb, ub, step] + inits, [body])
     if plan.wgmma_in_flight:                  # the last group, before anything reads the results
         lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(0))
     for ring in rings:
-        del lw.staged[ring.value]
+        lw.unstage(ring.value)
     # inside the loop the ring's accesses are ordered by the barrier above; the prologue's
     # copies are left to insert_barriers (the ring may reuse bytes read before the loop)
     ring_ids = {ring.buf for ring in rings}
-    lw.self_synced.update(op for op in body.walk() if op.op in (SimtOp.CP_ASYNC, SimtOp.LDMATRIX,
-                                                                 SimtOp.LOAD_SHARED)
-                          and op.attrs.buffer in ring_ids)
+    lw.ordered_by_pipeliner(op for op in body.walk() if op.op in (SimtOp.CP_ASYNC, SimtOp.LDMATRIX,
+                                                                   SimtOp.LOAD_SHARED)
+                            and op.attrs.buffer in ring_ids)
     _sync(lw, 0)                              # drained; the ring's bytes may be reused

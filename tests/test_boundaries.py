@@ -201,3 +201,44 @@ def test_a_cycle_is_caught_even_through_a_function_level_import():
     assert found == [["tilejit.errors", "tilejit.ir"]]
     sources["i.py"] = ""
     assert cycles(import_graph(FAKE, read=lambda f: sources.get(f, ""))) == []
+
+
+# ----------------------------------------------- the lowering context changes only through its methods
+def context_mutations(source: str) -> list[int]:
+    """Lines where a helper of the lowering assigns to, deletes from or mutates in place a field
+    of the lowering context ``lw`` (``lw.x = ...``, ``lw.x[k] = ...``, ``del lw.x[k]``,
+    ``lw.x.append(...)``)."""
+    def on_lw(node) -> bool:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "lw"
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            for x in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                if on_lw(x):
+                    out.append(node.lineno)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and on_lw(node.func.value) \
+                and node.func.attr in ("append", "pop", "add", "update", "remove", "discard", "clear", "setdefault"):
+            out.append(node.lineno)
+    return out
+
+
+def test_lowering_helpers_change_the_context_only_through_its_methods():
+    """``passes.lower.Lowering`` is the typed lowering context: the helper modules read it and
+    change it through its scoped methods (``building``, ``at_iteration``, ``pipelined_body``,
+    ``stage``...), never by rebinding or mutating its fields."""
+    found = []
+    for module, path in module_files().items():
+        if under(module, ("tilejit.passes",)) and module != "tilejit.passes.lower":
+            with open(path, encoding="utf-8") as f:
+                found += [f"{module}:{line}" for line in context_mutations(f.read())]
+    assert found == []
+
+
+@pytest.mark.parametrize("source", ["lw.b = x\n", "lw.values[v] = 1\n", "del lw.staged[v]\n",
+                                    "lw.pipelining.append(p)\n", "outer, lw.b = lw.b, y\n", "lw.n += 1\n"])
+def test_a_context_mutation_is_caught(source):
+    assert context_mutations(source) == [1]
