@@ -125,3 +125,57 @@ func @k(%0: tile<1x256xfloat32>) {
 def test_bad_text_is_a_parse_error_naming_the_line(text, error):
     with pytest.raises(ir.ParseError, match=error):
         ir.parse_function(text)
+
+
+# ------------------------------------------------------------------------------------ SIMT IR
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_the_simt_ir_of_the_examples_round_trips(name, target):
+    from tilejit import simt
+    kernel, args, consts = KERNELS[name]
+    kernel = getattr(kernel, "kernel", kernel)
+    specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
+    text = ir.print_function(pipeline.compile_to_simt(kernel.tile_ir(specs, consts), 4, target))
+    assert ir.print_function(simt.parse_function(text)) == text
+
+
+def test_shared_memory_passes_from_simt_text():
+    """A store to shared memory then a read of the same bytes by other threads: the planner
+    places the buffers (the second after the first) and a barrier goes between the store and
+    the load, none before the second buffer's first store (nothing read it yet)."""
+    from tilejit import simt
+    from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
+    fn = simt.parse_function("""
+func @k() {
+  %0 = shared_alloc {buffer=0, size=512, align=16} : int32
+  %1 = shared_alloc {buffer=1, size=64, align=128} : int32
+  %2 = thread_id : int32
+  %3 = constant {values=(4,)} : int32
+  %4 = elementwise %2, %3 {op=mul} : int32
+  %5 = constant {values=(1.0,)} : float32
+  store_shared %4, %5 {vec=1, buffer=0}
+  %6 = constant {values=(508,)} : int32
+  %7 = elementwise %6, %4 {op=sub} : int32
+  %8 = load_shared %7 {vec=1, buffer=0} : float32
+  %9 = elementwise %1, %4 {op=add} : int32
+  store_shared %9, %8 {vec=1, buffer=1}
+}""")
+    out = ir.print_function(insert_barriers(plan_shared_memory(fn)))
+    assert "shared_alloc" not in out and fn.meta.shared_buffers == {0: (0, 512), 1: (512, 64)}
+    assert fn.meta.shared_bytes == 576 and fn.meta.barriers == 1
+    lines = [ln.strip() for ln in out.splitlines()]
+    store = lines.index("store_shared %4, %5 {vec=1, buffer=0}")
+    assert lines[store + 1:store + 4] == ["%6 = constant {values=(508,)} : int32",
+                                         "%7 = elementwise %6, %4 {op=sub} : int32", "barrier"]
+    assert "%1 = constant {values=(512,)} : int32" in lines
+
+
+@pytest.mark.parametrize("text,error", [
+    ("func @k() {\n  %0 = thread_id : <0xnope>\n}", "not a SIMT type"),
+    ("func @k() {\n  %0 = add_tile : int32\n}", "unknown op"),
+    ("func @k() {\n  %0 = constant {value=1} : int32\n}", "no attribute record"),
+])
+def test_bad_simt_text_is_a_parse_error(text, error):
+    from tilejit import simt
+    with pytest.raises(ir.ParseError, match=error):
+        simt.parse_function(text)

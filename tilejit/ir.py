@@ -362,15 +362,27 @@ def parse_type(text: str):
         raise ParseError(f"not a type: {text!r}") from None
 
 
-_ATTRS = {frozenset(f.name for f in dataclasses.fields(c)): c
-          for c in (ConstAttrs, AxisAttrs, LoadAttrs, PermAttrs, ReduceAttrs, DotAttrs, ForAttrs)}
-_ENUMS = {"ReduceKind": ReduceKind}
+@dataclass(frozen=True)
+class Dialect:
+    """What ``parse_function`` needs to read one IR's text: its op enum, its type parser, its
+    attribute records (told apart by their field names), the enums their fields name, and the
+    ``meta`` a parsed function starts with (from its name)."""
+    ops: type
+    parse_type: Any                        # text -> type
+    attrs: tuple                           # the Attrs subclasses
+    enums: dict                            # field annotation -> enum type
+    new_meta: Any = lambda name: {}
+
+    def attrs_for(self, fields: frozenset):
+        return next((c for c in self.attrs if frozenset(f.name for f in dataclasses.fields(c)) == fields), None)
 
 
-def _attr_value(text: str, annotation: str):
+def _attr_value(text: str, annotation: str, enums: dict):
     text = text.strip()
     if text.startswith("("):
-        return tuple(_attr_value(x, "") for x in _split_top(text[1:-1]) if x)
+        return tuple(_attr_value(x, "", enums) for x in _split_top(text[1:-1]) if x)
+    if annotation == "str":
+        return text
     literals = {"True": True, "False": False, "None": None, "inf": float("inf"), "-inf": float("-inf"),
                 "nan": float("nan")}
     if text in literals:
@@ -380,24 +392,26 @@ def _attr_value(text: str, annotation: str):
             return kind(text)
         except ValueError:
             pass
-    enum_type = _ENUMS.get(annotation)
+    enum_type = enums.get(annotation)
     if enum_type is not None and text.upper() in enum_type.__members__:
         return enum_type[text.upper()]
     raise ParseError(f"not an attribute value: {text!r}")
 
 
-def _parse_attrs(text: str) -> Attrs:
+def _parse_attrs(text: str, dialect: Dialect) -> Attrs:
     items = dict(item.split("=", 1) for item in _split_top(text[1:-1]))
-    cls = _ATTRS.get(frozenset(items))
+    cls = dialect.attrs_for(frozenset(items))
     if cls is None:
         raise ParseError(f"no attribute record has the fields {sorted(items)}")
     fields = {f.name: f.type for f in dataclasses.fields(cls)}
-    return cls(**{k: _attr_value(v, str(fields[k])) for k, v in items.items()})
+    return cls(**{k: _attr_value(v, str(fields[k]), dialect.enums) for k, v in items.items()})
 
 
-def parse_function(text: str) -> Function:
+def parse_function(text: str, dialect: Dialect | None = None) -> Function:
     """The ``Function`` that ``print_function`` printed as ``text`` (loc comments are dropped):
-    a pass test can then read as IR text in -> IR text out."""
+    a pass test can then read as IR text in -> IR text out.  ``dialect``: the tile IR's
+    (``TILE_DIALECT``) unless given (``simt.DIALECT`` reads SIMT IR)."""
+    dialect = dialect or TILE_DIALECT
     lines = [ln.split("  # ")[0].rstrip() for ln in text.strip().splitlines()]
     lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
     values: dict[str, Value] = {}
@@ -418,7 +432,7 @@ def parse_function(text: str) -> Function:
         return values[name]
 
     def args_of(text: str) -> list[Value]:
-        return [define(n.strip(), parse_type(t)) for n, t in (a.split(":", 1) for a in _split_top(text) if a)]
+        return [define(n.strip(), dialect.parse_type(t)) for n, t in (a.split(":", 1) for a in _split_top(text) if a)]
 
     def block(args: list[Value]) -> Block:
         nonlocal pos
@@ -440,14 +454,14 @@ def parse_function(text: str) -> Function:
         attrs = None
         if rest.endswith("}") and "{" in rest:
             rest, brace, attr_text = rest.partition(" {")
-            attrs = _parse_attrs(brace.strip() + attr_text)
+            attrs = _parse_attrs(brace.strip() + attr_text, dialect)
         name, _, operand_text = rest.strip().partition(" ")
         try:
-            op = TileOp[name.upper()]
+            op = dialect.ops[name.upper()]
         except KeyError:
             fail(f"unknown op {name!r}")
         operands = [use(n) for n in _split_top(operand_text) if n]
-        result_types = [parse_type(t) for t in _split_top(types) if t]
+        result_types = [dialect.parse_type(t) for t in _split_top(types) if t]
         result_names = [n.strip() for n in results.split(",") if n.strip()]
         if len(result_names) != len(result_types):
             fail("as many result types as results are needed")
@@ -476,4 +490,8 @@ def parse_function(text: str) -> Function:
     body = block(args_of(arg_text))
     if pos != len(lines) - 1:
         fail("text after the function's closing '}'")
-    return Function(name, body, [f"a{i}" for i in range(len(body.args))], {})
+    return Function(name, body, [f"a{i}" for i in range(len(body.args))], dialect.new_meta(name))
+
+
+TILE_DIALECT = Dialect(TileOp, parse_type, (ConstAttrs, AxisAttrs, LoadAttrs, PermAttrs, ReduceAttrs, DotAttrs,
+                                            ForAttrs), {"ReduceKind": ReduceKind})

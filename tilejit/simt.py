@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from tilejit.abi import ParamDesc, ParamKind  # noqa: F401  (the kernel ABI, re-exported)
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
-from tilejit.ir import UNKNOWN_LOC, Attrs, Function, Loc, TileOp  # noqa: F401  (Function re-exported for users of this module)
+from tilejit.ir import UNKNOWN_LOC, Attrs, AxisAttrs, Dialect, ForAttrs, Function, Loc, ParseError, TileOp  # noqa: F401  (Function re-exported for users of this module)
 
 
 @dataclass(frozen=True)
@@ -200,6 +200,36 @@ class AllocAttrs(Attrs):
     buffer: int                   # id, unique in the function
     size: int                     # bytes
     align: int = 16
+
+
+# ------------------------------------------------------------------------------------ text form
+def parse_type(text: str):
+    """``int32``, ``<4xfloat32>`` or ``ptr<bfloat16>`` back to its type."""
+    from tilejit.dtypes import BY_NAME
+    text = text.strip()
+    try:
+        if text.startswith("ptr<") and text.endswith(">"):
+            return PtrType(BY_NAME[text[4:-1]])
+        if text.startswith("<") and text.endswith(">"):
+            n, dtype = text[1:-1].split("x", 1)
+            return RegType(BY_NAME[dtype], int(n))
+        return RegType(BY_NAME[text])
+    except (KeyError, ValueError):
+        raise ParseError(f"not a SIMT type: {text!r}") from None
+
+
+DIALECT = Dialect(SimtOp, parse_type,
+                  (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, SharedAttrs,
+                   LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs),
+                  {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
+
+
+def parse_function(text: str) -> Function:
+    """The SIMT ``Function`` printed as ``text`` (``ir.print_function``): a SIMT pass test reads
+    as IR text in -> IR text out.  Its ``meta`` starts as ``SimtMeta(name, [], 4)``: parameters,
+    warps and shared buffers are not part of the text, a test sets what its pass reads."""
+    from tilejit import ir
+    return ir.parse_function(text, DIALECT)
 
 
 # ------------------------------------------------------------------------------------ verifier
