@@ -23,6 +23,7 @@ from tilejit.passes import lower_memory, wgmma
 from tilejit.passes.assign_layouts import array_spec, is_tile, layouts_text
 from tilejit.passes.mma_tiling import DEFAULT_STAGES, pipeline_stages
 from tilejit.passes.plans import DotFamily, LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
+from tilejit.passes.ring_sources import ring_source
 
 
 class Facts:
@@ -139,50 +140,6 @@ def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...], stages: int, dot_pl
     return 1 if any(r.wgmma for r in rings) and stages >= 3 and _carried_only(o, dot_plans) else 0
 
 
-def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:
-    """The body ops (in order) that compute ``load``'s offsets, or None when they read a
-    loop-carried value or have effects (then the load cannot be issued ahead)."""
-    in_body = {r: o for o in body.ops for r in o.results}
-    carried = set(body.args[1:])
-    needed, stack = set(), list(load.operands[1:])
-    while stack:
-        v = stack.pop()
-        if v in carried:
-            return None
-        o = in_body.get(v)
-        if o is None or o in needed:
-            continue
-        if o.regions or is_tile(v) or o.op in (TileOp.LOAD, TileOp.STORE):
-            return None
-        needed.add(o)
-        stack.extend(o.operands)
-    return [o for o in body.ops if o in needed]
-
-
-def _load_chain(v: ir.Value, uses: dict, body: ir.Block):
-    """(LOAD op, ops between it and ``v``, n_major) when DOT operand ``v`` is a load seen
-    through unit-dim reshapes (``tj.load(k, (b, h, n, 0), (1, 1, BN, D)).reshape(...)``) and
-    at most one 2-D transpose (``tj.trans(k)``: the tile lands as B^T, n-major), each used
-    once; else None."""
-    chain, n_major = [], False
-    while v.owner is not None and v.owner.op in (TileOp.RESHAPE, TileOp.TRANS):
-        o = v.owner
-        if o not in body.ops or len(uses.get(v, ())) != 1:
-            return None
-        if o.op is TileOp.TRANS:
-            if n_major or tuple(o.attrs.perm) != (1, 0):
-                return None
-            n_major = True
-        elif [d for d in o.operands[0].type.shape if d != 1] != [d for d in o.result.type.shape if d != 1]:
-            return None
-        chain.append(o)
-        v = o.operands[0]
-    load = v.owner
-    if load is None or load.op is not TileOp.LOAD or load not in body.ops or len(uses.get(v, ())) != 1:
-        return None
-    return load, chain, n_major
-
-
 def ring_plans(facts: "Facts", o: ir.Operation, default_stages: int = DEFAULT_STAGES) -> list[RingPlan]:
     """The rings of the loads of FOR ``o`` to pipeline (``pipeline_loads`` describes them)."""
     if pipeline_stages(o, default_stages) < 2:
@@ -197,23 +154,14 @@ def ring_plans(facts: "Facts", o: ir.Operation, default_stages: int = DEFAULT_ST
         mine = []
         on_wgmma = facts.dot_plans.family(dot) is DotFamily.WGMMA
         for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
-            found = _load_chain(v, uses, body) if uses.get(v) == [dot] else None
-            if found is None or (found[2] and tile is SharedTile.A):
+            src = ring_source(facts.fn, facts.multiples, dot, v, body, uses)
+            if src is None or (src.n_major and tile is SharedTile.A):
                 continue
-            load, chain, n_major = found
-            if n_major:
+            if src.n_major:
                 tile = SharedTile.B_NK
             if on_wgmma:                        # the tile layouts wgmma reads (passes.wgmma)
                 tile = wgmma.ring_layout(tile, cfg)
-            spec = array_spec(facts.fn, load.operands[0])
-            item = spec.dtype.itemsize
-            if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
-                continue
-            if (facts.multiples.of(load.operands[-1]) * item) % 16:
-                continue
-            offsets = _offset_slice(body, load)
-            if offsets is not None:
-                mine.append(RingPlan(load, tile, dot, v, tuple(chain), tuple(offsets), on_wgmma))
+            mine.append(RingPlan(src.load, tile, dot, v, src.chain, src.offsets, on_wgmma))
         if on_wgmma and not wgmma.sources_ready(facts, dot, cfg, {r.operand for r in mine}, facts.staged):
             # wgmma needs each operand in shared (a ring, or staged before the loop) or A in
             # registers; otherwise the DOT runs on mma.sync and its rings keep ldmatrix layouts

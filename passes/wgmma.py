@@ -9,7 +9,7 @@ N <= 256), and its operands can reach wgmma: A loaded in the loop (a cp.async ri
 before it (staged once: attention's q) or computed from another DOT's accumulator (registers:
 attention's p, wgmma's A-in-registers form); B loaded in the loop, plain (k rows of n,
 "N-major", whole 64-column atoms) or transposed (``tj.trans(k)``: K-major).  Loads must be
-ones ``pipeline_loads`` can ring (unit-stride 16-byte aligned rows).  The accumulator keeps the
+ones ``pipeline_loads`` can ring (``ring_sources.ring_source``, the rule plan_loops uses).  The accumulator keeps the
 mma.sync C-fragment layout with warps (num_warps, 1) -- wgmma's D fragment is that layout --
 so everything after the DOT (epilogue, softmax, conversions) is shared with the mma.sync path.
 
@@ -37,9 +37,11 @@ from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
-from tilejit.passes.assign_layouts import array_spec, source_dot
+from tilejit.passes.assign_layouts import source_dot
+from tilejit.passes.lower_memory import KnownMultiples
 from tilejit.passes.mma_tiling import DEFAULT_STAGES, a_in_registers, pipeline_stages
 from tilejit.passes.plans import SharedTile, Staged
+from tilejit.passes.ring_sources import ring_source
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -72,22 +74,6 @@ def enabled(target: str, switch: bool = True) -> bool:
     return switch and target == "sm_90a"
 
 
-def _loaded_in(fn: ir.Function, v: ir.Value, body: ir.Block) -> tuple[bool, bool]:
-    """(``v`` is a LOAD of ``body``, seen through unit-dim reshapes and transposes, that the
-    pipeliner can turn into a cp.async ring: unit-stride 16-byte aligned rows, zero ``other``;
-    it went through an odd number of transposes)."""
-    flips = 0
-    while v.owner is not None and v.owner.op in (TileOp.RESHAPE, TileOp.TRANS):
-        flips += v.owner.op is TileOp.TRANS
-        v = v.owner.operands[0]
-    load = v.owner
-    if load is None or load.op is not TileOp.LOAD or load not in body.ops:
-        return False, False
-    spec = array_spec(fn, load.operands[0])
-    ok = spec.unit_inner_stride and spec.aligned16 and not (load.attrs and load.attrs.other != 0)
-    return ok, flips % 2 == 1
-
-
 def kmajor_rows_ok(row_bytes: int) -> bool:
     """K-major rows wgmma can read: one swizzle span (32/64/128 bytes) or whole 128-byte atoms."""
     return row_bytes in A_ROW_BYTES or row_bytes % ATOM_BYTES == 0
@@ -106,10 +92,12 @@ def kmajor_step(kk: int, rows: int, row_bytes: int, item: int) -> int:
     return (col // ATOM_BYTES) * rows * ATOM_BYTES + col % ATOM_BYTES
 
 
-def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int, inside: set) -> bool:
-    """Whether ``dot`` (in loop ``body``) can run on wgmma: A loaded in the loop, defined before
-    it (staged once) or computed from another DOT's accumulator (registers); B loaded in the
-    loop, plain (N-major, whole 64-column atoms) or transposed (K-major)."""
+def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int, inside: set,
+              multiples, uses: dict) -> bool:
+    """Whether ``dot`` (in loop ``body``) can run on wgmma: A a ring source of the loop
+    (``ring_sources``), defined before it (staged once) or computed from another DOT's
+    accumulator (registers); B a ring source, plain (N-major, whole 64-column atoms) or
+    transposed (K-major)."""
     a_v, b_v = dot.operands[:2]
     a, b = a_v.type, b_v.type
     if a.dtype != b.dtype or a.dtype not in (D.bfloat16, D.float16) or len(a.shape) != 2:
@@ -118,10 +106,10 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
     item = a.dtype.itemsize
     if num_warps % 4 or m != 16 * num_warps or k % 16 or n % 8 or n > 256:
         return False
-    a_loaded, a_flipped = _loaded_in(fn, a_v, body)
-    a_ok = (a_loaded and not a_flipped) or a_v not in inside or source_dot(a_v, a.shape) is not None
-    b_loaded, b_flipped = _loaded_in(fn, b_v, body)
-    b_ok = b_loaded and (kmajor_rows_ok(k * item) if b_flipped else n % (ATOM_BYTES // item) == 0)
+    a_src = ring_source(fn, multiples, dot, a_v, body, uses)
+    a_ok = (a_src is not None and not a_src.n_major) or a_v not in inside or source_dot(a_v, a.shape) is not None
+    b_src = ring_source(fn, multiples, dot, b_v, body, uses)
+    b_ok = b_src is not None and (kmajor_rows_ok(k * item) if b_src.n_major else n % (ATOM_BYTES // item) == 0)
     return a_ok and b_ok and kmajor_rows_ok(k * item)
 
 
@@ -131,13 +119,15 @@ def wgmma_dots(fn: ir.Function, num_warps: int, target: str, switch: bool = True
     out = set()
     if not enabled(target, switch):
         return out
+    multiples = KnownMultiples(fn)
     for o in fn.walk():
         if pipeline_stages(o, default_stages) < 2:
             continue                      # (only pipelined loops feed wgmma from shared rings)
         body = o.regions[0]
         inside = {r for op in body.walk() for r in op.results} | set(body.args)
+        uses = ir.users(body)
         out.update(dot for dot in body.ops
-                   if dot.op is TileOp.DOT and qualifies(fn, dot, body, num_warps, inside))
+                   if dot.op is TileOp.DOT and qualifies(fn, dot, body, num_warps, inside, multiples, uses))
     return out
 
 

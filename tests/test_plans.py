@@ -263,3 +263,30 @@ def test_a_float32_dot_without_tf32_is_planned_on_fma():
     x = np.zeros((32, 32), np.float32)
     [plan], text = dot_plans_of(float32_dot, (x, x, x), {"BM": 32}, 4)
     assert plan.family is DotFamily.FMA and plan.config is None and ": fma" in text
+
+
+@tj.kernel
+def gemm_reading_b_twice(a, b, c, s, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    acc = tj.zeros((BM, BN), tj.float32)
+    total = tj.zeros((BN,), tj.float32)
+    for k in range(0, a.shape[1], BK):
+        bt = tj.load(b, (k, 0), (BK, BN))
+        acc = tj.dot(tj.load(a, (0, k), (BM, BK)), bt, acc)
+        total += tj.sum(bt.to(tj.float32), axis=0)        # B has a second reader: no ring for it
+    tj.store(c, (0, 0), acc)
+    tj.store(s, (0,), total)
+
+
+def test_a_dot_is_planned_on_wgmma_only_when_its_loads_get_rings():
+    """plan_dots and plan_loops share one rule for which loads are ringed (ring_sources): a B
+    tile that something else also reads is not ringed, so its DOT is planned on mma.sync (not
+    on wgmma, to be quietly demoted while lowering)."""
+    from tilejit.passes.plans import DotFamily
+    args = GEMM + (np.zeros(512, np.float32),)
+    consts = {"BM": 64, "BN": 64, "BK": 32}
+    [plan], _ = dot_plans_of(gemm_reading_b_twice, args, consts, 4)
+    assert plan.family is DotFamily.MMA_SYNC
+    [loop] = plans_of(gemm_reading_b_twice, args, consts, 4)
+    assert [(r.tile, r.wgmma) for r in loop.rings] == [(SharedTile.A, False)]
+    [plan], _ = dot_plans_of(plain_loop_gemm, GEMM, consts, 4)
+    assert plan.family is DotFamily.WGMMA

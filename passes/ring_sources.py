@@ -1,0 +1,89 @@
+"""Which DOT operands a pipelined loop can copy ahead into a ring of shared slots: the one rule
+``plan_dots`` (through ``wgmma.qualifies``) and ``plan_loops`` share, so a DOT is planned on
+wgmma only when the loads it reads will be ringed.
+
+    ring_source(fn, multiples, dot, v, body, uses) -> RingSource | None
+
+A source is a LOAD of the loop body whose only use is ``dot`` (seen through unit-dim reshapes
+and at most one 2-D transpose, each used once), of an array with a unit-stride, 16-byte aligned
+last dim, ``other`` 0, a last offset that is a multiple of 16 bytes, and offsets computed from
+the induction variable and loop-invariant values only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilejit import ir
+from tilejit.ir import TileOp
+from tilejit.passes.assign_layouts import array_spec, is_tile
+
+
+@dataclass(frozen=True)
+class RingSource:
+    load: ir.Operation
+    chain: tuple[ir.Operation, ...]        # the reshapes / transpose between the load and the operand
+    n_major: bool                          # through a transpose: B lands as B^T (N x K)
+    offsets: tuple[ir.Operation, ...]      # the body ops computing the load's offsets
+
+
+def ring_source(fn: ir.Function, multiples, dot: ir.Operation, v: ir.Value, body: ir.Block,
+                uses: dict) -> RingSource | None:
+    """DOT ``dot``'s operand ``v`` as a load the pipeliner can copy ahead, or None
+    (``multiples``: ``lower_memory.KnownMultiples`` of ``fn``; ``uses``: ``ir.users(body)``)."""
+    if uses.get(v) != [dot]:
+        return None
+    found = _load_chain(v, uses, body)
+    if found is None:
+        return None
+    load, chain, n_major = found
+    spec = array_spec(fn, load.operands[0])
+    if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
+        return None
+    if (multiples.of(load.operands[-1]) * spec.dtype.itemsize) % 16:
+        return None
+    offsets = _offset_slice(body, load)
+    return None if offsets is None else RingSource(load, tuple(chain), n_major, tuple(offsets))
+
+
+def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:
+    """The body ops (in order) that compute ``load``'s offsets, or None when they read a
+    loop-carried value or have effects (then the load cannot be issued ahead)."""
+    in_body = {r: o for o in body.ops for r in o.results}
+    carried = set(body.args[1:])
+    needed, stack = set(), list(load.operands[1:])
+    while stack:
+        v = stack.pop()
+        if v in carried:
+            return None
+        o = in_body.get(v)
+        if o is None or o in needed:
+            continue
+        if o.regions or is_tile(v) or o.op in (TileOp.LOAD, TileOp.STORE):
+            return None
+        needed.add(o)
+        stack.extend(o.operands)
+    return [o for o in body.ops if o in needed]
+
+
+def _load_chain(v: ir.Value, uses: dict, body: ir.Block):
+    """(LOAD op, ops between it and ``v``, n_major) when DOT operand ``v`` is a load seen
+    through unit-dim reshapes (``tj.load(k, (b, h, n, 0), (1, 1, BN, D)).reshape(...)``) and
+    at most one 2-D transpose (``tj.trans(k)``: the tile lands as B^T, n-major), each used
+    once; else None."""
+    chain, n_major = [], False
+    while v.owner is not None and v.owner.op in (TileOp.RESHAPE, TileOp.TRANS):
+        o = v.owner
+        if o not in body.ops or len(uses.get(v, ())) != 1:
+            return None
+        if o.op is TileOp.TRANS:
+            if n_major or tuple(o.attrs.perm) != (1, 0):
+                return None
+            n_major = True
+        elif [d for d in o.operands[0].type.shape if d != 1] != [d for d in o.result.type.shape if d != 1]:
+            return None
+        chain.append(o)
+        v = o.operands[0]
+    load = v.owner
+    if load is None or load.op is not TileOp.LOAD or load not in body.ops or len(uses.get(v, ())) != 1:
+        return None
+    return load, chain, n_major
