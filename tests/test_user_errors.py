@@ -110,10 +110,11 @@ def big_dot(a, b, c, B: tj.constexpr):
     tj.store(c, (0, 0), acc)
 
 
-def test_emulate_refuses_what_the_gpu_cannot_hold_at_the_users_line(monkeypatch):
-    """A 512 x 512 dot: too many registers per thread.  The emulator refuses it with the cuda
-    backend's error (it used to run it), naming the line."""
-    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_cpu_backends_refuse_what_the_gpu_cannot_hold_at_the_users_line(backend, monkeypatch):
+    """A 512 x 512 dot: too many registers per thread.  The CPU backends refuse it with the
+    cuda backend's error (they used to run it), naming the line."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
     a = np.ones((512, 512), np.float16)
     c = np.zeros((512, 512), np.float32)
     with pytest.raises(tj.CompileError, match="too large for the registers") as err:

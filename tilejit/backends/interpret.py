@@ -383,9 +383,15 @@ class InterpretBackend:
     target = "numpy"
 
     def compile(self, tile_fn: Function, options: dict) -> Program:
-        # 64-bit offsets into arrays of 2**31 elements or more, as on the other backends
-        from tilejit.passes.pipeline import clone_function
+        from tilejit.backends import switch_options
+        from tilejit.backends.resources import check_resources
+        from tilejit.passes.pipeline import clone_function, compile_to_simt
         from tilejit.passes.widen_offsets import widen_offsets
+        # a kernel the GPU could not hold is refused here too, with the same error at the same
+        # line (the SIMT program is built only for that check)
+        check_resources(compile_to_simt(tile_fn, num_warps=options.get("num_warps", 4),
+                                        **switch_options(options)), "sm_90a")
+        # 64-bit offsets into arrays of 2**31 elements or more, as on the other backends
         return Program(widen_offsets(clone_function(tile_fn)))
 
     def launch(self, program: Program, grid, args: list, stream=None) -> None:
