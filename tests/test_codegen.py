@@ -105,7 +105,7 @@ def test_vectorised_masked_exp_kernel(target):
     assert '"nvvm.maxntid"="128"' in text
     ptx, rep = ptx_and_report(fn, target)
     assert re.search(r"ld\.global\.v4\.(b32|f32)", ptx) and re.search(r"st\.global\.v4\.(b32|f32)", ptx)
-    assert "ex2.approx" in ptx and ".maxntid 128" in ptx and f".target {target}" in ptx
+    assert "ex2.approx" not in ptx and "fma.rn.f32" in ptx and ".maxntid 128" in ptx and f".target {target}" in ptx
     assert rep.spills == 0 and 0 < rep.registers < 64 and len(rep.cubin) > 0
 
 

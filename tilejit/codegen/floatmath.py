@@ -3,7 +3,8 @@
 NVPTX has no libm, so the transcendentals are built here from PTX's approximate instructions
 (``ex2.approx``, ``sin.approx``) with range reduction, or from short polynomials, each aiming
 at a relative error of a few 1e-7 (absolute ~5e-7 for sin/cos over a few hundred periods):
-  exp   2**(x*log2 e) with the rounding error of the product folded back in
+  exp   Cody-Waite reduction by ln2 and a degree-7 polynomial, FMAs only (within 1 ulp);
+        fast_math: 2**(x*log2 e) on ex2.approx with the product's rounding error folded back in
   log   x = m * 2**e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1), in float64
   sin   x = q*pi/2 + r, |r| <= pi/4, in float64: Cody-Waite with a three-part pi/2 below 2**20,
   cos   Payne-Hanek (integer product with 240 bits of 2/pi) above; then fdlibm's float64
@@ -42,7 +43,9 @@ def _ex2(ctx: Ctx, x):
     return ctx.call("llvm.nvvm.ex2.approx.ftz.f", F32, [x])
 
 
-def exp(ctx: Ctx, x):
+def _exp_fast(ctx: Ctx, x):
+    """2**(x*log2 e) on ex2.approx with the product's rounding error folded back in (2.9 ulp on
+    the H200; subnormal results kept): ``fast_math=True``."""
     b = ctx.builder
     t = b.fmul(x, f(LOG2E_HI))
     # c = x*log2(e) - t exactly enough: fma recovers the product's rounding error
@@ -54,6 +57,37 @@ def exp(ctx: Ctx, x):
     t = b.select(low, b.fadd(t, f(64.0)), t)
     value = b.fmul(_ex2(ctx, t), _fma(ctx, c, f(LN2_HI), f(1.0)))
     return b.select(low, b.fmul(value, f(2.0 ** -64)), value)
+
+
+EXP_TAYLOR = [1.0 / math.factorial(k) for k in range(8)]     # e**r on |r| <= ln2/2: 5e-9 relative
+
+
+def _pow2(ctx: Ctx, k):
+    """2**k as float32 for an i32 ``k`` in [-126, 127] (the exponent field)."""
+    b = ctx.builder
+    return b.bitcast(b.shl(b.add(k, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
+
+
+def exp(ctx: Ctx, x):
+    """e**x within 1 ulp, from FMAs only: x = j*ln2 + r (Cody-Waite, |r| <= ln2/2), e**r by a
+    degree-7 Taylor polynomial (Horner), times 2**j in two exact halves so that subnormal results
+    round once and overflow gives inf.  ``fast_math=True`` takes ex2.approx instead."""
+    if ctx.fast_math:
+        return _exp_fast(ctx, x)
+    b = ctx.builder
+    # clamp (NaN passes: ordered compares are false): e**89 overflows, e**-104 rounds to 0
+    x = b.select(b.fcmp_ordered(">", x, f(89.0)), f(89.0), x)
+    x = b.select(b.fcmp_ordered("<", x, f(-104.0)), f(-104.0), x)
+    j = ctx.call("llvm.rint.f32", F32, [b.fmul(x, f(LOG2E_HI))])
+    r = _fma(ctx, j, f(-LN2_HI), x)
+    r = _fma(ctx, j, f(-LN2_LO), r)
+    p = f(EXP_TAYLOR[-1])
+    for c in reversed(EXP_TAYLOR[1:-1]):
+        p = _fma(ctx, p, r, f(c))
+    p = _fma(ctx, p, r, f(1.0))
+    k = b.fptosi(j, I32)
+    k1 = b.ashr(k, ir.Constant(I32, 1))
+    return b.fmul(b.fmul(p, _pow2(ctx, k1)), _pow2(ctx, b.sub(k, k1)))
 
 
 def _log_parts(ctx: Ctx, x):
@@ -320,6 +354,12 @@ FLOAT_UNARY = {
     TileOp.TANH: tanh,
     TileOp.SIGMOID: sigmoid,
 }
+
+# ops whose float32 result is rounded to a 16-bit float (float16, bfloat16, float8) take the
+# approximate form: its error (under 3 float32 ulps) is 2**-10 of a float16 ulp or less, so the
+# rounded result is the same but for near-ties, and memory-bound kernels on 16-bit data stay cheap
+NARROW_UNARY = {TileOp.EXP: _exp_fast}
+
 
 FLOAT_BINARY = {
     TileOp.ADD: lambda ctx, a, c: ctx.builder.fadd(a, c),
