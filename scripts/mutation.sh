@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Mutation testing (outside CI) with cosmic-ray: each module where a one-line bug gives wrong
+# results is mutated by cosmic-ray's own operators, one mutant at a time, and its targeted tests
+# run against each mutant.  The run happens in a scratch clone of HEAD (the checkout is never
+# touched); scripts/mutation/sitecustomize.py makes `import tilejit` load that clone.
+#
+#   bash scripts/mutation.sh [MODULE...]        (default: every module below; pip install cosmic-ray)
+#
+# Prints, per module, the mutants killed / survived / timed out and each survivor's diff; the
+# figures and the survivors' verdicts (equivalent, or the gap a test then closed) go in
+# tests/README.md.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+command -v cosmic-ray >/dev/null || { echo "mutation: needs cosmic-ray (python3 -m pip install cosmic-ray)"; exit 2; }
+
+# module -> the tests that pin it down (run with -x: the first failure kills the mutant)
+declare -A TESTS=(
+  [runtime/packing.py]="tests/test_runtime.py tests/test_codegen.py::test_kernel_abi_and_constants"
+  [tilejit/dtypes.py]="tests/test_audit_gaps.py tests/test_interpreter.py"
+  [passes/mma_layouts.py]="tests/test_mma_layouts.py tests/test_emulator_mma.py"
+  [tilejit/codegen/mma.py]="tests/test_codegen_mma.py tests/test_audit_gaps.py"
+  [passes/pipeline_loads.py]="tests/test_pipelining.py tests/test_plans.py tests/test_dot.py"
+  [passes/lower_memory.py]="tests/test_kernels.py tests/test_emulator.py tests/test_passes.py"
+  [tilejit/fingerprint.py]="tests/test_kernel_cache.py tests/test_stale_kernels.py tests/test_cache.py"
+)
+modules=("$@")
+[ ${#modules[@]} -eq 0 ] && modules=(runtime/packing.py tilejit/dtypes.py passes/mma_layouts.py tilejit/codegen/mma.py
+                                    passes/pipeline_loads.py passes/lower_memory.py tilejit/fingerprint.py)
+
+WORK=$(mktemp -d /tmp/tj-mutation.XXXXXX)
+git clone -q . "$WORK/repo" || exit 2
+export TJ_ROOT="$WORK/repo" PYTHONPATH="$PWD/scripts/mutation${PYTHONPATH:+:$PYTHONPATH}" HYPOTHESIS_PROFILE=ci
+cd "$WORK/repo" || exit 2
+for m in "${modules[@]}"; do
+  tests=${TESTS[$m]:-}
+  [ -n "$tests" ] || { echo "mutation: no tests listed for $m"; continue; }
+  for t in $tests; do [ -e "${t%%::*}" ] || { echo "mutation: $m: missing test file ${t%%::*}"; continue 2; }; done
+  name=$(echo "$m" | tr '/.' '__')
+  cat > "$WORK/$name.toml" <<TOML
+[cosmic-ray]
+module-path = "$m"
+timeout = 120.0
+excluded-modules = []
+test-command = "python3 -m pytest -x -q -p no:cacheprovider $tests"
+
+[cosmic-ray.distributor]
+name = "local"
+TOML
+  python3 -m pytest -x -q -p no:cacheprovider $tests >/dev/null 2>&1 || { echo "mutation: $m: its tests fail unmutated"; continue; }
+  cosmic-ray init "$WORK/$name.toml" "$WORK/$name.sqlite" >/dev/null
+  cosmic-ray exec "$WORK/$name.toml" "$WORK/$name.sqlite" >/dev/null 2>&1
+  echo "=== $m"
+  cr-report --show-diff --surviving-only "$WORK/$name.sqlite" 2>/dev/null | tail -n +1
+done
+echo "scratch clone and sessions: $WORK"
