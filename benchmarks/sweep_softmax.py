@@ -29,26 +29,28 @@ def softmax_rows(x, y, R: tj.constexpr, BLOCK: tj.constexpr):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--hints", action="store_true", help="also sweep the occupancy hint")
+    parser.add_argument("--dtype", default="bfloat16")
     args = parser.parse_args(argv)
     torch = common.require_cuda_torch()
     original = pipeline.occupancy_hint
     example = common.load_example("softmax").softmax_kernel
-    print(f"softmax sweep on {common.gpu_name()} (bf16, CUDA events, median of {args.reps})")
+    print(f"softmax sweep on {common.gpu_name()} ({args.dtype}, CUDA events, median of {args.reps})")
     for rows, cols in ((32768, 1024), (8192, 8192)):
-        x = common.random_tensor(torch, (rows, cols), torch.bfloat16, 1, scale=2.0)
+        x = common.random_tensor(torch, (rows, cols), getattr(torch, args.dtype), 1, scale=2.0)
         y = torch.empty_like(x)
-        src, dst = common.random_tensor(torch, (rows, cols), torch.bfloat16, 2), torch.empty_like(x)
+        src, dst = common.random_tensor(torch, (rows, cols), getattr(torch, args.dtype), 2), torch.empty_like(x)
         nbytes = 2 * x.numel() * x.element_size()
         copy = common.time_cuda(lambda: dst.copy_(src), warmup=10, reps=args.reps).gbps(nbytes)
         ref = torch.softmax(x.float(), dim=-1)
         print(f"{rows}x{cols}: copy {copy:.0f} GB/s")
         variants = []
-        for nw in (4, 8, 16, 32):
-            for hint in ("default", 0, 2048 // (32 * nw)):
+        for nw in (1, 2, 4, 8, 16, 32):
+            for hint in (("default", 0, 2048 // (32 * nw)) if args.hints else ("default",)):
                 variants.append((f"1 row/program  warps={nw:<2} ctas/SM hint={hint}", example, {}, rows, nw, hint))
         for r in (2, 4, 8):
             if rows % r == 0:
-                for nw in (4, 8, 16):
+                for nw in (1, 2, 4, 8, 16):
                     variants.append((f"{r} rows/program warps={nw:<2} hint=default", softmax_rows, {"R": r},
                                      rows // r, nw, "default"))
         for label, kernel, consts, grid, nw, hint in variants:

@@ -146,16 +146,44 @@ def test_fast_math_is_a_launch_option_that_selects_the_approximate_instructions(
 
 
 @tj.kernel
-def exponential(x, y, B: tj.constexpr):
-    tj.store(y, (0,), tj.exp(tj.load(x, (0,), (B,))))
+def narrow_math(x, y, out, B: tj.constexpr):
+    i = tj.program_id(0) * B
+    t = tj.load(x, (i,), (B,))
+    u = tj.load(y, (i,), (B,))
+    tj.store(out, (0, i), (tj.exp(t))[None, :])
+    tj.store(out, (1, i), (t / u)[None, :])
 
 
 @pytest.mark.parametrize("dtype,fast,approx", [(np.float32, False, False), (np.float32, True, True),
                                                (tj.bfloat16.np, False, True), (np.float16, False, True)])
 def test_exp_takes_ex2_approx_only_when_asked_or_when_rounded_to_16_bits(dtype, fast, approx, monkeypatch, tmp_path):
     """float32 exp is FMAs only (1 ulp) unless ``fast_math``; a 16-bit result hides ex2.approx's
-    few float32 ulps, so it takes the cheap form."""
+    few float32 ulps, so it takes the cheap form (and division takes div.full, not div.rn)."""
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
-    specs, consts, _ = exponential.specialise(exponential.bind((np.zeros(8, dtype),) * 2, {"B": 128}))
-    ptx = exponential.compile(specs, consts, 4, "cuda", fast_math=fast).artifact.ptx
+    specs, consts, _ = narrow_math.specialise(narrow_math.bind((np.zeros(8, dtype),) * 2 + (np.zeros((2, 8), dtype),),
+                                                               {"B": 128}))
+    ptx = narrow_math.compile(specs, consts, 4, "cuda", fast_math=fast).artifact.ptx
     assert ("ex2.approx" in ptx) == approx
+    assert ("div.full.f32" in ptx) == (dtype != np.float32) and ("div.rn.f32" in ptx) == (dtype == np.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [tj.bfloat16, tj.float16], ids=["bf16", "f16"])
+def test_gpu_16_bit_exp_and_division_round_like_the_exact_values(dtype):
+    """The cheap forms for 16-bit results (ex2.approx, div.full) give the correctly rounded
+    16-bit value but for near-ties: at most one 16-bit ulp apart, and rarely."""
+    rng = np.random.default_rng(4)
+    n = 1 << 18
+    x = (rng.standard_normal(n) * (30 if dtype is tj.bfloat16 else 4)).astype(dtype.np)
+    y = rng.standard_normal(n).astype(dtype.np)
+    y[y == 0] = 1
+    out = np.zeros((2, n), dtype.np)
+    narrow_math[(n // 1024,)](x, y, out, B=1024)
+    xd, yd = x.astype(np.float64), y.astype(np.float64)
+    with np.errstate(all="ignore"):
+        exact = [np.exp(xd).astype(dtype.np), (xd / yd).astype(dtype.np)]
+    for got, want in zip(out, exact):
+        ok = np.isfinite(want.astype(np.float64))
+        g, w = got[ok].astype(np.float64), want[ok].astype(np.float64)
+        ulp = np.spacing(np.abs(w).astype(dtype.np)).astype(np.float64)
+        assert (np.abs(g - w) <= ulp).all() and (g != w).mean() < 1e-3

@@ -12,7 +12,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tilejit.codegen.base import F32, I1, Ctx, convert, from_f32, to_f32
-from tilejit.codegen.floatmath import FLOAT_BINARY, FLOAT_UNARY, NARROW_UNARY
+from tilejit.codegen.floatmath import FLOAT_BINARY, FLOAT_UNARY, NARROW_BINARY, NARROW_UNARY
 from tilejit.dtypes import DType
 from tilejit.ir import COMPARE_OPS, TileOp
 
@@ -37,6 +37,8 @@ def elementwise(ctx: Ctx, op: TileOp, args: list, arg_dtypes: list[DType], out: 
             wide = [to_f32(ctx, v, out) for v in args]
             if out.bits < 32 and op in NARROW_UNARY:
                 return from_f32(ctx, NARROW_UNARY[op](ctx, wide[0]), out)
+            if out.bits < 32 and op in NARROW_BINARY:
+                return from_f32(ctx, NARROW_BINARY[op](ctx, wide[0], wide[1]), out)
             return from_f32(ctx, _float_op(ctx, op, wide), out)
     elif op == TileOp.FMA:
         b = ctx.builder

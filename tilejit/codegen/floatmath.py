@@ -355,10 +355,24 @@ FLOAT_UNARY = {
     TileOp.SIGMOID: sigmoid,
 }
 
-# ops whose float32 result is rounded to a 16-bit float (float16, bfloat16, float8) take the
-# approximate form: its error (under 3 float32 ulps) is 2**-10 of a float16 ulp or less, so the
-# rounded result is the same but for near-ties, and memory-bound kernels on 16-bit data stay cheap
-NARROW_UNARY = {TileOp.EXP: _exp_fast}
+def _exp_narrow(ctx: Ctx, x):
+    """e**x for a result rounded to 16 bits: ex2.approx(x * log2 e).  The product's rounding
+    moves the result by |x| * 2**-24 relative (<= 2**-17.5 for any finite result), ex2.approx by
+    ~2 float32 ulps: both far below half a bfloat16 (2**-9) or float16 (2**-11) ulp.  bfloat16
+    has float32's exponent range, so results below 2**-126 (which ex2.approx flushes) are
+    scaled as in ``_exp_fast``."""
+    b = ctx.builder
+    t = b.fmul(x, f(LOG2E_HI))
+    low = b.fcmp_ordered("<", t, f(-125.0))
+    value = _ex2(ctx, b.select(low, b.fadd(t, f(64.0)), t))
+    return b.select(low, b.fmul(value, f(2.0 ** -64)), value)
+
+
+# ops whose float32 result is rounded to a 16-bit float (float16, bfloat16, float8) take a cheap
+# form whose error (a few float32 ulps, i.e. 2**-13 of a bfloat16 ulp or less) the rounding hides
+# but for near-ties: memory-bound kernels on 16-bit data would otherwise be bound by the math
+NARROW_UNARY = {TileOp.EXP: _exp_narrow}
+NARROW_BINARY = {TileOp.TRUEDIV: lambda ctx, a, c: ctx.call("llvm.nvvm.div.full", F32, [a, c])}   # <= 2 ulp
 
 
 FLOAT_BINARY = {

@@ -28,6 +28,7 @@ HOST_APPROX = {   # NVVM approximation -> the exact operation it stands for (x i
     "llvm.nvvm.sin.approx.f": "%r = call float @llvm.sin.f32(float %x)",
     "llvm.nvvm.cos.approx.f": "%r = call float @llvm.cos.f32(float %x)",
     "llvm.nvvm.rsqrt.approx.f": "%s = call float @llvm.sqrt.f32(float %x)\n  %r = fdiv float 1.0, %s",
+    "llvm.nvvm.div.full": ("float %x, float %y", "%r = fdiv float %x, %y"),
 }
 
 
@@ -55,9 +56,10 @@ def _host_loop_module(tile_op: TileOp, in_dtypes: list[DType], out: DType) -> st
     b.ret_void()
     text = str(mod)
     for k, (name, exact) in enumerate(HOST_APPROX.items()):
+        params, exact = exact if isinstance(exact, tuple) else ("float %x", exact)
         text = re.sub(rf'declare float @"{re.escape(name)}"\(.*\)\n', "", text)
         text = text.replace(f'@"{name}"', f'@"host{k}"')
-        text += f'\ndefine internal float @"host{k}"(float %x) {{\n  {exact}\n  ret float %r\n}}\n'
+        text += f'\ndefine internal float @"host{k}"({params}) {{\n  {exact}\n  ret float %r\n}}\n'
     return text
 
 
