@@ -13,7 +13,7 @@ def softmax_kernel(x, y, BLOCK: tj.constexpr):
 
 
 # the number of warps per row length (BLOCK), tuned on the GPU; softmax_kernel stays usable by hand
-softmax_tuned = tj.autotune(configs=[tj.Config(num_warps=w) for w in (4, 1, 2, 8, 16)],
+softmax_tuned = tj.autotune(configs=tj.Config.space(num_warps=[4, 1, 2, 8, 16]),
                             key=["BLOCK"])(softmax_kernel)
 
 

@@ -327,3 +327,23 @@ def test_launch_and_decoration_mistakes():
         tj.Config(num_warps=3)
     with pytest.raises(LaunchError, match="goes above @tj.kernel"):
         tj.autotune(configs=CONFIGS, key=["n"])(lambda x: x)
+
+
+def test_a_config_space_is_the_product_of_its_options_in_order():
+    space = tj.Config.space(BM=[64, 128], BK=32, num_stages=[2, 3, 4])
+    assert len(space) == 6 and space[0] == tj.Config(BM=64, BK=32, num_stages=2)
+    assert space[1] == tj.Config(BM=64, BK=32, num_stages=3) and space[-1] == tj.Config(BM=128, BK=32, num_stages=4)
+    assert all(c.num_warps == 4 for c in space)
+    wg = tj.Config.space(BM=[64, 128], num_warps=[4, 8], where=lambda BM, num_warps: BM == 16 * num_warps)
+    assert wg == [tj.Config(BM=64, num_warps=4), tj.Config(BM=128, num_warps=8)]
+    assert tj.Config.space(SHAPE=(2, 3)) == [tj.Config(SHAPE=(2, 3))]          # a tuple is one value
+    assert tj.Config.space(BM=[64, 64]) == [tj.Config(BM=64)]                   # duplicates once
+
+
+def test_a_bad_config_space_says_what_is_wrong():
+    with pytest.raises(TypeError, match="'BM' has no choices"):
+        tj.Config.space(BM=[])
+    with pytest.raises(TypeError, match="no combination"):
+        tj.Config.space(BM=[64], where=lambda BM: False)
+    with pytest.raises(tj.LaunchError, match="num_warps"):
+        tj.Config.space(num_warps=[4, 3])

@@ -51,6 +51,31 @@ class Config:
         self.num_warps, self.num_stages = num_warps, num_stages
         self.constexprs = {k: tuple(v) if isinstance(v, list) else v for k, v in constexprs.items()}
 
+    @classmethod
+    def space(cls, where=None, **options) -> list["Config"]:
+        """Every combination of ``options``, in order (the last option varies fastest): each is
+        a list of choices or one value (a tuple constexpr is one value; to try several, list
+        them).  ``num_warps`` and ``num_stages`` are options like the constexprs.  ``where``:
+        a predicate called with each combination's options as keywords; combinations it
+        rejects are left out.  ``tj.Config.space(BM=[64, 128], BK=32, num_stages=[2, 3, 4])``
+        is six configs."""
+        import itertools
+        names = list(options)
+        choices = [v if isinstance(v, list) else [v] for v in options.values()]
+        for name, values in zip(names, choices):
+            if not values:
+                raise TypeError(f"tj.Config.space: option '{name}' has no choices")
+        out = []
+        for combo in itertools.product(*choices):
+            params = dict(zip(names, combo))
+            if where is None or where(**params):
+                config = cls(**params)
+                if config not in out:
+                    out.append(config)
+        if not out:
+            raise TypeError("tj.Config.space: no combination of the options is left (check 'where')")
+        return out
+
     def _identity(self) -> tuple:
         return (self.num_warps, self.num_stages, tuple(sorted(self.constexprs.items())))
 
