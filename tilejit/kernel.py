@@ -1,7 +1,10 @@
 """``@tj.kernel`` and the launch path: argument binding, specialisation, the in-memory compile
 cache, grid checks and the hand-off to a backend (``tilejit.backends``).
 
-    kernel[grid](*args, num_warps=4, num_stages=None, stream=None, **constexprs)
+    kernel[grid](*args, num_warps=None, num_stages=None, stream=None, **constexprs)
+
+``num_warps``: None lets the compiler pick (``passes.warps.choose_num_warps``: 4 with a dot, else
+about 64 bytes of the largest loaded tile per thread, 2 to 32 warps); ``inspect()`` shows it.
 
 ``num_stages``: the ring depth of loops that do not give ``tj.range(stages=)`` (None: the
 compiler's per-target default, ``passes.mma_tiling.DEFAULT_STAGES``; 1 turns pipelining off).
@@ -67,6 +70,7 @@ class Inspection:
     registers: int | None = None
     spills: int | None = None
     shared_bytes: int | None = None
+    num_warps: int | None = None         # the launch's warps (the compiler's choice when none was given)
 
 
 @dataclass
@@ -127,7 +131,7 @@ class Kernel:
         raise at_caller(err, self.name, sys._getframe(1)) from None
 
     def __getitem__(self, grid):
-        def launch(*args, num_warps: int = 4, num_stages: int | None = None, fast_math: bool = False,
+        def launch(*args, num_warps: int | None = None, num_stages: int | None = None, fast_math: bool = False,
                    stream=None, **kwargs):
             try:
                 check_num_stages(num_stages)
@@ -177,7 +181,7 @@ class Kernel:
         return tuple(specs), consts, values
 
     # --- compiling -----------------------------------------------------------------------------
-    def compile(self, specs: tuple, consts: dict, num_warps: int, backend_name: str,
+    def compile(self, specs: tuple, consts: dict, num_warps: int | None, backend_name: str,
                 num_stages: int | None = None, fast_math: bool = False) -> _Compiled:
         """The artifact for one specialisation on one backend, compiled at most once per process
         (and, for backends with an on-disk cache, looked up there before the frontend runs)."""
@@ -197,6 +201,9 @@ class Kernel:
         if artifact is None:
             tile_fn = self.tile_ir(specs, consts)
             text = ir.print_function(tile_fn)
+            if num_warps is None:             # the compiler's choice (the key says "chosen": None)
+                from tilejit.passes.warps import choose_num_warps
+                num_warps = choose_num_warps(tile_fn)
             # the switches as Options fields; the rest travels in the IR
             options = {"num_warps": num_warps, "cache_key": disk_key, "verify": verify_switch(), **dict(switches)}
             try:
@@ -290,7 +297,7 @@ class Kernel:
         return True
 
     # --- inspection ----------------------------------------------------------------------------
-    def inspect(self, *args, num_warps: int = 4, **kwargs) -> Inspection:
+    def inspect(self, *args, num_warps: int | None = None, **kwargs) -> Inspection:
         """Compile for these arguments (nothing runs) and return every stage's artifact."""
         try:
             specs, consts, _ = self.specialise(self.bind(args, kwargs))
@@ -299,7 +306,7 @@ class Kernel:
         except TilejitError as err:
             raise at_caller(err, self.name, sys._getframe(1)) from None
 
-    def inspect_specs(self, specs, consts: dict, num_warps: int = 4, backend: str | None = None) -> Inspection:
+    def inspect_specs(self, specs, consts: dict, num_warps: int | None = None, backend: str | None = None) -> Inspection:
         """Like ``inspect`` from specs and constexprs. Without ``backend`` the richest backend
         that compiles here is used (cuda, then emulate); the tile IR is always there."""
         check_num_warps(num_warps)
@@ -314,6 +321,7 @@ class Kernel:
                     raise
                 continue
             found = {s: getattr(entry.artifact, s, None) for s in _STAGES}
+            found["num_warps"] = artifact_warps(entry.artifact)
             if hasattr(entry.artifact, "registers_per_thread"):    # never a silent 0 or None on a GPU
                 found["registers"] = entry.artifact.registers_per_thread()
             text = entry.tile_text or ir.print_function(self.tile_ir(specs, consts))
@@ -440,8 +448,19 @@ def check_num_stages(num_stages, who: str = "") -> None:
         raise LaunchError(f"{who}num_stages must be None or an integer from 1 to 8, got {num_stages!r}")
 
 
-def check_num_warps(num_warps, who: str = "") -> None:
-    """LaunchError unless ``num_warps`` is a power of two from 1 to 32 (``who`` prefixes the message)."""
+def artifact_warps(artifact) -> int | None:
+    """The warps a compiled artifact launches with."""
+    if hasattr(artifact, "num_warps"):
+        return artifact.num_warps
+    meta = getattr(getattr(artifact, "fn", None), "meta", None)
+    return getattr(meta, "num_warps", None)
+
+
+def check_num_warps(num_warps, who: str = "", allow_none: bool = True) -> None:
+    """LaunchError unless ``num_warps`` is a power of two from 1 to 32, or None (the compiler
+    picks) where ``allow_none`` (``who`` prefixes the message)."""
+    if num_warps is None and allow_none:
+        return
     if not isinstance(num_warps, int) or isinstance(num_warps, bool) or num_warps not in (1, 2, 4, 8, 16, 32):
         raise LaunchError(f"{who}num_warps must be a power of two from 1 to 32, got {num_warps!r}")
 

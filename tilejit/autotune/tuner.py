@@ -46,7 +46,7 @@ class Config:
     compiler's default pipeline depth)."""
 
     def __init__(self, num_warps: int = 4, num_stages: int | None = None, **constexprs):
-        check_num_warps(num_warps, "tj.Config: ")
+        check_num_warps(num_warps, "tj.Config: ", allow_none=False)
         check_num_stages(num_stages, "tj.Config: ")
         self.num_warps, self.num_stages = num_warps, num_stages
         self.constexprs = {k: tuple(v) if isinstance(v, list) else v for k, v in constexprs.items()}

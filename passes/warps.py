@@ -1,0 +1,43 @@
+"""How many warps a launch that gives no ``num_warps`` gets (a decision made once, from the tile
+IR, before the pipeline runs; ``inspect()`` shows it).
+
+    choose_num_warps(fn) -> int
+
+Kernels with a ``tj.dot`` keep 4: their warp split comes with their tile sizes (the examples and
+their tuners give ``num_warps`` with ``BM``).  Memory-bound kernels get enough warps that their
+largest loaded or stored tile is about 64 bytes per thread: 4 vector loads of 16 bytes, enough
+bytes in flight per thread without the registers that keep fewer CTAs on an SM (bf16 softmax on
+the H200, 2026-12-03: a 1024-column row 0.92x copy at 2 warps, 0.89x at 4, 0.36x at 8; an
+8192-column row 0.86x at 8, 0.66x at 16, 0.78x at 4).  At least 2 warps (one warp left the
+1024-column row at 0.63x) and at most 32; a tile too large even then is 32 warps' problem
+(``resources.check_resources`` refuses what cannot fit).
+"""
+from __future__ import annotations
+
+from tilejit import ir
+from tilejit.ir import TileOp
+
+BYTES_PER_THREAD = 64
+MIN_WARPS, MAX_WARPS, DOT_WARPS = 2, 32, 4
+
+
+def memory_tile_bytes(fn: ir.Function) -> int:
+    """The bytes of the largest tile ``fn`` loads or stores."""
+    sizes = [0]
+    for o in fn.walk():
+        v = o.result if o.op is TileOp.LOAD else o.operands[-1] if o.op is TileOp.STORE else None
+        if v is not None and isinstance(v.type, ir.TileType):
+            n = 1
+            for d in v.type.shape:
+                n *= d
+            sizes.append(n * v.type.dtype.itemsize)
+    return max(sizes)
+
+
+def choose_num_warps(fn: ir.Function) -> int:
+    if any(o.op is TileOp.DOT for o in fn.walk()):
+        return DOT_WARPS
+    warps = MIN_WARPS
+    while warps < MAX_WARPS and memory_tile_bytes(fn) > warps * 32 * BYTES_PER_THREAD:
+        warps *= 2
+    return warps

@@ -1,0 +1,50 @@
+"""The compiler picks the warps when a launch gives none (``passes.warps.choose_num_warps``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+
+from examples.matmul import matmul_kernel
+from examples.softmax import softmax_kernel
+
+
+def picked(kernel, *args, **consts) -> int:
+    kernel = getattr(kernel, "kernel", kernel)
+    return kernel.inspect(*args, **consts).num_warps
+
+
+@pytest.mark.parametrize("cols,dtype,warps", [
+    (128, np.float32, 2), (1024, tj.bfloat16.np, 2), (1024, np.float32, 2), (2048, np.float32, 4),
+    (8192, tj.bfloat16.np, 8), (8192, np.float32, 16), (65536, np.float32, 32), (65536, tj.bfloat16.np, 32)])
+def test_a_row_kernel_gets_about_64_bytes_of_its_row_per_thread(cols, dtype, warps, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x = np.zeros((2, cols), dtype)
+    assert picked(softmax_kernel, x, x, BLOCK=cols) == warps
+
+
+def test_a_kernel_with_a_dot_keeps_four_warps_and_an_explicit_count_wins(monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    a = np.zeros((128, 128), np.float16)
+    c = np.zeros((128, 128), np.float32)
+    assert picked(matmul_kernel, a, a, c, BM=64, BN=64, BK=32) == 4
+    x = np.zeros((2, 8192), np.float32)
+    assert picked(softmax_kernel, x, x, BLOCK=8192, num_warps=4) == 4
+
+
+def test_a_launch_without_num_warps_runs_with_the_choice(monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 1000)).astype(np.float32)
+    y = np.zeros_like(x)
+    softmax_kernel._cache.clear()
+    softmax_kernel[(3,)](x, y, BLOCK=1024)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    [entry] = [e for key, e in softmax_kernel._cache.items() if key[2] is None]
+    assert entry.artifact.fn.meta.num_warps == 2
+    with pytest.raises(tj.LaunchError, match="num_warps"):
+        softmax_kernel[(3,)](x, y, BLOCK=1024, num_warps=3)
+    with pytest.raises(tj.LaunchError, match="num_warps"):
+        tj.Config(num_warps=None)
