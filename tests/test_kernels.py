@@ -20,7 +20,8 @@ def load(name):
     return importlib.import_module(f"tilejit.examples.{name}")
 
 
-softmax, layernorm, matmul, attention = (load(n) for n in ("softmax", "layernorm", "matmul", "attention"))
+softmax, layernorm, rmsnorm, matmul, attention = (load(n) for n in ("softmax", "layernorm", "rmsnorm", "matmul",
+                                                                    "attention"))
 FLOAT_TILES = st.sampled_from([tj.float32, tj.float16, tj.bfloat16])
 
 
@@ -45,6 +46,14 @@ def test_layernorm(shape, dt, data):
     # float32 statistics, then one rounding to x's dtype
     tolerance = {"rtol": 1e-4, "atol": 1e-4} if dt == tj.float32 else {}
     tj.testing.assert_close(out, layernorm.reference(x, w, b), dtype=dt, **tolerance)
+
+
+@given(shape=tj.testing.shapes(2, 1, 300), dt=FLOAT_TILES, data=st.data())
+def test_rmsnorm(shape, dt, data):
+    x = data.draw(tj.testing.arrays(dt, shape))
+    w = data.draw(tj.testing.arrays(dt, (shape[1],)))
+    tolerance = {"rtol": 1e-4, "atol": 1e-4} if dt == tj.float32 else {}
+    tj.testing.assert_close(rmsnorm.run(x, w), rmsnorm.reference(x, w), dtype=dt, **tolerance)
 
 
 @given(m=st.integers(1, 70), n=st.integers(1, 70), k=st.integers(1, 90),
@@ -91,4 +100,4 @@ def test_demo_passes_and_prints_a_table(backend, capsys):
     assert run_demo(backend)
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:3] == ["kernel", "shape", "backend"]
-    assert out.count("pass") == 5 and "FAIL" not in out
+    assert out.count("pass") == 6 and "FAIL" not in out

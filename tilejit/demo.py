@@ -24,6 +24,7 @@ from tilejit.testing import assert_close
 CASES = [
     ("softmax", "softmax", {}, {}),
     ("layernorm", "layernorm", {}, {"rtol": 1e-4, "atol": 1e-4}),
+    ("rmsnorm", "rmsnorm", {}, {"rtol": 1e-4, "atol": 1e-4}),
     ("matmul", "matmul", {}, {"rtol": 1e-4, "atol": 1e-4}),
     ("attention", "attention", {"causal": False}, {}),
     ("attention causal", "attention", {"causal": True}, {}),
