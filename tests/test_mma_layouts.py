@@ -204,9 +204,12 @@ def test_single_tile_layout_is_the_fragment_map(kind, operand):
 @pytest.mark.parametrize("kind", ["bf16", "tf32", "s8"])
 @pytest.mark.parametrize("warps", [(1, 1), (2, 2), (4, 1), (2, 4)])
 @pytest.mark.parametrize("operand", ["a", "b", "c"])
-def test_warp_tiled_layout_covers_the_tile_and_keeps_mma_fragments_together(kind, warps, operand):
+@pytest.mark.parametrize("reps", [(2, 2, 2), (1, 4, 1), (4, 1, 3)], ids=["square", "wide", "tall"])
+def test_warp_tiled_layout_covers_the_tile_and_keeps_mma_fragments_together(kind, warps, operand, reps):
+    """``reps``: instruction tiles per warp along M, N and K (unequal counts catch a swapped
+    loop bound)."""
     info = ML.MMA_KINDS[kind]
-    bm, bn, bk = 32 * warps[0], 16 * warps[1], 2 * info.k
+    bm, bn, bk = 16 * reps[0] * warps[0], 8 * reps[1] * warps[1], reps[2] * info.k
     shape = {"a": (bm, bk), "b": (bk, bn), "c": (bm, bn)}[operand]
     layout = ML.mma_layout(kind, operand, shape, warps)
     table = layout.table()                                         # (threads, regs, 2)
@@ -240,3 +243,13 @@ def test_operand_roles_are_typed_and_their_names_mean_the_same():
         ML.ldmatrix_rows(SharedTile.B_ATOMS)
     with pytest.raises(ValueError):
         ML.fragment_size("bf16", "d")
+
+
+@pytest.mark.parametrize("kind", ["s8", "e4m3", "e5m2", "bf16", "f16", "tf32"])
+def test_element_slots_pack_elements_low_to_high_by_their_width(kind):
+    bits = {"s8": 8, "e4m3": 8, "e5m2": 8, "bf16": 16, "f16": 16, "tf32": 32}[kind]
+    per = 32 // bits
+    for operand in ("a", "b"):
+        for i in range(ML.fragment_size(kind, operand)):
+            assert ML.element_slot(kind, operand, i) == (i // per, (i % per) * bits)
+    assert ML.element_slot(kind, "c", 3) == (3, 0)
