@@ -11,6 +11,12 @@ offsets come from (``+ - * // % min max`` over program ids, loop variables, argu
 constants) in int64, right before the access, from int64 casts of the leaves.  Other
 accesses keep their 32-bit math (faster, and it cannot overflow: every offset into an array
 smaller than 2**31 elements fits).
+
+The same holds wherever int32 arithmetic meets an int64 value (a large array's size, an int64
+argument): promotion casts the int32 result to int64 *after* it wrapped, so a mask such as
+``start * BLOCK + tj.arange(0, BLOCK) < n`` compared a wrapped offset.  A CAST from int32 to
+int64 of such arithmetic (scalar or tile: ``arange``, splats and broadcasts included) is
+replaced by the arithmetic itself recomputed in int64.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from tilejit.ir import ConstAttrs, TileOp
 WIDENED = frozenset({TileOp.ADD, TileOp.SUB, TileOp.MUL, TileOp.FLOORDIV, TileOp.MOD,
                      TileOp.MAXIMUM, TileOp.MINIMUM, TileOp.NEG})
 I64 = ir.scalar(D.int64)
+SHAPE_OPS = frozenset({TileOp.SPLAT, TileOp.BROADCAST, TileOp.RESHAPE})
 
 
 def _large_arrays(fn: ir.Function) -> set:
@@ -31,9 +38,7 @@ def _large_arrays(fn: ir.Function) -> set:
 
 
 def widen_offsets(fn: ir.Function) -> ir.Function:
-    large = _large_arrays(fn)
-    if large:
-        _block(fn.body, large)
+    _block(fn.body, _large_arrays(fn))
     return fn
 
 
@@ -47,23 +52,39 @@ def _block(block: ir.Block, large: set) -> None:
             last = len(o.operands) - (1 if o.op is TileOp.STORE else 0)
             for i in range(1, last):
                 o.operands[i] = _wide(o.operands[i], out, memo, o.loc)
+        elif o.op is TileOp.CAST and _widening(o) and _computed(o.operands[0]):
+            o.operands[0] = _wide(o.operands[0], out, memo, o.loc)      # (now an int64 -> int64 cast)
         out.append(o)
     block.ops = out
 
 
+def _widening(o: ir.Operation) -> bool:
+    return o.operands[0].type.dtype == D.int32 and o.result.type.dtype == D.int64
+
+
+def _computed(v: ir.Value) -> bool:
+    """``v`` is int32 arithmetic (not a leaf such as a program id or an argument)."""
+    o = v.owner
+    return o is not None and (o.op in WIDENED or o.op in SHAPE_OPS)
+
+
 def _wide(v: ir.Value, out: list, memo: dict, loc) -> ir.Value:
-    """``v`` as int64, computed by ops appended to ``out`` (memoised per block)."""
-    if v.type != ir.scalar(D.int32):
+    """``v`` (an int32 scalar or tile) as int64, computed by ops appended to ``out`` (memoised
+    per block)."""
+    if not isinstance(v.type, ir.TileType) or v.type.dtype != D.int32:
         return v
     if v in memo:
         return memo[v]
     o = v.owner
+    wide = ir.TileType(v.type.shape, D.int64)
     if o is not None and o.op is TileOp.CONSTANT:
-        new = ir.Operation(TileOp.CONSTANT, [], [I64], ConstAttrs(int(o.attrs.value)), loc=o.loc)
+        new = ir.Operation(TileOp.CONSTANT, [], [wide], ConstAttrs(int(o.attrs.value)), loc=o.loc)
     elif o is not None and o.op in WIDENED and all(x.type == v.type for x in o.operands):
-        new = ir.Operation(o.op, [_wide(x, out, memo, loc) for x in o.operands], [I64], o.attrs, loc=o.loc)
-    else:                                       # program id, loop variable, argument, ...
-        new = ir.Operation(TileOp.CAST, [v], [I64], loc=o.loc if o is not None else loc)
+        new = ir.Operation(o.op, [_wide(x, out, memo, loc) for x in o.operands], [wide], o.attrs, loc=o.loc)
+    elif o is not None and o.op in SHAPE_OPS and o.operands[0].type.dtype == D.int32:
+        new = ir.Operation(o.op, [_wide(o.operands[0], out, memo, loc)], [wide], o.attrs, loc=o.loc)
+    else:                                       # program id, loop variable, argument, arange, ...
+        new = ir.Operation(TileOp.CAST, [v], [wide], loc=o.loc if o is not None else loc)
     out.append(new)
     memo[v] = new.result
     return new.result

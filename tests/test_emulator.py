@@ -455,3 +455,18 @@ def test_only_large_arrays_get_64_bit_offsets():
         assert {v.type.dtype.bits for v in offsets} == {width}
         if width == 64:                              # the product itself is 64-bit, not a cast of it
             assert all(v.owner.op is TileOp.MUL for v in offsets)
+
+
+def count_inside(out, start, n, B: tj.constexpr):
+    offs = start * 4 + tj.arange(0, B)                  # 2**32 + i: wraps to i in int32
+    tj.store(out, (0,), tj.where(offs < n, 1, 0))
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_int32_arithmetic_compared_with_an_int64_does_not_wrap_first(backend, monkeypatch):
+    """``offs < n`` with an int64 ``n`` promotes ``offs``: it is computed in 64 bits rather than
+    cast after it wrapped (which made every lane look inside)."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    out = np.full(8, 7, np.int32)
+    tj.kernel(count_inside)[(1,)](out, 2**30, 2**32 + 2, B=8)
+    np.testing.assert_array_equal(out, [1, 1, 0, 0, 0, 0, 0, 0])
