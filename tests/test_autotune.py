@@ -347,3 +347,19 @@ def test_a_bad_config_space_says_what_is_wrong():
         tj.Config.space(BM=[64], where=lambda BM: False)
     with pytest.raises(tj.LaunchError, match="num_warps"):
         tj.Config.space(num_warps=[4, 3])
+
+
+def test_fast_math_is_a_config_field_and_a_launch_option_of_a_tuned_kernel(monkeypatch, tmp_path):
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    fast, plain = tj.Config(BLOCK=8, fast_math=True), tj.Config(BLOCK=8)
+    assert fast != plain and "fast_math=True" in fast.label() and fast.launch_options({})["fast_math"] is True
+    assert "fast_math" not in plain.launch_options({})
+    x = np.arange(16, dtype=np.float32)
+    for configs, launch_options in (([fast], {}), ([plain], {"fast_math": True})):
+        kernel = tj.autotune(configs=configs, key=["x"])(add_one)
+        out = np.zeros_like(x)
+        kernel[(2,)](x, out, 16, **launch_options)
+        np.testing.assert_array_equal(out, x + 1)
+    with pytest.raises(tj.LaunchError, match="fast_math"):
+        tj.Config(fast_math="yes")

@@ -42,13 +42,15 @@ REGISTERS_PER_CTA = 65536         # sm_80 and sm_90: 64K 32-bit registers per CT
 
 
 class Config:
-    """One candidate launch: constexpr values plus ``num_warps`` and ``num_stages`` (None: the
+    """One candidate launch: constexpr values plus ``num_warps``, ``fast_math`` and ``num_stages`` (None: the
     compiler's default pipeline depth)."""
 
-    def __init__(self, num_warps: int = 4, num_stages: int | None = None, **constexprs):
+    def __init__(self, num_warps: int = 4, num_stages: int | None = None, fast_math: bool = False, **constexprs):
         check_num_warps(num_warps, "tj.Config: ", allow_none=False)
         check_num_stages(num_stages, "tj.Config: ")
-        self.num_warps, self.num_stages = num_warps, num_stages
+        if not isinstance(fast_math, bool):
+            raise LaunchError(f"tj.Config: fast_math must be True or False, got {fast_math!r}")
+        self.num_warps, self.num_stages, self.fast_math = num_warps, num_stages, fast_math
         self.constexprs = {k: tuple(v) if isinstance(v, list) else v for k, v in constexprs.items()}
 
     @classmethod
@@ -76,8 +78,16 @@ class Config:
             raise TypeError("tj.Config.space: no combination of the options is left (check 'where')")
         return out
 
+    def launch_options(self, kwargs: dict) -> dict:
+        """The launch keywords: the caller's ``kwargs`` plus this config's warps, stages and
+        ``fast_math`` (True when either asks for it)."""
+        out = dict(kwargs, num_warps=self.num_warps, num_stages=self.num_stages)
+        if self.fast_math:
+            out["fast_math"] = True
+        return out
+
     def _identity(self) -> tuple:
-        return (self.num_warps, self.num_stages, tuple(sorted(self.constexprs.items())))
+        return (self.num_warps, self.num_stages, self.fast_math, tuple(sorted(self.constexprs.items())))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Config) and self._identity() == other._identity()
@@ -88,16 +98,23 @@ class Config:
     def label(self) -> str:
         """``BM=64 BN=64 num_warps=4``: how progress lines and reasons name the config."""
         return " ".join([f"{k}={v}" for k, v in self.constexprs.items()] + [f"num_warps={self.num_warps}"]
-                        + ([f"num_stages={self.num_stages}"] if self.num_stages is not None else []))
+                        + ([f"num_stages={self.num_stages}"] if self.num_stages is not None else [])
+                        + (["fast_math=True"] if self.fast_math else []))
 
     def canonical(self) -> str:
         """A process-independent text (for the results file's key)."""
         parts = [f"{k}={canonical(v)}" for k, v in sorted(self.constexprs.items())]
         return " ".join(parts + [f"num_warps={self.num_warps}"]
-                        + ([f"num_stages={self.num_stages}"] if self.num_stages is not None else []))
+                        + ([f"num_stages={self.num_stages}"] if self.num_stages is not None else [])
+                        + (["fast_math=True"] if self.fast_math else []))
 
     def __repr__(self) -> str:
         return f"Config({self.label().replace(' ', ', ')})"
+
+
+def _arguments(kwargs: dict) -> dict:
+    """The kernel's own keyword arguments among a tuned launch's (``fast_math`` is a launch option)."""
+    return {k: v for k, v in kwargs.items() if k != "fast_math"}
 
 
 def cuda_event_timer(fn, *, setup, warmup: int, rep: int, config: Config) -> float:
@@ -197,8 +214,7 @@ class Autotuned:
         def launch(*args, stream=None, **kwargs):
             try:
                 config = self._config_for(grid, args, kwargs, stream)
-                self.kernel[grid](*args, stream=stream, num_warps=config.num_warps, num_stages=config.num_stages,
-                                  **kwargs, **config.constexprs)
+                self.kernel[grid](*args, stream=stream, **config.launch_options(kwargs), **config.constexprs)
             except TilejitError as err:
                 if err.loc is not None and err.loc.file == __file__:   # pointed at our call: re-point
                     err.loc = None
@@ -215,7 +231,7 @@ class Autotuned:
         key = self.key_of(values, kwargs)
         choice = self._choices.get(key)
         if choice is None:
-            bound = self.kernel.bind(args, {**kwargs, **self.configs[0].constexprs})
+            bound = self.kernel.bind(args, {**_arguments(kwargs), **self.configs[0].constexprs})
             choice = self._choices[key] = self._choose(key, grid, args, kwargs, bound, stream)
         self._last = choice
         return choice.config
@@ -287,8 +303,7 @@ class Autotuned:
     def _runner(self, grid, args, kwargs, stream, config):
         launch = self.kernel[grid]
         options = {**kwargs, **config.constexprs}
-        return lambda: launch(*args, stream=stream, num_warps=config.num_warps, num_stages=config.num_stages,
-                              **options)
+        return lambda: launch(*args, stream=stream, **config.launch_options(options))
 
     def viable(self, configs, args, kwargs, backend: str) -> tuple[list[Config], dict]:
         """Compile each config for these arguments on ``backend`` (nothing runs): the configs
@@ -297,9 +312,10 @@ class Autotuned:
         kept, dropped, spills = [], {}, {}
         for config in configs:
             try:
-                bound = self.kernel.bind(args, {**kwargs, **config.constexprs})
+                bound = self.kernel.bind(args, {**_arguments(kwargs), **config.constexprs})
                 specs, consts, _ = self.kernel.specialise(bound)
-                entry = self.kernel.compile(specs, consts, config.num_warps, backend, config.num_stages)
+                entry = self.kernel.compile(specs, consts, config.num_warps, backend, config.num_stages,
+                                            config.fast_math or bool(kwargs.get("fast_math")))
             except TilejitError as err:
                 dropped[config] = f"does not compile: {one_line(err)}"
                 continue
