@@ -27,7 +27,6 @@ from tilejit.passes.fold_exp import fold_exp
 from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.mma_tiling import DEFAULT_STAGES
 from tilejit.passes.plan_dots import dot_plans_text, plan_dots
-from tilejit.passes.reciprocal_division import reciprocal_division
 from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.uniform_masks import uniform_masks
@@ -56,7 +55,6 @@ PIPELINE = [
     Stage("widen_offsets", lambda fn, opt: widen_offsets(fn), "tile"),
     Stage("canonicalize", lambda fn, opt: canonicalize(fn), "tile"),
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
-    Stage("reciprocal_division", lambda fn, opt: reciprocal_division(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
     Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),

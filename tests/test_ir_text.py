@@ -179,28 +179,3 @@ def test_bad_simt_text_is_a_parse_error(text, error):
     from tilejit import simt
     with pytest.raises(ir.ParseError, match=error):
         simt.parse_function(text)
-
-
-def test_reciprocal_division_from_text():
-    """A bfloat16 division by a broadcast row sum becomes one float32 reciprocal per row and a
-    multiply per element; a float32 division, or one by a full-size tile, is left alone."""
-    from tilejit.passes.reciprocal_division import reciprocal_division
-    out = run(reciprocal_division, """
-func @k(%0: tile<2x8xbfloat16>, %1: tile<2x1xbfloat16>, %2: tile<2x8xfloat32>, %3: tile<2x1xfloat32>) {
-  %4 = broadcast %1 : tile<2x8xbfloat16>
-  %5 = truediv %0, %4 : tile<2x8xbfloat16>
-  %6 = broadcast %3 : tile<2x8xfloat32>
-  %7 = truediv %2, %6 : tile<2x8xfloat32>
-  %8 = truediv %0, %0 : tile<2x8xbfloat16>
-  yield %5, %7, %8
-}""")
-    assert out.count("truediv") == 3                  # the reciprocal, the float32 one, the full-size one
-    assert """
-  %5 = cast %1 : tile<2x1xfloat32>
-  %6 = constant {value=1.0} : tile<2x1xfloat32>
-  %7 = truediv %6, %5 : tile<2x1xfloat32>
-  %8 = broadcast %7 : tile<2x8xfloat32>
-  %9 = cast %0 : tile<2x8xfloat32>
-  %10 = mul %9, %8 : tile<2x8xfloat32>
-  %11 = cast %10 : tile<2x8xbfloat16>
-""" in out and "yield %11, %13, %14" in out
