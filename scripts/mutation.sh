@@ -16,7 +16,7 @@ command -v cosmic-ray >/dev/null || { echo "mutation: needs cosmic-ray (python3 
 # module -> the tests that pin it down (run with -x: the first failure kills the mutant)
 declare -A TESTS=(
   [runtime/packing.py]="tests/test_runtime.py tests/test_codegen.py::test_kernel_abi_and_constants"
-  [tilejit/dtypes.py]="tests/test_audit_gaps.py tests/test_interpreter.py"
+  [tilejit/dtypes.py]="tests/test_dtypes.py tests/test_audit_gaps.py tests/test_interpreter.py"
   [passes/mma_layouts.py]="tests/test_mma_layouts.py tests/test_emulator_mma.py"
   [tilejit/codegen/mma.py]="tests/test_codegen_mma.py tests/test_audit_gaps.py"
   [passes/pipeline_loads.py]="tests/test_pipelining.py tests/test_plans.py tests/test_dot.py"
