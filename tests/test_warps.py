@@ -48,3 +48,20 @@ def test_a_launch_without_num_warps_runs_with_the_choice(monkeypatch):
         softmax_kernel[(3,)](x, y, BLOCK=1024, num_warps=3)
     with pytest.raises(tj.LaunchError, match="num_warps"):
         tj.Config(num_warps=None)
+
+
+def test_a_spilling_kernel_warns_once_and_the_compilers_choice_does_not_spill(tmp_path, monkeypatch):
+    """An 8192-column float32 row on one warp is 256 values per thread: it spills, and the
+    compile says so (once); without num_warps the compiler picks 16 warps and nothing spills."""
+    import warnings
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    kernel = getattr(softmax_kernel, "kernel", softmax_kernel)
+    x = np.zeros((2, 8192), np.float32)
+    specs, consts, _ = kernel.specialise(kernel.bind((x, x), {"BLOCK": 8192}))
+    kernel._cache.clear()
+    with pytest.warns(tj.PerformanceWarning, match="spills .* bytes per thread .*num_warps=1"):
+        kernel.compile(specs, consts, 1, "cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tj.PerformanceWarning)
+        kernel.compile(specs, consts, 1, "cuda")                 # from the in-process cache: no repeat
+        assert kernel.compile(specs, consts, None, "cuda").artifact.spills == 0

@@ -77,6 +77,11 @@ class DeviceError(TilejitError):
     """A CUDA driver call failed."""
 
 
+class PerformanceWarning(UserWarning):
+    """The kernel runs, but slower than it could: e.g. its tiles spill registers to local
+    memory (issued once per compiled specialisation)."""
+
+
 def outside_kernel(what: str):
     raise TilejitError(f"{what} can only be used inside a @tj.kernel or @tj.func")
 

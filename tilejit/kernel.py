@@ -18,13 +18,14 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+import warnings
 import inspect as pyinspect
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tilejit import backends, dtypes, fingerprint, ir
-from tilejit.errors import CompileError, LaunchError, TilejitError, for_user
+from tilejit.errors import CompileError, LaunchError, PerformanceWarning, TilejitError, for_user
 from tilejit.language import constexpr
 from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
 
@@ -211,6 +212,13 @@ class Kernel:
             except TilejitError as err:
                 raise err.with_kernel(self.name)
         entry = self._cache[key] = _Compiled(backend, artifact, text)
+        spills = getattr(artifact, "spills", None)
+        if spills:
+            warps = artifact_warps(artifact)
+            fix = "more warps or smaller tiles" if warps and warps < 32 else \
+                "smaller tiles (e.g. a loop over the row in chunks): 32 warps is the most a CTA has"
+            warnings.warn(f"kernel '{self.name}' spills {spills} bytes per thread to local memory "
+                          f"(num_warps={warps}): use {fix}", PerformanceWarning, stacklevel=2)
         return entry
 
     def tile_ir(self, specs, consts: dict) -> ir.Function:

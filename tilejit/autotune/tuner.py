@@ -27,6 +27,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +36,7 @@ from tilejit import backends, dtypes
 from tilejit.autotune.inputs import InputGuard
 from tilejit.autotune.progress import Progress
 from tilejit.autotune.store import ResultStore, canonical, device_identity
-from tilejit.errors import LaunchError, TilejitError
+from tilejit.errors import LaunchError, PerformanceWarning, TilejitError
 from tilejit.kernel import Kernel, at_caller, check_num_stages, check_num_warps
 
 REGISTERS_PER_CTA = 65536         # sm_80 and sm_90: 64K 32-bit registers per CTA
@@ -314,8 +315,10 @@ class Autotuned:
             try:
                 bound = self.kernel.bind(args, {**_arguments(kwargs), **config.constexprs})
                 specs, consts, _ = self.kernel.specialise(bound)
-                entry = self.kernel.compile(specs, consts, config.num_warps, backend, config.num_stages,
-                                            config.fast_math or bool(kwargs.get("fast_math")))
+                with warnings.catch_warnings():          # a config's spills are judged here, not warned
+                    warnings.simplefilter("ignore", PerformanceWarning)
+                    entry = self.kernel.compile(specs, consts, config.num_warps, backend, config.num_stages,
+                                                config.fast_math or bool(kwargs.get("fast_math")))
             except TilejitError as err:
                 dropped[config] = f"does not compile: {one_line(err)}"
                 continue
