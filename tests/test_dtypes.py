@@ -88,3 +88,14 @@ def test_dtypes_are_immutable():
                                       (D.int64, D.float16, D.float16), (D.float16, D.int64, D.float16)])
 def test_promotion_of_pairs_at_the_branch_edges(a, b, want):
     assert D.promote(a, b) is want
+
+
+def test_lookup_refuses_names_tiles_cannot_hold():
+    for name in ("float64", "torch.complex64", "numpy.uint64"):
+        with pytest.raises(TypeError, match="not supported"):
+            D.lookup(name)
+
+
+def test_bits_are_the_numpy_storage_width():
+    for d in D.ALL:
+        assert d.bits == (1 if d.is_bool else np.dtype(d.np).itemsize * 8), d

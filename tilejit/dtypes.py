@@ -100,6 +100,10 @@ def lookup(x) -> DType:
             return BY_NAME[name]
         if name == "bool_":
             return bool_
+        try:
+            x = np.dtype(name)             # "numpy.uint64", "torch.float64": the name without its module
+        except TypeError:
+            raise TypeError(f"dtype {x!r} is not supported by tilejit (supported: {', '.join(BY_NAME)})") from None
     return from_numpy(x)
 
 
