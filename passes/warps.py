@@ -35,9 +35,10 @@ def memory_tile_bytes(fn: ir.Function) -> int:
 
 
 def choose_num_warps(fn: ir.Function) -> int:
+    """The warps for a launch of ``fn`` that gives none (see the module docstring)."""
     if any(o.op is TileOp.DOT for o in fn.walk()):
         return DOT_WARPS
-    warps = MIN_WARPS
-    while warps < MAX_WARPS and memory_tile_bytes(fn) > warps * 32 * BYTES_PER_THREAD:
+    size, warps = memory_tile_bytes(fn), MIN_WARPS
+    while warps < MAX_WARPS and size > warps * 32 * BYTES_PER_THREAD:
         warps *= 2
     return warps
