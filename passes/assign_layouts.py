@@ -17,12 +17,9 @@ Result, in ``fn.meta``: ``"layouts"`` {tile Value: Layout} for every non-deferre
 """
 from __future__ import annotations
 
-import dataclasses
-
 from tilejit import ir
-from tilejit.ir import ELEMENTWISE_OPS, DotAttrs, TileOp, TileType
+from tilejit.ir import ELEMENTWISE_OPS, TileOp, TileType
 from tilejit.passes import layouts as L
-from tilejit.passes.mma_layouts import mma_kind_for
 from tilejit.specs import ArraySpec
 
 DEFERRED_OPS = frozenset({TileOp.CONSTANT, TileOp.SPLAT, TileOp.ARANGE})

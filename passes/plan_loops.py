@@ -20,7 +20,7 @@ import dataclasses
 from tilejit import ir
 from tilejit.ir import TileOp
 from tilejit.passes import lower_memory, wgmma
-from tilejit.passes.assign_layouts import array_spec, is_tile, layouts_text
+from tilejit.passes.assign_layouts import is_tile, layouts_text
 from tilejit.passes.mma_tiling import DEFAULT_STAGES, pipeline_stages
 from tilejit.passes.plans import DotFamily, LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
 from tilejit.passes.ring_sources import ring_source

@@ -355,6 +355,7 @@ FLOAT_UNARY = {
     TileOp.SIGMOID: sigmoid,
 }
 
+
 def _exp_narrow(ctx: Ctx, x):
     """e**x for a result rounded to 16 bits: ex2.approx(x * log2 e).  The product's rounding
     moves the result by |x| * 2**-24 relative (<= 2**-17.5 for any finite result), ex2.approx by
