@@ -187,6 +187,15 @@ def test_cli_compile_prints_the_tile_stage(capsys):
     assert cli.parse_const("CAUSAL=True") == ("CAUSAL", True)
 
 
+def test_cli_compile_uses_the_launchs_warps_unless_told(capsys):
+    """Without --num-warps the pass dumps show what a launch without num_warps compiles."""
+    path = os.path.join(EXAMPLES, "softmax.py")
+    base = ["compile", f"{path}::softmax_kernel", "--sig", "bf16[2], bf16[2]", "--const", "BLOCK=8192",
+            "--emit", "insert_barriers"]
+    assert cli.main(base) == 0 and "num_warps=8 " in capsys.readouterr().out
+    assert cli.main(base + ["--num-warps", "4"]) == 0 and "num_warps=4 " in capsys.readouterr().out
+
+
 class HostDLPack:
     """A foreign host array that only speaks DLPack (like a CPU torch tensor)."""
 

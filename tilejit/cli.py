@@ -95,7 +95,11 @@ def compile_command(args) -> int:
         from tilejit.kernel import compile_switches, verify_switch
         from tilejit.passes.pipeline import compile_to_simt
         texts = {}
-        compile_to_simt(kern.tile_ir(specs, consts), args.num_warps, dump=texts.__setitem__,
+        tile_fn = kern.tile_ir(specs, consts)
+        if args.num_warps is None:                   # what a launch without num_warps gets
+            from tilejit.passes.warps import choose_num_warps
+            args.num_warps = choose_num_warps(tile_fn)
+        compile_to_simt(tile_fn, args.num_warps, dump=texts.__setitem__,
                         verify=verify_switch(), **dict(compile_switches()))
         print(texts[args.emit])
         return 0
@@ -132,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("target", help="FILE::KERNEL")
     comp.add_argument("--const", action="append", default=[], metavar="NAME=VALUE")
     comp.add_argument("--sig", help="runtime parameters in order, e.g. 'float16[2], float16[2], int32'")
-    comp.add_argument("--num-warps", type=int, default=4)
+    comp.add_argument("--num-warps", type=int, default=None,
+                      help="warps per program (default: the compiler's choice, as a launch without num_warps)")
     comp.add_argument("--backend", choices=backends.NAMES, help="backend that builds the later stages")
     comp.add_argument("--emit", choices=list(STAGES) + _pass_names(), default="tile",
                       help="a backend stage, or the IR after one pass of the pipeline")
