@@ -118,10 +118,13 @@ def test_unaligned_rows_fall_back_to_synchronous_loads():
     np.testing.assert_array_equal(c, ref)
 
 
-def test_one_element_rows_take_the_synchronous_loop_at_run_time():
-    """A (k, 1) array has a row stride of one element yet counts as 16-byte aligned."""
+@pytest.mark.parametrize("k", [40, 64])
+def test_one_element_rows_take_the_synchronous_loop_at_run_time(k):
+    """A (k, 1) array has a row stride of one element yet counts as 16-byte aligned.  With
+    k = 64, A's 128-byte rows are aligned, so only B's check keeps the loop synchronous (the
+    emulator refuses a cp.async from an address that is not 16-byte aligned)."""
     fn = simt_fn(stages=3)
-    a, b, ref = data(3, 1, 40)
+    a, b, ref = data(3, 1, k)
     np.testing.assert_array_equal(launch(fn, a, b, 3, 1), ref)
 
 
@@ -215,3 +218,27 @@ def test_refilling_a_ring_whose_bytes_were_reused_needs_the_barrier_placed_befor
     del branch.ops[barriers[0]]
     with pytest.raises(emulate.EmulatorError, match="race"):
         emulate.run(fn, (2,), [a, b, c])
+
+
+@tj.kernel
+def int8_matmul(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    m, n = tj.program_id(0) * BM, tj.program_id(1) * BN
+    acc = tj.zeros((BM, BN), tj.int32)
+    for k in tj.range(0, a.shape[1], BK, stages=3):
+        acc = tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (k, n), (BK, BN)), acc)
+    tj.store(c, (m, n), acc)
+
+
+def test_a_pipelined_int8_gemm_copies_one_byte_elements_in_16_byte_chunks(monkeypatch):
+    """One-byte elements: 16 per cp.async chunk (the ring's chunk layout takes every 16th
+    register), on the s8 mma path."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(3)
+    a = rng.integers(-100, 100, (128, 256)).astype(np.int8)
+    b = rng.integers(-100, 100, (256, 128)).astype(np.int8)
+    c = np.zeros((128, 128), np.int32)
+    int8_matmul[(2, 2)](a, b, c, BM=64, BN=64, BK=64, num_warps=4)       # 32 bytes of A per thread
+    specs, consts, _ = int8_matmul.specialise(int8_matmul.bind((a, b, c), {"BM": 64, "BN": 64, "BK": 64}))
+    fn = compile_to_simt(int8_matmul.tile_ir(specs, consts), num_warps=4)
+    assert any(o.op is SimtOp.CP_ASYNC for o in fn.walk()) and any(o.op is SimtOp.MMA for o in fn.walk())
+    np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64))

@@ -106,6 +106,9 @@ class Machine:
                 self.reader = np.full((c, self.shared_bytes), -1, np.int32)
                 self.copies = emulate_mma.AsyncCopies()
                 self.block(self.fn.body, Frame({}, np.arange(c)))
+                if self.wgmma_groups or self.wgmma_open:
+                    raise EmulatorError(f"kernel '{self.fn.name}' ends with wgmma groups in flight: a WGMMA_WAIT 0 "
+                                        "is missing, so their accumulators were read before they were complete")
 
     def full(self, f: Frame, value, dtype, n: int = 1) -> np.ndarray:
         return np.full((len(f.ids), self.threads, n), value, dtype)
@@ -350,6 +353,10 @@ class Machine:
             for dst, v in zip(full, (addr[:, :, i], offs[:, :, i], src[:, :, i])):
                 dst[f.ids] = v
             goff = (full[1] + ptr.base) * ptr.item
+            reading = active & (full[2] > 0)
+            if ((ptr.address + full[1] * ptr.item) % 16 != 0)[reading].any():
+                raise EmulatorError(f"cp.async from argument '{ptr.name}' at an address that is not "
+                                    "16-byte aligned (the hardware requires it)")
             self.copies.cp_async(self.shared, full[0], ptr.flat, np.where(full[2] > 0, goff, 0),
                                  full[2], active)
 
