@@ -12,6 +12,8 @@ from tilejit import dtypes as D
 from tilejit.codegen import ptxas
 from tilejit.codegen.llvm import compile_ptx
 from tilejit.examples import matmul
+from tilejit.examples.attention import attention_kernel
+from tilejit.examples.matmul import matmul_kernel
 from tilejit.passes import wgmma
 from tilejit.passes.pipeline import compile_to_simt
 from tilejit.simt import SimtOp
@@ -206,3 +208,26 @@ def test_emulator_catches_a_wgmma_reading_bytes_stored_without_a_barrier():
     q = np.ones((1, 1, 64, 128), ml_dtypes.bfloat16)
     with pytest.raises(emulate.EmulatorError, match="race"):
         emulate.run(fn, (1, 1), [q, q, q, np.zeros_like(q), np.float32(0.1)])
+
+
+def test_every_shared_tile_wgmma_reads_is_allocated_on_a_1024_byte_boundary():
+    """The SW128 swizzle is a function of absolute shared addresses (bits 4-6 XOR bits 7-9), so
+    the tiles wgmma reads must start on 1024-byte boundaries whatever buffers come before them:
+    every SHARED_ALLOC a WGMMA reads asks for that alignment (mma.sync tiles ask for 128)."""
+    from tilejit.passes import pipeline
+    for kernel, args, consts, warps in (
+            (matmul_kernel, (np.zeros((256, 256), ml_dtypes.bfloat16),) * 2 + (np.zeros((256, 256), np.float32),),
+             {"BM": 128, "BN": 128, "BK": 64, "STAGES": 3}, 8),
+            (attention_kernel, (np.zeros((1, 2, 256, 64), ml_dtypes.bfloat16),) * 4 + (0.1,),
+             {"BM": 64, "BN": 128, "BD": 64, "CAUSAL": False}, 4)):
+        kernel = getattr(kernel, "kernel", kernel)
+        specs, consts_, _ = kernel.specialise(kernel.bind(args, consts))
+        fn = pipeline.clone_function(kernel.tile_ir(specs, consts_))
+        opts = pipeline.Options(warps, "sm_90a")
+        for stage in pipeline.PIPELINE:
+            fn = stage.run(fn, opts)
+            if stage.name == "lower_to_simt":
+                break
+        align = {o.attrs.buffer: o.attrs.align for o in fn.walk() if o.op is SimtOp.SHARED_ALLOC}
+        read = {b for o in fn.walk() if o.op is SimtOp.WGMMA for b in o.attrs.buffers if b is not None}
+        assert read and all(align[b] == 1024 for b in read), (kernel.name, align, read)
