@@ -27,10 +27,7 @@ def memory_tile_bytes(fn: ir.Function) -> int:
     for o in fn.walk():
         v = o.result if o.op is TileOp.LOAD else o.operands[-1] if o.op is TileOp.STORE else None
         if v is not None and isinstance(v.type, ir.TileType):
-            n = 1
-            for d in v.type.shape:
-                n *= d
-            sizes.append(n * v.type.dtype.itemsize)
+            sizes.append(v.type.numel * v.type.dtype.itemsize)
     return max(sizes)
 
 

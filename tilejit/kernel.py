@@ -8,8 +8,9 @@ about 64 bytes of the largest loaded tile per thread, 2 to 32 warps); ``inspect(
 
 ``num_stages``: the ring depth of loops that do not give ``tj.range(stages=)`` (None: the
 compiler's per-target default, ``passes.mma_tiling.DEFAULT_STAGES``; 1 turns pipelining off).
-``fast_math=True``: sin and cos use the GPU's approximate instructions (absolute error ~5e-7, so
-tiny arguments lose their digits) instead of the accurate default; the CPU backends stay exact.
+``fast_math=True``: sin, cos and float32 exp use the GPU's approximate instructions (sin/cos:
+absolute error ~5e-7, so tiny arguments lose their digits; exp: ~3 ulp) instead of the accurate
+default; 16-bit results take them anyway (below their rounding); the CPU backends stay exact.
 
 Every launch mistake is a ``LaunchError`` naming the kernel, raised before anything runs.
 """
