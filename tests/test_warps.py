@@ -65,3 +65,24 @@ def test_a_spilling_kernel_warns_once_and_the_compilers_choice_does_not_spill(tm
         warnings.simplefilter("error", tj.PerformanceWarning)
         kernel.compile(specs, consts, 1, "cuda")                 # from the in-process cache: no repeat
         assert kernel.compile(specs, consts, None, "cuda").artifact.spills == 0
+
+
+@tj.kernel
+def softmax_rows(x, y, R: tj.constexpr, BLOCK: tj.constexpr):
+    row = tj.program_id(0) * R                            # several rows per program
+    t = tj.load(x, (row, 0), (R, BLOCK), other=-tj.inf)
+    t = tj.exp(t - tj.max(t, axis=1, keepdims=True))
+    tj.store(y, (row, 0), t / tj.sum(t, axis=1, keepdims=True))
+
+
+@pytest.mark.parametrize("rows_per_program,warps", [(1, 2), (4, 8)])
+def test_several_rows_per_program_get_warps_for_their_tile_and_the_same_result(rows_per_program, warps,
+                                                                              monkeypatch):
+    """The warp choice follows the tile a program moves, however the rows are spelled."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x = np.random.default_rng(1).standard_normal((8, 1000)).astype(np.float32)
+    y = np.zeros_like(x)
+    assert softmax_rows.inspect(x, y, R=rows_per_program, BLOCK=1024).num_warps == warps
+    softmax_rows[(8 // rows_per_program,)](x, y, R=rows_per_program, BLOCK=1024)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
