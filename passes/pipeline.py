@@ -22,6 +22,7 @@ from tilejit import ir, simt, verifier
 from tilejit.ir import TileOp
 from tilejit.passes.assign_layouts import assign_layouts, layouts_text
 from tilejit.passes.canonicalize import canonicalize
+from tilejit.passes.chunk_rows import chunk_rows
 from tilejit.passes.dce import dce
 from tilejit.passes.fold_exp import fold_exp
 from tilejit.passes.lower import lower_to_simt
@@ -52,6 +53,7 @@ class Stage:
 
 
 PIPELINE = [
+    Stage("chunk_rows", lambda fn, opt: chunk_rows(fn), "tile"),
     Stage("widen_offsets", lambda fn, opt: widen_offsets(fn), "tile"),
     Stage("canonicalize", lambda fn, opt: canonicalize(fn), "tile"),
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),

@@ -9,13 +9,14 @@ largest loaded or stored tile is about 64 bytes per thread: 4 vector loads of 16
 bytes in flight per thread without the registers that keep fewer CTAs on an SM (bf16 softmax on
 the H200, 2026-12-03: a 1024-column row 0.92x copy at 2 warps, 0.89x at 4, 0.36x at 8; an
 8192-column row 0.86x at 8, 0.66x at 16, 0.78x at 4).  At least 2 warps (one warp left the
-1024-column row at 0.63x) and at most 32; a tile too large even then is 32 warps' problem
-(``resources.check_resources`` refuses what cannot fit).
+1024-column row at 0.63x) and at most 32.  A row tile too large even then is split into chunks
+by ``passes.chunk_rows`` first, and the warps are chosen for the chunk.
 """
 from __future__ import annotations
 
 from tilejit import ir
 from tilejit.ir import TileOp
+from tilejit.passes.chunk_rows import plan_chunks
 
 BYTES_PER_THREAD = 64
 MIN_WARPS, MAX_WARPS, DOT_WARPS = 2, 32, 4
@@ -35,6 +36,8 @@ def choose_num_warps(fn: ir.Function) -> int:
     """The warps for a launch of ``fn`` that gives none (see the module docstring)."""
     if any(o.op is TileOp.DOT for o in fn.walk()):
         return DOT_WARPS
+    if plan_chunks(fn) is not None:
+        return MAX_WARPS            # the chunks are cut for 32 warps: 16 values per thread
     size, warps = memory_tile_bytes(fn), MIN_WARPS
     while warps < MAX_WARPS and size > warps * 32 * BYTES_PER_THREAD:
         warps *= 2

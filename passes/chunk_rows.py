@@ -1,0 +1,260 @@
+"""Tiles larger than the register file are split, not spilled: a row-reduction kernel whose rows
+do not fit in 32 warps' registers is rewritten into loops over chunks of its last axis.
+
+    chunk_rows(fn) -> fn          plan_chunks(fn) -> ChunkPlan | None
+
+A *wide* tile is one whose last axis has the width ``W`` of the kernel's largest loaded or stored
+tile, when that tile has more than ``CHUNK_VALUES`` elements (16 per thread at 32 warps, the
+most a CTA has; more do not fit in the 64 registers a thread of 1024 gets).  The pass applies when every wide value is made at the top level of the
+kernel by a load, ``arange``, constant, splat, broadcast, a reshape that adds or drops unit dims
+or an elementwise op, and is used only
+by other such ops, by a reduction over the last axis (sum, max or min) or by a store.  Then:
+
+- each reduction of a wide value becomes a loop over chunks of ``K`` columns (``K`` divides
+  ``W``; the chunks of all the wide loads together have at most ``CHUNK_VALUES`` elements, and
+  ``passes.warps`` gives the kernel 32 warps): the loop recomputes the chunk from its loads,
+  reduces it and combines the partial result with the running one (16-bit float sums run in
+  float32);
+- each store of a wide value becomes a loop that recomputes and stores chunk by chunk;
+- everything else stays where it was.
+
+Softmax thus reads its row three times (max, sum, then the store): from L2 after the first pass,
+since one program per SM keeps 132 rows of at most 256 KB in flight.  Loads past the array read
+``other`` and stores past it are dropped, exactly as for the whole tile; sums are reassociated
+per chunk (within the float tolerance of any reordered sum).  The pass refuses (returns ``fn``
+unchanged) when a store could change what a later chunk loop reloads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilejit import dtypes, ir
+from tilejit.ir import ConstAttrs, ForAttrs, ReduceKind, TileOp
+
+CHUNK_VALUES = 32 * 32 * 16         # a row tile of more values is split: 16 per thread at 32 warps
+
+
+# ops that make a wide value from wide operands (or from nothing)
+_WIDE_OPS = ir.ELEMENTWISE_OPS | {TileOp.LOAD, TileOp.ARANGE, TileOp.CONSTANT, TileOp.SPLAT, TileOp.BROADCAST,
+                                  TileOp.RESHAPE}          # (unit dims only: _unit_reshape)
+_COMBINE = {ReduceKind.SUM: TileOp.ADD, ReduceKind.MAX: TileOp.MAXIMUM, ReduceKind.MIN: TileOp.MINIMUM}
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    width: int          # W: the last-axis size of the wide tiles
+    chunk: int          # K: columns per loop iteration (divides W)
+    wide: frozenset     # the wide values (results of top-level ops)
+
+
+def _memory_tile(o: ir.Operation):
+    v = o.result if o.op is TileOp.LOAD else o.operands[-1] if o.op is TileOp.STORE else None
+    return v if v is not None and isinstance(v.type, ir.TileType) and v.type.shape else None
+
+
+def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
+    """The chunking of ``fn`` (None when its tiles fit, or when it is not a kernel the pass
+    can split; see the module docstring)."""
+    tiles = [v for o in fn.walk() if (v := _memory_tile(o)) is not None]
+    if not tiles:
+        return None
+    big = max(tiles, key=lambda v: v.type.numel)
+    size, width = big.type.numel, big.type.shape[-1]
+    if size <= CHUNK_VALUES or width & (width - 1):
+        return None
+    top = fn.body.ops
+    if any(_memory_tile(o) is not None and o not in top for o in fn.walk()):
+        return None                                 # a load or store in a loop or branch
+    wide: set[ir.Value] = set()
+    for o in top:
+        shaped = [r for r in o.results if isinstance(r.type, ir.TileType) and r.type.shape]
+        if not any(r.type.shape[-1] == width for r in shaped):
+            continue
+        if o.op is TileOp.RESHAPE and not _unit_reshape(o, width):
+            return None
+        if o.op not in _WIDE_OPS or any(isinstance(x.type, ir.TileType) and x.type.shape
+                                         and x not in wide and not _broadcast_source(o, x, width)
+                                         for x in o.operands):
+            return None
+        wide.add(o.result)
+    users = ir.users(fn)
+    for v in wide:
+        for u in users.get(v, []):
+            if u not in top:
+                return None
+            if u.op is TileOp.REDUCE:
+                if u.attrs.axis != len(v.type.shape) - 1 or u.attrs.kind not in _COMBINE:
+                    return None
+            elif u.op is TileOp.STORE:
+                if any(x is v for x in u.operands[:-1]):
+                    return None
+            elif u.op not in _WIDE_OPS or u.result not in wide:
+                return None
+    if not _no_store_before_reload(top, wide):
+        return None
+    # the loads a loop body may hold at once share the 16 values per thread
+    loads = sum(1 for v in wide if v.owner.op is TileOp.LOAD)
+    parts = 1
+    while size // parts * loads > CHUNK_VALUES and parts < width:
+        parts *= 2
+    return ChunkPlan(width, width // parts, frozenset(wide))
+
+
+def _unit_reshape(o: ir.Operation, width: int) -> bool:
+    """``o`` (a RESHAPE) only adds or drops unit dims and keeps the last axis (``t[None, :]``)."""
+    src, dst = o.operands[0].type.shape, o.result.type.shape
+    return (bool(src) and src[-1] == width == dst[-1]
+            and [d for d in src if d != 1] == [d for d in dst if d != 1])
+
+
+def _broadcast_source(o: ir.Operation, x: ir.Value, width: int) -> bool:
+    """``x`` is a narrow operand ``o`` may take: the (…, 1) source of a BROADCAST or SPLAT's scalar."""
+    return o.op is TileOp.BROADCAST and x.type.shape[-1] == 1 and width != 1
+
+
+def _loads_of(v: ir.Value, wide: frozenset | set, seen: set) -> set:
+    """The arrays the wide value ``v`` is loaded from."""
+    if v not in wide or v in seen:
+        return set()
+    seen.add(v)
+    o = v.owner
+    found = {o.operands[0]} if o.op is TileOp.LOAD else set()
+    for x in o.operands:
+        found |= _loads_of(x, wide, seen)
+    return found
+
+
+def _no_store_before_reload(top: list, wide: set) -> bool:
+    """No store precedes (in program order) a chunk loop that reloads the stored array, except
+    the loop's own store (each chunk is read before it is written)."""
+    stored: set = set()
+    for o in top:
+        reads = set()
+        if o.op is TileOp.REDUCE and o.operands[0] in wide:
+            reads = _loads_of(o.operands[0], wide, set())
+        elif o.op is TileOp.STORE and o.operands[-1] in wide:
+            reads = _loads_of(o.operands[-1], wide, set())
+        if reads & stored:
+            return False
+        if o.op is TileOp.STORE:
+            stored.add(o.operands[0])
+    return True
+
+
+def chunk_rows(fn: ir.Function) -> ir.Function:
+    plan = plan_chunks(fn)
+    if plan is None:
+        return fn
+    top, fn.body.ops = fn.body.ops, []
+    b = ir.Builder(fn.body)
+    mapped: dict[ir.Value, ir.Value] = {}
+
+    def remap(v: ir.Value) -> ir.Value:
+        return mapped.get(v, v)
+
+    def const(value, dt, loc) -> ir.Value:
+        return b.create(TileOp.CONSTANT, [], [ir.scalar(dt)], ConstAttrs(value), loc=loc).result
+
+    for o in top:
+        if o.op is TileOp.REDUCE and o.operands[0] in plan.wide:
+            mapped[o.result] = _reduce_loop(b, o, plan, remap, const)
+        elif o.op is TileOp.STORE and o.operands[-1] in plan.wide:
+            _store_loop(b, o, plan, remap, const)
+        elif any(r in plan.wide for r in o.results):
+            continue                                # made again inside the loops that use it
+        else:
+            o.operands = [remap(x) for x in o.operands]
+            fn.body.ops.append(o)
+    return fn
+
+
+def _loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, const, inits: list) -> tuple:
+    """A FOR over the chunks, at ``o``'s line: (the op, the body builder, the induction variable)."""
+    i32 = dtypes.int32
+    bounds = [const(0, i32, o.loc), const(plan.width, i32, o.loc), const(plan.chunk, i32, o.loc)]
+    iv = ir.Value(ir.scalar(i32), "chunk")
+    body = ir.Block([iv] + [ir.Value(x.type, "partial") for x in inits], [])
+    loop = b.create(TileOp.FOR, bounds + inits, [x.type for x in inits], ForAttrs(), regions=[body], loc=o.loc)
+    return loop, b.at(body), iv
+
+
+class _Chunk:
+    """Clones the wide values a loop body needs, as chunks at column ``iv``."""
+
+    def __init__(self, b: ir.Builder, plan: ChunkPlan, iv: ir.Value, remap):
+        self.b, self.plan, self.iv, self.remap, self.done = b, plan, iv, remap, {}
+
+    def offset(self, off: ir.Value, loc) -> ir.Value:
+        iv = self.iv
+        if off.type.dtype != iv.type.dtype:
+            iv = self.b.create(TileOp.CAST, [iv], [off.type], loc=loc).result
+        return self.b.create(TileOp.ADD, [off, iv], [off.type], loc=loc).result
+
+    def value(self, v: ir.Value) -> ir.Value:
+        if v not in self.plan.wide:
+            return self.remap(v)
+        if v in self.done:
+            return self.done[v]
+        o, b = v.owner, self.b
+        t = ir.TileType(v.type.shape[:-1] + (self.plan.chunk,), v.type.dtype)
+        if o.op is TileOp.LOAD:
+            operands = [self.remap(x) for x in o.operands]
+            operands[-1] = self.offset(operands[-1], o.loc)
+            new = b.create(TileOp.LOAD, operands, [t], o.attrs, loc=o.loc).result
+        elif o.op is TileOp.ARANGE:
+            r = b.create(TileOp.ARANGE, [], [t], o.attrs, loc=o.loc).result
+            step = b.create(TileOp.SPLAT, [self.iv], [ir.TileType(t.shape, self.iv.type.dtype)], loc=o.loc).result
+            if step.type.dtype != t.dtype:
+                step = b.create(TileOp.CAST, [step], [t], loc=o.loc).result
+            new = b.create(TileOp.ADD, [r, step], [t], loc=o.loc).result
+        else:
+            new = b.create(o.op, [self.value(x) for x in o.operands], [t], o.attrs, loc=o.loc).result
+        new.hint = v.hint
+        self.done[v] = new
+        return new
+
+
+def _identity(kind: ReduceKind, dt: dtypes.DType):
+    if kind is ReduceKind.SUM:
+        return False if dt.is_bool else 0.0 if dt.is_float else 0
+    if dt.is_float:
+        return float("-inf") if kind is ReduceKind.MAX else float("inf")
+    if dt.is_bool:
+        return kind is ReduceKind.MIN
+    info = np.iinfo(dt.np)
+    return int(info.min if kind is ReduceKind.MAX else info.max)
+
+
+def _reduce_loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const) -> ir.Value:
+    """The reduction ``o`` as a loop over chunks; returns the value that replaces its result."""
+    t = o.result.type
+    kind = o.attrs.kind
+    acc_t = ir.TileType(t.shape, dtypes.float32) if kind is ReduceKind.SUM and t.dtype.is_float and t.dtype.bits < 32 else t
+    init = const(_identity(kind, acc_t.dtype), acc_t.dtype, o.loc)
+    if acc_t.shape:
+        init = b.create(TileOp.SPLAT, [init], [acc_t], loc=o.loc).result
+    loop, body, iv = _loop(b, o, plan, const, [init])
+    chunk = _Chunk(body, plan, iv, remap)
+    part = body.create(TileOp.REDUCE, [chunk.value(o.operands[0])], [t], o.attrs, loc=o.loc).result
+    if acc_t != t:
+        part = body.create(TileOp.CAST, [part], [acc_t], loc=o.loc).result
+    total = body.create(_COMBINE[kind], [body.block.args[1], part], [acc_t], loc=o.loc).result
+    body.create(TileOp.YIELD, [total], loc=o.loc)
+    result = loop.result
+    if acc_t != t:
+        result = b.create(TileOp.CAST, [result], [t], loc=o.loc).result
+    result.hint = o.result.hint
+    return result
+
+
+def _store_loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const) -> None:
+    """The store ``o`` of a wide value as a loop that stores chunk by chunk."""
+    loop, body, iv = _loop(b, o, plan, const, [])
+    chunk = _Chunk(body, plan, iv, remap)
+    tile = chunk.value(o.operands[-1])
+    operands = [remap(x) for x in o.operands[:-1]]
+    operands[-1] = chunk.offset(operands[-1], o.loc)
+    body.create(TileOp.STORE, operands + [tile], [], o.attrs, loc=o.loc)
+    body.create(TileOp.YIELD, [], loc=o.loc)

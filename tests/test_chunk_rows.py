@@ -1,0 +1,156 @@
+"""Row tiles larger than the registers are split into loops over chunks (``passes.chunk_rows``),
+and the kernels give NumPy's results on emulate (which runs the compiled SIMT program)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import ir
+from tilejit.ir import TileOp
+from tilejit.passes import pipeline
+from tilejit.passes.chunk_rows import CHUNK_VALUES, chunk_rows, plan_chunks
+
+from examples import layernorm, rmsnorm, softmax
+from test_warps import softmax_rows  # noqa: E402  (several rows per program)
+
+BF16 = tj.bfloat16.np
+
+
+def tile_ir(kernel, *args, **consts) -> ir.Function:
+    kernel = getattr(kernel, "kernel", kernel)
+    specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
+    return pipeline.clone_function(kernel.tile_ir(specs, consts))
+
+
+def widest(fn: ir.Function) -> int:
+    return max((r.type.numel for o in fn.walk() for r in o.results
+                if isinstance(r.type, ir.TileType)), default=0)
+
+
+@tj.kernel
+def row_stats(x, lo, hi, total, BLOCK: tj.constexpr):
+    """min, max (keepdims=False) and an int sum of a row, with an arange-based column count."""
+    row = tj.program_id(0)
+    t = tj.load(x, (row, 0), (1, BLOCK))
+    cols = tj.arange(0, BLOCK)[None, :]
+    tj.store(lo, (row,), tj.min(tj.where(cols < x.shape[1], t, 1000), axis=1))
+    tj.store(hi, (row,), tj.max(t, axis=1))
+    tj.store(total, (row,), tj.sum(tj.where(cols < x.shape[1], 1, 0), axis=1))
+
+
+def test_a_65536_column_softmax_becomes_three_chunk_loops():
+    """max, sum and the store each loop over 4 chunks of 16384 columns (16 values per thread
+    at 32 warps); nothing the size of the row is left, and the chosen warps are 32."""
+    x = np.zeros((2, 65536), np.float32)
+    fn = tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)
+    plan = plan_chunks(fn)
+    assert (plan.width, plan.chunk) == (65536, 16384)
+    out = chunk_rows(fn)
+    loops = [o for o in out.body.ops if o.op is TileOp.FOR]
+    assert len(loops) == 3
+    assert all([int(b.owner.attrs.value) for b in o.operands[:3]] == [0, 65536, 16384] for o in loops)
+    assert [o.op for o in loops[-1].regions[0].ops if o.op in (TileOp.LOAD, TileOp.STORE)] == [TileOp.LOAD, TileOp.STORE]
+    assert widest(out) == 16384 and CHUNK_VALUES == 16384
+    assert softmax.softmax_kernel.inspect(x, x, BLOCK=65536).num_warps == 32
+
+
+@pytest.mark.parametrize("cols,chunk", [(16384, None), (32768, 16384), (131072, 16384)])
+def test_rows_within_the_registers_are_left_alone_and_longer_ones_split(cols, chunk):
+    x = np.zeros((2, cols), np.float32)
+    plan = plan_chunks(tile_ir(softmax.softmax_kernel, x, x, BLOCK=cols))
+    assert (plan.chunk if plan else None) == chunk
+
+
+def test_the_loads_of_a_loop_share_the_budget():
+    """layernorm's last loop loads x, weight and bias: 3 loads, so chunks of 4096 (not 16384);
+    RMSNorm's two loads get 8192."""
+    x, w = np.zeros((2, 65536), np.float32), np.zeros(65536, np.float32)
+    assert plan_chunks(tile_ir(layernorm.layernorm_kernel, x, w, w, x, 1e-5, BLOCK=65536)).chunk == 4096
+    assert plan_chunks(tile_ir(rmsnorm.rmsnorm_kernel, x, w, x, 1e-5, BLOCK=65536)).chunk == 8192
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("cols", [65536, 40000, 20000])
+def test_long_row_kernels_match_numpy_on_emulate(dtype, cols, monkeypatch):
+    """softmax, layernorm and RMSNorm over rows past the registers (ragged ends included: the
+    last chunk is partly or wholly past the row), against float64 NumPy."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((2, cols)) * 3).astype(dtype)
+    w, b = rng.standard_normal(cols).astype(dtype), rng.standard_normal(cols).astype(dtype)
+    tj.testing.assert_close(softmax.run(x), softmax.reference(x).astype(dtype))
+    tj.testing.assert_close(layernorm.run(x, w, b), layernorm.reference(x, w, b).astype(dtype))
+    tj.testing.assert_close(rmsnorm.run(x, w), rmsnorm.reference(x, w).astype(dtype))
+
+
+def test_several_rows_per_program_and_the_in_place_softmax(monkeypatch):
+    """(2, 32768) tiles split along the columns; y aliasing x is safe because each chunk is
+    read before it is written."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x = np.random.default_rng(3).standard_normal((4, 30000)).astype(np.float32)
+    want = softmax.reference(x)
+    assert plan_chunks(tile_ir(softmax_rows, x, x, R=2, BLOCK=32768)).chunk == 8192
+    y = np.full_like(x, np.nan)
+    softmax_rows[(2,)](x, y, R=2, BLOCK=32768)
+    tj.testing.assert_close(y, want)
+    softmax_rows[(2,)](x, x, R=2, BLOCK=32768)
+    tj.testing.assert_close(x, want)
+
+
+def test_min_max_and_integer_sums_and_arange_chunks(monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x = np.random.default_rng(4).integers(-500, 500, (3, 50000)).astype(np.int32)
+    lo, hi, total = (np.zeros(3, np.int32) for _ in range(3))
+    assert plan_chunks(tile_ir(row_stats, x, lo, hi, total, BLOCK=65536)) is not None
+    row_stats[(3,)](x, lo, hi, total, BLOCK=65536)
+    np.testing.assert_array_equal(lo, x.min(axis=1))
+    np.testing.assert_array_equal(hi, np.maximum(x.max(axis=1), 0))     # zeros past the row
+    np.testing.assert_array_equal(total, [50000] * 3)
+
+
+@tj.kernel
+def store_then_reload(x, BLOCK: tj.constexpr):
+    row = tj.program_id(0)
+    t = tj.load(x, (row, 0), (1, BLOCK))
+    tj.store(x, (row, 0), t * 2.0)
+    tj.store(x, (row, 0), t - tj.max(t, axis=1, keepdims=True))
+
+
+@tj.kernel
+def column_sums(x, y, BLOCK: tj.constexpr):
+    t = tj.load(x, (0, 0), (2, BLOCK))
+    tj.store(y, (0,), tj.sum(t, axis=0))
+
+
+@tj.kernel
+def row_argmax(x, y, BLOCK: tj.constexpr):
+    row = tj.program_id(0)
+    tj.store(y, (row,), tj.argmax(tj.load(x, (row, 0), (1, BLOCK)), axis=1))
+
+
+def test_kernels_the_pass_cannot_split_are_left_unchanged():
+    """A store before a chunk loop reloads its array (chunks would read the new values), a
+    reduction over another axis, and argmax: no plan, and the IR is the same."""
+    x, y = np.zeros((2, 65536), np.float32), np.zeros(65536, np.float32)
+    for kernel, args in [(store_then_reload, (x,)), (column_sums, (x, y)), (row_argmax, (x, y[:2]))]:
+        fn = tile_ir(kernel, *args, BLOCK=65536)
+        before = ir.print_function(fn)
+        assert plan_chunks(fn) is None
+        assert ir.print_function(chunk_rows(fn)) == before
+
+
+def test_the_chunked_kernels_do_not_spill():
+    """On the cuda path (ptxas through nvJitLink, no GPU needed): the 65536-column softmax,
+    layernorm and RMSNorm in float32 and bfloat16 compile with no spill warning."""
+    for dtype in (np.float32, BF16):
+        x, w = np.zeros((2, 65536), dtype), np.zeros(65536, dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tj.PerformanceWarning)
+            for kernel, args in [(softmax.softmax_kernel, (x, x)), (layernorm.layernorm_kernel, (x, w, w, x, 1e-5)),
+                                 (rmsnorm.rmsnorm_kernel, (x, w, x, 1e-6))]:
+                kernel = getattr(kernel, "kernel", kernel)
+                specs, consts, _ = kernel.specialise(kernel.bind(args, {"BLOCK": 65536}))
+                assert kernel.compile(specs, consts, None, "cuda").artifact.spills == 0
