@@ -1,0 +1,115 @@
+"""How cost grows with the row length: softmax, layernorm and RMSNorm forward (the examples, with
+``BLOCK = next_power_of_2(C)`` and no ``num_warps``) over rows of C columns, 2**26 elements per
+run, against torch and the copy bandwidth measured in the same run.
+
+    python3 benchmarks/bench_sweep.py [--columns 128,1024,4096,16384,65536] [--dtypes float32,bfloat16]
+                                      [--kernels softmax,layernorm,rmsnorm] [--png sweep.png]
+
+Every output is poisoned with NaN, computed and checked against torch in float32 before it is
+timed. Bytes moved: the input read and the output written (a weight row is not counted). With
+``--png`` (needs matplotlib, the ``[bench]`` extra) the ratio to copy is plotted against C for
+tilejit and torch.
+"""
+from __future__ import annotations
+
+import argparse
+
+import common
+import tilejit as tj
+
+ELEMENTS = 2 ** 26
+TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}
+COLUMNS = [("kernel", "kernel", ""), ("cols", "C", ""), ("dtype", "dtype", ""), ("warps", "warps", ""),
+           ("tj", "tilejit GB/s", ".0f"), ("torch", "torch GB/s", ".0f"), ("copy", "copy GB/s", ".0f"),
+           ("vs_copy", "tj/copy", ".3f"), ("torch_vs_copy", "torch/copy", ".3f"), ("vs_torch", "tj/torch", ".3f"),
+           ("err", "rel err", ".1e")]
+
+
+def cases(torch, kernel: str, x, w, b, y):
+    """(tilejit kernel, its arguments, torch in the dtype, torch in float32) for one kernel."""
+    F, n = torch.nn.functional, x.shape[1]
+    if kernel == "softmax":
+        return (common.load_example("softmax").softmax_kernel, (x, y), lambda: torch.softmax(x, dim=1),
+                lambda: torch.softmax(x.float(), dim=1))
+    if kernel == "layernorm":
+        return (common.load_example("layernorm").layernorm_kernel, (x, w, b, y, 1e-5),
+                lambda: F.layer_norm(x, (n,), w, b, 1e-5), lambda: F.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5))
+    if kernel == "rmsnorm":
+        return (common.load_example("rmsnorm").rmsnorm_kernel, (x, w, y, 1e-6),
+                lambda: F.rms_norm(x, (n,), w, 1e-6), lambda: F.rms_norm(x.float(), (n,), w.float(), 1e-6))
+    raise SystemExit(f"bench_sweep: unknown kernel {kernel!r} (softmax, layernorm or rmsnorm)")
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    keys = sorted({(r["kernel"], r["dtype"]) for r in rows})
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5), squeeze=False)
+    for ax, (kernel, dtype) in zip(axes[0], keys):
+        sel = [r for r in rows if (r["kernel"], r["dtype"]) == (kernel, dtype)]
+        cols = [r["cols"] for r in sel]
+        ax.plot(cols, [r["vs_copy"] for r in sel], "o-", label="tilejit")
+        ax.plot(cols, [r["torch_vs_copy"] for r in sel], "s--", label="torch")
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.1)
+        ax.set_title(f"{kernel} {dtype}")
+        ax.set_xlabel("columns")
+        ax.set_ylabel("fraction of copy bandwidth")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--columns", default="128,256,1024,4096,16384,32768,65536")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--kernels", default="softmax,layernorm,rmsnorm")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--png", default="")
+    args = parser.parse_args(argv)
+    torch = common.require_cuda_torch()
+    rows = []
+    for name in args.dtypes.split(","):
+        dtype = getattr(torch, name)
+        for n in (int(c) for c in args.columns.split(",")):
+            m = ELEMENTS // n
+            x = common.random_tensor(torch, (m, n), dtype, 1)
+            w, b = (common.random_tensor(torch, (n,), dtype, s) for s in (2, 3))
+            y = torch.empty_like(x)
+            src, dst = common.random_tensor(torch, (m, n), dtype, 4), torch.empty_like(x)
+            nbytes = 2 * x.numel() * x.element_size()
+            copy = common.time_cuda(lambda: dst.copy_(src), warmup=10, reps=args.reps).gbps(nbytes)
+            block = tj.next_power_of_2(n)
+            for label in args.kernels.split(","):
+                kernel, kargs, ref_fn, exact = cases(torch, label, x, w, b, y)
+
+                def launch():
+                    kernel[(m,)](*kargs, BLOCK=block)
+                y.fill_(float("nan"))
+                launch()
+                torch.cuda.synchronize()
+                err = common.relative_error(torch, y.float(), exact())
+                assert err <= TOLERANCE[name], f"{label} C={n} {name}: relative error {err:.3g}"
+                tj_gbps = common.time_cuda(launch, setup=lambda: y.fill_(float("nan")), warmup=10,
+                                           reps=args.reps).gbps(nbytes)
+                torch_gbps = common.time_cuda(ref_fn, warmup=10, reps=args.reps).gbps(nbytes)
+                warps = kernel.inspect(*kargs, BLOCK=block).num_warps
+                rows.append({"kernel": label, "cols": n, "dtype": name, "warps": warps, "tj": tj_gbps,
+                             "torch": torch_gbps, "copy": copy, "vs_copy": tj_gbps / copy,
+                             "torch_vs_copy": torch_gbps / copy, "vs_torch": tj_gbps / torch_gbps, "err": err})
+                common.record(f"sweep-{label}", f"{m}x{n}", name, tj_gbps, "GB/s", "torch copy_ (same run)", copy,
+                              tj_gbps / copy, torch_GBps=torch_gbps, num_warps=warps)
+            del x, y, src, dst
+    rows.sort(key=lambda r: (r["kernel"], r["dtype"], r["cols"]))
+    common.print_table(rows, COLUMNS, title=f"row kernels by length on {common.gpu_name()} (2**26 elements, "
+                       f"CUDA events, median of {args.reps}, L2 flushed; no num_warps)")
+    if args.png:
+        plot(rows, args.png)
+        print(f"plot: {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
