@@ -18,8 +18,12 @@ by other such ops, by a reduction over the last axis (sum, max or min) or by a s
 - each store of a wide value becomes a loop that recomputes and stores chunk by chunk;
 - everything else stays where it was.
 
-Softmax thus reads its row three times (max, sum, then the store): from L2 after the first pass,
-since one program per SM keeps 132 rows of at most 256 KB in flight.  Loads past the array read
+Two refinements (module switches, measured in ``benchmarks/chunk_variants.py``): a loop with one
+wide load prefetches (chunk 0 before the loop, the next chunk at the top of each iteration, so
+the loads overlap the reduction; the chunk is halved to make room), and softmax's
+``m = max(x)`` ... ``sum(exp(x - m))`` runs as one loop with a running max (online softmax).
+Softmax thus reads its row twice (the statistics, then the store), the second time mostly
+from L2: one program per SM keeps 132 rows of at most 256 KB in flight.  Loads past the array read
 ``other`` and stores past it are dropped, exactly as for the whole tile; sums are reassociated
 per chunk (within the float tolerance of any reordered sum).  The pass refuses (returns ``fn``
 unchanged) when a store could change what a later chunk loop reloads.
@@ -34,6 +38,9 @@ from tilejit import dtypes, ir
 from tilejit.ir import ConstAttrs, ForAttrs, ReduceKind, TileOp
 
 CHUNK_VALUES = 32 * 32 * 16         # a row tile of more values is split: 16 per thread at 32 warps
+CHUNK_BUDGET = CHUNK_VALUES         # the values of all the loads of one chunk (with PREFETCH, twice)
+PREFETCH = True                     # each chunk loop loads the next chunk before computing this one
+ONLINE_SOFTMAX = True               # max(x) and sum(exp(x - max)) in one loop (a running max)
 
 
 # ops that make a wide value from wide operands (or from nothing)
@@ -96,8 +103,9 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
         return None
     # the loads a loop body may hold at once share the 16 values per thread
     loads = sum(1 for v in wide if v.owner.op is TileOp.LOAD)
+    loads = max(loads, 2) if PREFETCH and loads == 1 else loads         # the prefetched copy
     parts = 1
-    while size // parts * loads > CHUNK_VALUES and parts < width:
+    while size // parts * loads > CHUNK_BUDGET and parts < width:
         parts *= 2
     return ChunkPlan(width, width // parts, frozenset(wide))
 
@@ -157,8 +165,14 @@ def chunk_rows(fn: ir.Function) -> ir.Function:
     def const(value, dt, loc) -> ir.Value:
         return b.create(TileOp.CONSTANT, [], [ir.scalar(dt)], ConstAttrs(value), loc=loc).result
 
+    pairs = _softmax_pairs(top, plan) if ONLINE_SOFTMAX else {}
+    deferred = set(pairs.values())
     for o in top:
-        if o.op is TileOp.REDUCE and o.operands[0] in plan.wide:
+        if o in pairs:
+            mapped[pairs[o].result], mapped[o.result] = _online_softmax_loop(b, pairs[o], o, plan, remap, const)
+        elif o in deferred:
+            continue                                # computed by its sum's online loop
+        elif o.op is TileOp.REDUCE and o.operands[0] in plan.wide:
             mapped[o.result] = _reduce_loop(b, o, plan, remap, const)
         elif o.op is TileOp.STORE and o.operands[-1] in plan.wide:
             _store_loop(b, o, plan, remap, const)
@@ -170,21 +184,52 @@ def chunk_rows(fn: ir.Function) -> ir.Function:
     return fn
 
 
-def _loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, const, inits: list) -> tuple:
-    """A FOR over the chunks, at ``o``'s line: (the op, the body builder, the induction variable)."""
+def _wide_loads(v: ir.Value, wide: frozenset, found: list) -> list:
+    """The wide LOADs ``v`` is computed from, in first-use order."""
+    if v in wide and v not in found:
+        if v.owner.op is TileOp.LOAD:
+            found.append(v)
+        else:
+            for x in v.owner.operands:
+                _wide_loads(x, wide, found)
+    return found
+
+
+def _loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const, root: ir.Value, inits: list):
+    """A FOR over the chunks at ``o``'s line that makes ``root``'s chunk, with ``inits`` carried:
+    (the op, the body builder, the chunk maker).  With ``PREFETCH`` the load of a loop that has one
+    is rotated: chunk 0 is loaded before the loop and each iteration loads the next chunk (the
+    last one again at the end: never a column outside the tile) before it computes on the
+    current one."""
     i32 = dtypes.int32
     bounds = [const(0, i32, o.loc), const(plan.width, i32, o.loc), const(plan.chunk, i32, o.loc)]
+    loads = _wide_loads(root, plan.wide, []) if PREFETCH else []
+    if len(loads) > 1:
+        loads = []          # (bf16 layernorm's x, weight and bias, twice over, spill at 32 warps)
+    zero, last = bounds[0], const(plan.width - plan.chunk, i32, o.loc)
+    first = [_Chunk(b, plan, zero, remap).value(v) for v in loads]
     iv = ir.Value(ir.scalar(i32), "chunk")
-    body = ir.Block([iv] + [ir.Value(x.type, "partial") for x in inits], [])
-    loop = b.create(TileOp.FOR, bounds + inits, [x.type for x in inits], ForAttrs(), regions=[body], loc=o.loc)
-    return loop, b.at(body), iv
+    args = [ir.Value(x.type, "partial") for x in inits] + [ir.Value(x.type, "chunk_tile") for x in first]
+    body = ir.Block([iv] + args, [])
+    loop = b.create(TileOp.FOR, bounds + inits + first, [x.type for x in inits + first], ForAttrs(),
+                    regions=[body], loc=o.loc)
+    bb = b.at(body)
+    nexts = []
+    if loads:
+        ahead = bb.create(TileOp.ADD, [iv, bounds[2]], [iv.type], loc=o.loc).result
+        ahead = bb.create(TileOp.MINIMUM, [ahead, last], [iv.type], loc=o.loc).result
+        nexts = [_Chunk(bb, plan, ahead, remap).value(v) for v in loads]
+    chunk = _Chunk(bb, plan, iv, remap, dict(zip(loads, args[len(inits):])))
+    chunk.nexts = nexts
+    return loop, bb, chunk
 
 
 class _Chunk:
     """Clones the wide values a loop body needs, as chunks at column ``iv``."""
 
-    def __init__(self, b: ir.Builder, plan: ChunkPlan, iv: ir.Value, remap):
-        self.b, self.plan, self.iv, self.remap, self.done = b, plan, iv, remap, {}
+    def __init__(self, b: ir.Builder, plan: ChunkPlan, iv: ir.Value, remap, given: dict | None = None):
+        self.b, self.plan, self.iv, self.remap, self.done = b, plan, iv, remap, dict(given or {})
+        self.nexts: list = []           # the prefetched next chunks the loop body yields
 
     def offset(self, off: ir.Value, loc) -> ir.Value:
         iv = self.iv
@@ -235,14 +280,13 @@ def _reduce_loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const) 
     init = const(_identity(kind, acc_t.dtype), acc_t.dtype, o.loc)
     if acc_t.shape:
         init = b.create(TileOp.SPLAT, [init], [acc_t], loc=o.loc).result
-    loop, body, iv = _loop(b, o, plan, const, [init])
-    chunk = _Chunk(body, plan, iv, remap)
+    loop, body, chunk = _loop(b, o, plan, remap, const, o.operands[0], [init])
     part = body.create(TileOp.REDUCE, [chunk.value(o.operands[0])], [t], o.attrs, loc=o.loc).result
     if acc_t != t:
         part = body.create(TileOp.CAST, [part], [acc_t], loc=o.loc).result
     total = body.create(_COMBINE[kind], [body.block.args[1], part], [acc_t], loc=o.loc).result
-    body.create(TileOp.YIELD, [total], loc=o.loc)
-    result = loop.result
+    body.create(TileOp.YIELD, [total] + chunk.nexts, loc=o.loc)
+    result = loop.results[0]
     if acc_t != t:
         result = b.create(TileOp.CAST, [result], [t], loc=o.loc).result
     result.hint = o.result.hint
@@ -251,10 +295,89 @@ def _reduce_loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const) 
 
 def _store_loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const) -> None:
     """The store ``o`` of a wide value as a loop that stores chunk by chunk."""
-    loop, body, iv = _loop(b, o, plan, const, [])
-    chunk = _Chunk(body, plan, iv, remap)
+    loop, body, chunk = _loop(b, o, plan, remap, const, o.operands[-1], [])
     tile = chunk.value(o.operands[-1])
     operands = [remap(x) for x in o.operands[:-1]]
     operands[-1] = chunk.offset(operands[-1], o.loc)
     body.create(TileOp.STORE, operands + [tile], [], o.attrs, loc=o.loc)
-    body.create(TileOp.YIELD, [], loc=o.loc)
+    body.create(TileOp.YIELD, chunk.nexts, loc=o.loc)
+
+
+# ------------------------------------------------------------------------------ online softmax
+def _depends(v: ir.Value, on: ir.Value, wide: frozenset) -> bool:
+    """The wide value ``v`` is computed from ``on`` (through wide ops only)."""
+    if v is on:
+        return True
+    return v in wide and any(_depends(x, on, wide) for x in v.owner.operands)
+
+
+def _softmax_pairs(top: list, plan: ChunkPlan) -> dict:
+    """sum REDUCE op -> max REDUCE op for each ``m = max(x, keepdims)`` ... ``sum(exp(x - m))``
+    (same ``x``, the last axis) that one loop can compute with a running max: nothing between
+    the two needs ``m`` except wide values, which the later loops make again."""
+    pairs = {}
+    for i, r2 in enumerate(top):
+        if not (r2.op is TileOp.REDUCE and r2.attrs.kind is ReduceKind.SUM and r2.operands[0] in plan.wide):
+            continue
+        e = r2.operands[0].owner
+        if e.op is not TileOp.EXP or e.operands[0].owner.op is not TileOp.SUB:
+            continue
+        x, bcast = e.operands[0].owner.operands
+        if bcast.owner is None or bcast.owner.op is not TileOp.BROADCAST:
+            continue
+        r1 = bcast.owner.operands[0].owner
+        if (r1 is None or r1 not in top or r1.op is not TileOp.REDUCE or r1.attrs.kind is not ReduceKind.MAX
+                or r1.operands[0] is not x or not r1.attrs.keepdims or not x.type.dtype.is_float):
+            continue
+        between = top[top.index(r1) + 1:i]
+        if any(o.op in (TileOp.REDUCE, TileOp.STORE) and any(_depends(v, r1.result, plan.wide) for v in o.operands)
+               or not any(r in plan.wide for r in o.results) and r1.result in o.operands for o in between):
+            continue
+        pairs[r2] = r1
+    return pairs
+
+
+def _online_softmax_loop(b: ir.Builder, r1: ir.Operation, r2: ir.Operation, plan: ChunkPlan, remap, const):
+    """(max, sum) of ``r1``/``r2`` from one loop.  Per chunk: m' = max(m, max(chunk)),
+    s' = s * exp(m - m') + sum(exp(chunk - m')), with m' read as 0 while it is -inf (every
+    value so far -inf: the terms are then 0, not NaN), in float32; a row that is -inf
+    throughout gets NaN, as exp(-inf - -inf) gives it in the unsplit sum."""
+    loc, x = r2.loc, r1.operands[0]
+    mt, st = r1.result.type, r2.result.type
+    f32 = dtypes.float32
+    ft = ir.TileType(mt.shape, f32)
+    bool_t = ir.TileType(mt.shape, dtypes.bool_)
+
+    def splat(value, t, builder):
+        c = builder.create(TileOp.CONSTANT, [], [ir.scalar(t.dtype)], ConstAttrs(value), loc=loc).result
+        return builder.create(TileOp.SPLAT, [c], [t], loc=loc).result
+
+    m0, s0 = splat(float("-inf"), ft, b), splat(0.0, ft, b)
+    loop, body, chunk = _loop(b, r2, plan, remap, const, x, [m0, s0])
+    m_run, s_run = body.block.args[1:3]
+    xc = chunk.value(x)
+    m_c = body.create(TileOp.REDUCE, [xc], [mt], r1.attrs, loc=loc).result
+    if mt.dtype != f32:
+        m_c = body.create(TileOp.CAST, [m_c], [ft], loc=loc).result
+    m_new = body.create(TileOp.MAXIMUM, [m_run, m_c], [ft], loc=loc).result
+    empty = body.create(TileOp.EQ, [m_new, splat(float("-inf"), ft, body)], [bool_t], loc=loc).result
+    m_safe = body.create(TileOp.WHERE, [empty, splat(0.0, ft, body), m_new], [ft], loc=loc).result
+    scale = body.create(TileOp.EXP, [body.create(TileOp.SUB, [m_run, m_safe], [ft], loc=loc).result], [ft], loc=loc).result
+    ct = xc.type
+    m_b = m_safe if mt.dtype == f32 else body.create(TileOp.CAST, [m_safe], [mt], loc=loc).result
+    m_b = body.create(TileOp.BROADCAST, [m_b], [ct], loc=loc).result
+    terms = body.create(TileOp.EXP, [body.create(TileOp.SUB, [xc, m_b], [ct], loc=loc).result], [ct], loc=loc).result
+    part = body.create(TileOp.REDUCE, [terms], [st], r2.attrs, loc=loc).result
+    if st.dtype != f32:
+        part = body.create(TileOp.CAST, [part], [ft], loc=loc).result
+    s_new = body.create(TileOp.FMA, [s_run, scale, part], [ft], loc=loc).result
+    body.create(TileOp.YIELD, [m_new, s_new] + chunk.nexts, loc=loc)
+    m, s = loop.results[:2]
+    none = b.create(TileOp.EQ, [m, splat(float("-inf"), ft, b)], [bool_t], loc=loc).result
+    s = b.create(TileOp.WHERE, [none, splat(float("nan"), ft, b), s], [ft], loc=loc).result
+    if mt.dtype != f32:
+        m = b.create(TileOp.CAST, [m], [mt], loc=loc).result
+    if st.dtype != f32:
+        s = b.create(TileOp.CAST, [s], [st], loc=loc).result
+    m.hint, s.hint = r1.result.hint, r2.result.hint
+    return m, s

@@ -11,6 +11,7 @@ import tilejit as tj
 from tilejit import ir
 from tilejit.ir import TileOp
 from tilejit.passes import pipeline
+from tilejit.passes import chunk_rows as chunk_rows_module
 from tilejit.passes.chunk_rows import CHUNK_VALUES, chunk_rows, plan_chunks
 
 from examples import layernorm, rmsnorm, softmax
@@ -41,30 +42,77 @@ def row_stats(x, lo, hi, total, BLOCK: tj.constexpr):
     tj.store(total, (row,), tj.sum(tj.where(cols < x.shape[1], 1, 0), axis=1))
 
 
-def test_a_65536_column_softmax_becomes_three_chunk_loops():
+@pytest.fixture
+def plain_loops(monkeypatch):
+    """Chunk loops without the prefetch and the online softmax (the structure the tests read)."""
+    monkeypatch.setattr(chunk_rows_module, "PREFETCH", False)
+    monkeypatch.setattr(chunk_rows_module, "ONLINE_SOFTMAX", False)
+
+
+def loops_of(fn: ir.Function) -> list:
+    return [o for o in fn.body.ops if o.op is TileOp.FOR]
+
+
+def test_a_65536_column_softmax_becomes_three_chunk_loops(plain_loops):
     """max, sum and the store each loop over 4 chunks of 16384 columns (16 values per thread
     at 32 warps); nothing the size of the row is left, and the chosen warps are 32."""
     x = np.zeros((2, 65536), np.float32)
     fn = tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)
     plan = plan_chunks(fn)
     assert (plan.width, plan.chunk) == (65536, 16384)
-    out = chunk_rows(fn)
-    loops = [o for o in out.body.ops if o.op is TileOp.FOR]
+    loops = loops_of(chunk_rows(fn))
     assert len(loops) == 3
     assert all([int(b.owner.attrs.value) for b in o.operands[:3]] == [0, 65536, 16384] for o in loops)
     assert [o.op for o in loops[-1].regions[0].ops if o.op in (TileOp.LOAD, TileOp.STORE)] == [TileOp.LOAD, TileOp.STORE]
-    assert widest(out) == 16384 and CHUNK_VALUES == 16384
+    assert widest(fn) == 16384 and CHUNK_VALUES == 16384
     assert softmax.softmax_kernel.inspect(x, x, BLOCK=65536).num_warps == 32
 
 
+def test_the_online_softmax_and_the_prefetch_shape_the_loops(monkeypatch):
+    """With the running max, softmax has two loops (max and sum together, then the store);
+    with the prefetch, chunk 0 is loaded before each loop and each iteration loads the next
+    chunk (clamped to the last) first and carries it, in half-size chunks."""
+    monkeypatch.setattr(chunk_rows_module, "PREFETCH", True)
+    monkeypatch.setattr(chunk_rows_module, "ONLINE_SOFTMAX", True)
+    x = np.zeros((2, 65536), np.float32)
+    fn = chunk_rows(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536))
+    loops = loops_of(fn)
+    assert len(loops) == 2 and plan_chunks(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)).chunk == 8192
+    online, store = loops
+    assert [r.type.shape for r in online.results] == [(1, 1), (1, 1), (1, 8192)]
+    assert [o.op for o in online.regions[0].ops if o.op in (TileOp.LOAD, TileOp.REDUCE)] == [
+        TileOp.LOAD, TileOp.REDUCE, TileOp.REDUCE]
+    for loop in loops:
+        before = fn.body.ops[fn.body.ops.index(loop) - 1]
+        assert before.op is TileOp.LOAD and loop.operands[-1] is before.result
+        body = loop.regions[0].ops
+        assert body[-1].operands[-1] is next(o for o in body if o.op is TileOp.LOAD).result
+        clamp = next(o for o in body if o.op is TileOp.MINIMUM)
+        assert int(clamp.operands[1].owner.attrs.value) == 65536 - 8192
+
+
+@pytest.mark.parametrize("rows", ["all -inf", "first half -inf"])
+def test_the_online_softmax_keeps_the_unsplit_results_on_infinite_rows(rows, monkeypatch):
+    """A row that is -inf throughout gives NaN (as exp(-inf - -inf) does unsplit); a row whose
+    first chunks are all -inf gives the right softmax (the running max is -inf there)."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x = np.random.default_rng(5).standard_normal((2, 40000)).astype(np.float32)
+    x[0, :40000 if rows == "all -inf" else 20000] = -np.inf
+    with np.errstate(all="ignore"):
+        want = softmax.reference(x)
+    got = softmax.run(x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    tj.testing.assert_close(np.nan_to_num(got), np.nan_to_num(want))
+
+
 @pytest.mark.parametrize("cols,chunk", [(16384, None), (32768, 16384), (131072, 16384)])
-def test_rows_within_the_registers_are_left_alone_and_longer_ones_split(cols, chunk):
+def test_rows_within_the_registers_are_left_alone_and_longer_ones_split(cols, chunk, plain_loops):
     x = np.zeros((2, cols), np.float32)
     plan = plan_chunks(tile_ir(softmax.softmax_kernel, x, x, BLOCK=cols))
     assert (plan.chunk if plan else None) == chunk
 
 
-def test_the_loads_of_a_loop_share_the_budget():
+def test_the_loads_of_a_loop_share_the_budget(plain_loops):
     """layernorm's last loop loads x, weight and bias: 3 loads, so chunks of 4096 (not 16384);
     RMSNorm's two loads get 8192."""
     x, w = np.zeros((2, 65536), np.float32), np.zeros(65536, np.float32)
@@ -86,13 +134,17 @@ def test_long_row_kernels_match_numpy_on_emulate(dtype, cols, monkeypatch):
     tj.testing.assert_close(rmsnorm.run(x, w), rmsnorm.reference(x, w).astype(dtype))
 
 
-def test_several_rows_per_program_and_the_in_place_softmax(monkeypatch):
+@pytest.mark.parametrize("variant", ["plain", "online, prefetched"])
+def test_several_rows_per_program_and_the_in_place_softmax(variant, monkeypatch):
     """(2, 32768) tiles split along the columns; y aliasing x is safe because each chunk is
     read before it is written."""
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     x = np.random.default_rng(3).standard_normal((4, 30000)).astype(np.float32)
     want = softmax.reference(x)
-    assert plan_chunks(tile_ir(softmax_rows, x, x, R=2, BLOCK=32768)).chunk == 8192
+    monkeypatch.setattr(chunk_rows_module, "PREFETCH", variant != "plain")
+    monkeypatch.setattr(chunk_rows_module, "ONLINE_SOFTMAX", variant != "plain")
+    assert plan_chunks(tile_ir(softmax_rows, x, x, R=2, BLOCK=32768)).chunk == (8192 if variant == "plain" else 4096)
+    softmax_rows.kernel._cache.clear() if hasattr(softmax_rows, "kernel") else softmax_rows._cache.clear()
     y = np.full_like(x, np.nan)
     softmax_rows[(2,)](x, y, R=2, BLOCK=32768)
     tj.testing.assert_close(y, want)
@@ -131,7 +183,7 @@ def row_argmax(x, y, BLOCK: tj.constexpr):
     tj.store(y, (row,), tj.argmax(tj.load(x, (row, 0), (1, BLOCK)), axis=1))
 
 
-def test_kernels_the_pass_cannot_split_are_left_unchanged():
+def test_kernels_the_pass_cannot_split_are_left_unchanged(plain_loops):
     """A store before a chunk loop reloads its array (chunks would read the new values), a
     reduction over another axis, and argmax: no plan, and the IR is the same."""
     x, y = np.zeros((2, 65536), np.float32), np.zeros(65536, np.float32)

@@ -1,0 +1,75 @@
+"""Experiment: the chunk size, warps and prefetch of ``passes.chunk_rows`` on the long-row
+kernels (softmax, RMSNorm, layernorm at 65536 and 32768 columns, fp32 and bf16), against copy in
+the same run.  Each variant compiles into its own cache directory (the compiler's fingerprint
+does not see the patched constants).
+
+    python3 benchmarks/chunk_variants.py [--cpu]      # --cpu: only compile and report spills
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import warnings
+
+import common
+import tilejit as tj
+from tilejit.passes import chunk_rows
+
+VARIANTS = [(False, 16384, 32, False), (False, 16384, 32, True), (True, 16384, 32, True), (False, 8192, 16, True),
+            (True, 8192, 16, True), (True, 32768, 32, True)]
+
+
+def kernels(n):
+    return [("softmax", common.load_example("softmax").softmax_kernel, lambda x, w, y: (x, y)),
+            ("rmsnorm", common.load_example("rmsnorm").rmsnorm_kernel, lambda x, w, y: (x, w, y, 1e-6)),
+            ("layernorm", common.load_example("layernorm").layernorm_kernel, lambda x, w, y: (x, w, w, y, 1e-5))]
+
+
+def main() -> int:
+    cpu = "--cpu" in sys.argv
+    base = tempfile.mkdtemp()
+    rows = []
+    torch = None if cpu else common.require_cuda_torch()
+    for name in ("float32", "bfloat16"):
+        for n in (65536, 32768):
+            m = 2 ** 26 // n
+            if cpu:
+                import numpy as np
+                x = np.zeros((2, n), tj.bfloat16.np if name == "bfloat16" else np.float32)
+                w, y = x[0].copy(), x.copy()
+            else:
+                dtype = getattr(torch, name)
+                x = common.random_tensor(torch, (m, n), dtype, 1)
+                w, y = common.random_tensor(torch, (n,), dtype, 2), torch.empty_like(x)
+                src, dst = common.random_tensor(torch, (m, n), dtype, 4), torch.empty_like(x)
+                nbytes = 2 * x.numel() * x.element_size()
+                copy = common.time_cuda(lambda: dst.copy_(src), warmup=10, reps=20).gbps(nbytes)
+            for label, kernel, args in kernels(n):
+                for i, (prefetch, values, warps, online) in enumerate(VARIANTS):
+                    chunk_rows.PREFETCH, chunk_rows.CHUNK_BUDGET, chunk_rows.ONLINE_SOFTMAX = prefetch, values, online
+                    os.environ["TILEJIT_CACHE_DIR"] = f"{base}/{i}"
+                    k = getattr(kernel, "kernel", kernel)
+                    k._cache.clear()
+                    getattr(k, "_launchers", {}).clear() if hasattr(k, "_launchers") else None
+                    kargs = args(x, w, y)
+                    with warnings.catch_warnings(record=True) as ws:
+                        warnings.simplefilter("always")
+                        r = kernel.inspect(*kargs, BLOCK=n, num_warps=warps)
+                    spill = r.spills
+                    gbps = float("nan")
+                    if not cpu:
+                        launch = lambda: kernel[(m,)](*kargs, BLOCK=n, num_warps=warps)  # noqa: E731
+                        y.fill_(float("nan"))
+                        launch()
+                        torch.cuda.synchronize()
+                        assert not torch.isnan(y).any(), (label, n, name, i)
+                        gbps = common.time_cuda(launch, warmup=5, reps=20).gbps(nbytes) / copy
+                    plan = chunk_rows.plan_chunks(k.tile_ir(*k.specialise(k.bind(kargs, {"BLOCK": n}))[:2]))
+                    rows.append((label, name, n, prefetch, online, plan.chunk if plan else None, r.num_warps, r.registers, spill, gbps))
+                    print(*rows[-1], flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
