@@ -34,8 +34,8 @@ def compiler_fingerprint() -> str:
     h = hashlib.sha256()
     h.update(f"python {sys.version}\nllvmlite {llvmlite.__version__}\n{toolchain_versions()}\n".encode())
     for top in _SOURCE_DIRS:
-        for directory, subdirs, names in sorted(os.walk(os.path.join(_ROOT_DIR, top))):
-            subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        for directory, subdirs, names in os.walk(os.path.join(_ROOT_DIR, top)):
+            subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")    # (prunes the walk, in order)
             for name in sorted(n for n in names if n.endswith(".py")):
                 path = os.path.join(directory, name)
                 h.update(os.path.relpath(path, _ROOT_DIR).encode() + b"\0")
