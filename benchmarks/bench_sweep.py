@@ -1,6 +1,7 @@
 """How cost grows with the row length: softmax, layernorm and RMSNorm forward (the examples, with
 ``BLOCK = next_power_of_2(C)`` and no ``num_warps``) over rows of C columns, 2**26 elements per
-run, against torch and the copy bandwidth measured in the same run.
+run, against torch, Triton's tutorial kernels (``triton_kernels.py``) and the copy bandwidth
+measured in the same run.
 
     python3 benchmarks/bench_sweep.py [--columns 128,1024,4096,16384,65536] [--dtypes float32,bfloat16]
                                       [--kernels softmax,layernorm,rmsnorm] [--png sweep.png]
@@ -22,7 +23,18 @@ TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}
 COLUMNS = [("kernel", "kernel", ""), ("cols", "C", ""), ("dtype", "dtype", ""), ("warps", "warps", ""),
            ("tj", "tilejit GB/s", ".0f"), ("torch", "torch GB/s", ".0f"), ("copy", "copy GB/s", ".0f"),
            ("vs_copy", "tj/copy", ".3f"), ("torch_vs_copy", "torch/copy", ".3f"), ("vs_torch", "tj/torch", ".3f"),
-           ("err", "rel err", ".1e")]
+           ("triton_vs_copy", "triton/copy", ".3f"), ("vs_triton", "tj/triton", ".3f"), ("err", "rel err", ".1e")]
+
+
+def triton_twin(label: str, x, w, b, y):
+    """The Triton tutorial kernel for ``label`` (benchmarks/triton_kernels.py), or None without
+    Triton."""
+    try:
+        import triton_kernels as tk
+    except ImportError:
+        return None
+    return {"softmax": lambda: tk.softmax(x, y), "layernorm": lambda: tk.layernorm(x, w, b, y, 1e-5),
+            "rmsnorm": lambda: tk.rmsnorm(x, w, y, 1e-6)}[label]
 
 
 def cases(torch, kernel: str, x, w, b, y):
@@ -51,6 +63,7 @@ def plot(rows: list[dict], path: str) -> None:
         cols = [r["cols"] for r in sel]
         ax.plot(cols, [r["vs_copy"] for r in sel], "o-", label="tilejit")
         ax.plot(cols, [r["torch_vs_copy"] for r in sel], "s--", label="torch")
+        ax.plot(cols, [r["triton_vs_copy"] for r in sel], "^:", label="triton (tutorial)")
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 1.1)
         ax.set_title(f"{kernel} {dtype}")
@@ -68,13 +81,14 @@ def main(argv=None) -> int:
     parser.add_argument("--kernels", default="softmax,layernorm,rmsnorm")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--png", default="")
+    parser.add_argument("--elements", type=int, default=ELEMENTS, help="elements per run (rows = this / C)")
     args = parser.parse_args(argv)
     torch = common.require_cuda_torch()
     rows = []
     for name in args.dtypes.split(","):
         dtype = getattr(torch, name)
         for n in (int(c) for c in args.columns.split(",")):
-            m = ELEMENTS // n
+            m = args.elements // n
             x = common.random_tensor(torch, (m, n), dtype, 1)
             w, b = (common.random_tensor(torch, (n,), dtype, s) for s in (2, 3))
             y = torch.empty_like(x)
@@ -95,12 +109,22 @@ def main(argv=None) -> int:
                 tj_gbps = common.time_cuda(launch, setup=lambda: y.fill_(float("nan")), warmup=10,
                                            reps=args.reps).gbps(nbytes)
                 torch_gbps = common.time_cuda(ref_fn, warmup=10, reps=args.reps).gbps(nbytes)
+                triton_gbps = float("nan")
+                twin = triton_twin(label, x, w, b, y)
+                if twin is not None:
+                    y.fill_(float("nan"))
+                    twin()
+                    torch.cuda.synchronize()
+                    terr = common.relative_error(torch, y.float(), exact())
+                    assert terr <= TOLERANCE[name], f"triton {label} C={n} {name}: relative error {terr:.3g}"
+                    triton_gbps = common.time_cuda(twin, warmup=10, reps=args.reps).gbps(nbytes)
                 warps = kernel.inspect(*kargs, BLOCK=block).num_warps
                 rows.append({"kernel": label, "cols": n, "dtype": name, "warps": warps, "tj": tj_gbps,
                              "torch": torch_gbps, "copy": copy, "vs_copy": tj_gbps / copy,
-                             "torch_vs_copy": torch_gbps / copy, "vs_torch": tj_gbps / torch_gbps, "err": err})
+                             "torch_vs_copy": torch_gbps / copy, "vs_torch": tj_gbps / torch_gbps,
+                             "triton_vs_copy": triton_gbps / copy, "vs_triton": tj_gbps / triton_gbps, "err": err})
                 common.record(f"sweep-{label}", f"{m}x{n}", name, tj_gbps, "GB/s", "torch copy_ (same run)", copy,
-                              tj_gbps / copy, torch_GBps=torch_gbps, num_warps=warps)
+                              tj_gbps / copy, torch_GBps=torch_gbps, triton_GBps=triton_gbps, num_warps=warps)
             del x, y, src, dst
     rows.sort(key=lambda r: (r["kernel"], r["dtype"], r["cols"]))
     common.print_table(rows, COLUMNS, title=f"row kernels by length on {common.gpu_name()} (2**26 elements, "
