@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import numpy as np
 
@@ -62,6 +63,59 @@ def test_the_deepest_attribute_chain_followed_is_keyed_and_one_past_it_is_not():
         leaf = leaf.a
     leaf.v = 3
     assert kernel_fingerprint(past) == key and readings(past) == seen
+
+
+def test_a_chain_from_a_closure_cell_has_the_same_depth_limit():
+    """The deepest value of a chain read from a closure cell is watched; one past it is not."""
+    def make(root):
+        def k(x):
+            return x * root.a.a.a.a.a.a.v + root.a.a.a.a.a.a.a.v
+        return k
+    root = chain(_MAX_ATTRIBUTE_DEPTH + 1, 2)
+    k = make(root)
+    seen = readings(k)
+    leaf = root
+    for _ in range(_MAX_ATTRIBUTE_DEPTH + 1):
+        leaf = leaf.a
+    leaf.v = 3                          # 8 reads deep: past the limit
+    assert readings(k) == seen
+    leaf = root
+    for _ in range(_MAX_ATTRIBUTE_DEPTH):
+        leaf = leaf.a
+    leaf.v = 3                          # 7 reads deep: the deepest watched
+    assert readings(k) != seen
+
+
+def test_names_read_only_inside_nested_code_are_watched():
+    """A global read only in a lambda (a nested code object) is keyed and watched."""
+    fn = function("def k(x):\n    f = lambda v: v * SCALE\n    return f(x)\n", SCALE=2)
+    key, seen = kernel_fingerprint(fn), readings(fn)
+    fn.__globals__["SCALE"] = 3
+    assert kernel_fingerprint(fn) != key and readings(fn) != seen
+
+
+def test_a_reader_whose_attribute_starts_raising_reports_a_change():
+    class Good:
+        gain = 2
+
+    class Bad:
+        @property
+        def gain(self):
+            raise RuntimeError("no")
+    fn = function("def k(x):\n    return x * cfg.gain\n", cfg=Good())
+    readers, seen = dependency_readers(fn), readings(fn)
+    fn.__globals__["cfg"] = Bad()
+    assert [snapshot(read()) for read in readers] != seen
+
+
+def test_a_user_module_named_like_a_standard_one_is_still_walked():
+    """Only the top-level package decides (``numpy``, ``math``): ``userpkg.math.GAIN`` counts."""
+    mod = types.ModuleType("userpkg.math")
+    mod.GAIN = 2
+    fn = function("def k(x):\n    return x * m.GAIN\n", m=mod)
+    key, seen = kernel_fingerprint(fn), readings(fn)
+    mod.GAIN = 3
+    assert kernel_fingerprint(fn) != key and readings(fn) != seen
 
 
 def test_a_very_long_chain_and_a_cycle_end_the_walk():
@@ -159,6 +213,7 @@ def test_container_values_keep_list_order_and_ignore_set_order():
     order = lambda v: kernel_fingerprint(function("def k(x):\n    return x * len(V)\n", V=v))  # noqa: E731
     assert order([1, 2]) != order([2, 1])
     assert order({"a", "b"}) == order({"b", "a"})
+    assert order({"a": 1, "b": 1}) == order({"b": 1, "a": 1})     # dicts by key, whatever the values
 
 
 def test_a_set_of_strings_hashes_the_same_in_processes_with_other_hash_seeds():
@@ -182,7 +237,8 @@ def test_the_compiler_fingerprint_hashes_every_python_source_of_the_three_packag
     """Each of tilejit/, passes/ and runtime/ counts (sub-folders too), by file name and
     content; __pycache__ and files that are not .py do not."""
     files = {"tilejit/a.py": "A = 1\n", "tilejit/sub/b.py": "B = 1\n", "passes/c.py": "C = 1\n",
-             "runtime/d.py": "D = 1\n", "tilejit/__pycache__/e.py": "E = 1\n", "tilejit/notes.txt": "x\n"}
+             "runtime/d.py": "D = 1\n", "tilejit/__pycache__/e.py": "E = 1\n", "tilejit/notes.txt": "x\n",
+             "tilejit/Upper/f.py": "F = 1\n"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
