@@ -16,8 +16,9 @@ import common
 import tilejit as tj
 from tilejit.passes import chunk_rows
 
-VARIANTS = [(False, 16384, 32, False), (False, 16384, 32, True), (True, 16384, 32, True), (False, 8192, 16, True),
-            (True, 8192, 16, True), (True, 32768, 32, True)]
+# (prefetch, chunk budget, num_warps (None: the compiler's), online softmax, threshold counts every load)
+VARIANTS = [(True, 16384, None, True, False), (False, 16384, None, False, False), (False, 16384, None, True, False),
+            (True, 16384, 16, True, False), (True, 8192, 16, True, False), (True, 16384, None, True, True)]
 
 
 def kernels(n):
@@ -32,7 +33,7 @@ def main() -> int:
     rows = []
     torch = None if cpu else common.require_cuda_torch()
     for name in ("float32", "bfloat16"):
-        for n in (65536, 32768):
+        for n in (65536, 32768, 16384, 8192):
             m = 2 ** 26 // n
             if cpu:
                 import numpy as np
@@ -46,8 +47,9 @@ def main() -> int:
                 nbytes = 2 * x.numel() * x.element_size()
                 copy = common.time_cuda(lambda: dst.copy_(src), warmup=10, reps=20).gbps(nbytes)
             for label, kernel, args in kernels(n):
-                for i, (prefetch, values, warps, online) in enumerate(VARIANTS):
+                for i, (prefetch, values, warps, online, count) in enumerate(VARIANTS):
                     chunk_rows.PREFETCH, chunk_rows.CHUNK_BUDGET, chunk_rows.ONLINE_SOFTMAX = prefetch, values, online
+                    chunk_rows.COUNT_LOADS = count
                     os.environ["TILEJIT_CACHE_DIR"] = f"{base}/{i}"
                     k = getattr(kernel, "kernel", kernel)
                     k._cache.clear()
@@ -64,9 +66,9 @@ def main() -> int:
                         launch()
                         torch.cuda.synchronize()
                         assert not torch.isnan(y).any(), (label, n, name, i)
-                        gbps = common.time_cuda(launch, warmup=5, reps=20).gbps(nbytes) / copy
+                        gbps = round(common.time_cuda(launch, warmup=5, reps=20).gbps(nbytes) / copy, 3)
                     plan = chunk_rows.plan_chunks(k.tile_ir(*k.specialise(k.bind(kargs, {"BLOCK": n}))[:2]))
-                    rows.append((label, name, n, prefetch, online, plan.chunk if plan else None, r.num_warps, r.registers, spill, gbps))
+                    rows.append((label, name, n, i, plan.chunk if plan else None, r.num_warps, r.registers, spill, gbps))
                     print(*rows[-1], flush=True)
     return 0
 

@@ -41,6 +41,7 @@ CHUNK_VALUES = 32 * 32 * 16         # a row tile of more values is split: 16 per
 CHUNK_BUDGET = CHUNK_VALUES         # the values of all the loads of one chunk (with PREFETCH, twice)
 PREFETCH = True                     # each chunk loop loads the next chunk before computing this one
 ONLINE_SOFTMAX = True               # max(x) and sum(exp(x - max)) in one loop (a running max)
+COUNT_LOADS = False                 # the threshold counts the values of every row load, not the largest
 
 
 # ops that make a wide value from wide operands (or from nothing)
@@ -69,7 +70,8 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
         return None
     big = max(tiles, key=lambda v: v.type.numel)
     size, width = big.type.numel, big.type.shape[-1]
-    if size <= CHUNK_VALUES or width & (width - 1):
+    row_loads = sum(1 for v in tiles if v.owner is not None and v.owner.op is TileOp.LOAD and v.type.shape[-1] == width)
+    if size * (max(row_loads, 1) if COUNT_LOADS else 1) <= CHUNK_VALUES or width & (width - 1):
         return None
     top = fn.body.ops
     if any(_memory_tile(o) is not None and o not in top for o in fn.walk()):
