@@ -1,0 +1,83 @@
+"""``passes.lower_memory``: the alignment facts that allow 16-byte vector accesses
+(``KnownMultiples``) and the index width of the element offsets, each read from IR text."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import ir, simt
+from tilejit.passes import pipeline
+from tilejit.passes.lower_memory import KnownMultiples
+
+
+def multiples(body: str) -> dict[str, int]:
+    """``%name -> multiple`` for every value defined in a function with ``body``."""
+    fn = ir.parse_function("func @k(%0: int32) {\n" + body + "\n}")
+    known = KnownMultiples(fn)
+    names = ir.Printer()
+    names.function(fn)
+    return {names.name(r): known.of(r) for o in fn.walk() for r in o.results}
+
+
+def test_constants():
+    m = multiples("""  %1 = constant {value=12} : int32
+  %2 = constant {value=-8} : int32
+  %3 = constant {value=0} : int32
+  %4 = constant {value=2.0} : float32""")
+    assert m == {"%1": 12, "%2": 8, "%3": 1 << 30, "%4": 1}
+
+
+def test_arithmetic_rules():
+    """products multiply, sums and differences take the gcd, casts keep, shifts by a small
+    constant multiply by 2**k; an unknown shift amount or value keeps what is known."""
+    m = multiples("""  %1 = program_id {axis=0} : int32
+  %2 = constant {value=4} : int32
+  %3 = constant {value=6} : int32
+  %4 = mul %2, %3 : int32
+  %5 = mul %1, %3 : int32
+  %6 = constant {value=18} : int32
+  %7 = constant {value=12} : int32
+  %8 = add %6, %7 : int32
+  %9 = sub %6, %7 : int32
+  %10 = cast %4 : int64
+  %11 = constant {value=3} : int32
+  %12 = shl %11, %2 : int32
+  %13 = shl %11, %1 : int32
+  %14 = constant {value=40} : int32
+  %15 = shl %11, %14 : int32
+  %16 = add %5, %1 : int32
+  %17 = constant {value=0} : int32
+  %18 = shl %3, %17 : int32""")
+    assert [m[f"%{i}"] for i in (1, 4, 5, 8, 9, 10, 12, 13, 15, 16, 18)] == [1, 24, 6, 6, 6, 24, 48, 3, 3, 1, 6]
+
+
+def test_a_loop_variable_is_a_multiple_of_the_gcd_of_its_start_and_step():
+    fn = ir.parse_function("""func @k(%0: int32) {
+  %1 = constant {value=8} : int32
+  %2 = constant {value=100} : int32
+  %3 = constant {value=12} : int32
+  for %1, %2, %3 {stages=0, unroll=False} {
+    ^(%4: int32):
+    yield
+  }
+}""")
+    loop = next(o for o in fn.walk() if o.op is ir.TileOp.FOR)
+    assert KnownMultiples(fn).of(loop.regions[0].args[0]) == 4
+
+
+@tj.kernel
+def copy_at(x, y, start, BLOCK: tj.constexpr):
+    tj.store(y, (0,), tj.load(x, (start,), (BLOCK,)))
+
+
+@pytest.mark.parametrize("start,index_dtype", [(7, "int32"), (2**40, "int64")])
+def test_an_int64_offset_makes_the_index_math_64_bit(start, index_dtype):
+    """A 64-bit offset (a Python int past int32) computes element offsets in 64 bits, even on a
+    small array: the offset alone can be past 2**31."""
+    kernel = copy_at
+    x, y = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    specs, consts, _ = kernel.specialise(kernel.bind((x, y, start), {"BLOCK": 64}))
+    fn = pipeline.compile_to_simt(kernel.tile_ir(specs, consts), 2, "sm_90a")
+    [load] = [o for o in fn.walk() if o.op is simt.SimtOp.LOAD_GLOBAL]
+    assert str(load.operands[1].type.dtype) == index_dtype
