@@ -16,9 +16,11 @@ import common
 import tilejit as tj
 from tilejit.passes import chunk_rows
 
-# (prefetch, chunk budget, num_warps (None: the compiler's), online softmax, threshold counts every load)
-VARIANTS = [(True, 16384, None, True, False), (False, 16384, None, False, False), (False, 16384, None, True, False),
-            (True, 16384, 16, True, False), (True, 8192, 16, True, False), (True, 16384, None, True, True)]
+# (prefetch, chunk budget, num_warps of a chunked kernel (None: the compiler's), online softmax,
+#  threshold counts every load, chunk-shaped accumulators)
+VARIANTS = [(False, 8192, 16, True, True, True), (False, 8192, 16, False, True, True),
+            (True, 8192, 16, True, True, True), (False, 16384, None, True, True, True),
+            (False, 16384, None, False, True, True)]
 
 
 def kernels(n):
@@ -47,14 +49,18 @@ def main() -> int:
                 nbytes = 2 * x.numel() * x.element_size()
                 copy = common.time_cuda(lambda: dst.copy_(src), warmup=10, reps=20).gbps(nbytes)
             for label, kernel, args in kernels(n):
-                for i, (prefetch, values, warps, online, count) in enumerate(VARIANTS):
+                for i, (prefetch, values, chunk_warps, online, count, acc) in enumerate(VARIANTS):
+                    warps = chunk_warps
                     chunk_rows.PREFETCH, chunk_rows.CHUNK_BUDGET, chunk_rows.ONLINE_SOFTMAX = prefetch, values, online
-                    chunk_rows.COUNT_LOADS = count
+                    chunk_rows.COUNT_LOADS, chunk_rows.ELEMENTWISE_ACC = count, acc
                     os.environ["TILEJIT_CACHE_DIR"] = f"{base}/{i}"
                     k = getattr(kernel, "kernel", kernel)
                     k._cache.clear()
+                    k._fast.clear()               # the re-launch fast path keeps the last variant's code
                     getattr(k, "_launchers", {}).clear() if hasattr(k, "_launchers") else None
                     kargs = args(x, w, y)
+                    planned = chunk_rows.plan_chunks(k.tile_ir(*k.specialise(k.bind(kargs, {"BLOCK": n}))[:2]))
+                    warps = warps if planned is not None else None
                     with warnings.catch_warnings(record=True) as ws:
                         warnings.simplefilter("always")
                         r = kernel.inspect(*kargs, BLOCK=n, num_warps=warps)

@@ -18,12 +18,13 @@ by other such ops, by a reduction over the last axis (sum, max or min) or by a s
 - each store of a wide value becomes a loop that recomputes and stores chunk by chunk;
 - everything else stays where it was.
 
-Two refinements (module switches, measured in ``benchmarks/chunk_variants.py``): a loop with one
-wide load prefetches (chunk 0 before the loop, the next chunk at the top of each iteration, so
-the loads overlap the reduction; the chunk is halved to make room), and softmax's
-``m = max(x)`` ... ``sum(exp(x - m))`` runs as one loop with a running max (online softmax).
-Softmax thus reads its row twice (the statistics, then the store), the second time mostly
-from L2: one program per SM keeps 132 rows of at most 256 KB in flight.  Loads past the array read
+A reduction loop carries a chunk-shaped accumulator, combined elementwise (each thread keeps its
+own partial results, so the loop has no barrier), and reduces it once after the loop.  Softmax
+thus reads its row three times (max, sum, then the store), the later times mostly from L2: one
+program per SM keeps 132 rows of at most 256 KB in flight.  Module switches, measured in
+``benchmarks/chunk_variants.py``, select the alternatives: a CTA-wide reduction per chunk, a
+prefetch of the next chunk in loops with one load, and softmax's ``max`` and ``sum(exp(x - m))``
+in one loop with a running max (online softmax).  Loads past the array read
 ``other`` and stores past it are dropped, exactly as for the whole tile; sums are reassociated
 per chunk (within the float tolerance of any reordered sum).  The pass refuses (returns ``fn``
 unchanged) when a store could change what a later chunk loop reloads.
@@ -39,8 +40,15 @@ from tilejit.ir import ConstAttrs, ForAttrs, ReduceKind, TileOp
 
 CHUNK_VALUES = 32 * 32 * 16         # a row tile of more values is split: 16 per thread at 32 warps
 CHUNK_BUDGET = CHUNK_VALUES         # the values of all the loads of one chunk (with PREFETCH, twice)
-PREFETCH = True                     # each chunk loop loads the next chunk before computing this one
-ONLINE_SOFTMAX = True               # max(x) and sum(exp(x - max)) in one loop (a running max)
+# The switches below were measured on the H200 (benchmarks/chunk_variants.py, 2026-12-03): with
+# chunk-shaped accumulators and neither the prefetch nor the online softmax, 65536-column rows
+# ran at 0.47-0.62x copy (softmax), 0.61-0.62x (RMSNorm), 0.27-0.50x (layernorm), against
+# 0.41-0.46x, 0.51-0.57x and 0.20-0.32x with a CTA-wide reduction per chunk.  The online softmax
+# costs two exps per element and lost (0.37-0.57x); the prefetch lost on softmax and won on
+# layernorm at 32768 columns.
+PREFETCH = False                    # each chunk loop loads the next chunk before computing this one
+ONLINE_SOFTMAX = False              # max(x) and sum(exp(x - max)) in one loop (a running max)
+ELEMENTWISE_ACC = True              # accumulate chunk-shaped tiles, reduce once after the loop
 COUNT_LOADS = False                 # the threshold counts the values of every row load, not the largest
 
 
@@ -274,8 +282,10 @@ def _identity(kind: ReduceKind, dt: dtypes.DType):
     return int(info.min if kind is ReduceKind.MAX else info.max)
 
 
-def _reduce_loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const) -> ir.Value:
-    """The reduction ``o`` as a loop over chunks; returns the value that replaces its result."""
+def _reduce_loop_per_chunk(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const) -> ir.Value:
+    """The reduction ``o`` as a loop that reduces each chunk and combines the partial results
+    (a CTA-wide reduction, with its barriers, per iteration); returns the value that replaces
+    ``o``'s result."""
     t = o.result.type
     kind = o.attrs.kind
     acc_t = ir.TileType(t.shape, dtypes.float32) if kind is ReduceKind.SUM and t.dtype.is_float and t.dtype.bits < 32 else t
@@ -335,11 +345,12 @@ def _softmax_pairs(top: list, plan: ChunkPlan) -> dict:
         if any(o.op in (TileOp.REDUCE, TileOp.STORE) and any(_depends(v, r1.result, plan.wide) for v in o.operands)
                or not any(r in plan.wide for r in o.results) and r1.result in o.operands for o in between):
             continue
-        pairs[r2] = r1
+        if r2.attrs.keepdims:
+            pairs[r2] = r1
     return pairs
 
 
-def _online_softmax_loop(b: ir.Builder, r1: ir.Operation, r2: ir.Operation, plan: ChunkPlan, remap, const):
+def _online_softmax_loop_per_chunk(b: ir.Builder, r1: ir.Operation, r2: ir.Operation, plan: ChunkPlan, remap, const):
     """(max, sum) of ``r1``/``r2`` from one loop.  Per chunk: m' = max(m, max(chunk)),
     s' = s * exp(m - m') + sum(exp(chunk - m')), with m' read as 0 while it is -inf (every
     value so far -inf: the terms are then 0, not NaN), in float32; a row that is -inf
@@ -383,3 +394,79 @@ def _online_softmax_loop(b: ir.Builder, r1: ir.Operation, r2: ir.Operation, plan
         s = b.create(TileOp.CAST, [s], [st], loc=loc).result
     m.hint, s.hint = r1.result.hint, r2.result.hint
     return m, s
+
+
+# ---------------------------------------------------------------- chunk-shaped accumulators
+def _reduce_loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const) -> ir.Value:
+    """The reduction ``o`` as a loop over chunks; returns the value that replaces its result.
+    With ``ELEMENTWISE_ACC`` the loop carries a chunk-shaped accumulator combined elementwise
+    (each thread its own partial results: no barrier in the loop) and reduces it once after."""
+    if not ELEMENTWISE_ACC:
+        return _reduce_loop_per_chunk(b, o, plan, remap, const)
+    t, src, kind, loc = o.result.type, o.operands[0], o.attrs.kind, o.loc
+    acc_dt = dtypes.float32 if kind is ReduceKind.SUM and t.dtype.is_float and t.dtype.bits < 32 else t.dtype
+    acc_t = ir.TileType(src.type.shape[:-1] + (plan.chunk,), acc_dt)
+    init = b.create(TileOp.SPLAT, [const(_identity(kind, acc_dt), acc_dt, loc)], [acc_t], loc=loc).result
+    loop, body, chunk = _loop(b, o, plan, remap, const, src, [init])
+    value = chunk.value(src)
+    if value.type.dtype != acc_dt:
+        value = body.create(TileOp.CAST, [value], [acc_t], loc=loc).result
+    total = body.create(_COMBINE[kind], [body.block.args[1], value], [acc_t], loc=loc).result
+    body.create(TileOp.YIELD, [total] + chunk.nexts, loc=loc)
+    result = b.create(TileOp.REDUCE, [loop.results[0]], [ir.TileType(t.shape, acc_dt)], o.attrs, loc=loc).result
+    if acc_dt != t.dtype:
+        result = b.create(TileOp.CAST, [result], [t], loc=loc).result
+    result.hint = o.result.hint
+    return result
+
+
+def _online_softmax_loop(b: ir.Builder, r1: ir.Operation, r2: ir.Operation, plan: ChunkPlan, remap, const):
+    """(max, sum) of ``r1``/``r2`` from one loop.  With ``ELEMENTWISE_ACC`` each element slot
+    of the chunk keeps its own running max m and sum s (float32): m' = max(m, x),
+    s' = s * exp(m - m') + exp(x - m'), with m' read as 0 while it is -inf (the terms are then
+    0, not NaN); after the loop M = max(m) and S = sum(s * exp(m - M)).  A row that is -inf
+    throughout gets S = NaN, as exp(-inf - -inf) gives it in the unsplit sum."""
+    if not ELEMENTWISE_ACC:
+        return _online_softmax_loop_per_chunk(b, r1, r2, plan, remap, const)
+    loc, x = r2.loc, r1.operands[0]
+    mt, st = r1.result.type, r2.result.type
+    f32 = dtypes.float32
+    ct = ir.TileType(x.type.shape[:-1] + (plan.chunk,), f32)
+    rt = ir.TileType(mt.shape, f32)
+
+    def splat(value, t, builder):
+        c = builder.create(TileOp.CONSTANT, [], [ir.scalar(f32)], ConstAttrs(value), loc=loc).result
+        return builder.create(TileOp.SPLAT, [c], [t], loc=loc).result
+
+    def ew(builder, op, operands, t):
+        return builder.create(op, operands, [t], loc=loc).result
+
+    def not_inf(builder, v):
+        """``v`` with -inf read as 0."""
+        empty = ew(builder, TileOp.EQ, [v, splat(float("-inf"), v.type, builder)], ir.TileType(v.type.shape, dtypes.bool_))
+        return ew(builder, TileOp.WHERE, [empty, splat(0.0, v.type, builder), v], v.type)
+
+    m0, s0 = splat(float("-inf"), ct, b), splat(0.0, ct, b)
+    loop, body, chunk = _loop(b, r2, plan, remap, const, x, [m0, s0])
+    m, s = body.block.args[1:3]
+    xc = chunk.value(x)
+    if xc.type.dtype != f32:
+        xc = ew(body, TileOp.CAST, [xc], ct)
+    m_new = ew(body, TileOp.MAXIMUM, [m, xc], ct)
+    safe = not_inf(body, m_new)
+    scale = ew(body, TileOp.EXP, [ew(body, TileOp.SUB, [m, safe], ct)], ct)
+    term = ew(body, TileOp.EXP, [ew(body, TileOp.SUB, [xc, safe], ct)], ct)
+    body.create(TileOp.YIELD, [m_new, ew(body, TileOp.FMA, [s, scale, term], ct)] + chunk.nexts, loc=loc)
+    m_all, s_all = loop.results[:2]
+    big_m = b.create(TileOp.REDUCE, [m_all], [rt], r1.attrs, loc=loc).result
+    wide_m = ew(b, TileOp.BROADCAST, [not_inf(b, big_m)], ct)
+    scaled = ew(b, TileOp.MUL, [s_all, ew(b, TileOp.EXP, [ew(b, TileOp.SUB, [m_all, wide_m], ct)], ct)], ct)
+    total = b.create(TileOp.REDUCE, [scaled], [ir.TileType(st.shape, f32)], r2.attrs, loc=loc).result
+    none = ew(b, TileOp.EQ, [big_m, splat(float("-inf"), rt, b)], ir.TileType(rt.shape, dtypes.bool_))
+    total = ew(b, TileOp.WHERE, [none, splat(float("nan"), total.type, b), total], total.type)
+    if mt.dtype != f32:
+        big_m = ew(b, TileOp.CAST, [big_m], mt)
+    if st.dtype != f32:
+        total = ew(b, TileOp.CAST, [total], st)
+    big_m.hint, total.hint = r1.result.hint, r2.result.hint
+    return big_m, total

@@ -47,6 +47,25 @@ def plain_loops(monkeypatch):
     """Chunk loops without the prefetch and the online softmax (the structure the tests read)."""
     monkeypatch.setattr(chunk_rows_module, "PREFETCH", False)
     monkeypatch.setattr(chunk_rows_module, "ONLINE_SOFTMAX", False)
+    monkeypatch.setattr(chunk_rows_module, "ELEMENTWISE_ACC", True)
+
+
+VARIANTS = {"default": {}, "per-chunk reduce": {"ELEMENTWISE_ACC": False},
+            "online, prefetched": {"ONLINE_SOFTMAX": True, "PREFETCH": True},
+            "online, prefetched, per-chunk": {"ONLINE_SOFTMAX": True, "PREFETCH": True, "ELEMENTWISE_ACC": False}}
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def variant(request, monkeypatch):
+    """Each combination of the pass's switches (each must give the unsplit results)."""
+    for name, value in VARIANTS[request.param].items():
+        monkeypatch.setattr(chunk_rows_module, name, value)
+    for kernel in (softmax.softmax_kernel, layernorm.layernorm_kernel, rmsnorm.rmsnorm_kernel, softmax_rows,
+                   globals()["row_stats"]):
+        k = getattr(kernel, "kernel", kernel)
+        k._cache.clear()
+        k._fast.clear()
+    return request.param
 
 
 def loops_of(fn: ir.Function) -> list:
@@ -55,7 +74,9 @@ def loops_of(fn: ir.Function) -> list:
 
 def test_a_65536_column_softmax_becomes_three_chunk_loops(plain_loops):
     """max, sum and the store each loop over 4 chunks of 16384 columns (16 values per thread
-    at 32 warps); nothing the size of the row is left, and the chosen warps are 32."""
+    at 32 warps); nothing the size of the row is left, and the chosen warps are 32.  The
+    reduction loops carry a chunk-shaped accumulator (no REDUCE, so no barrier, inside them)
+    and reduce it once after the loop."""
     x = np.zeros((2, 65536), np.float32)
     fn = tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)
     plan = plan_chunks(fn)
@@ -64,6 +85,11 @@ def test_a_65536_column_softmax_becomes_three_chunk_loops(plain_loops):
     assert len(loops) == 3
     assert all([int(b.owner.attrs.value) for b in o.operands[:3]] == [0, 65536, 16384] for o in loops)
     assert [o.op for o in loops[-1].regions[0].ops if o.op in (TileOp.LOAD, TileOp.STORE)] == [TileOp.LOAD, TileOp.STORE]
+    for loop in loops[:2]:
+        assert [r.type.shape for r in loop.results] == [(1, 16384)]
+        assert not any(o.op is TileOp.REDUCE for o in loop.regions[0].ops)
+        after = fn.body.ops[fn.body.ops.index(loop) + 1]
+        assert after.op is TileOp.REDUCE and after.operands[0] is loop.results[0]
     assert widest(fn) == 16384 and CHUNK_VALUES == 16384
     assert softmax.softmax_kernel.inspect(x, x, BLOCK=65536).num_warps == 32
 
@@ -74,6 +100,7 @@ def test_the_online_softmax_and_the_prefetch_shape_the_loops(monkeypatch):
     chunk (clamped to the last) first and carries it, in half-size chunks."""
     monkeypatch.setattr(chunk_rows_module, "PREFETCH", True)
     monkeypatch.setattr(chunk_rows_module, "ONLINE_SOFTMAX", True)
+    monkeypatch.setattr(chunk_rows_module, "ELEMENTWISE_ACC", False)
     x = np.zeros((2, 65536), np.float32)
     fn = chunk_rows(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536))
     loops = loops_of(fn)
@@ -92,7 +119,7 @@ def test_the_online_softmax_and_the_prefetch_shape_the_loops(monkeypatch):
 
 
 @pytest.mark.parametrize("rows", ["all -inf", "first half -inf"])
-def test_the_online_softmax_keeps_the_unsplit_results_on_infinite_rows(rows, monkeypatch):
+def test_the_online_softmax_keeps_the_unsplit_results_on_infinite_rows(rows, variant, monkeypatch):
     """A row that is -inf throughout gives NaN (as exp(-inf - -inf) does unsplit); a row whose
     first chunks are all -inf gives the right softmax (the running max is -inf there)."""
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
@@ -122,7 +149,7 @@ def test_the_loads_of_a_loop_share_the_budget(plain_loops):
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("cols", [65536, 40000, 20000])
-def test_long_row_kernels_match_numpy_on_emulate(dtype, cols, monkeypatch):
+def test_long_row_kernels_match_numpy_on_emulate(dtype, cols, variant, monkeypatch):
     """softmax, layernorm and RMSNorm over rows past the registers (ragged ends included: the
     last chunk is partly or wholly past the row), against float64 NumPy."""
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
@@ -134,17 +161,13 @@ def test_long_row_kernels_match_numpy_on_emulate(dtype, cols, monkeypatch):
     tj.testing.assert_close(rmsnorm.run(x, w), rmsnorm.reference(x, w).astype(dtype))
 
 
-@pytest.mark.parametrize("variant", ["plain", "online, prefetched"])
 def test_several_rows_per_program_and_the_in_place_softmax(variant, monkeypatch):
     """(2, 32768) tiles split along the columns; y aliasing x is safe because each chunk is
     read before it is written."""
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     x = np.random.default_rng(3).standard_normal((4, 30000)).astype(np.float32)
     want = softmax.reference(x)
-    monkeypatch.setattr(chunk_rows_module, "PREFETCH", variant != "plain")
-    monkeypatch.setattr(chunk_rows_module, "ONLINE_SOFTMAX", variant != "plain")
-    assert plan_chunks(tile_ir(softmax_rows, x, x, R=2, BLOCK=32768)).chunk == (8192 if variant == "plain" else 4096)
-    softmax_rows.kernel._cache.clear() if hasattr(softmax_rows, "kernel") else softmax_rows._cache.clear()
+    assert plan_chunks(tile_ir(softmax_rows, x, x, R=2, BLOCK=32768)).chunk == (4096 if "prefetched" in variant else 8192)
     y = np.full_like(x, np.nan)
     softmax_rows[(2,)](x, y, R=2, BLOCK=32768)
     tj.testing.assert_close(y, want)
@@ -152,7 +175,7 @@ def test_several_rows_per_program_and_the_in_place_softmax(variant, monkeypatch)
     tj.testing.assert_close(x, want)
 
 
-def test_min_max_and_integer_sums_and_arange_chunks(monkeypatch):
+def test_min_max_and_integer_sums_and_arange_chunks(variant, monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     x = np.random.default_rng(4).integers(-500, 500, (3, 50000)).astype(np.int32)
     lo, hi, total = (np.zeros(3, np.int32) for _ in range(3))
