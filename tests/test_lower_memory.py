@@ -81,3 +81,31 @@ def test_an_int64_offset_makes_the_index_math_64_bit(start, index_dtype):
     fn = pipeline.compile_to_simt(kernel.tile_ir(specs, consts), 2, "sm_90a")
     [load] = [o for o in fn.walk() if o.op is simt.SimtOp.LOAD_GLOBAL]
     assert str(load.operands[1].type.dtype) == index_dtype
+
+
+@tj.kernel
+def transpose_copy(x, y, BM: tj.constexpr, BN: tj.constexpr):
+    tj.store(y, (0, 0), tj.trans(tj.load(x, (0, 0), (BM, BN))))
+
+
+def store_vectors(kernel, args, consts, warps=4, target="sm_80") -> list[int]:
+    kernel = getattr(kernel, "kernel", kernel)
+    specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
+    fn = pipeline.compile_to_simt(kernel.tile_ir(specs, consts), warps, target)
+    return [o.attrs.vec for o in fn.walk() if o.op is simt.SimtOp.STORE_GLOBAL]
+
+
+@pytest.mark.parametrize("out_dtype,vec", [(np.float32, 2), (tj.bfloat16.np, 8)])
+def test_an_accumulator_is_stored_from_its_own_layout_only_when_its_sectors_are_whole(out_dtype, vec):
+    """mma.sync accumulators hold 2 neighbours per lane: 8 bytes of float32 are stored as they
+    are (vec 2); 4 bytes of bfloat16 go through shared memory into 16-byte stores (vec 8)."""
+    from examples.matmul import matmul_kernel
+    a, c = np.zeros((128, 128), tj.bfloat16.np), np.zeros((128, 128), out_dtype)
+    assert store_vectors(matmul_kernel, (a, a, c), {"BM": 64, "BN": 64, "BK": 32}) == [vec]
+
+
+def test_a_transposed_tile_is_stored_in_the_coalesced_layout():
+    """``tj.trans`` leaves lanes running down the columns; the store takes the memory layout
+    (16-byte vectors along the contiguous dim) rather than one element per lane."""
+    x = np.zeros((64, 64), np.float32)
+    assert store_vectors(transpose_copy, (x, x), {"BM": 64, "BN": 64}) == [4]
