@@ -5,6 +5,10 @@ measured in the same run.
 
     python3 benchmarks/bench_sweep.py [--columns 128,1024,4096,16384,65536] [--dtypes float32,bfloat16]
                                       [--kernels softmax,layernorm,rmsnorm] [--png sweep.png]
+                                      [--gemm 512,1024,2048,4096,8192]
+
+``--gemm`` adds the GEMM by size: bf16 M=N=K from the list, the best of ``bench_matmul.py``'s
+configs (what ``tj.autotune`` picks from the same list) against cuBLAS and Triton in the same run.
 
 Every output is poisoned with NaN, computed and checked against torch in float32 before it is
 timed. Bytes moved: the input read and the output written (a weight row is not counted). With
@@ -52,12 +56,23 @@ def cases(torch, kernel: str, x, w, b, y):
     raise SystemExit(f"bench_sweep: unknown kernel {kernel!r} (softmax, layernorm or rmsnorm)")
 
 
-def plot(rows: list[dict], path: str) -> None:
+def plot(rows: list[dict], path: str, gemm: list[dict] = ()) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     keys = sorted({(r["kernel"], r["dtype"]) for r in rows})
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(keys) + bool(gemm), figsize=(4 * (len(keys) + bool(gemm)), 3.5), squeeze=False)
+    if gemm:
+        ax = axes[0][-1]
+        sizes = [int(r["shape"].split("x")[0]) for r in gemm]
+        ax.plot(sizes, [r.get("vs_cublas", float("nan")) for r in gemm], "o-", label="tilejit / cuBLAS")
+        ax.plot(sizes, [r["triton"] / r["cublas"] for r in gemm], "^:", label="Triton / cuBLAS")
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.2)
+        ax.set_title("GEMM bf16, M=N=K")
+        ax.set_xlabel("size")
+        ax.set_ylabel("fraction of cuBLAS")
+        ax.legend()
     for ax, (kernel, dtype) in zip(axes[0], keys):
         sel = [r for r in rows if (r["kernel"], r["dtype"]) == (kernel, dtype)]
         cols = [r["cols"] for r in sel]
@@ -82,6 +97,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--png", default="")
     parser.add_argument("--elements", type=int, default=ELEMENTS, help="elements per run (rows = this / C)")
+    parser.add_argument("--gemm", default="", help="comma-separated GEMM sizes (bf16 M=N=K) to add")
     args = parser.parse_args(argv)
     torch = common.require_cuda_torch()
     rows = []
@@ -129,10 +145,27 @@ def main(argv=None) -> int:
     rows.sort(key=lambda r: (r["kernel"], r["dtype"], r["cols"]))
     common.print_table(rows, COLUMNS, title=f"row kernels by length on {common.gpu_name()} (2**26 elements, "
                        f"CUDA events, median of {args.reps}, L2 flushed; no num_warps)")
+    gemm = gemm_sweep(torch, [int(v) for v in args.gemm.split(",") if v], args.reps)
     if args.png:
-        plot(rows, args.png)
+        plot(rows, args.png, gemm)
         print(f"plot: {args.png}")
     return 0
+
+
+def gemm_sweep(torch, sizes: list[int], reps: int) -> list[dict]:
+    """bf16 GEMM at M=N=K for each size: tilejit's best config against cuBLAS and Triton."""
+    if not sizes:
+        return []
+    import bench_matmul
+    rows = []
+    for n in sizes:
+        rows += bench_matmul.bench_shape(torch, (n, n, n), "bfloat16", bench_matmul.CONFIGS, reps)
+    common.print_table(rows, [("shape", "shape", "s"), ("config", "best config", "s"),
+                              ("tilejit", "tilejit TF/s", ".0f"), ("cublas", "cuBLAS TF/s", ".0f"),
+                              ("triton", "Triton TF/s", ".0f"), ("vs_cublas", "tj/cuBLAS", ".3f"),
+                              ("vs_triton", "tj/Triton", ".3f")],
+                       title=f"GEMM bf16 by size on {common.gpu_name()} (CUDA events, median, L2 flushed)")
+    return rows
 
 
 if __name__ == "__main__":
