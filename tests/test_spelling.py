@@ -59,6 +59,37 @@ def scores_dot_t(q, k, s, BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr):
     tj.store(s, (tj.program_id(0) * BM, 0), acc)
 
 
+@tj.kernel
+def scores_permute(q, k, s, BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr):
+    qt = tj.load(q, (tj.program_id(0) * BM, 0), (BM, BD))
+    acc = tj.zeros((BM, BN), tj.float32)
+    for n0 in tj.range(0, k.shape[0], BN, stages=2):
+        acc = tj.maximum(acc, tj.dot(qt, tj.permute(tj.load(k, (n0, 0), (BN, BD)), (1, 0))))
+    tj.store(s, (tj.program_id(0) * BM, 0), acc)
+
+
+@tj.kernel
+def scores_method_permute(q, k, s, BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr):
+    qt = tj.load(q, (tj.program_id(0) * BM, 0), (BM, BD))
+    acc = tj.zeros((BM, BN), tj.float32)
+    for n0 in tj.range(0, k.shape[0], BN, stages=2):
+        acc = tj.maximum(acc, tj.dot(qt, tj.load(k, (n0, 0), (BN, BD)).permute(1, 0)))     # torch's
+    tj.store(s, (tj.program_id(0) * BM, 0), acc)
+
+
+@tj.kernel
+def gemm_batched(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    """Batched GEMM as a TileLang/Triton user writes it: 3-D arrays, unit leading tile dims
+    dropped with reshape."""
+    z, m, n = tj.program_id(2), tj.program_id(0) * BM, tj.program_id(1) * BN
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, a.shape[2], BK):
+        x = tj.load(a, (z, m, k), (1, BM, BK)).reshape((BM, BK))
+        y = tj.reshape(tj.load(b, (z, k, n), (1, BK, BN)), (BK, BN))
+        acc += tj.dot(x, y)
+    tj.store(c, (z, m, n), acc.to(c.dtype).reshape((1, BM, BN)))
+
+
 def bf16(*shape):
     return np.zeros(shape, tj.bfloat16.np)
 
@@ -82,3 +113,44 @@ def test_k_dot_T_and_tj_trans_of_k_compile_alike(target):
     args = (bf16(256, 64), bf16(256, 64), np.zeros((256, 128), np.float32))
     consts = {"BM": 64, "BN": 128, "BD": 64}
     assert ptx(scores_dot_t, args, consts, 4, target) == ptx(scores_trans, args, consts, 4, target)
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_tj_permute_and_the_permute_method_compile_like_tj_trans(target):
+    args = (bf16(256, 64), bf16(256, 64), np.zeros((256, 128), np.float32))
+    consts = {"BM": 64, "BN": 128, "BD": 64}
+    want = ptx(scores_trans, args, consts, 4, target)
+    assert ptx(scores_permute, args, consts, 4, target) == want
+    assert ptx(scores_method_permute, args, consts, 4, target) == want
+
+
+def test_permute_without_axes_or_with_a_wrong_order_is_a_compile_error():
+    @tj.kernel
+    def no_axes(x, y):
+        tj.store(y, (0, 0), tj.permute(tj.load(x, (0, 0), (8, 8))))
+
+    @tj.kernel
+    def repeated(x, y):
+        tj.store(y, (0, 0), tj.load(x, (0, 0), (8, 8)).permute(0, 0))
+    x = np.zeros((8, 8), np.float32)
+    with pytest.raises(tj.CompileError, match="permute: give the new order"):
+        no_axes.inspect(x, x)
+    with pytest.raises(tj.CompileError, match=r"permute: \(0, 0\) is not a permutation"):
+        repeated.inspect(x, x)
+
+
+@pytest.mark.parametrize("target,instruction", [("sm_90a", "wgmma"), ("sm_80", "mma.sync")])
+def test_a_batched_gemm_with_unit_leading_dims_takes_the_tensor_core_path(target, instruction, monkeypatch):
+    """3-D loads of (1, BM, BK) reshaped to 2-D reach the same pipelined tensor-core loop as the
+    2-D GEMM (cp.async ring and wgmma / mma.sync), and give NumPy's product on emulate."""
+    args = (bf16(2, 256, 256), bf16(2, 256, 256), bf16(2, 256, 256))
+    consts = {"BM": 128, "BN": 128, "BK": 64}
+    text = ptx(gemm_batched, args, consts, 8, target)
+    assert instruction in text and "cp.async" in text
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((2, 64, 64)).astype(tj.bfloat16.np) for _ in range(2))
+    c = np.zeros((2, 64, 64), tj.bfloat16.np)
+    gemm_batched[(2, 2, 2)](a, b, c, BM=32, BN=32, BK=32, num_warps=4)
+    want = np.einsum("zmk,zkn->zmn", a.astype(np.float32), b.astype(np.float32))
+    tj.testing.assert_close(c, want.astype(tj.bfloat16.np))

@@ -25,7 +25,7 @@ from tilejit.ir import ReduceKind, TileOp, TileType, Value, Operation, AxisAttrs
 from tilejit.frontend.semantics import ArrayHandle
 
 _HOST_HELPERS = (language.cdiv, language.next_power_of_2)
-_TILE_METHODS = {"to", "reshape", "trans", "sum", "max", "min", "argmax", "argmin", "broadcast_to",
+_TILE_METHODS = {"to", "reshape", "trans", "permute", "sum", "max", "min", "argmax", "argmin", "broadcast_to",
                  "expand_dims", "astype"}
 _MATH_UNARY = {math.exp: "exp", math.log: "log", math.log2: "log2", math.sqrt: "sqrt",
                math.sin: "sin", math.cos: "cos", math.tanh: "tanh", math.fabs: "abs"}

@@ -351,17 +351,29 @@ def broadcast_to(b: Builder, x, shape) -> Value:
 
 
 def trans(b: Builder, x, *perm) -> Value:
-    x = _tile(b, x, "trans")
+    return _permute_axes(b, x, perm, "trans")
+
+
+def _permute_axes(b: Builder, x, perm: tuple, what: str) -> Value:
+    x = _tile(b, x, what)
     rank = len(x.type.shape)
     if len(perm) == 1 and isinstance(perm[0], (tuple, list)):
         perm = tuple(perm[0])
     perm = tuple(perm) or tuple(reversed(range(rank)))
     if sorted(perm) != list(range(rank)) or not all(isinstance(p, int) for p in perm):
-        fail(b, f"trans: {perm} is not a permutation of the axes of a rank-{rank} tile")
+        fail(b, f"{what}: {perm} is not a permutation of the axes of a rank-{rank} tile")
     if perm == tuple(range(rank)):
         return x
     shape = tuple(x.type.shape[p] for p in perm)
     return b.create(TileOp.TRANS, [x], [TileType(shape, x.type.dtype)], PermAttrs(perm)).result
+
+
+def permute(b: Builder, x, *dims) -> Value:
+    """``tj.permute(t, (1, 0))`` / ``t.permute(1, 0)`` (Triton's and torch's spelling): ``trans``
+    with the new order of the axes given."""
+    if not dims:
+        fail(b, "permute: give the new order of the axes, e.g. tj.permute(t, (1, 0))")
+    return _permute_axes(b, x, dims, "permute")
 
 
 def subscript(b: Builder, x, index) -> Value:
@@ -515,7 +527,7 @@ BUILTINS = {
     "maximum": lambda b, x, y: binary(b, "maximum", x, y),
     "minimum": lambda b, x, y: binary(b, "minimum", x, y),
     "where": where, "fma": fma, "cast": cast,
-    "trans": trans, "reshape": reshape, "broadcast_to": broadcast_to, "expand_dims": expand_dims,
+    "trans": trans, "permute": permute, "reshape": reshape, "broadcast_to": broadcast_to, "expand_dims": expand_dims,
     "sum": _reduce_builder(ReduceKind.SUM), "max": _reduce_builder(ReduceKind.MAX),
     "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
     "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot,
