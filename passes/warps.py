@@ -36,8 +36,9 @@ def choose_num_warps(fn: ir.Function) -> int:
     """The warps for a launch of ``fn`` that gives none (see the module docstring)."""
     if any(o.op is TileOp.DOT for o in fn.walk()):
         return DOT_WARPS
-    if plan_chunks(fn) is not None:
-        return MAX_WARPS            # the chunks are cut for 32 warps: 16 values per thread
+    plan = plan_chunks(fn)
+    if plan is not None:
+        return plan.num_warps       # the chunks are cut for these warps
     size, warps = memory_tile_bytes(fn), MIN_WARPS
     while warps < MAX_WARPS and size > warps * 32 * BYTES_PER_THREAD:
         warps *= 2

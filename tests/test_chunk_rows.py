@@ -219,13 +219,45 @@ def test_kernels_the_pass_cannot_split_are_left_unchanged(plain_loops):
 
 def test_the_chunked_kernels_do_not_spill():
     """On the cuda path (ptxas through nvJitLink, no GPU needed): the 65536-column softmax,
-    layernorm and RMSNorm in float32 and bfloat16 compile with no spill warning."""
+    layernorm and RMSNorm and the 16384-column norms (split for their several loads), in
+    float32 and bfloat16, compile with no spill warning."""
     for dtype in (np.float32, BF16):
-        x, w = np.zeros((2, 65536), dtype), np.zeros(65536, dtype)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", tj.PerformanceWarning)
-            for kernel, args in [(softmax.softmax_kernel, (x, x)), (layernorm.layernorm_kernel, (x, w, w, x, 1e-5)),
-                                 (rmsnorm.rmsnorm_kernel, (x, w, x, 1e-6))]:
-                kernel = getattr(kernel, "kernel", kernel)
-                specs, consts, _ = kernel.specialise(kernel.bind(args, {"BLOCK": 65536}))
-                assert kernel.compile(specs, consts, None, "cuda").artifact.spills == 0
+        for cols, kernels in [(65536, ("softmax", "layernorm", "rmsnorm")), (16384, ("layernorm", "rmsnorm"))]:
+            x, w = np.zeros((2, cols), dtype), np.zeros(cols, dtype)
+            cases = {"softmax": (softmax.softmax_kernel, (x, x)),
+                     "layernorm": (layernorm.layernorm_kernel, (x, w, w, x, 1e-5)),
+                     "rmsnorm": (rmsnorm.rmsnorm_kernel, (x, w, x, 1e-6))}
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", tj.PerformanceWarning)
+                for name in kernels:
+                    kernel, args = cases[name]
+                    kernel = getattr(kernel, "kernel", kernel)
+                    specs, consts, _ = kernel.specialise(kernel.bind(args, {"BLOCK": cols}))
+                    assert kernel.compile(specs, consts, None, "cuda").artifact.spills == 0, (name, cols)
+
+
+def test_rows_of_several_loads_that_fit_alone_are_split_too():
+    """layernorm (x, weight, bias) and RMSNorm (x, weight) of 16K columns: each load fits, all
+    together do not; they are split with a reduction per chunk, the one-load loops prefetching,
+    at 16 warps.  softmax's one load of 16K and RMSNorm's two of 8K are left alone."""
+    for dtype in (np.float32, BF16):
+        x, w = np.zeros((2, 16384), dtype), np.zeros(16384, dtype)
+        ln = plan_chunks(tile_ir(layernorm.layernorm_kernel, x, w, w, x, 1e-5, BLOCK=16384))
+        rms = plan_chunks(tile_ir(rmsnorm.rmsnorm_kernel, x, w, x, 1e-6, BLOCK=16384))
+        assert (ln.chunk, ln.elementwise, ln.prefetch, ln.num_warps) == (4096, False, True, 16)
+        assert (rms.chunk, rms.num_warps) == (8192, 16)
+        assert layernorm.layernorm_kernel.inspect(x, w, w, x, 1e-5, BLOCK=16384).num_warps == 16
+        assert plan_chunks(tile_ir(softmax.softmax_kernel, x, x, BLOCK=16384)) is None
+        x8, w8 = np.zeros((2, 8192), dtype), np.zeros(8192, dtype)
+        assert plan_chunks(tile_ir(rmsnorm.rmsnorm_kernel, x8, w8, x8, 1e-6, BLOCK=8192)) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("cols", [16384, 10000, 6000])
+def test_norms_split_for_their_loads_match_numpy_on_emulate(dtype, cols, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((3, cols)) * 3).astype(dtype)
+    w, b = rng.standard_normal(cols).astype(dtype), rng.standard_normal(cols).astype(dtype)
+    tj.testing.assert_close(layernorm.run(x, w, b), layernorm.reference(x, w, b).astype(dtype))
+    tj.testing.assert_close(rmsnorm.run(x, w), rmsnorm.reference(x, w).astype(dtype))
