@@ -126,7 +126,7 @@ if wants bench; then
     : >"$OUT/bench.log"
     rm -f "$OUT/bench.jsonl"
     export TILEJIT_BENCH_OUT="$OUT/bench.jsonl"
-    for spec in "softmax 75" "matmul ${TJ_MATMUL_S:-200} ${TJ_MATMUL_ARGS:-}" "compile 90" "launch 50"; do
+    for spec in "softmax 75" "sweep 150 --columns 128,1024,16384,65536 --reps 15" "matmul ${TJ_MATMUL_S:-200} ${TJ_MATMUL_ARGS:-}" "compile 90" "launch 50"; do
         set -- $spec        # NAME LIMIT_S [ARGS...]
         echo "== benchmarks/bench_$1.py ${*:3}" | tee -a "$OUT/bench.log"
         lines_before=$(wc -l <"$OUT/bench.log")
