@@ -4,30 +4,34 @@ do not fit in 32 warps' registers is rewritten into loops over chunks of its las
     chunk_rows(fn) -> fn          plan_chunks(fn) -> ChunkPlan | None
 
 A *wide* tile is one whose last axis has the width ``W`` of the kernel's largest loaded or stored
-tile, when that tile has more than ``CHUNK_VALUES`` elements (16 per thread at 32 warps, the
-most a CTA has; more do not fit in the 64 registers a thread of 1024 gets).  The pass applies when every wide value is made at the top level of the
-kernel by a load, ``arange``, constant, splat, broadcast, a reshape that adds or drops unit dims
-or an elementwise op, and is used only
-by other such ops, by a reduction over the last axis (sum, max or min) or by a store.  Then:
+tile.  A kernel is split when that tile has more than ``CHUNK_VALUES`` elements (16 per thread at
+32 warps, the most a CTA has: more do not fit in the 64 registers each of 1024 threads gets), or
+when its row-wide loads together have more (``COUNT_LOADS``: a layernorm's x, weight and bias).
+The pass applies when every wide value is made at the top level of the kernel by a load,
+``arange``, constant, splat, broadcast, a reshape that adds or drops unit dims or an elementwise
+op, and is used only by other such ops, by a reduction over the last axis (sum, max or min) or
+by a store.  Then:
 
 - each reduction of a wide value becomes a loop over chunks of ``K`` columns (``K`` divides
-  ``W``; the chunks of all the wide loads together have at most ``CHUNK_VALUES`` elements, and
-  ``passes.warps`` gives the kernel 32 warps): the loop recomputes the chunk from its loads,
-  reduces it and combines the partial result with the running one (16-bit float sums run in
-  float32);
+  ``W``; the chunks of all the wide loads together have at most ``CHUNK_BUDGET`` elements): the
+  loop recomputes the chunk from its loads and accumulates it (16-bit float sums in float32);
 - each store of a wide value becomes a loop that recomputes and stores chunk by chunk;
 - everything else stays where it was.
 
-A reduction loop carries a chunk-shaped accumulator, combined elementwise (each thread keeps its
-own partial results, so the loop has no barrier), and reduces it once after the loop.  Softmax
-thus reads its row three times (max, sum, then the store), the later times mostly from L2: one
-program per SM keeps 132 rows of at most 256 KB in flight.  Module switches, measured in
-``benchmarks/chunk_variants.py``, select the alternatives: a CTA-wide reduction per chunk, a
-prefetch of the next chunk in loops with one load, and softmax's ``max`` and ``sum(exp(x - m))``
-in one loop with a running max (online softmax).  Loads past the array read
-``other`` and stores past it are dropped, exactly as for the whole tile; sums are reassociated
-per chunk (within the float tolerance of any reordered sum).  The pass refuses (returns ``fn``
-unchanged) when a store could change what a later chunk loop reloads.
+How the loops run is the plan's ``mode`` (``ChunkPlan``): for rows past ``CHUNK_VALUES`` a
+reduction loop carries a chunk-shaped accumulator, combined elementwise (each thread keeps its
+own partial results, so the loop has no barrier), reduced once after the loop, at 32 warps; for
+rows split only for their several loads (``SEVERAL_LOADS``) each chunk is reduced across the CTA,
+one-load loops prefetch the next chunk, at 16 warps.  Softmax thus reads its row three times
+(max, sum, then the store), the later times mostly from L2: one program per SM keeps 132 rows of
+at most 256 KB in flight.  Module switches, measured in ``benchmarks/chunk_variants.py``, select
+the alternatives (the figures are in the comments below), among them softmax's ``max`` and
+``sum(exp(x - m))`` in one loop with a running max (online softmax).
+
+Loads past the array read ``other`` and stores past it are dropped, exactly as for the whole
+tile; sums are reassociated per chunk (within the float tolerance of any reordered sum).  The
+pass refuses (returns ``fn`` unchanged) when a store could change what a later chunk loop
+reloads.
 """
 from __future__ import annotations
 
@@ -87,7 +91,8 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
         return None
     big = max(tiles, key=lambda v: v.type.numel)
     size, width = big.type.numel, big.type.shape[-1]
-    row_loads = sum(1 for v in tiles if v.owner is not None and v.owner.op is TileOp.LOAD and v.type.shape[-1] == width)
+    row_loads = sum(1 for v in tiles
+                    if v.owner is not None and v.owner.op is TileOp.LOAD and v.type.shape[-1] == width)
     if size * (max(row_loads, 1) if COUNT_LOADS else 1) <= CHUNK_VALUES or width & (width - 1):
         return None
     mode = {"elementwise": ELEMENTWISE_ACC, "prefetch": PREFETCH, "num_warps": 32} if size > CHUNK_VALUES \
@@ -299,7 +304,8 @@ def _reduce_loop_per_chunk(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, rema
     ``o``'s result."""
     t = o.result.type
     kind = o.attrs.kind
-    acc_t = ir.TileType(t.shape, dtypes.float32) if kind is ReduceKind.SUM and t.dtype.is_float and t.dtype.bits < 32 else t
+    narrow_sum = kind is ReduceKind.SUM and t.dtype.is_float and t.dtype.bits < 32
+    acc_t = ir.TileType(t.shape, dtypes.float32) if narrow_sum else t
     init = const(_identity(kind, acc_t.dtype), acc_t.dtype, o.loc)
     if acc_t.shape:
         init = b.create(TileOp.SPLAT, [init], [acc_t], loc=o.loc).result
@@ -386,7 +392,8 @@ def _online_softmax_loop_per_chunk(b: ir.Builder, r1: ir.Operation, r2: ir.Opera
     m_new = body.create(TileOp.MAXIMUM, [m_run, m_c], [ft], loc=loc).result
     empty = body.create(TileOp.EQ, [m_new, splat(float("-inf"), ft, body)], [bool_t], loc=loc).result
     m_safe = body.create(TileOp.WHERE, [empty, splat(0.0, ft, body), m_new], [ft], loc=loc).result
-    scale = body.create(TileOp.EXP, [body.create(TileOp.SUB, [m_run, m_safe], [ft], loc=loc).result], [ft], loc=loc).result
+    gap = body.create(TileOp.SUB, [m_run, m_safe], [ft], loc=loc).result
+    scale = body.create(TileOp.EXP, [gap], [ft], loc=loc).result
     ct = xc.type
     m_b = m_safe if mt.dtype == f32 else body.create(TileOp.CAST, [m_safe], [mt], loc=loc).result
     m_b = body.create(TileOp.BROADCAST, [m_b], [ct], loc=loc).result
@@ -454,7 +461,8 @@ def _online_softmax_loop(b: ir.Builder, r1: ir.Operation, r2: ir.Operation, plan
 
     def not_inf(builder, v):
         """``v`` with -inf read as 0."""
-        empty = ew(builder, TileOp.EQ, [v, splat(float("-inf"), v.type, builder)], ir.TileType(v.type.shape, dtypes.bool_))
+        empty = ew(builder, TileOp.EQ, [v, splat(float("-inf"), v.type, builder)],
+                   ir.TileType(v.type.shape, dtypes.bool_))
         return ew(builder, TileOp.WHERE, [empty, splat(0.0, v.type, builder), v], v.type)
 
     m0, s0 = splat(float("-inf"), ct, b), splat(0.0, ct, b)
