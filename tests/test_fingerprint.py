@@ -194,8 +194,8 @@ def test_an_empty_closure_cell_is_a_value_of_its_own():
 
 
 def test_a_changed_literal_changes_the_key():
-    """``x * 2`` → ``x * 3`` changes only the code's constants table, not its bytecode."""
-    two, three = function("def k(x):\n    return x * 2\n"), function("def k(x):\n    return x * 3\n")
+    """``x * 2.5`` → ``x * 3.5`` changes only the code's constants table, not its bytecode."""
+    two, three = function("def k(x):\n    return x * 2.5\n"), function("def k(x):\n    return x * 3.5\n")
     assert two.__code__.co_code == three.__code__.co_code
     assert kernel_fingerprint(two) != kernel_fingerprint(three)
 
