@@ -20,7 +20,7 @@ declare -A TESTS=(
   [passes/mma_layouts.py]="tests/test_mma_layouts.py tests/test_emulator_mma.py"
   [tilejit/codegen/mma.py]="tests/test_codegen_mma.py tests/test_audit_gaps.py"
   [passes/pipeline_loads.py]="tests/test_pipelining.py tests/test_plans.py tests/test_dot.py tests/test_attention.py tests/test_wgmma.py"
-  [passes/lower_memory.py]="tests/test_lower_memory.py tests/test_kernels.py tests/test_emulator.py tests/test_passes.py"
+  [passes/lower_memory.py]="tests/test_lower_memory.py tests/test_audit_gaps.py tests/test_kernels.py tests/test_emulator.py tests/test_passes.py"
   [tilejit/fingerprint.py]="tests/test_fingerprint.py tests/test_kernel_cache.py tests/test_stale_kernels.py tests/test_cache.py"
 )
 modules=("$@")

@@ -48,14 +48,17 @@ def test_arithmetic_rules():
   %15 = shl %11, %14 : int32
   %16 = add %5, %1 : int32
   %17 = constant {value=0} : int32
-  %18 = shl %3, %17 : int32""")
-    assert [m[f"%{i}"] for i in (1, 4, 5, 8, 9, 10, 12, 13, 15, 16, 18)] == [1, 24, 6, 6, 6, 24, 48, 3, 3, 1, 6]
+  %18 = shl %3, %17 : int32
+  %19 = constant {value=30} : int32
+  %20 = shl %11, %19 : int32""")
+    assert [m[f"%{i}"] for i in (1, 4, 5, 8, 9, 10, 12, 13, 15, 16, 18, 20)] == [1, 24, 6, 6, 6, 24, 48, 3, 3, 1, 6, 3 << 30]
 
 
 def test_a_loop_variable_is_a_multiple_of_the_gcd_of_its_start_and_step():
+    """start 8, step 12: 4 (the bound, 96, plays no part)."""
     fn = ir.parse_function("""func @k(%0: int32) {
   %1 = constant {value=8} : int32
-  %2 = constant {value=100} : int32
+  %2 = constant {value=96} : int32
   %3 = constant {value=12} : int32
   for %1, %2, %3 {stages=0, unroll=False} {
     ^(%4: int32):
@@ -109,3 +112,43 @@ def test_a_transposed_tile_is_stored_in_the_coalesced_layout():
     (16-byte vectors along the contiguous dim) rather than one element per lane."""
     x = np.zeros((64, 64), np.float32)
     assert store_vectors(transpose_copy, (x, x), {"BM": 64, "BN": 64}) == [4]
+
+
+def store_shared_count(kernel, args, consts, warps=4) -> int:
+    kernel = getattr(kernel, "kernel", kernel)
+    specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
+    fn = pipeline.compile_to_simt(kernel.tile_ir(specs, consts), warps, "sm_90a")
+    return sum(o.op is simt.SimtOp.STORE_SHARED for o in fn.walk())
+
+
+@tj.kernel
+def transpose3(x, y, A: tj.constexpr, B: tj.constexpr, C: tj.constexpr):
+    tj.store(y, (0, 0, 0), tj.trans(tj.load(x, (0, 0, 0), (A, B, C)), 0, 2, 1))
+
+
+def test_the_store_layout_choice_on_other_shapes():
+    """A non-square transpose and a rank-3 one go through the coalesced layout (16-byte
+    vectors); a transposed row that becomes a (64, 1) column is stored as it is (no shared
+    memory round trip for a last dim of 1), while a (64, 2) one is converted."""
+    assert store_vectors(transpose_copy, (np.zeros((32, 64), np.float32), np.zeros((64, 32), np.float32)),
+                         {"BM": 32, "BN": 64}) == [4]
+    assert store_vectors(transpose3, (np.zeros((2, 32, 64), np.float32), np.zeros((2, 64, 32), np.float32)),
+                         {"A": 2, "B": 32, "C": 64}) == [4]
+    col = (np.zeros((1, 64), np.float32), np.zeros((64, 1), np.float32))
+    assert store_shared_count(transpose_copy, col, {"BM": 1, "BN": 64}) == 0
+    pair = (np.zeros((2, 64), np.float32), np.zeros((64, 2), np.float32))
+    assert store_shared_count(transpose_copy, pair, {"BM": 2, "BN": 64}) > 0
+
+
+@tj.kernel
+def shifted_copy(x, y, start, BLOCK: tj.constexpr):
+    tj.store(y, (0,), tj.load(x, (start,), (BLOCK,), other=-7.0))
+
+
+def test_a_negative_offset_reads_other_before_the_array(monkeypatch):
+    """Offset -1: element 0 of the block is before the array and reads ``other``; the lower
+    bound of the edge mask is tested on emulate, which runs the lowered program."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x, y = np.arange(1, 9, dtype=np.float32), np.zeros(8, np.float32)
+    shifted_copy[(1,)](x, y, -1, BLOCK=8)
+    np.testing.assert_array_equal(y, [-7, 1, 2, 3, 4, 5, 6, 7])
