@@ -1,9 +1,15 @@
-"""Experiment: the chunk size, warps and prefetch of ``passes.chunk_rows`` on the long-row
-kernels (softmax, RMSNorm, layernorm at 65536 and 32768 columns, fp32 and bf16), against copy in
-the same run.  Each variant compiles into its own cache directory (the compiler's fingerprint
-does not see the patched constants).
+"""Experiment: the switches of ``passes.chunk_rows`` (chunk budget, warps, prefetch, online
+softmax, chunk-shaped accumulators, the several-loads threshold) on softmax, RMSNorm and
+layernorm at 65536, 32768, 16384 and 8192 columns (2**26 elements, fp32 and bf16), against copy
+in the same run.  Each variant compiles into its own cache directory (the compiler's fingerprint
+does not see the patched constants) and the kernels' in-process caches are cleared.  The
+switches set here shape rows past the registers; rows split only for their several loads follow
+``chunk_rows.SEVERAL_LOADS`` (edit it to vary them).
 
     python3 benchmarks/chunk_variants.py [--cpu]      # --cpu: only compile and report spills
+
+One line per (kernel, dtype, columns, variant): the variant's index, the chunk (None: not
+split), the warps, the registers, the spilled bytes and tilejit / copy.
 """
 from __future__ import annotations
 
