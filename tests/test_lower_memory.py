@@ -138,6 +138,8 @@ def test_the_store_layout_choice_on_other_shapes():
     assert store_shared_count(transpose_copy, col, {"BM": 1, "BN": 64}) == 0
     pair = (np.zeros((2, 64), np.float32), np.zeros((64, 2), np.float32))
     assert store_shared_count(transpose_copy, pair, {"BM": 2, "BN": 64}) > 0
+    cols3 = (np.zeros((2, 1, 64), np.float32), np.zeros((2, 64, 1), np.float32))     # last dim 1 again
+    assert store_shared_count(transpose3, cols3, {"A": 2, "B": 1, "C": 64}) == 0
 
 
 @tj.kernel
