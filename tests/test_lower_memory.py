@@ -50,8 +50,11 @@ def test_arithmetic_rules():
   %17 = constant {value=0} : int32
   %18 = shl %3, %17 : int32
   %19 = constant {value=30} : int32
-  %20 = shl %11, %19 : int32""")
-    assert [m[f"%{i}"] for i in (1, 4, 5, 8, 9, 10, 12, 13, 15, 16, 18, 20)] == [1, 24, 6, 6, 6, 24, 48, 3, 3, 1, 6, 3 << 30]
+  %20 = shl %11, %19 : int32
+  %21 = constant {value=-1} : int32
+  %22 = shl %11, %21 : int32""")
+    assert [m[f"%{i}"] for i in (1, 4, 5, 8, 9, 10, 12, 13, 15, 16, 18, 20, 22)] == [
+        1, 24, 6, 6, 6, 24, 48, 3, 3, 1, 6, 3 << 30, 3]
 
 
 def test_a_loop_variable_is_a_multiple_of_the_gcd_of_its_start_and_step():
