@@ -49,11 +49,7 @@ def main(argv=None) -> int:
             for label, kernel, kargs, ref_fn, exact in cases:
                 def launch():
                     kernel[(m,)](*kargs, BLOCK=block)
-                y.fill_(float("nan"))
-                launch()
-                torch.cuda.synchronize()
-                err = common.relative_error(torch, y.float(), exact())
-                assert err <= TOLERANCE[name], f"{label} {shape} {name}: relative error {err:.3g}"
+                err = common.checked(torch, launch, y, exact, TOLERANCE[name], f"{label} {shape} {name}")
                 tj_gbps = common.time_cuda(launch, setup=lambda: y.fill_(float("nan")), warmup=10,
                                            reps=args.reps).gbps(nbytes)
                 torch_gbps = common.time_cuda(ref_fn, warmup=10, reps=args.reps).gbps(nbytes)

@@ -117,22 +117,14 @@ def main(argv=None) -> int:
 
                 def launch():
                     kernel[(m,)](*kargs, BLOCK=block)
-                y.fill_(float("nan"))
-                launch()
-                torch.cuda.synchronize()
-                err = common.relative_error(torch, y.float(), exact())
-                assert err <= TOLERANCE[name], f"{label} C={n} {name}: relative error {err:.3g}"
+                err = common.checked(torch, launch, y, exact, TOLERANCE[name], f"{label} C={n} {name}")
                 tj_gbps = common.time_cuda(launch, setup=lambda: y.fill_(float("nan")), warmup=10,
                                            reps=args.reps).gbps(nbytes)
                 torch_gbps = common.time_cuda(ref_fn, warmup=10, reps=args.reps).gbps(nbytes)
                 triton_gbps = float("nan")
                 twin = triton_twin(label, x, w, b, y)
                 if twin is not None:
-                    y.fill_(float("nan"))
-                    twin()
-                    torch.cuda.synchronize()
-                    terr = common.relative_error(torch, y.float(), exact())
-                    assert terr <= TOLERANCE[name], f"triton {label} C={n} {name}: relative error {terr:.3g}"
+                    common.checked(torch, twin, y, exact, TOLERANCE[name], f"triton {label} C={n} {name}")
                     triton_gbps = common.time_cuda(twin, warmup=10, reps=args.reps).gbps(nbytes)
                 warps = kernel.inspect(*kargs, BLOCK=block).num_warps
                 rows.append({"kernel": label, "cols": n, "dtype": name, "warps": warps, "tj": tj_gbps,

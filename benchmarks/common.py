@@ -76,6 +76,17 @@ def relative_error(torch, out, ref) -> float:
     return float(torch.linalg.vector_norm(out64 - ref64) / torch.linalg.vector_norm(ref64))
 
 
+def checked(torch, launch, out, exact, tolerance: float, what: str) -> float:
+    """Poison ``out`` with NaN, run ``launch`` once and return its relative error against
+    ``exact()``; AssertionError over ``tolerance`` (every output must have been written)."""
+    out.fill_(float("nan"))
+    launch()
+    torch.cuda.synchronize()
+    err = relative_error(torch, out.float(), exact())
+    assert err <= tolerance, f"{what}: relative error {err:.3g}"
+    return err
+
+
 # ----------------------------------------------------------------------------------------- timing
 @dataclass
 class Timing:
