@@ -62,12 +62,16 @@ def layernorm_kernel(x_ptr, y_ptr, w_ptr, b_ptr, stride, n_cols, eps, BLOCK: tl.
         tl.store(y_ptr + cols, (x - mean) * rstd * w + b, mask=inside)
 
 
-def layernorm(x, w, b, y, eps):
-    """The tutorial's launch: BLOCK = min(64 KB of elements, next power of two), warps BLOCK/256
-    clamped to 1..8."""
+def _norm_launch(x):
+    """The layer-norm tutorial's launch: (rows, columns, BLOCK = min(64 KB of elements, next
+    power of two of the row), warps = BLOCK / 256 clamped to 1..8)."""
     n_rows, n_cols = x.shape
     block = min(65536 // x.element_size(), triton.next_power_of_2(n_cols))
-    warps = min(max(block // 256, 1), 8)
+    return n_rows, n_cols, block, min(max(block // 256, 1), 8)
+
+
+def layernorm(x, w, b, y, eps):
+    n_rows, n_cols, block, warps = _norm_launch(x)
     layernorm_kernel[(n_rows,)](x, y, w, b, x.stride(0), n_cols, eps, BLOCK=block, num_warps=warps)
 
 
@@ -92,7 +96,5 @@ def rmsnorm_kernel(x_ptr, y_ptr, w_ptr, stride, n_cols, eps, BLOCK: tl.constexpr
 
 
 def rmsnorm(x, w, y, eps):
-    n_rows, n_cols = x.shape
-    block = min(65536 // x.element_size(), triton.next_power_of_2(n_cols))
-    warps = min(max(block // 256, 1), 8)
+    n_rows, n_cols, block, warps = _norm_launch(x)
     rmsnorm_kernel[(n_rows,)](x, y, w, x.stride(0), n_cols, eps, BLOCK=block, num_warps=warps)
