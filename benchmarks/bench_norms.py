@@ -35,12 +35,7 @@ def main(argv=None) -> int:
         m, n = (int(v) for v in shape.lower().split("x"))
         for name in args.dtypes.split(","):
             dtype = getattr(torch, name)
-            x = common.random_tensor(torch, (m, n), dtype, 1)
-            w, b = (common.random_tensor(torch, (n,), dtype, s) for s in (2, 3))
-            y = torch.empty_like(x)
-            src, dst = common.random_tensor(torch, (m, n), dtype, 4), torch.empty_like(x)
-            nbytes = 2 * x.numel() * x.element_size()
-            copy = common.time_cuda(lambda: dst.copy_(src), warmup=10, reps=args.reps).gbps(nbytes)
+            x, w, b, y, nbytes, copy = common.row_inputs(torch, m, n, dtype, args.reps)
             block = tj.next_power_of_2(n)
             cases = [("layernorm", layernorm, (x, w, b, y, 1e-5), lambda: F.layer_norm(x, (n,), w, b, 1e-5),
                       lambda: F.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5)),

@@ -105,12 +105,7 @@ def main(argv=None) -> int:
         dtype = getattr(torch, name)
         for n in (int(c) for c in args.columns.split(",")):
             m = args.elements // n
-            x = common.random_tensor(torch, (m, n), dtype, 1)
-            w, b = (common.random_tensor(torch, (n,), dtype, s) for s in (2, 3))
-            y = torch.empty_like(x)
-            src, dst = common.random_tensor(torch, (m, n), dtype, 4), torch.empty_like(x)
-            nbytes = 2 * x.numel() * x.element_size()
-            copy = common.time_cuda(lambda: dst.copy_(src), warmup=10, reps=args.reps).gbps(nbytes)
+            x, w, b, y, nbytes, copy = common.row_inputs(torch, m, n, dtype, args.reps)
             block = tj.next_power_of_2(n)
             for label in args.kernels.split(","):
                 kernel, kargs, ref_fn, exact = cases(torch, label, x, w, b, y)
@@ -133,7 +128,6 @@ def main(argv=None) -> int:
                              "triton_vs_copy": triton_gbps / copy, "vs_triton": tj_gbps / triton_gbps, "err": err})
                 common.record(f"sweep-{label}", f"{m}x{n}", name, tj_gbps, "GB/s", "torch copy_ (same run)", copy,
                               tj_gbps / copy, torch_GBps=torch_gbps, triton_GBps=triton_gbps, num_warps=warps)
-            del x, y, src, dst
     rows.sort(key=lambda r: (r["kernel"], r["dtype"], r["cols"]))
     common.print_table(rows, COLUMNS, title=f"row kernels by length on {common.gpu_name()} (2**26 elements, "
                        f"CUDA events, median of {args.reps}, L2 flushed; no num_warps)")

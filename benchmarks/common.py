@@ -76,6 +76,18 @@ def relative_error(torch, out, ref) -> float:
     return float(torch.linalg.vector_norm(out64 - ref64) / torch.linalg.vector_norm(ref64))
 
 
+def row_inputs(torch, m: int, n: int, dtype, reps: int):
+    """The tensors of a row-kernel benchmark and its copy reference, measured now: (x (m, n),
+    weight (n,), bias (n,), an output like x, bytes moved (x read + y written), copy GB/s of an
+    equal-size tensor)."""
+    x = random_tensor(torch, (m, n), dtype, 1)
+    w, b = (random_tensor(torch, (n,), dtype, s) for s in (2, 3))
+    src, dst = random_tensor(torch, (m, n), dtype, 4), torch.empty_like(x)
+    nbytes = 2 * x.numel() * x.element_size()
+    copy = time_cuda(lambda: dst.copy_(src), warmup=10, reps=reps).gbps(nbytes)
+    return x, w, b, torch.empty_like(x), nbytes, copy
+
+
 def checked(torch, launch, out, exact, tolerance: float, what: str) -> float:
     """Poison ``out`` with NaN, run ``launch`` once and return its relative error against
     ``exact()``; AssertionError over ``tolerance`` (every output must have been written)."""

@@ -261,3 +261,26 @@ def test_norms_split_for_their_loads_match_numpy_on_emulate(dtype, cols, monkeyp
     w, b = rng.standard_normal(cols).astype(dtype), rng.standard_normal(cols).astype(dtype)
     tj.testing.assert_close(layernorm.run(x, w, b), layernorm.reference(x, w, b).astype(dtype))
     tj.testing.assert_close(rmsnorm.run(x, w), rmsnorm.reference(x, w).astype(dtype))
+
+
+@tj.kernel
+def softmax_1d(x, y, BLOCK: tj.constexpr):
+    """Triton's tutorial spelling: the row as a 1-D tile, reductions to scalars, no keepdims."""
+    row = tj.program_id(0)
+    t = tj.load(x, (row, 0), (1, BLOCK), other=-tj.inf).reshape((BLOCK,))
+    e = tj.exp(t - tj.max(t, axis=0))
+    tj.store(y, (row, 0), (e / tj.sum(e, axis=0)).reshape((1, BLOCK)))
+
+
+def test_the_1d_tutorial_spelling_is_split_alike_and_matches_numpy(monkeypatch):
+    """The same softmax spelled with a 1-D row and scalar reductions gets the same plan (chunk
+    and warps) as the example and NumPy's result on emulate."""
+    x = np.zeros((2, 65536), np.float32)
+    want = plan_chunks(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536))
+    got = plan_chunks(tile_ir(softmax_1d, x, x, BLOCK=65536))
+    assert (got.chunk, got.num_warps, got.elementwise) == (want.chunk, want.num_warps, want.elementwise)
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x = np.random.default_rng(7).standard_normal((2, 50000)).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    softmax_1d[(2,)](x, y, BLOCK=65536)
+    tj.testing.assert_close(y, softmax.reference(x))
