@@ -236,26 +236,6 @@ def test_the_chunked_kernels_do_not_spill():
                     assert kernel.compile(specs, consts, None, "cuda").artifact.spills == 0, (name, cols)
 
 
-def test_the_occupancy_hint_is_dropped_only_where_it_makes_ptxas_spill():
-    """16K-column softmax runs unsplit: float32 (64 KiB) at 32 warps with the 1-CTA-per-SM
-    hint, which fits in 64 registers; bfloat16 (32 KiB) at 16 warps, where the 2-CTAs hint
-    spilled 64 bytes, so the backend emits it again without the hint and keeps that code."""
-    from tilejit.codegen import ptxas
-    if not ptxas.available():
-        pytest.skip("nvJitLink is not installed")
-    found = {}
-    for dtype in (np.float32, BF16):
-        x = np.zeros((2, 16384), dtype)
-        kernel = softmax.softmax_kernel
-        specs, consts, _ = kernel.specialise(kernel.bind((x, x), {"BLOCK": 16384}))
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", tj.PerformanceWarning)
-            art = kernel.compile(specs, consts, None, "cuda").artifact
-        assert art.spills == 0 and art.registers * 32 * art.num_warps <= 65536
-        found[np.dtype(dtype).name] = art.num_warps, ".minnctapersm" in art.ptx
-    assert found == {"float32": (32, True), "bfloat16": (16, False)}
-
-
 def test_rows_of_several_loads_that_fit_alone_are_split_too():
     """layernorm (x, weight, bias) and RMSNorm (x, weight) of 16K columns: each load fits, all
     together do not; they are split with a reduction per chunk, the one-load loops prefetching,

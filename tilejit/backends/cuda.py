@@ -104,20 +104,6 @@ def stage_cubin(state: dict) -> None:
     if not ptxas.available():
         return
     asm = ptxas.assemble(state["ptx"], state["target"])
-    meta = state["simt_fn"].meta
-    if asm.spills and meta.min_ctas_per_sm:
-        # The occupancy hint caps registers; when the cap makes ptxas spill, the spills cost
-        # more than the occupancy gains (16K bfloat16 softmax: 64 bytes at 64 registers).
-        # Emit again without the hint and keep whichever spills less.
-        hint, hinted, hinted_asm = meta.min_ctas_per_sm, dict(state), asm
-        meta.min_ctas_per_sm = 0
-        stage_llvm(state)
-        stage_ptx(state)
-        asm = ptxas.assemble(state["ptx"], state["target"])
-        if asm.spills >= hinted_asm.spills:
-            meta.min_ctas_per_sm = hint
-            state.update(hinted)
-            asm = hinted_asm
     state["cubin"], state["registers"], state["spills"] = asm.cubin, asm.registers, asm.spills
 
 
