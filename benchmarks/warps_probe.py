@@ -1,0 +1,74 @@
+"""Experiment: the warps of a row kernel and the occupancy hint (``pipeline.occupancy_hint``,
+which caps registers so that 1024 threads fit an SM), on softmax, RMSNorm and layernorm over
+rows of 4096 to 32768 columns (2**26 elements), against copy in the same run.  Each variant
+compiles into its own cache directory and the kernels' in-process caches are cleared.
+
+    python3 benchmarks/warps_probe.py [--columns 8192,16384] [--dtypes bfloat16] [--cpu]
+
+One line per (kernel, dtype, columns, warps, hint or none): registers, spilled bytes, tilejit / copy.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import warnings
+
+import common
+from tilejit.passes import pipeline
+
+HINT = pipeline.occupancy_hint
+KERNELS = {"softmax": ("softmax", "softmax_kernel", lambda x, w, b, y: (x, y)),
+           "rmsnorm": ("rmsnorm", "rmsnorm_kernel", lambda x, w, b, y: (x, w, y, 1e-6)),
+           "layernorm": ("layernorm", "layernorm_kernel", lambda x, w, b, y: (x, w, b, y, 1e-5))}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--columns", default="8192,16384")
+    ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--kernels", default="softmax,rmsnorm,layernorm")
+    ap.add_argument("--warps", default="0,8,16,32", help="0: the compiler's choice")
+    ap.add_argument("--cpu", action="store_true", help="only compile and report registers and spills")
+    opts = ap.parse_args()
+    torch = None if opts.cpu else common.require_cuda_torch()
+    base = tempfile.mkdtemp()
+    for dname in opts.dtypes.split(","):
+        for n in map(int, opts.columns.split(",")):
+            m = 2 ** 26 // n
+            if opts.cpu:
+                import numpy as np
+                import tilejit as tj
+                x = np.zeros((2, n), tj.bfloat16.np if dname == "bfloat16" else np.float32)
+                w, b, y, copy = x[0].copy(), x[0].copy(), x.copy(), None
+            else:
+                x, w, b, y, nbytes, copy = common.row_inputs(torch, m, n, getattr(torch, dname), 20)
+            for name in opts.kernels.split(","):
+                module, attr, args = KERNELS[name]
+                kernel = getattr(common.load_example(module), attr)
+                k = getattr(kernel, "kernel", kernel)
+                kargs = args(x, w, b, y)
+                for warps in [int(v) or None for v in opts.warps.split(",")]:
+                    for hint in (True, False):
+                        pipeline.occupancy_hint = HINT if hint else (lambda fn, num_warps: 0)
+                        os.environ["TILEJIT_CACHE_DIR"] = f"{base}/{warps}-{hint}"
+                        k._cache.clear()
+                        k._fast.clear()
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            r = kernel.inspect(*kargs, BLOCK=n, num_warps=warps)
+                        ratio = float("nan")
+                        if not opts.cpu:
+                            launch = lambda: kernel[(m,)](*kargs, BLOCK=n, num_warps=warps)  # noqa: E731
+                            y.fill_(float("nan"))
+                            launch()
+                            torch.cuda.synchronize()
+                            assert not torch.isnan(y).any(), (name, n, dname, warps)
+                            ratio = round(common.time_cuda(launch, warmup=5, reps=20).gbps(nbytes) / copy, 3)
+                        print(name, dname, n, r.num_warps, "hint" if hint else "none", r.registers,
+                              r.spills, ratio, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
