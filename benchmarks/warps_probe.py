@@ -5,7 +5,8 @@ compiles into its own cache directory and the kernels' in-process caches are cle
 
     python3 benchmarks/warps_probe.py [--columns 8192,16384] [--dtypes bfloat16] [--cpu]
 
-One line per (kernel, dtype, columns, warps, hint or none): registers, spilled bytes, tilejit / copy.
+One line per (kernel, dtype, columns, warps, variant: hint (the default), none (no occupancy
+hint), no-PASS (``--without PASS``: the pipeline without that pass)): registers, spilled bytes, tilejit / copy.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import warnings
 import common
 from tilejit.passes import pipeline
 
-HINT = pipeline.occupancy_hint
+HINT, STAGES = pipeline.occupancy_hint, list(pipeline.PIPELINE)
 KERNELS = {"softmax": ("softmax", "softmax_kernel", lambda x, w, b, y: (x, y)),
            "rmsnorm": ("rmsnorm", "rmsnorm_kernel", lambda x, w, b, y: (x, w, y, 1e-6)),
            "layernorm": ("layernorm", "layernorm_kernel", lambda x, w, b, y: (x, w, b, y, 1e-5))}
@@ -29,6 +30,7 @@ def main() -> int:
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--kernels", default="softmax,rmsnorm,layernorm")
     ap.add_argument("--warps", default="0,8,16,32", help="0: the compiler's choice")
+    ap.add_argument("--without", default="", help="a pipeline pass to also measure without (e.g. hoist_loads)")
     ap.add_argument("--cpu", action="store_true", help="only compile and report registers and spills")
     opts = ap.parse_args()
     torch = None if opts.cpu else common.require_cuda_torch()
@@ -49,9 +51,10 @@ def main() -> int:
                 k = getattr(kernel, "kernel", kernel)
                 kargs = args(x, w, b, y)
                 for warps in [int(v) or None for v in opts.warps.split(",")]:
-                    for hint in (True, False):
-                        pipeline.occupancy_hint = HINT if hint else (lambda fn, num_warps: 0)
-                        os.environ["TILEJIT_CACHE_DIR"] = f"{base}/{warps}-{hint}"
+                    for variant in ["hint", "none"] + ([f"no-{opts.without}"] if opts.without else []):
+                        pipeline.occupancy_hint = (lambda fn, num_warps: 0) if variant == "none" else HINT
+                        pipeline.PIPELINE[:] = [s for s in STAGES if variant != f"no-{s.name}"]
+                        os.environ["TILEJIT_CACHE_DIR"] = f"{base}/{warps}-{variant}"
                         k._cache.clear()
                         k._fast.clear()
                         with warnings.catch_warnings():
@@ -65,7 +68,7 @@ def main() -> int:
                             torch.cuda.synchronize()
                             assert not torch.isnan(y).any(), (name, n, dname, warps)
                             ratio = round(common.time_cuda(launch, warmup=5, reps=20).gbps(nbytes) / copy, 3)
-                        print(name, dname, n, r.num_warps, "hint" if hint else "none", r.registers,
+                        print(name, dname, n, r.num_warps, variant, r.registers,
                               r.spills, ratio, flush=True)
     return 0
 

@@ -1,7 +1,8 @@
 """The compiler's pass pipeline, in order, in one list: tile IR -> tile IR passes, the lowering
 to SIMT IR, then SIMT IR passes.  ``fold_exp`` turns softmax exponentials into exp2 with the
 log2(e) scale folded into one FMA; ``uniform_masks`` skips a block mask behind a scalar bound
-check when the whole block is inside it.  ``plan_dots`` decides each DOT's instructions (wgmma,
+check when the whole block is inside it; ``hoist_loads`` issues each top-level load as early as
+its operands allow (never past a store).  ``plan_dots`` decides each DOT's instructions (wgmma,
 mma.sync or FMA) and warp split (``plans.DotPlan``); ``assign_layouts`` gives every tile a
 register layout; ``plan_loops`` decides how each loop is pipelined (``plans.LoopPlan``);
 ``lower_to_simt`` reads the plans (``pipeline_loads`` lowers the rings).
@@ -25,6 +26,7 @@ from tilejit.passes.canonicalize import canonicalize
 from tilejit.passes.chunk_rows import chunk_rows
 from tilejit.passes.dce import dce
 from tilejit.passes.fold_exp import fold_exp
+from tilejit.passes.hoist_loads import hoist_loads
 from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.mma_tiling import DEFAULT_STAGES
 from tilejit.passes.plan_dots import dot_plans_text, plan_dots
@@ -59,6 +61,7 @@ PIPELINE = [
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
+    Stage("hoist_loads", lambda fn, opt: hoist_loads(fn), "tile"),
     Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages), "tile"),
