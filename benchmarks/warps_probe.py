@@ -6,7 +6,7 @@ compiles into its own cache directory and the kernels' in-process caches are cle
     python3 benchmarks/warps_probe.py [--columns 8192,16384] [--dtypes bfloat16] [--cpu]
 
 One line per (kernel, dtype, columns, warps, variant: hint (the default), none (no occupancy
-hint), no-PASS (``--without PASS``: the pipeline without that pass)): registers, spilled bytes, tilejit / copy.
+hint), no-PASS (``--without PASS``: the pipeline without that pass), long32 (``--long-rows-at-32``)): registers, spilled bytes, tilejit / copy.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import tempfile
 import warnings
 
 import common
-from tilejit.passes import pipeline
+from tilejit.passes import chunk_rows, pipeline
 
-HINT, STAGES = pipeline.occupancy_hint, list(pipeline.PIPELINE)
+HINT, STAGES, LONG = pipeline.occupancy_hint, list(pipeline.PIPELINE), dict(chunk_rows.LONG_ROW_WARPS)
 KERNELS = {"softmax": ("softmax", "softmax_kernel", lambda x, w, b, y: (x, y)),
            "rmsnorm": ("rmsnorm", "rmsnorm_kernel", lambda x, w, b, y: (x, w, y, 1e-6)),
            "layernorm": ("layernorm", "layernorm_kernel", lambda x, w, b, y: (x, w, b, y, 1e-5))}
@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--kernels", default="softmax,rmsnorm,layernorm")
     ap.add_argument("--warps", default="0,8,16,32", help="0: the compiler's choice")
     ap.add_argument("--without", default="", help="a pipeline pass to also measure without (e.g. hoist_loads)")
+    ap.add_argument("--long-rows-at-32", action="store_true",
+                    help="also measure rows past chunk_rows.CHUNK_VALUES at 32 warps whatever their dtype")
     ap.add_argument("--cpu", action="store_true", help="only compile and report registers and spills")
     opts = ap.parse_args()
     torch = None if opts.cpu else common.require_cuda_torch()
@@ -51,7 +53,9 @@ def main() -> int:
                 k = getattr(kernel, "kernel", kernel)
                 kargs = args(x, w, b, y)
                 for warps in [int(v) or None for v in opts.warps.split(",")]:
-                    for variant in ["hint", "none"] + ([f"no-{opts.without}"] if opts.without else []):
+                    for variant in (["hint", "none"] + ([f"no-{opts.without}"] if opts.without else [])
+                                    + (["long32"] if opts.long_rows_at_32 else [])):
+                        chunk_rows.LONG_ROW_WARPS = {1: 32, 2: 32, 4: 32} if variant == "long32" else LONG
                         pipeline.occupancy_hint = (lambda fn, num_warps: 0) if variant == "none" else HINT
                         pipeline.PIPELINE[:] = [s for s in STAGES if variant != f"no-{s.name}"]
                         os.environ["TILEJIT_CACHE_DIR"] = f"{base}/{warps}-{variant}"

@@ -20,7 +20,7 @@ by a store.  Then:
 
 How the loops run is the plan's ``mode`` (``ChunkPlan``): for rows past ``CHUNK_VALUES`` a
 reduction loop carries a chunk-shaped accumulator, combined elementwise (each thread keeps its
-own partial results, so the loop has no barrier), reduced once after the loop, at 32 warps; for
+own partial results, so the loop has no barrier), reduced once after the loop, at 32 warps (16 for 16-bit types, ``LONG_ROW_WARPS``); for
 rows split only for their several loads (``SEVERAL_LOADS``) each chunk is reduced across the CTA,
 one-load loops prefetch the next chunk, at 16 warps.  Softmax thus reads its row three times
 (max, sum, then the store), the later times mostly from L2: one program per SM keeps 132 rows of
@@ -41,7 +41,8 @@ from tilejit.passes.chunk_loops import (_COMBINE, ChunkPlan, online_softmax_loop
                                          store_loop)
 
 CHUNK_VALUES = 32 * 32 * 16         # a row tile of more values is split: 16 per thread at 32 warps
-CHUNK_BUDGET = CHUNK_VALUES         # the values of all the loads of one chunk (with PREFETCH, twice)
+CHUNK_BUDGET = CHUNK_VALUES         # the values of all the loads of one chunk (with PREFETCH, twice),
+                                    # at 32 warps (a long row at fewer warps gets a share)
 # The switches below were measured on the H200 (benchmarks/chunk_variants.py, 2026-12-03): with
 # chunk-shaped accumulators and neither the prefetch nor the online softmax, 65536-column rows
 # ran at 0.47-0.62x copy (softmax), 0.61-0.62x (RMSNorm), 0.27-0.50x (layernorm), against
@@ -58,6 +59,15 @@ COUNT_LOADS = True                  # rows of several loads that fit alone but n
 # RMSNorm bf16 16K 0.74 (was 0.51), layernorm bf16 8K 0.48 (was 0.36); RMSNorm fp32 16K 0.90
 # (was 0.91).
 SEVERAL_LOADS = {"elementwise": False, "prefetch": True, "num_warps": 16}
+# The warps of a row past CHUNK_VALUES, by the itemsize of its widest memory tile (64 bytes per
+# thread of a 16384-value chunk: 32 warps in float32, 16 in 16-bit floats); a chunk loop's loads
+# share CHUNK_BUDGET and each holds at most 16 values per thread.  Measured (H200,
+# benchmarks/warps_probe.py, 2026-12-03), bf16 at 16 warps against 32: softmax (chunks of 8192)
+# 32K 0.61 / 0.43x copy, 64K 0.49 / 0.47; layernorm (4096, 24 values per thread) 32K 0.50 / 0.26,
+# 64K 0.42 / 0.24 (chunks of 2048: 0.29 / 0.24); RMSNorm 32K 0.71 / 0.60, 64K 0.57 / 0.61.
+# fp32 keeps 32: softmax at 16 warps 32K 0.56 / 0.66, 64K 0.45 / 0.63.  One-byte types are
+# unmeasured and take 16.
+LONG_ROW_WARPS = {1: 16, 2: 16, 4: 32}
 
 
 # ops that make a wide value from wide operands (or from nothing)
@@ -82,8 +92,8 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
                     if v.owner is not None and v.owner.op is TileOp.LOAD and v.type.shape[-1] == width)
     if size * (max(row_loads, 1) if COUNT_LOADS else 1) <= CHUNK_VALUES or width & (width - 1):
         return None
-    mode = {"elementwise": ELEMENTWISE_ACC, "prefetch": PREFETCH, "num_warps": 32} if size > CHUNK_VALUES \
-        else SEVERAL_LOADS
+    mode = {"elementwise": ELEMENTWISE_ACC, "prefetch": PREFETCH,
+            "num_warps": LONG_ROW_WARPS[min(big.type.dtype.itemsize, 4)]} if size > CHUNK_VALUES else SEVERAL_LOADS
     top = fn.body.ops
     if any(_memory_tile(o) is not None and o not in top for o in fn.walk()):
         return None                                 # a load or store in a loop or branch
@@ -117,8 +127,10 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
     # the loads a loop body may hold at once share the 16 values per thread
     loads = sum(1 for v in wide if v.owner.op is TileOp.LOAD)
     loads = max(loads, 2) if mode["prefetch"] and loads == 1 else loads         # the prefetched copy
+    # and a long row's chunk holds at most 16 values per thread (more spilled softmax at 16 warps)
+    most = 16 * 32 * mode["num_warps"] if size > CHUNK_VALUES else size
     parts = 1
-    while size // parts * loads > CHUNK_BUDGET and parts < width:
+    while (size // parts * loads > CHUNK_BUDGET or size // parts > most) and parts < width:
         parts *= 2
     return ChunkPlan(width, width // parts, frozenset(wide), **mode)
 

@@ -139,6 +139,18 @@ def test_rows_within_the_registers_are_left_alone_and_longer_ones_split(cols, ch
     assert (plan.chunk if plan else None) == chunk
 
 
+def test_16_bit_long_rows_run_at_16_warps_with_half_the_chunk(plain_loops):
+    """Long rows get 16 values per thread per chunk: float32 at 32 warps and chunks of 16384,
+    bfloat16 at 16 warps and chunks of 8192 (layernorm's three loads share 16384: 4096 both)."""
+    for dtype, warps, chunk, ln_chunk in [(np.float32, 32, 16384, 4096), (BF16, 16, 8192, 4096)]:
+        for cols in (32768, 65536):
+            x, w = np.zeros((2, cols), dtype), np.zeros(cols, dtype)
+            plan = plan_chunks(tile_ir(softmax.softmax_kernel, x, x, BLOCK=cols))
+            assert (plan.num_warps, plan.chunk) == (warps, chunk), (dtype, cols)
+            plan = plan_chunks(tile_ir(layernorm.layernorm_kernel, x, w, w, x, 1e-5, BLOCK=cols))
+            assert (plan.num_warps, plan.chunk) == (warps, ln_chunk), (dtype, cols)
+
+
 def test_the_loads_of_a_loop_share_the_budget(plain_loops):
     """layernorm's last loop loads x, weight and bias: 3 loads, so chunks of 4096 (not 16384);
     RMSNorm's two loads get 8192."""
