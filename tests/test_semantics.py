@@ -197,3 +197,157 @@ def test_tile_truth_value_is_ambiguous():
         semantics.condition(builder(), tile((4,), dtypes.bool_))
     b = builder()
     assert semantics.condition(b, tile((), dtypes.int32)).owner.op == TileOp.NE
+
+
+# --- the edges a mutation run of semantics.py found unasserted (tests/README.md) ----------------
+def fails(match, fn, *args, **kwargs):
+    with pytest.raises(CompileError, match=match):
+        fn(builder(), *args, **kwargs)
+
+
+def test_tile_shapes_up_to_the_limit_and_the_dimension_checks():
+    limit = semantics.MAX_TILE_ELEMENTS
+    assert limit == 1 << 20 and semantics.broadcast_shapes() == ()
+    assert semantics.const_shape(builder(), (limit,), "t") == (limit,)
+    assert semantics.const_shape(builder(), (2, limit // 2), "t") == (2, limit // 2)
+    fails("too large", semantics.const_shape, (2, limit), "t")
+    for bad, match in [((4, 0), "positive"), ((4, -2), "positive"), ((2.5,), "must be ints"),
+                       ((True, 4), "must be ints")]:
+        fails(match, semantics.const_shape, bad, "t")
+
+
+def test_axes_are_compile_time_ints_within_the_rank():
+    t = tile((4, 8))
+    for axis in (2, -3):
+        fails("out of range for a rank-2", semantics.reduce, ReduceKind.SUM, t, axis)
+    for axis in (True, 1.0):
+        fails("compile-time integer", semantics.reduce, ReduceKind.SUM, t, axis)
+    assert semantics.reduce(builder(), ReduceKind.SUM, t, -2).type.shape == (8,)
+    fails("cannot reduce a scalar along axis 0", semantics.reduce, ReduceKind.SUM, tile(()), 0)
+    for axis in (True, 3, -1):
+        fails("constant 0, 1 or 2", semantics.program_id, axis)
+        fails("constant 0, 1 or 2", semantics.num_programs, axis)
+    assert semantics.program_id(builder(), 2).owner.attrs.axis == 2
+
+
+def test_constants_must_be_exact_in_integer_types():
+    ty = TileType((), dtypes.int32)
+    assert semantics.constant(builder(), 2.0, ty).owner.attrs.value == 2
+    assert semantics.constant(builder(), -3.0, ty).owner.attrs.value == -3
+    for bad in (2.5, -2.5, float("inf"), float("nan")):
+        fails("cannot be represented as int32", semantics.constant, bad, ty)
+
+
+def test_integer_power_with_a_negative_literal_is_refused_and_other_ops_are_not():
+    fails(r"integer \*\* -1: .*x\.to\(tj\.float32\) \*\* -1$", semantics.binary, "**", tile((4,), dtypes.int32), -1)
+    for op, x, y in [("**", tile((4,), dtypes.int32), 0), ("**", tile((4,), dtypes.int32), 2),
+                     ("**", tile((4,)), -1), ("-", tile((4,), dtypes.int32), -1),
+                     ("+", tile((4,), dtypes.int32), -5), ("*", tile((4,), dtypes.int8), -1)]:
+        assert semantics.binary(builder(), op, x, y).type.shape == (4,)
+
+
+def test_a_runtime_condition_compares_with_zero():
+    b = builder()
+    out = semantics.to_bool(b, tile((), dtypes.int32))
+    assert out.owner.op is TileOp.NE and out.owner.operands[1].owner.attrs.value == 0
+    assert semantics.to_bool(builder(), 3).owner.attrs.value is True
+
+
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.uint8, dtypes.bool_])
+def test_unary_ops_on_integers_keep_their_type(dt):
+    b = builder()
+    x = tile((4,), dt)
+    assert semantics.unary(b, "+", x) is x
+    inv = semantics.unary(b, "~", x)
+    assert inv.owner.op is TileOp.INVERT and inv.type == x.type
+    absolute = semantics.unary(b, "abs", x)
+    assert absolute is x if dt.is_bool else (absolute.owner.op is TileOp.ABS and absolute.type == x.type)
+    if not dt.is_bool:
+        assert semantics.unary(b, "-", x).owner.op is TileOp.NEG
+    assert semantics.unary(b, "not", tile((), dt)).owner.op is TileOp.EQ
+    fails("operator ~ needs integer or bool", semantics.unary, "~", tile((4,)))
+    fails("not defined on bool", semantics.unary, "-", tile((4,), dtypes.bool_))
+
+
+def test_dtype_arguments_and_fill_values():
+    fails("is not a tilejit dtype", semantics.cast, tile((4,)), "float7")
+    fails("is not a tilejit dtype", semantics.cast, tile((4,)), 3.5)
+    assert semantics.full(builder(), (2,), tile((), dtypes.int16)).type.dtype == dtypes.int16
+    assert semantics.full(builder(), (2,), 1.5).type.dtype == dtypes.float32
+    fails("fill value must be a scalar", semantics.full, (2,), tile((2,)))
+    r = semantics.arange(builder(), 4)
+    assert r.type.shape == (4,) and r.owner.attrs.value == 0
+
+
+def test_shape_op_edges_against_numpy():
+    """Also ``t[:, ..., None]``: the ellipsis stands for the dims the slices after it leave (it
+    counted every slice, so a rank-3 tile gave (2, 3, 1, 4) instead of NumPy's (2, 3, 4, 1))."""
+    b = builder()
+    fails("expected a tile", semantics.reshape, 3, (1,))
+    assert semantics.reshape(b, tile(()), (1, 1)).owner.op is TileOp.SPLAT
+    for shape, axis in [((4,), 1), ((4,), -1), ((2, 3), 2), ((2, 3), 1), ((2, 3), -3)]:
+        assert semantics.expand_dims(builder(), tile(shape), axis).type.shape == \
+            np.expand_dims(np.empty(shape), axis).shape
+    fails("out of range", semantics.expand_dims, tile((4,)), 2)
+    for shape, to in [((3, 4), (4,)), ((2, 1), (1, 5))]:
+        fails("cannot broadcast a tile", semantics.broadcast_to, tile(shape), to)
+    for index in [(slice(None), None), (None, slice(None)), (Ellipsis, None), (None, Ellipsis),
+                  (slice(None), None, Ellipsis), (Ellipsis, None, slice(None)), (slice(None), Ellipsis, None),
+                  (None,), (slice(None), slice(None), slice(None), None)]:
+        assert semantics.subscript(builder(), tile((2, 3, 4)), index).type.shape == \
+            np.empty((2, 3, 4))[index].shape, index
+    fails("too many indices", semantics.subscript, tile((4,)), (Ellipsis, slice(None), slice(None)))
+    fails("with bounds", semantics.subscript, tile((4, 8)), (slice(1, 3),))
+    fails("single ellipsis", semantics.subscript, tile((4, 8)), (Ellipsis, None, Ellipsis))
+
+
+def test_permutations():
+    t = tile((2, 3, 4))
+    for perm in [((2, 0, 1),), (2, 0, 1)]:
+        out = semantics.trans(builder(), t, *perm)
+        assert out.type.shape == (4, 2, 3) and out.owner.attrs.perm == (2, 0, 1)
+    assert semantics.trans(builder(), t, 0, 1, 2) is t and semantics.trans(builder(), t, (0, 1, 2)) is t
+    assert semantics.permute(builder(), t, (1, 0, 2)).type.shape == (3, 2, 4)
+    fails("give the new order", semantics.permute, t)
+    for bad in [(1, 1, 0), (0, 1, 3), (0, 1), (0.0, 1, 2)]:
+        fails("is not a permutation", semantics.trans, t, bad)
+
+
+@pytest.mark.parametrize("dt, out", [(dtypes.bool_, dtypes.int32), (dtypes.int8, dtypes.int32),
+                                     (dtypes.uint8, dtypes.int32), (dtypes.int16, dtypes.int32),
+                                     (dtypes.int32, dtypes.int32), (dtypes.int64, dtypes.int64),
+                                     (dtypes.uint32, dtypes.uint32), (dtypes.float16, dtypes.float16)])
+def test_sum_widens_only_narrow_integers(dt, out):
+    assert semantics.reduce(builder(), ReduceKind.SUM, tile((8,), dt)).type.dtype == out
+    b = builder()
+    scalar = semantics.reduce(b, ReduceKind.SUM, tile((), dt))
+    assert scalar.type == TileType((), out) and "reduce" not in ops(b)
+
+
+def test_dot_defaults_and_operand_checks():
+    b = builder()
+    out = semantics.dot(b, tile((16, 8), dtypes.float16), tile((8, 16), dtypes.float16))
+    assert out.owner.attrs.allow_tf32 is False
+    assert out.owner.operands[2].owner.attrs.value == 0
+    fails("2-D tiles", semantics.dot, tile((2, 16, 8), dtypes.float16), tile((8, 16), dtypes.float16))
+    fails("2-D tiles", semantics.dot, tile((16, 8), dtypes.float16), tile((1, 8, 16), dtypes.float16))
+    for dt in (dtypes.int16, dtypes.int32, dtypes.bool_):
+        fails("operands are not supported", semantics.dot, tile((16, 8), dt), tile((8, 16), dt))
+    assert semantics.dot(builder(), tile((16, 8), dtypes.int8), tile((8, 16), dtypes.int8)).type.dtype == dtypes.int32
+
+
+def test_load_offsets_shapes_and_other():
+    x = _array(2, dtypes.int32)
+    t = semantics.load(builder(), x, (0, 0), (2, 2))
+    assert t.owner.attrs.other == 0
+    fails("3 offset", semantics.load, x, (0, 0, 0), (2, 2))
+    fails("has rank 3", semantics.load, x, (0, 0), (2, 2, 2))
+    fails("integer scalars", semantics.load, x, (tile((2,), dtypes.int32), 0), (2, 2))
+    fails("integer scalars", semantics.load, x, (tile((), dtypes.float32), 0), (2, 2))
+    b = builder()
+    semantics.load(b, x, (tile((), dtypes.bool_), tile((), dtypes.int64)), (2, 2))
+    assert ops(b) == ["cast", "load"]
+    assert semantics.load(builder(), x, (0, 0), (2, 2), other=2.0).owner.attrs.other == 2
+    for other in (2.5, float("nan")):
+        fails("cannot be represented as int32", semantics.load, x, (0, 0), (2, 2), other=other)
+    assert semantics.load(builder(), _array(1), (0,), (4,), other=-0.5).owner.attrs.other == -0.5

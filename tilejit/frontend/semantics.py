@@ -382,13 +382,12 @@ def subscript(b: Builder, x, index) -> Value:
     items = index if isinstance(index, tuple) else (index,)
     if sum(i is Ellipsis for i in items) > 1:
         fail(b, "an index can only have a single ellipsis ('...')")
-    kept = sum(isinstance(i, slice) for i in items)
     src, out = list(x.type.shape), []
-    for i in items:
+    for k, i in enumerate(items):
         if i is None:
             out.append(1)
         elif i is Ellipsis:
-            n = len(src) - kept
+            n = len(src) - sum(isinstance(j, slice) for j in items[k + 1:])   # the dims it stands for
             out.extend(src[:n])
             del src[:n]
         elif isinstance(i, slice) and i == slice(None):
