@@ -1,7 +1,7 @@
 """Tensor-core plan of a ``tj.dot``: which mma instruction, how the CTA tile is split over warps,
 and the layouts that follow (accumulator, swizzled shared-memory operand tiles).
 
-    dot_config(op, num_warps, forced=None) -> DotConfig | None   (``plan_dots`` calls it once per DOT)
+    dot_config(op, num_warps, forced=None, target="sm_90a") -> DotConfig | None   (``plan_dots`` calls it once per DOT)
 
 None means the DOT keeps the FMA fallback (``lower_shared.dot_fallback``): float32 without
 ``allow_tf32``, tiles that are not powers of two or too small for one m16n8 tile per warp,
@@ -107,12 +107,14 @@ def choose_warps(m: int, n: int, num_warps: int, kind: ML.MmaKind) -> tuple[int,
     return best[1] if best else None
 
 
-def dot_config(o: ir.Operation, num_warps: int, forced: tuple[int, int] | None = None) -> DotConfig | None:
+def dot_config(o: ir.Operation, num_warps: int, forced: tuple[int, int] | None = None,
+               target: str = "sm_90a") -> DotConfig | None:
     """The tensor-core config of DOT ``o``; ``forced``: the warp split ``plan_dots`` asks for
-    (wgmma and chained DOTs), used where the tile divides evenly."""
+    (wgmma and chained DOTs), used where the tile divides evenly.  float8 operands take
+    mma.sync m16n8k32 on sm_90a (sm_89+ and PTX ISA 8.4); on sm_80 they stay on FMA."""
     a, b = o.operands[0].type, o.operands[1].type
     kind = ML.mma_kind_for(a.dtype, o.attrs.allow_tf32 if o.attrs else False)
-    if kind is None or kind.ab_type in ("e4m3", "e5m2") or a.dtype != b.dtype:
+    if kind is None or a.dtype != b.dtype or (kind.ab_type in ("e4m3", "e5m2") and target == "sm_80"):
         return None
     (m, k), n = a.shape, b.shape[1]
     if not all(_pow2(x) for x in (m, n, k)) or k % kind.k:

@@ -50,7 +50,7 @@ def plan_dots(fn: ir.Function, num_warps: int, target: str = "sm_90a", wgmma_swi
     for o in fn.walk():
         if o.op is not TileOp.DOT:
             continue
-        cfg = dot_config(o, num_warps, (num_warps, 1) if o in rows else None)
+        cfg = dot_config(o, num_warps, (num_warps, 1) if o in rows else None, target)
         family = DotFamily.FMA if cfg is None else DotFamily.WGMMA if o in on_wgmma else DotFamily.MMA_SYNC
         plans[o] = DotPlan(family, cfg)
     fn.meta["dot_plans"] = plans

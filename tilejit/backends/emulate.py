@@ -44,8 +44,11 @@ class GlobalArray:
         lo = sum(min(0, (n - 1) * s) for n, s in zip(a.shape, strides)) if a.size else 0
         hi = sum(max(0, (n - 1) * s) for n, s in zip(a.shape, strides)) if a.size else -1
         low = a[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in a.strides)]
-        self.flat = np.lib.stride_tricks.as_strided(low, shape=(hi - lo + 1,), strides=(a.itemsize,),
-                                                    writeable=a.flags.writeable)
+        # as_strided goes through __array_interface__, whose typestr ('<f1') NumPy cannot read
+        # back for ml_dtypes' float8: stride the bits as unsigned ints and view them again
+        bits = low.view(f"u{a.itemsize}") if a.dtype.kind == "V" or a.dtype.itemsize == 1 else low
+        self.flat = np.lib.stride_tricks.as_strided(bits, shape=(hi - lo + 1,), strides=(a.itemsize,),
+                                                    writeable=a.flags.writeable).view(a.dtype)
         self.base = -lo
         self.address = a.__array_interface__["data"][0]
 

@@ -51,8 +51,10 @@ from tilejit.simt import ParamDesc, RegType, SimtOp
 
 TRIPLE = "nvptx64-nvidia-cuda"
 # target name -> (LLVM cpu, PTX ISA feature, sm number). PTX 7.0 is the oldest ISA with sm_80
-# (and what drivers since CUDA 11.0 accept); sm_90a needs PTX 8.0.
-TARGETS = {"sm_80": ("sm_80", "+ptx70", 80), "sm_90a": ("sm_90a", "+ptx80", 90)}
+# (and what drivers since CUDA 11.0 accept); sm_90a needs PTX 8.0, and its float8 mma.sync 8.4
+# (drivers since CUDA 12.4; the emitted PTX is otherwise the same as under 8.0).
+TARGETS = {"sm_80": ("sm_80", "+ptx70", 80), "sm_90a": ("sm_90a", "+ptx84", 90)}
+PTX_VERSION = {sm: int(features[4:]) for _, features, sm in TARGETS.values()}     # 80 -> 70, 90 -> 84
 
 
 # ------------------------------------------------------------------------------------ kernel ABI
@@ -309,7 +311,7 @@ class KernelEmitter:
 
     def op_MMA(self, op):
         a, b, c = (self.get(v) for v in op.operands)
-        self.set(op.result, mma.mma(self.b, a, b, c, op.attrs.kind))
+        self.set(op.result, mma.mma(self.b, a, b, c, op.attrs.kind, PTX_VERSION[self.ctx.sm]))
 
     def op_PACK(self, op):
         self.set(op.result, pack(self.ctx, self.get(op.operands[0]), op.operands[0].type.dtype))
