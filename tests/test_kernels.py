@@ -100,4 +100,5 @@ def test_demo_passes_and_prints_a_table(backend, capsys):
     assert run_demo(backend)
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:3] == ["kernel", "shape", "backend"]
-    assert out.count("pass") == 6 and "FAIL" not in out
+    from tilejit.demo import CASES
+    assert len(CASES) == 7 and out.count("pass") == len(CASES) and "FAIL" not in out

@@ -26,6 +26,7 @@ CASES = [
     ("layernorm", "layernorm", {}, {"rtol": 1e-4, "atol": 1e-4}),
     ("rmsnorm", "rmsnorm", {}, {"rtol": 1e-4, "atol": 1e-4}),
     ("matmul", "matmul", {}, {"rtol": 1e-4, "atol": 1e-4}),
+    ("fp8 matmul", "fp8_matmul", {}, {"rtol": 1e-2, "atol": 1e-2}),
     ("attention", "attention", {"causal": False}, {}),
     ("attention causal", "attention", {"causal": True}, {}),
 ]
