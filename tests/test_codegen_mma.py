@@ -159,8 +159,11 @@ def test_helpers_reject_bad_operands():
     zero_i, zero_f = ir.Constant(I32, 0), ir.Constant(F32, 0.0)
     with pytest.raises(ValueError, match="4 \\+ 2 \\+ 4"):
         CM.mma(b, [zero_i] * 2, [zero_i] * 2, [zero_f] * 4, "bf16")
-    with pytest.raises(ValueError, match="PTX ISA 8.4"):      # LLVM would abort the process
+    with pytest.raises(ValueError, match=r"PTX ISA 8\.4 \(\+ptx84\); the target has 8\.0$"):   # LLVM would abort
         CM.mma(b, [zero_i] * 4, [zero_i] * 2, [zero_f] * 4, "e4m3")
+    with pytest.raises(ValueError, match=r"the target has 7\.0$"):
+        CM.mma(b, [zero_i] * 4, [zero_i] * 2, [zero_f] * 4, "e5m2", ptx_version=70)
+    assert len(CM.mma(b, [zero_i] * 4, [zero_i] * 2, [zero_f] * 4, "e4m3", ptx_version=84)) == 4
 
 
 # ------------------------------------------------------------------------------ GPU cross-check
