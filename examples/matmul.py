@@ -16,6 +16,8 @@ CONFIGS = [tj.Config(BM=64, BN=64, BK=32, STAGES=3, num_warps=4),
            tj.Config(BM=256, BN=128, BK=64, STAGES=3, num_warps=8),
            tj.Config(BM=128, BN=64, BK=32, STAGES=4, num_warps=4),
            tj.Config(BM=64, BN=128, BK=32, STAGES=4, num_warps=4),
+           tj.Config(BM=64, BN=128, BK=64, STAGES=4, num_warps=4),     # wgmma; 128 tiles at 1024x1024
+           tj.Config(BM=128, BN=64, BK=64, STAGES=4, num_warps=8),     # wgmma; the same, two warpgroups
            tj.Config(BM=16, BN=64, BK=64, STAGES=4, num_warps=4)]     # skinny M (decode GEMV-like)
 
 
