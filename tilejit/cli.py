@@ -11,7 +11,7 @@ from pathlib import Path
 from tilejit import backends, dtypes
 from tilejit.errors import TilejitError
 from tilejit.kernel import Kernel
-from tilejit.specs import ArraySpec, ScalarSpec
+from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec
 
 STAGES = {"tile": "tile_ir", "simt": "simt_ir", "llvm": "llvm_ir", "ptx": "ptx", "sass": "sass"}
 _SHORT_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i8": "int8", "i16": "int16",
@@ -20,9 +20,13 @@ _SIG_ITEM = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(?:\[\s*(\d+)\s*\])?\s*$")
 
 
 def parse_signature(text: str) -> list:
-    """``"float16[2], float16[2], int32"`` -> specs: ``DTYPE[RANK]`` an array, ``DTYPE`` a scalar."""
+    """``"float16[2], float16[2], int32"`` -> specs: ``DTYPE[RANK]`` an array, ``DTYPE`` a scalar,
+    ``None`` a parameter passed None."""
     specs = []
     for item in filter(None, (s.strip() for s in text.split(","))):
+        if item == "None":
+            specs.append(NoneSpec())
+            continue
         match = _SIG_ITEM.match(item)
         if not match:
             raise ValueError(f"cannot read signature item {item!r} (write e.g. float16[2] or int32)")

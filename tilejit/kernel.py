@@ -28,7 +28,7 @@ import numpy as np
 from tilejit import backends, dtypes, fingerprint, ir
 from tilejit.errors import CompileError, LaunchError, PerformanceWarning, TilejitError, for_user
 from tilejit.language import constexpr
-from tilejit.specs import ArraySpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
+from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "fast_math", "stream")   # keywords of kernel[grid](...)
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)        # CUDA's gridDim.x, .y, .z maxima
@@ -179,7 +179,8 @@ class Kernel:
                 continue
             spec, launch_value = classify_argument(name, value)
             specs.append(spec)
-            values.append(launch_value)
+            if not isinstance(spec, NoneSpec):           # None is compiled in, not passed
+                values.append(launch_value)
         return tuple(specs), consts, values
 
     # --- compiling -----------------------------------------------------------------------------
@@ -233,7 +234,7 @@ class Kernel:
         grid3 = normalise_grid(grid(dict(bound)) if callable(grid) else grid)
         check_num_warps(num_warps)
         entry = self.compile(specs, consts, num_warps, backends.selected(), num_stages, fast_math)
-        self._check_outputs(entry.artifact, values)
+        self._check_outputs(entry.artifact, values, specs)
         entry.backend.launch(entry.artifact, grid3, values, stream)
         make_fast = getattr(entry.backend, "fast_launcher", None)
         fast = self._fast_key(args, kwargs, num_warps, num_stages, fast_math) if make_fast else None
@@ -242,13 +243,14 @@ class Kernel:
             if launcher is not None:
                 self._fast[fast[0]] = launcher
 
-    def _check_outputs(self, artifact, values: list) -> None:
+    def _check_outputs(self, artifact, values: list, specs: tuple) -> None:
         """Refuse, before anything runs on any backend, a launch whose output is a read-only
         NumPy array (no other output may have been written by then)."""
+        names = [n for n, spec in zip(self.runtime_names, specs) if not isinstance(spec, NoneSpec)]
         for i in getattr(artifact, "writes", ()):
             v = values[i] if i < len(values) else None
             if isinstance(v, np.ndarray) and not v.flags.writeable:
-                raise LaunchError(f"argument '{self.runtime_names[i]}' is a read-only NumPy array, "
+                raise LaunchError(f"argument '{names[i]}' is a read-only NumPy array, "
                                   "but the kernel stores to it", kernel=self.name)
 
     # --- the re-launch fast path ---------------------------------------------------------------
@@ -261,6 +263,9 @@ class Kernel:
         parts, views = [], []
         for v in args:
             t = type(v)
+            if v is None:
+                parts.append(None)                        # compiled in: not a kernel parameter
+                continue
             if t is int:
                 part = -2**31 <= v < 2**31
             elif t is float:
@@ -370,7 +375,9 @@ def _constexpr_value(name: str, value):
 
 
 def classify_argument(name: str, value):
-    """(ArraySpec or ScalarSpec, value to hand to the backend) for one runtime argument."""
+    """(ArraySpec, ScalarSpec or NoneSpec, value to hand to the backend) for one runtime argument."""
+    if value is None:
+        return NoneSpec(), None
     if isinstance(value, np.ndarray):
         host = _array_spec(name, value.dtype, value.shape, value.strides, value.__array_interface__["data"][0])
         # the cuda backend runs on a contiguous, freshly allocated (aligned) copy, the CPU

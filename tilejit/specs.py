@@ -24,7 +24,13 @@ class ScalarSpec:
     dtype: DType
 
 
-ArgSpec = ArraySpec | ScalarSpec
+@dataclass(frozen=True)
+class NoneSpec:
+    """A runtime parameter passed ``None``: the kernel is specialised with the parameter bound to
+    ``None`` at compile time (``if bias is not None:`` folds), and it is not a kernel parameter."""
+
+
+ArgSpec = ArraySpec | ScalarSpec | NoneSpec
 
 
 def contiguous_strides(shape: tuple) -> tuple:

@@ -17,7 +17,7 @@ from tilejit.frontend.tracer import Tracer
 from tilejit.frontend.values import TjFunc, func
 from tilejit.ir import ArrayType, Block, Function, Loc, TileType, Value
 from tilejit.frontend.semantics import ArrayHandle
-from tilejit.specs import ArraySpec, ScalarSpec
+from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec
 
 __all__ = ["compile_tile_ir", "func", "TjFunc", "constexpr_params"]
 
@@ -64,6 +64,9 @@ def _bind_params(pyfn, specs, constexprs, block: Block) -> tuple[dict, list[str]
     if unknown:
         raise CompileError(f"unknown constexpr argument(s): {', '.join(sorted(unknown))}", loc)
     for p, spec in zip(runtime, specs):
+        if isinstance(spec, NoneSpec):
+            locals_[p.name] = None                  # folded: `if x is not None:` is compile-time
+            continue
         if isinstance(spec, ArraySpec):
             arg = Value(ArrayType(spec.dtype, spec.rank), p.name)
             locals_[p.name] = ArrayHandle(arg, p.name, spec.large)
@@ -73,7 +76,7 @@ def _bind_params(pyfn, specs, constexprs, block: Block) -> tuple[dict, list[str]
         else:
             raise CompileError(f"bad spec for parameter '{p.name}': {spec!r}", loc)
         block.args.append(arg)
-    return locals_, [p.name for p in runtime], resolved
+    return locals_, [p.name for p, spec in zip(runtime, specs) if not isinstance(spec, NoneSpec)], resolved
 
 
 def compile_tile_ir(pyfn, specs, constexprs: dict | None = None, name: str | None = None) -> Function:
@@ -89,7 +92,8 @@ def compile_tile_ir(pyfn, specs, constexprs: dict | None = None, name: str | Non
         tracer.run(CodeInfo(pyfn, is_kernel=True), locals_, body)
     except CompileError as e:
         raise e.with_kernel(name) from None
-    fn = Function(name, body, arg_names, {"specs": list(specs), "constexprs": resolved,
+    kept = [s for s in specs if not isinstance(s, NoneSpec)]      # one per block argument
+    fn = Function(name, body, arg_names, {"specs": kept, "constexprs": resolved,
                                           "deps": dict(tracer.deps), "loc": _def_loc(pyfn)})
     verify(fn)
     return fn
