@@ -252,7 +252,8 @@ def test_while_is_do_while():
 FLOATS, INTS = (f32, D.float16, D.bfloat16), (D.int8, D.int16, i32, i64, D.uint8, D.uint32)
 COMPARES = (TileOp.EQ, TileOp.NE, TileOp.LT, TileOp.LE, TileOp.GT, TileOp.GE)
 FLOAT_UNARY = (TileOp.NEG, TileOp.ABS, TileOp.EXP, TileOp.EXP2, TileOp.LOG, TileOp.LOG2, TileOp.SQRT,
-               TileOp.RSQRT, TileOp.SIN, TileOp.COS, TileOp.TANH, TileOp.SIGMOID)
+               TileOp.RSQRT, TileOp.SIN, TileOp.COS, TileOp.TANH, TileOp.SIGMOID, TileOp.FLOOR, TileOp.CEIL,
+               TileOp.TRUNC, TileOp.ROUND)
 FLOAT_BINARY = (TileOp.ADD, TileOp.SUB, TileOp.MUL, TileOp.TRUEDIV, TileOp.FLOORDIV, TileOp.MOD,
                 TileOp.POW, TileOp.MAXIMUM, TileOp.MINIMUM)
 INT_BINARY = (TileOp.ADD, TileOp.SUB, TileOp.MUL, TileOp.FLOORDIV, TileOp.MOD, TileOp.POW, TileOp.AND,
@@ -397,6 +398,9 @@ SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, -3.0, 1e-3, 1e30, -1e30
                     np.nan], np.float32)
 RNG = np.random.default_rng(0)
 WIDE = np.concatenate([RNG.uniform(-30, 30, 300), np.exp(RNG.uniform(-80, 80, 300)), SPECIAL]).astype(np.float32)
+# halves (ties go to even in ROUND), values just off integers, past 2**23 (already integers)
+ROUNDING = np.concatenate([np.arange(-5, 5.5, 0.5), RNG.uniform(-1e4, 1e4, 200), [0.49999997, -0.49999997,
+                           8388607.5, 8388609.0, -8388609.0, 3e9], WIDE]).astype(np.float32)
 
 
 @pytest.mark.parametrize("tile_op,ref,domain,rtol,atol", [
@@ -411,6 +415,8 @@ WIDE = np.concatenate([RNG.uniform(-30, 30, 300), np.exp(RNG.uniform(-80, 80, 30
     (TileOp.SIGMOID, lambda x: 1 / (1 + np.exp(-x)), WIDE, 5e-7, 0.0),
     (TileOp.SQRT, np.sqrt, np.abs(WIDE), 0.0, 0.0),
     (TileOp.RSQRT, lambda x: 1 / np.sqrt(x), np.abs(WIDE), 2e-7, 0.0),
+    *[(op, ref, ROUNDING, 0.0, 0.0) for op, ref in [(TileOp.FLOOR, np.floor), (TileOp.CEIL, np.ceil),
+                                                    (TileOp.TRUNC, np.trunc), (TileOp.ROUND, np.rint)]],
 ])
 def test_float_math_matches_numpy_on_host(tile_op, ref, domain, rtol, atol):
     with np.errstate(all="ignore"):
@@ -532,3 +538,28 @@ def test_agrees_with_the_interpreter(dtype, tile_op):
                                        equal_nan=True)
         else:
             np.testing.assert_array_equal(got, want, err_msg=f"{tile_op.name} {dtype} -> {out}")
+
+
+def test_rounding_ops_lower_to_one_cvt_each():
+    """tj.floor / ceil / trunc / round become cvt.rmi / rpi / rzi / rni.f32.f32 (exact, no call),
+    for float32 and, computed in float32, for bfloat16."""
+    import tilejit as tj
+
+    @tj.kernel
+    def rounding(x, y, BLOCK: tj.constexpr):
+        t = tj.load(x, (0,), (BLOCK,))
+        tj.store(y, (0,), tj.floor(t) + tj.ceil(t) * 2 + tj.trunc(t) * 3 + tj.round(t) * 5)
+
+    for dt in (np.float32, tj.bfloat16.np):
+        x = np.zeros(64, dt)
+        specs, consts, _ = rounding.specialise(rounding.bind((x, x), {"BLOCK": 64}))
+        fn = pipeline_simt(rounding.tile_ir(specs, consts))
+        ptx = codegen.ptx_from_llvm(codegen.emit_llvm(fn, "sm_90a"), "sm_90a")
+        assert {m for m in re.findall(r"cvt\.r[mpzn]i\.f32\.f32", ptx)} == \
+            {"cvt.rmi.f32.f32", "cvt.rpi.f32.f32", "cvt.rzi.f32.f32", "cvt.rni.f32.f32"}
+        assert "call" not in ptx
+
+
+def pipeline_simt(tile_fn):
+    from tilejit.passes.pipeline import compile_to_simt
+    return compile_to_simt(tile_fn, num_warps=2)

@@ -160,6 +160,7 @@ class TileOp(enum.Enum):
     EXP = enum.auto(); EXP2 = enum.auto(); LOG = enum.auto(); LOG2 = enum.auto()  # noqa: E702
     SQRT = enum.auto(); RSQRT = enum.auto(); SIN = enum.auto(); COS = enum.auto()  # noqa: E702
     TANH = enum.auto(); SIGMOID = enum.auto()                     # noqa: E702
+    FLOOR = enum.auto(); CEIL = enum.auto(); TRUNC = enum.auto(); ROUND = enum.auto()  # noqa: E702  (ROUND: half to even)
     # other elementwise
     FMA = enum.auto()           # (a, b, c) -> a*b+c
     WHERE = enum.auto()         # (cond: bool, a, b) -> a if cond else b
@@ -184,7 +185,7 @@ BINARY_OPS = frozenset({TileOp.ADD, TileOp.SUB, TileOp.MUL, TileOp.TRUEDIV, Tile
 COMPARE_OPS = frozenset({TileOp.EQ, TileOp.NE, TileOp.LT, TileOp.LE, TileOp.GT, TileOp.GE})
 UNARY_OPS = frozenset({TileOp.NEG, TileOp.INVERT, TileOp.ABS, TileOp.EXP, TileOp.EXP2, TileOp.LOG,
                        TileOp.LOG2, TileOp.SQRT, TileOp.RSQRT, TileOp.SIN, TileOp.COS, TileOp.TANH,
-                       TileOp.SIGMOID})
+                       TileOp.SIGMOID, TileOp.FLOOR, TileOp.CEIL, TileOp.TRUNC, TileOp.ROUND})
 FLOAT_UNARY_OPS = UNARY_OPS - {TileOp.NEG, TileOp.INVERT, TileOp.ABS}
 ELEMENTWISE_OPS = BINARY_OPS | COMPARE_OPS | UNARY_OPS | {TileOp.FMA, TileOp.WHERE, TileOp.CAST}
 CONTROL_OPS = frozenset({TileOp.FOR, TileOp.IF, TileOp.WHILE})

@@ -57,6 +57,7 @@ _FLOAT_UNARY = {
     Op.EXP: np.exp, Op.EXP2: np.exp2, Op.LOG: np.log, Op.LOG2: np.log2, Op.SQRT: np.sqrt,
     Op.RSQRT: lambda x: 1 / np.sqrt(x), Op.SIN: np.sin, Op.COS: np.cos, Op.TANH: np.tanh,
     Op.SIGMOID: lambda x: 1 / (1 + np.exp(-x)),
+    Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.TRUNC: np.trunc, Op.ROUND: np.rint,
 }
 
 

@@ -353,6 +353,10 @@ FLOAT_UNARY = {
     TileOp.COS: cos,
     TileOp.TANH: tanh,
     TileOp.SIGMOID: sigmoid,
+    TileOp.FLOOR: lambda ctx, x: ctx.call("llvm.floor.f32", F32, [x]),        # cvt.rmi (exact)
+    TileOp.CEIL: lambda ctx, x: ctx.call("llvm.ceil.f32", F32, [x]),          # cvt.rpi
+    TileOp.TRUNC: lambda ctx, x: ctx.call("llvm.trunc.f32", F32, [x]),        # cvt.rzi
+    TileOp.ROUND: lambda ctx, x: ctx.call("llvm.rint.f32", F32, [x]),         # cvt.rni: half to even
 }
 
 
