@@ -134,6 +134,17 @@ def range(start, stop=None, step=1, stages=None): ...
 def static_range(start, stop=None, step=1): ...
 
 
+# --- compile-time debugging --------------------------------------------------------------------
+@builtin
+def static_assert(cond, msg=""):
+    """Fail the compile with a CompileError at this line when the compile-time ``cond`` is false
+    (``tj.static_assert(BLOCK % 16 == 0, "BLOCK must be a multiple of 16")``)."""
+@builtin
+def static_print(*values):
+    """Print compile-time values while the kernel is traced (tiles print as their types): once
+    per specialisation compiled (not on an on-disk cache hit), nothing at run time."""
+
+
 # --- host helpers (also folded inside kernels on compile-time values) --------------------------
 def cdiv(a: int, b: int) -> int:
     """Ceiling division: the number of size-``b`` blocks covering ``a``."""

@@ -511,6 +511,24 @@ def store(b: Builder, x, offsets, tile) -> None:
     b.create(TileOp.STORE, [arr.value, *offs, value])
 
 
+# --- compile-time debugging ---------------------------------------------------------------------
+def static_assert(b: Builder, cond, msg: str = "") -> None:
+    """Fail the compile, at this line, when the compile-time ``cond`` is false."""
+    if isinstance(cond, (Value, ArrayHandle)):
+        fail(b, f"static_assert: the condition must be known at compile time, got {describe(cond)} "
+                "(use constexpr parameters and shapes)")
+    if not isinstance(msg, str):
+        fail(b, f"static_assert: the message must be a string, got {describe(msg)}")
+    if not cond:
+        fail(b, f"static_assert failed{': ' + msg if msg else ''}")
+
+
+def static_print(b: Builder, *values) -> None:
+    """Print compile-time values (tiles as their types) once, while the kernel compiles."""
+    text = " ".join(describe(v) if isinstance(v, (Value, ArrayHandle)) else str(v) for v in values)
+    print(f"[tj.static_print {b.loc.file}:{b.loc.line}] {text}")
+
+
 # --- the builtin table: language.py marker name -> builder ----------------------------------------
 def _unary_builder(name):
     return lambda b, x: unary(b, name, x)
@@ -531,4 +549,5 @@ BUILTINS = {
     "sum": _reduce_builder(ReduceKind.SUM), "max": _reduce_builder(ReduceKind.MAX),
     "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
     "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot,
+    "static_assert": static_assert, "static_print": static_print,
 }
