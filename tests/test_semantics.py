@@ -351,3 +351,20 @@ def test_load_offsets_shapes_and_other():
     for other in (2.5, float("nan")):
         fails("cannot be represented as int32", semantics.load, x, (0, 0), (2, 2), other=other)
     assert semantics.load(builder(), _array(1), (0,), (4,), other=-0.5).owner.attrs.other == -0.5
+
+
+def test_more_edges_the_second_mutation_run_found():
+    fails("out of range for a rank-2", semantics.reduce, ReduceKind.SUM, tile((4, 8)), 5)
+    fails("expected a tile", semantics.reduce, ReduceKind.SUM, 3)
+    fails("expected a tile, a scalar or a number", semantics.where, tile((4,), dtypes.bool_), _array(1), 0.0)
+    fails("empty range", semantics.arange, 5, 3)
+    fails("empty range", semantics.arange, 4, 4)
+    big = semantics.reshape(builder(), tile((32, 32)), (1024,))          # sizes past the small-int cache
+    assert big.type.shape == (1024,)
+    assert semantics.reshape(builder(), tile((64, 64)), (-1, 512)).type.shape == (8, 512)
+    fails("2-D tiles", semantics.dot, tile((8,), dtypes.float16), tile((8, 16), dtypes.float16))
+    fails(r"K mismatch \(8 vs 16\)", semantics.dot, tile((16, 8), dtypes.float16), tile((16, 16), dtypes.float16))
+    b = builder()
+    t = semantics.load(b, _array(2, dtypes.int32), (tile((), dtypes.bool_), tile((), dtypes.int64)), (2, 2))
+    assert [v.type.dtype for v in t.owner.operands[1:]] == [dtypes.int32, dtypes.int64]
+    fails("tile rank 3 does not match", semantics.store, _array(2), (0, 0), tile((2, 2, 2)))
