@@ -121,6 +121,9 @@ def test_ptx_assembles_without_serialised_wgmma():
     fn = simt_fn(BM=128, BN=256, BK=64, stages=3, warps=8)
     ptx = compile_ptx(fn, "sm_90a")
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16") == 4
+    for line in (x for x in ptx.splitlines() if "wgmma.mma_async" in x):
+        a_desc, b_desc = re.search(r"\}, (%rd\d+), (%rd\d+), p, 1, 1, 0, [01];", line).groups()
+        assert a_desc != b_desc, line             # A's and B's descriptors are two operands
     out = ptxas.assemble(ptx, "sm_90a")
     assert out.spills == 0 and "serialized" not in out.log, out.log
 
