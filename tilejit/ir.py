@@ -161,6 +161,7 @@ class TileOp(enum.Enum):
     SQRT = enum.auto(); RSQRT = enum.auto(); SIN = enum.auto(); COS = enum.auto()  # noqa: E702
     TANH = enum.auto(); SIGMOID = enum.auto()                     # noqa: E702
     FLOOR = enum.auto(); CEIL = enum.auto(); TRUNC = enum.auto(); ROUND = enum.auto()  # noqa: E702  (ROUND: half to even)
+    ISNAN = enum.auto(); ISINF = enum.auto(); ISFINITE = enum.auto()  # noqa: E702  (float x -> bool)
     # other elementwise
     FMA = enum.auto()           # (a, b, c) -> a*b+c
     WHERE = enum.auto()         # (cond: bool, a, b) -> a if cond else b
@@ -185,8 +186,10 @@ BINARY_OPS = frozenset({TileOp.ADD, TileOp.SUB, TileOp.MUL, TileOp.TRUEDIV, Tile
 COMPARE_OPS = frozenset({TileOp.EQ, TileOp.NE, TileOp.LT, TileOp.LE, TileOp.GT, TileOp.GE})
 UNARY_OPS = frozenset({TileOp.NEG, TileOp.INVERT, TileOp.ABS, TileOp.EXP, TileOp.EXP2, TileOp.LOG,
                        TileOp.LOG2, TileOp.SQRT, TileOp.RSQRT, TileOp.SIN, TileOp.COS, TileOp.TANH,
-                       TileOp.SIGMOID, TileOp.FLOOR, TileOp.CEIL, TileOp.TRUNC, TileOp.ROUND})
-FLOAT_UNARY_OPS = UNARY_OPS - {TileOp.NEG, TileOp.INVERT, TileOp.ABS}
+                       TileOp.SIGMOID, TileOp.FLOOR, TileOp.CEIL, TileOp.TRUNC, TileOp.ROUND,
+                       TileOp.ISNAN, TileOp.ISINF, TileOp.ISFINITE})
+PREDICATE_OPS = frozenset({TileOp.ISNAN, TileOp.ISINF, TileOp.ISFINITE})     # float tile -> bool tile
+FLOAT_UNARY_OPS = UNARY_OPS - {TileOp.NEG, TileOp.INVERT, TileOp.ABS} - PREDICATE_OPS
 ELEMENTWISE_OPS = BINARY_OPS | COMPARE_OPS | UNARY_OPS | {TileOp.FMA, TileOp.WHERE, TileOp.CAST}
 CONTROL_OPS = frozenset({TileOp.FOR, TileOp.IF, TileOp.WHILE})
 

@@ -7,7 +7,7 @@ import math
 
 from tilejit import dtypes
 from tilejit.errors import CompileError
-from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, UNARY_OPS, ArrayType, AxisAttrs,
+from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, PREDICATE_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
                         PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType)
 
@@ -119,8 +119,8 @@ def _elementwise(op):
         _need(op.operands[1].type == r and op.operands[2].type == r, op, "values must have the result type")
     elif op.op != TileOp.CAST:
         _need(all(v.type.dtype == first for v in op.operands), op, "operands must have one dtype")
-        _need(r.dtype == (dtypes.bool_ if op.op in COMPARE_OPS else first), op, "wrong result dtype")
-    if op.op in FLOAT_UNARY_OPS or op.op == TileOp.TRUEDIV:
+        _need(r.dtype == (dtypes.bool_ if op.op in COMPARE_OPS | PREDICATE_OPS else first), op, "wrong result dtype")
+    if op.op in FLOAT_UNARY_OPS | PREDICATE_OPS or op.op == TileOp.TRUEDIV:
         _need(first.is_float, op, "needs float operands")
     if op.op in (TileOp.AND, TileOp.OR, TileOp.XOR, TileOp.SHL, TileOp.SHR, TileOp.INVERT):
         _need(not first.is_float, op, "needs integer or bool operands")

@@ -53,6 +53,7 @@ _BINARY = {
 }
 _COMPARE = {Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less, Op.LE: np.less_equal,
             Op.GT: np.greater, Op.GE: np.greater_equal}
+_PREDICATE = {Op.ISNAN: np.isnan, Op.ISINF: np.isinf, Op.ISFINITE: np.isfinite}
 _FLOAT_UNARY = {
     Op.EXP: np.exp, Op.EXP2: np.exp2, Op.LOG: np.log, Op.LOG2: np.log2, Op.SQRT: np.sqrt,
     Op.RSQRT: lambda x: 1 / np.sqrt(x), Op.SIN: np.sin, Op.COS: np.cos, Op.TANH: np.tanh,
@@ -81,6 +82,9 @@ def elementwise_fn(op: Op, result: DType, operands: list[DType]):
     if op in COMPARE_OPS:
         cmp, ct = _COMPARE[op], _compute_dtype(operands[0])
         return lambda a, b: _to(cmp(_to(a, ct), _to(b, ct)), out)
+    if op in _PREDICATE:
+        test, ct = _PREDICATE[op], _compute_dtype(operands[0])
+        return lambda a: _to(test(_to(a, ct)), out)
     ct = _compute_dtype(result)
     if op is Op.FMA:
         wide = F64 if result.is_float else ct
@@ -318,7 +322,7 @@ class _Compiler:
         return run_while
 
 
-_ELEMENTWISE = (frozenset(_BINARY) | frozenset(_COMPARE) | frozenset(_FLOAT_UNARY)
+_ELEMENTWISE = (frozenset(_BINARY) | frozenset(_COMPARE) | frozenset(_FLOAT_UNARY) | frozenset(_PREDICATE)
                 | {Op.NEG, Op.INVERT, Op.ABS, Op.FMA, Op.WHERE, Op.CAST})
 
 

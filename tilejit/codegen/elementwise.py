@@ -14,7 +14,7 @@ from llvmlite import ir
 from tilejit.codegen.base import F32, I1, Ctx, convert, from_f32, to_f32
 from tilejit.codegen.floatmath import FLOAT_BINARY, FLOAT_UNARY, NARROW_BINARY, NARROW_UNARY
 from tilejit.dtypes import DType
-from tilejit.ir import COMPARE_OPS, TileOp
+from tilejit.ir import COMPARE_OPS, PREDICATE_OPS, TileOp
 
 _FLOAT_PRED = {TileOp.EQ: "==", TileOp.LT: "<", TileOp.LE: "<=", TileOp.GT: ">", TileOp.GE: ">="}
 _INT_PRED = {TileOp.EQ: "==", TileOp.NE: "!=", TileOp.LT: "<", TileOp.LE: "<=", TileOp.GT: ">",
@@ -30,6 +30,8 @@ def elementwise(ctx: Ctx, op: TileOp, args: list, arg_dtypes: list[DType], out: 
         return ctx.builder.select(args[0], a, b)
     if op in COMPARE_OPS:
         return _compare(ctx, op, args[0], args[1], arg_dtypes[0])
+    if op in PREDICATE_OPS:
+        return _predicate(ctx, op, to_f32(ctx, args[0], arg_dtypes[0]))
     # float math on integers (``/``, exp, ...) converts the operands to the float result first
     args = [convert(ctx, v, dt, out) for v, dt in zip(args, arg_dtypes)]
     if out.is_float:
@@ -68,6 +70,15 @@ def _compare(ctx: Ctx, op: TileOp, a, b, dt: DType) -> ir.Value:
     if dt.kind == "i":
         return bld.icmp_signed(_INT_PRED[op], a, b)
     return bld.icmp_unsigned(_INT_PRED[op], a, b)        # unsigned and bool
+
+
+def _predicate(ctx: Ctx, op: TileOp, x) -> ir.Value:
+    """isnan: unordered with itself; isinf / isfinite: |x| == / < inf, ordered (NaN: False)."""
+    bld = ctx.builder
+    if op == TileOp.ISNAN:
+        return bld.fcmp_unordered("uno", x, x)
+    magnitude = ctx.call("llvm.fabs.f32", F32, [x])
+    return bld.fcmp_ordered("==" if op == TileOp.ISINF else "<", magnitude, ir.Constant(F32, float("inf")))
 
 
 # ------------------------------------------------------------------------------------ integer ops

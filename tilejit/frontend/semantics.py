@@ -24,6 +24,7 @@ BINARY = {"+": TileOp.ADD, "-": TileOp.SUB, "*": TileOp.MUL, "/": TileOp.TRUEDIV
           "minimum": TileOp.MINIMUM}
 COMPARE = {"==": TileOp.EQ, "!=": TileOp.NE, "<": TileOp.LT, "<=": TileOp.LE, ">": TileOp.GT,
            ">=": TileOp.GE}
+PREDICATES = {"isnan": TileOp.ISNAN, "isinf": TileOp.ISINF, "isfinite": TileOp.ISFINITE}
 _BITWISE = {"&", "|", "^", "<<", ">>"}
 _ARITH = {"+", "-", "*", "/", "//", "%", "**"}
 FLOAT_UNARY = {"exp": TileOp.EXP, "exp2": TileOp.EXP2, "log": TileOp.LOG, "log2": TileOp.LOG2,
@@ -234,6 +235,18 @@ def unary(b: Builder, op: str, x) -> Value:
     out = dtypes.float_result(dt)
     x = convert(b, x, out, shape)
     return b.create(FLOAT_UNARY[op], [x], [TileType(shape, out)]).result
+
+
+def predicate(b: Builder, name: str, x) -> Value:
+    """``isnan`` / ``isinf`` / ``isfinite``: a bool tile; integer and bool values are never NaN
+    or infinite, so theirs is a constant."""
+    _check_operand(b, x, f"{name}()")
+    if not isinstance(x, Value):
+        x = convert(b, x, dtypes.python_scalar_dtype(x), ())
+    out = TileType(x.type.shape, dtypes.bool_)
+    if not x.type.dtype.is_float:
+        return constant(b, name == "isfinite", out)
+    return b.create(PREDICATES[name], [x], [out]).result
 
 
 def where(b: Builder, cond, x, y) -> Value:
@@ -550,4 +563,5 @@ BUILTINS = {
     "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
     "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot,
     "static_assert": static_assert, "static_print": static_print,
+    **{name: (lambda name: lambda b, x: predicate(b, name, x))(name) for name in PREDICATES},
 }
