@@ -25,7 +25,8 @@ def compile_body(body: str, specs=SPECS, **consts):
 
 
 @pytest.mark.parametrize("body,message", [
-    ("tj.store(y, (0, 0), t.to(tj.int32, bitcast=True).to(tj.float32))", "unexpected keyword argument 'bitcast'"),
+    ("tj.store(y, (0, 0), t.to(tj.int32, saturate=True).to(tj.float32))", "unexpected keyword argument 'saturate'"),
+    ("tj.store(y, (0, 0), t.to(tj.int16, bitcast=True).to(tj.float32))", "must be non-bool types of one width"),
     ("tj.store(y, (0, 0), t.sum(axis=0, dtype=tj.float32)[None, :] + t)", "unexpected keyword argument 'dtype'"),
     ("tj.store(y, (0, 0), t.max(0, return_indices=True)[None, :] + t)", "return_indices"),
     ("tj.store(y, (0, 0), t.to())", "missing a required argument"),

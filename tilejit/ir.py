@@ -166,6 +166,7 @@ class TileOp(enum.Enum):
     FMA = enum.auto()           # (a, b, c) -> a*b+c
     WHERE = enum.auto()         # (cond: bool, a, b) -> a if cond else b
     CAST = enum.auto()          # (x) -> x converted to the result dtype
+    BITCAST = enum.auto()       # (x) -> x's bits as the result dtype (same width, not bool)
     # shape
     BROADCAST = enum.auto()     # (x) -> x broadcast to the result shape (same rank, 1 -> n)
     RESHAPE = enum.auto()       # (x) -> same elements, row-major order, result shape
@@ -190,7 +191,7 @@ UNARY_OPS = frozenset({TileOp.NEG, TileOp.INVERT, TileOp.ABS, TileOp.EXP, TileOp
                        TileOp.ISNAN, TileOp.ISINF, TileOp.ISFINITE})
 PREDICATE_OPS = frozenset({TileOp.ISNAN, TileOp.ISINF, TileOp.ISFINITE})     # float tile -> bool tile
 FLOAT_UNARY_OPS = UNARY_OPS - {TileOp.NEG, TileOp.INVERT, TileOp.ABS} - PREDICATE_OPS
-ELEMENTWISE_OPS = BINARY_OPS | COMPARE_OPS | UNARY_OPS | {TileOp.FMA, TileOp.WHERE, TileOp.CAST}
+ELEMENTWISE_OPS = BINARY_OPS | COMPARE_OPS | UNARY_OPS | {TileOp.FMA, TileOp.WHERE, TileOp.CAST, TileOp.BITCAST}
 CONTROL_OPS = frozenset({TileOp.FOR, TileOp.IF, TileOp.WHILE})
 
 

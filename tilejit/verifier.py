@@ -108,7 +108,7 @@ def _store(op):
 
 
 def _elementwise(op):
-    n = 3 if op.op in (TileOp.FMA, TileOp.WHERE) else 1 if op.op in UNARY_OPS or op.op == TileOp.CAST else 2
+    n = 3 if op.op in (TileOp.FMA, TileOp.WHERE) else 1 if op.op in UNARY_OPS or op.op in (TileOp.CAST, TileOp.BITCAST) else 2
     _arity(op, n, 1)
     r = op.result.type
     _need(all(_tile(v) and v.type.shape == r.shape for v in op.operands), op,
@@ -117,6 +117,9 @@ def _elementwise(op):
     if op.op == TileOp.WHERE:
         _need(op.operands[0].type.dtype.is_bool, op, "condition must be bool")
         _need(op.operands[1].type == r and op.operands[2].type == r, op, "values must have the result type")
+    elif op.op == TileOp.BITCAST:
+        _need(first.bits == r.dtype.bits and not first.is_bool and not r.dtype.is_bool, op,
+              "bitcast needs two non-bool dtypes of one width")
     elif op.op != TileOp.CAST:
         _need(all(v.type.dtype == first for v in op.operands), op, "operands must have one dtype")
         _need(r.dtype == (dtypes.bool_ if op.op in COMPARE_OPS | PREDICATE_OPS else first), op, "wrong result dtype")
@@ -209,7 +212,7 @@ SPEC = {TileOp.PROGRAM_ID: _grid, TileOp.NUM_PROGRAMS: _grid, TileOp.DIM: _dim,
         TileOp.CONSTANT: _constant, TileOp.SPLAT: _splat, TileOp.ARANGE: _arange,
         TileOp.LOAD: _load, TileOp.STORE: _store,
         **{o: _elementwise for o in BINARY_OPS | COMPARE_OPS | UNARY_OPS},
-        TileOp.FMA: _elementwise, TileOp.WHERE: _elementwise, TileOp.CAST: _elementwise,
+        TileOp.FMA: _elementwise, TileOp.WHERE: _elementwise, TileOp.CAST: _elementwise, TileOp.BITCAST: _elementwise,
         TileOp.BROADCAST: _broadcast, TileOp.RESHAPE: _reshape, TileOp.TRANS: _trans,
         TileOp.REDUCE: _reduce, TileOp.DOT: _dot, TileOp.FOR: _for, TileOp.IF: _if,
         TileOp.WHILE: _while}

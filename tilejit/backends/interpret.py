@@ -77,6 +77,8 @@ def elementwise_fn(op: Op, result: DType, operands: list[DType]):
     out = result.np
     if op is Op.CAST:
         return _cast_fn(operands[0], result)
+    if op is Op.BITCAST:
+        return lambda a: np.ascontiguousarray(a).view(out)
     if op is Op.WHERE:
         return lambda c, a, b: _to(np.where(c, a, b), out)
     if op in COMPARE_OPS:
@@ -323,7 +325,7 @@ class _Compiler:
 
 
 _ELEMENTWISE = (frozenset(_BINARY) | frozenset(_COMPARE) | frozenset(_FLOAT_UNARY) | frozenset(_PREDICATE)
-                | {Op.NEG, Op.INVERT, Op.ABS, Op.FMA, Op.WHERE, Op.CAST})
+                | {Op.NEG, Op.INVERT, Op.ABS, Op.FMA, Op.WHERE, Op.CAST, Op.BITCAST})
 
 
 # ----------------------------------------------------------------------------------- programs

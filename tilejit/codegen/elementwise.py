@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from tilejit.codegen.base import F32, I1, Ctx, convert, from_f32, to_f32
+from tilejit.codegen.base import F32, I1, Ctx, convert, from_f32, reg_type, to_f32
 from tilejit.codegen.floatmath import FLOAT_BINARY, FLOAT_UNARY, NARROW_BINARY, NARROW_UNARY
 from tilejit.dtypes import DType
 from tilejit.ir import COMPARE_OPS, PREDICATE_OPS, TileOp
@@ -25,6 +25,8 @@ def elementwise(ctx: Ctx, op: TileOp, args: list, arg_dtypes: list[DType], out: 
     """One register of ``op(*args)``; ``arg_dtypes`` are the operands' dtypes, ``out`` the result's."""
     if op == TileOp.CAST:
         return convert(ctx, args[0], arg_dtypes[0], out)
+    if op == TileOp.BITCAST:                          # same width: float8 and int8 are both i8
+        return args[0] if args[0].type == reg_type(out) else ctx.builder.bitcast(args[0], reg_type(out))
     if op == TileOp.WHERE:
         a, b = (convert(ctx, v, dt, out) for v, dt in zip(args[1:], arg_dtypes[1:]))
         return ctx.builder.select(args[0], a, b)

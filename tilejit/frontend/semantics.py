@@ -268,10 +268,27 @@ def fma(b: Builder, x, y, z) -> Value:
     return b.create(TileOp.FMA, args, [TileType(shape, dt)]).result
 
 
-def cast(b: Builder, x, dtype) -> Value:
+def cast(b: Builder, x, dtype, bitcast=False) -> Value:
+    if not isinstance(bitcast, bool):
+        fail(b, "cast: bitcast must be True or False")
+    if bitcast:
+        return bitcast_to(b, x, dtype)
     _check_operand(b, x, "cast")
     dt = _dtype_arg(b, dtype, "cast")
     return convert(b, x, dt, shape_of(x))
+
+
+def bitcast_to(b: Builder, x, dtype) -> Value:
+    """``x``'s bits reinterpreted as ``dtype`` (same width; bool has no bit pattern to share)."""
+    if not isinstance(x, Value):
+        fail(b, f"bitcast: expected a tile or a runtime scalar, got {describe(x)}")
+    dt = _dtype_arg(b, dtype, "bitcast")
+    src = x.type.dtype
+    if src.is_bool or dt.is_bool or src.bits != dt.bits:
+        fail(b, f"bitcast: {src} ({src.bits} bits) and {dt} ({dt.bits} bits) must be non-bool types of one width")
+    if src == dt:
+        return x
+    return b.create(TileOp.BITCAST, [x], [TileType(x.type.shape, dt)]).result
 
 
 def _dtype_arg(b: Builder, dtype, what: str) -> DType:
@@ -557,7 +574,7 @@ BUILTINS = {
     **{name: _unary_builder(name) for name in FLOAT_UNARY}, "abs": _unary_builder("abs"),
     "maximum": lambda b, x, y: binary(b, "maximum", x, y),
     "minimum": lambda b, x, y: binary(b, "minimum", x, y),
-    "where": where, "fma": fma, "cast": cast,
+    "where": where, "fma": fma, "cast": cast, "bitcast": bitcast_to,
     "trans": trans, "permute": permute, "reshape": reshape, "broadcast_to": broadcast_to, "expand_dims": expand_dims,
     "sum": _reduce_builder(ReduceKind.SUM), "max": _reduce_builder(ReduceKind.MAX),
     "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
