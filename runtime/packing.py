@@ -21,7 +21,7 @@ SLOT_BYTES = 8          # each parameter gets its own 8-byte-aligned slot in the
 # the C type of a scalar parameter, as a struct format; bfloat16 and float8 have no struct
 # format, so their raw bits are packed as unsigned integers of the same width
 _SCALAR_FORMAT = {"bool": "?", "int8": "b", "int16": "h", "int32": "i", "int64": "q",
-                  "uint8": "B", "uint32": "I", "float16": "e", "float32": "f",
+                  "uint8": "B", "uint16": "H", "uint32": "I", "uint64": "Q", "float16": "e", "float32": "f",
                   "bfloat16": "H", "float8e4m3": "B", "float8e5m2": "B"}
 _RAW_BITS = {"bfloat16": np.uint16, "float8e4m3": np.uint8, "float8e5m2": np.uint8}
 _MISSING = object()

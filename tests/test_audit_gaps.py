@@ -90,6 +90,8 @@ def _deviation(a: D.DType, b: D.DType) -> D.DType | None:
         return a if a.is_float else b        # int with float: that float (NumPy: float64)
     if a.is_float and b.is_float and min(a.bits, b.bits) == 8:
         return a if a.bits > b.bits else b   # float8 with a wider float: the wider one
+    if {a.kind, b.kind} == {"i", "u"} and 64 in (a.bits if a.kind == "u" else 0, b.bits if b.kind == "u" else 0):
+        return D.int64                       # uint64 with a signed int: int64 (NumPy: float64)
     return None
 
 

@@ -14,7 +14,7 @@ UNARY = ["neg", "invert", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", 
 BITWISE = {"and", "or", "xor", "lshift", "rshift", "invert"}
 FLOAT_ONLY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "floor", "ceil",
               "trunc", "round"}
-DTYPES = [D.int8, D.int16, D.int32, D.int64, D.uint8, D.uint32, D.float16, D.bfloat16, D.float32]
+DTYPES = [D.int8, D.int16, D.int32, D.int64, D.uint8, D.uint16, D.uint32, D.uint64, D.float16, D.bfloat16, D.float32]
 BACKENDS = ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 

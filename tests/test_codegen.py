@@ -449,7 +449,7 @@ def test_float_pow_on_host():
     np.testing.assert_allclose(host_eval(TileOp.POW, f32, a, b), want, rtol=1e-6, equal_nan=True)
 
 
-@pytest.mark.parametrize("dtype", (D.int8, i32, i64, D.uint8, D.uint32), ids=str)
+@pytest.mark.parametrize("dtype", (D.int8, i32, i64, D.uint8, D.uint16, D.uint32, D.uint64), ids=str)
 @pytest.mark.parametrize("tile_op,ref", [(TileOp.FLOORDIV, np.floor_divide), (TileOp.MOD, np.remainder),
                                          (TileOp.SHL, np.left_shift), (TileOp.SHR, np.right_shift),
                                          (TileOp.MAXIMUM, np.maximum), (TileOp.LT, np.less)])
@@ -498,11 +498,12 @@ def _sample(dtype, n=48):
     info = np.iinfo(dtype.np)
     edges = [v for v in (0, 1, -1, 2, -2, info.max, info.min, info.min + 1, info.max - 1) if info.min <= v <= info.max]
     small = RNG.integers(max(info.min, -20), 20, n // 2)
-    return np.concatenate([edges, small, RNG.integers(info.min, info.max, n // 2, endpoint=True)]).astype(dtype.np)
+    wide = RNG.integers(info.min, info.max, n // 2, endpoint=True, dtype=dtype.np)
+    return np.concatenate([np.array(edges, dtype.np), small.astype(dtype.np), wide]).astype(dtype.np)
 
 
 def _interpreter_cases():
-    for dtype in (D.int8, D.int16, i32, i64, D.uint8, D.uint32, f32, b1):
+    for dtype in (D.int8, D.int16, i32, i64, D.uint8, D.uint16, D.uint32, D.uint64, f32, b1):
         ops = list(COMPARES) + [TileOp.CAST]
         if dtype.is_float:
             ops += list(FLOAT_BINARY) + list(FLOAT_UNARY) + [TileOp.FMA]
@@ -524,7 +525,7 @@ def test_agrees_with_the_interpreter(dtype, tile_op):
         args[1] = (args[1] % 9).astype(dtype.np) - (1 if dtype.kind == "i" else 0)
     if tile_op in (TileOp.SHL, TileOp.SHR):
         args[1] = (args[1].astype(np.int64) % (dtype.bits + 8)).astype(dtype.np)
-    targets = [d for d in (D.int8, i32, i64, D.uint8, D.uint32, f32, b1)] if tile_op == TileOp.CAST else \
+    targets = [d for d in (D.int8, i32, i64, D.uint8, D.uint16, D.uint32, D.uint64, f32, b1)] if tile_op == TileOp.CAST else \
         [b1 if tile_op in COMPARES else dtype]
     for out in targets:
         if tile_op == TileOp.CAST and dtype.is_float and out.kind == "u":   # C leaves it undefined

@@ -91,9 +91,10 @@ def test_promotion_of_pairs_at_the_branch_edges(a, b, want):
 
 
 def test_lookup_refuses_names_tiles_cannot_hold():
-    for name in ("float64", "torch.complex64", "numpy.uint64"):
+    for name in ("float64", "torch.complex64", "numpy.float128", "int4"):
         with pytest.raises(TypeError, match="not supported"):
             D.lookup(name)
+    assert D.lookup("numpy.uint64") is D.uint64 and D.lookup("torch.uint16") is D.uint16
 
 
 def test_bits_are_the_numpy_storage_width():

@@ -65,7 +65,7 @@ def test_param_formats_follow_the_paramdesc_contract():
     assert packing.param_format(P("stride", 0, 1, tj.int32)) == "i"
     assert packing.param_format(P("stride", 0, 1, tj.int64)) == "q"
     expected = {tj.bool_: "?", tj.int8: "b", tj.int16: "h", tj.int32: "i", tj.int64: "q",
-                tj.uint8: "B", tj.uint32: "I", tj.float16: "e", tj.float32: "f",
+                tj.uint8: "B", tj.uint16: "H", tj.uint32: "I", tj.uint64: "Q", tj.float16: "e", tj.float32: "f",
                 tj.bfloat16: "H", tj.float8e4m3: "B", tj.float8e5m2: "B"}
     for dtype, fmt in expected.items():
         assert packing.param_format(P("scalar", 0, dtype=dtype)) == fmt

@@ -55,16 +55,18 @@ class DType:
 
 bool_ = DType("bool", "b", 1)
 int8, int16, int32, int64 = (DType(f"int{b}", "i", b) for b in (8, 16, 32, 64))
-uint8, uint32 = DType("uint8", "u", 8), DType("uint32", "u", 32)
+uint8, uint16, uint32, uint64 = (DType(f"uint{b}", "u", b) for b in (8, 16, 32, 64))
 float16, bfloat16, float32 = DType("float16", "f", 16), DType("bfloat16", "f", 16), DType("float32", "f", 32)
 float8e4m3, float8e5m2 = DType("float8e4m3", "f", 8), DType("float8e5m2", "f", 8)
 
-ALL = (bool_, int8, int16, int32, int64, uint8, uint32, float16, bfloat16, float32, float8e4m3, float8e5m2)
+ALL = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float8e4m3,
+       float8e5m2)
 BY_NAME = {d.name: d for d in ALL}
 _NUMPY = {
     "bool": np.dtype(np.bool_), "int8": np.dtype(np.int8), "int16": np.dtype(np.int16),
     "int32": np.dtype(np.int32), "int64": np.dtype(np.int64), "uint8": np.dtype(np.uint8),
-    "uint32": np.dtype(np.uint32), "float16": np.dtype(np.float16), "float32": np.dtype(np.float32),
+    "uint16": np.dtype(np.uint16), "uint32": np.dtype(np.uint32), "uint64": np.dtype(np.uint64),
+    "float16": np.dtype(np.float16), "float32": np.dtype(np.float32),
 }
 _FROM_NUMPY = {v: BY_NAME[k] for k, v in _NUMPY.items()}
 _ML_NAMES = {"bfloat16": "bfloat16", "float8e4m3": "float8_e4m3fn", "float8e5m2": "float8_e5m2"}
@@ -113,7 +115,8 @@ def _int_promote(a: DType, b: DType) -> DType:
     s, u = (a, b) if a.kind == "i" else (b, a)
     if s.bits > u.bits:
         return s
-    bits = min(64, 2 * u.bits)        # NumPy: uint8+int8 -> int16, uint32+int32 -> int64
+    bits = min(64, 2 * u.bits)        # NumPy: uint8+int8 -> int16, uint32+int32 -> int64; uint64 with a
+                                      # signed int is int64 here (NumPy: float64, which tiles lack)
     return BY_NAME[f"int{max(bits, 16)}"]
 
 

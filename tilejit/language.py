@@ -12,7 +12,7 @@ import functools
 import math
 
 from tilejit.dtypes import (bfloat16, bool_, float8e4m3, float8e5m2, float16, float32, int8,  # noqa: F401
-                            int16, int32, int64, uint8, uint32)
+                            int16, int32, int64, uint8, uint16, uint32, uint64)
 from tilejit.errors import outside_kernel
 
 inf = math.inf

@@ -43,8 +43,8 @@ class BFloatType(ir.Type):
 
 BF16 = BFloatType()
 FP8_DTYPES = (D.float8e4m3, D.float8e5m2)
-_REG_TYPES = {"bool": I1, "int8": I8, "uint8": I8, "int16": I16, "int32": I32, "uint32": I32,
-              "int64": I64, "float16": F16, "bfloat16": BF16, "float32": F32,
+_REG_TYPES = {"bool": I1, "int8": I8, "uint8": I8, "int16": I16, "uint16": I16, "int32": I32, "uint32": I32,
+              "int64": I64, "uint64": I64, "float16": F16, "bfloat16": BF16, "float32": F32,
               "float8e4m3": I8, "float8e5m2": I8}
 
 
@@ -197,13 +197,18 @@ def _int_to_float(ctx: Ctx, x, src: DType, dst: DType):
 def _float_to_int(ctx: Ctx, x32, dst: DType):
     """f32 -> integer the way NumPy does on x86: truncate; NaN and out-of-range values give the
     minimum of int32/int64 (cvttss2si); narrower types go through int32 (uint32 through int64)
-    and wrap."""
+    and wrap; uint64 also converts [2**63, 2**64) exactly."""
     b = ctx.builder
-    wide = D.int64 if dst in (D.int64, D.uint32) else D.int32
+    wide = D.int64 if dst in (D.int64, D.uint32, D.uint64) else D.int32
     wide_ty = reg_type(wide)
     lo = ir.Constant(F32, -float(2 ** (wide.bits - 1)))
     hi = ir.Constant(F32, float(2 ** (wide.bits - 1)))
     in_range = b.and_(b.fcmp_ordered(">=", x32, lo), b.fcmp_ordered("<", x32, hi))
     # fptosi is poison out of range; the select below never picks it there
     value = b.select(in_range, b.fptosi(x32, wide_ty), ir.Constant(wide_ty, -(2 ** (wide.bits - 1))))
+    if dst == D.uint64:                 # [2**63, 2**64): convert x - 2**63 and set the top bit
+        top = ir.Constant(F32, float(2 ** 63))
+        upper = b.and_(b.fcmp_ordered(">=", x32, top), b.fcmp_ordered("<", x32, ir.Constant(F32, float(2 ** 64))))
+        shifted = b.xor(b.fptosi(b.fsub(x32, top), wide_ty), ir.Constant(wide_ty, -(2 ** 63)))
+        value = b.select(upper, shifted, value)
     return value if wide.bits == dst.bits else b.trunc(value, reg_type(dst))
