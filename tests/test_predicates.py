@@ -56,3 +56,21 @@ def test_predicates_assemble_for_the_gpu():
     specs, consts, _ = predicates.specialise(predicates.bind((x, np.zeros((4, 16), np.bool_)), {"BLOCK": 16}))
     art = predicates.compile(specs, consts, None, "cuda").artifact
     assert "setp.nan.f32" in art.ptx and art.spills == 0
+
+
+@tj.kernel
+def clamped(x, lo, y, BLOCK: tj.constexpr):
+    t = tj.load(x, (0,), (BLOCK,))
+    tj.store(y, (0, 0), tj.clamp(t, -1.5, 2.0)[None, :])
+    tj.store(y, (1, 0), tj.clamp(t, tj.load(lo, (0,), (BLOCK,)), 3.0)[None, :])
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_clamp_is_numpys_clip(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    x = np.array(SPECIALS, np.float32)
+    lo = np.linspace(-3, 1, 16).astype(np.float32)
+    y = np.zeros((2, 16), np.float32)
+    with np.errstate(over="ignore"):
+        clamped[(1,)](x, lo, y, BLOCK=16)
+    np.testing.assert_array_equal(y, np.stack([np.clip(x, -1.5, 2.0), np.clip(x, lo, 3.0)]))

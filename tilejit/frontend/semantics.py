@@ -237,6 +237,11 @@ def unary(b: Builder, op: str, x) -> Value:
     return b.create(FLOAT_UNARY[op], [x], [TileType(shape, out)]).result
 
 
+def clamp(b: Builder, x, lo, hi) -> Value:
+    """``np.clip(x, lo, hi)``: maximum then minimum, NaN propagating as theirs does."""
+    return binary(b, "minimum", binary(b, "maximum", x, lo), hi)
+
+
 def predicate(b: Builder, name: str, x) -> Value:
     """``isnan`` / ``isinf`` / ``isfinite``: a bool tile; integer and bool values are never NaN
     or infinite, so theirs is a constant."""
@@ -574,7 +579,7 @@ BUILTINS = {
     **{name: _unary_builder(name) for name in FLOAT_UNARY}, "abs": _unary_builder("abs"),
     "maximum": lambda b, x, y: binary(b, "maximum", x, y),
     "minimum": lambda b, x, y: binary(b, "minimum", x, y),
-    "where": where, "fma": fma, "cast": cast, "bitcast": bitcast_to,
+    "where": where, "fma": fma, "cast": cast, "bitcast": bitcast_to, "clamp": clamp,
     "trans": trans, "permute": permute, "reshape": reshape, "broadcast_to": broadcast_to, "expand_dims": expand_dims,
     "sum": _reduce_builder(ReduceKind.SUM), "max": _reduce_builder(ReduceKind.MAX),
     "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
