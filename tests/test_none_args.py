@@ -28,12 +28,13 @@ def maybe_scale(x, y, scale, BLOCK: tj.constexpr):
         tj.store(y, (0,), t * scale)
 
 
-@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+@pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_none_folds_the_branch_and_an_array_takes_it(backend, monkeypatch):
+    """On cuda the second launch of each takes the re-launch fast path, None in its key."""
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     x = np.arange(100, dtype=np.float32)
     b = np.full(100, 0.5, np.float32)
-    for bias, want in [(None, 2 * x), (b, 2 * x + b)]:
+    for bias, want in [(None, 2 * x), (b, 2 * x + b), (None, 2 * x), (b, 2 * x + b)]:
         y = np.zeros_like(x)
         scale_bias[(4,)](x, bias, y, BLOCK=32)
         np.testing.assert_array_equal(y, want)
