@@ -32,6 +32,8 @@ def _scalar_op(o: ir.Operation) -> bool:
 
 
 def hoist_loads(fn: ir.Function) -> ir.Function:
+    if not any(o.op is TileOp.REDUCE or o.regions for o in fn.body.ops):
+        return fn                               # nothing to start loads ahead of (and no quadratic walk)
     out: list[ir.Operation] = []
     for o in fn.body.ops:
         if o.op is TileOp.LOAD:
