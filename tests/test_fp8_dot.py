@@ -1,5 +1,6 @@
 """float8 ``tj.dot``: e4m3 and e5m2 tiles run on mma.sync m16n8k32 on sm_90a (PTX ISA 8.4) with
-float32 accumulation, and stay on FMA on sm_80; the results match float64 on emulate, ragged
+float32 accumulation; on sm_80 the plan is FMA, and the codegen refuses float8 arithmetic there
+with a CompileError at the line; the results match float64 on emulate, ragged
 edges included, and the PTX assembles with nvJitLink."""
 from __future__ import annotations
 
@@ -91,3 +92,15 @@ def test_fp8_arrays_on_the_emulator(dtype, monkeypatch):
 @pytest.mark.parametrize("shape", [(130, 96, 70), (512, 512, 512)])
 def test_fp8_gemm_on_the_gpu_matches_float64(dtype, shape, monkeypatch):
     check_gemm("cuda", dtype, shape, monkeypatch)
+
+
+def test_fp8_on_sm80_is_a_compile_error_at_the_dot():
+    from tilejit.codegen.llvm import compile_ptx
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.specs import ArraySpec
+    from tilejit import dtypes as D
+    spec, out = ArraySpec(D.float8e4m3, 2), ArraySpec(D.float32, 2)
+    tile = matmul.matmul_kernel.kernel.tile_ir((spec, spec, out), CONFIG)
+    with pytest.raises(tj.CompileError, match="float8e4m3 arithmetic needs sm_89") as e:
+        compile_ptx(compile_to_simt(tile, num_warps=4, target="sm_80"), "sm_80")
+    assert "tj.dot(" in str(e.value)
