@@ -21,8 +21,9 @@ by a store.  Then:
 How the loops run is the plan's ``mode`` (``ChunkPlan``): for rows past ``CHUNK_VALUES`` a
 reduction loop carries a chunk-shaped accumulator, combined elementwise (each thread keeps its
 own partial results, so the loop has no barrier), reduced once after the loop, at 32 warps
-(16 for 16-bit types, ``LONG_ROW_WARPS``); for rows split only for their several loads (``SEVERAL_LOADS``) each chunk is reduced across the CTA,
-one-load loops prefetch the next chunk, at 16 warps.  Softmax thus reads its row three times
+(16 for 16-bit types, ``LONG_ROW_WARPS``); for rows split only for their several loads
+(``SEVERAL_LOADS``) each chunk is reduced across the CTA, one-load loops prefetch the next
+chunk, at 16 warps.  Softmax thus reads its row three times
 (max, sum, then the store), the later times mostly from L2: one program per SM keeps 132 rows of
 at most 256 KB in flight.  Module switches, measured in ``benchmarks/chunk_variants.py``, select
 the alternatives (the figures are in the comments below), among them softmax's ``max`` and
