@@ -59,6 +59,11 @@ uint8, uint16, uint32, uint64 = (DType(f"uint{b}", "u", b) for b in (8, 16, 32, 
 float16, bfloat16, float32 = DType("float16", "f", 16), DType("bfloat16", "f", 16), DType("float32", "f", 32)
 float8e4m3, float8e5m2 = DType("float8e4m3", "f", 8), DType("float8e5m2", "f", 8)
 
+# 4-bit storage formats: two per byte, the low nibble first, held in uint8 arrays and tiles.  They
+# are not tile dtypes (no tile holds them); ``tj.unpack`` / ``tj.pack`` convert to and from them.
+int4, uint4, float4e2m1 = DType("int4", "i", 4), DType("uint4", "u", 4), DType("float4e2m1", "f", 4)
+PACKED = (int4, uint4, float4e2m1)
+
 ALL = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float8e4m3,
        float8e5m2)
 BY_NAME = {d.name: d for d in ALL}

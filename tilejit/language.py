@@ -12,7 +12,7 @@ import functools
 import math
 
 from tilejit.dtypes import (bfloat16, bool_, float8e4m3, float8e5m2, float16, float32, int8,  # noqa: F401
-                            int16, int32, int64, uint8, uint16, uint32, uint64)
+                            int16, int32, int64, uint8, uint16, uint32, uint64, int4, uint4, float4e2m1)
 from tilejit.errors import outside_kernel
 
 inf = math.inf
@@ -99,6 +99,16 @@ def maximum(x, y): ...
 def minimum(x, y): ...
 @builtin
 def where(cond, x, y): ...
+@builtin
+def unpack(t, dtype):
+    """The 4-bit values packed two per byte in the uint8 tile ``t`` (low nibble first), with the
+    last dimension doubled: ``tj.int4`` -> int8, ``tj.uint4`` -> uint8, ``tj.float4e2m1`` ->
+    float32 (the e2m1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives)."""
+@builtin
+def pack(t, dtype):
+    """The inverse of ``unpack``: an (…, 2n) tile of int4 / uint4 values (integers, taken modulo
+    16) or float4e2m1 values (floats, rounded to the nearest e2m1 value, ties to even, saturating
+    at ±6) as an (…, n) uint8 tile, two per byte, low nibble first."""
 @builtin
 def clamp(x, lo, hi):
     """``x`` limited to ``[lo, hi]`` elementwise, as ``np.clip`` (NaN stays NaN); ``lo`` and ``hi``

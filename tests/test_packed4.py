@@ -1,0 +1,108 @@
+"""tj.unpack / tj.pack: 4-bit values (int4, uint4, float4e2m1) two per uint8 byte, low nibble
+first, against a NumPy reference on interpret and emulate (and the GPU under -m gpu)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+                np.float32)
+BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def nibbles(packed: np.ndarray) -> np.ndarray:
+    """(…, n) uint8 -> (…, 2n) codes 0..15, low nibble first."""
+    return np.stack([packed & 15, packed >> 4], -1).reshape(packed.shape[:-1] + (-1,))
+
+
+def reference(packed, kind):
+    codes = nibbles(packed)
+    if kind == "int4":
+        return np.where(codes >= 8, codes.astype(np.int16) - 16, codes).astype(np.int8)
+    if kind == "uint4":
+        return codes.astype(np.uint8)
+    return E2M1[codes]
+
+
+@tj.kernel
+def unpack_k(x, y, KIND: tj.constexpr, M: tj.constexpr, N: tj.constexpr):
+    tj.store(y, (0, 0), tj.unpack(tj.load(x, (0, 0), (M, N)), KIND))
+
+
+@tj.kernel
+def roundtrip_k(x, y, KIND: tj.constexpr, M: tj.constexpr, N: tj.constexpr):
+    tj.store(y, (0, 0), tj.pack(tj.unpack(tj.load(x, (0, 0), (M, N)), KIND), KIND))
+
+
+@tj.kernel
+def pack_k(v, y, KIND: tj.constexpr, M: tj.constexpr, N2: tj.constexpr):
+    tj.store(y, (0, 0), tj.pack(tj.load(v, (0, 0), (M, N2)), KIND))
+
+
+KINDS = {"int4": (tj.int4, np.int8), "uint4": (tj.uint4, np.uint8), "float4e2m1": (tj.float4e2m1, np.float32)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_unpack_and_the_round_trip(backend, kind, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    dtype, out = KINDS[kind]
+    x = np.random.default_rng(len(kind)).integers(0, 256, (8, 16), dtype=np.uint8)
+    x[0, :16] = np.arange(0, 256, 16) + np.arange(16)          # every nibble in both places
+    y = np.zeros((8, 32), out)
+    unpack_k[(1,)](x, y, KIND=dtype, M=8, N=16)
+    np.testing.assert_array_equal(y, reference(x, kind))
+    if kind == "float4e2m1":
+        np.testing.assert_array_equal(np.signbit(y), np.signbit(reference(x, kind)))
+    back = np.zeros_like(x)
+    roundtrip_k[(1,)](x, back, KIND=dtype, M=8, N=16)
+    np.testing.assert_array_equal(back, x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pack_rounds_floats_to_the_nearest_e2m1_with_ties_to_even(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    v = np.array([[0.2, 0.25, 0.3, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, 100.0, -0.25, -2.6, -5.0, np.inf, -0.0]],
+                 np.float32)
+    y = np.zeros((1, 8), np.uint8)
+    pack_k[(1,)](v, y, KIND=tj.float4e2m1, M=1, N2=16)
+    got = E2M1[nibbles(y)]
+    want = np.array([[0.0, 0.0, 0.5, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, 6.0, -0.0, -3.0, -4.0, 6.0, 0.0]], np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_pack_takes_integers_modulo_16(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    v = np.array([[-8, 7, -1, 0, 3, -4, 17, -17]], np.int32)
+    y = np.zeros((1, 4), np.uint8)
+    pack_k[(1,)](v, y, KIND=tj.int4, M=1, N2=8)
+    np.testing.assert_array_equal(nibbles(y), (v & 15).astype(np.uint8))
+
+
+def test_bad_arguments_are_compile_errors(monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+    x = np.zeros((2, 4), np.uint8)
+    for kernel, args, consts, message in [
+            (unpack_k, (x, np.zeros((2, 8), np.int8)), {"KIND": tj.int8, "M": 2, "N": 4}, "packed dtype must be one of"),
+            (unpack_k, (x.astype(np.int8), np.zeros((2, 8), np.int8)), {"KIND": tj.int4, "M": 2, "N": 4},
+             "packed tile must be uint8"),
+            (pack_k, (np.zeros((2, 3), np.int8), np.zeros((2, 2), np.uint8)), {"KIND": tj.int4, "M": 2, "N2": 3},
+             "last dimension must be even"),
+            (pack_k, (np.zeros((2, 4), np.float32), x[:, :2]), {"KIND": tj.int4, "M": 2, "N2": 4},
+             "must be an integer tile")]:
+        with pytest.raises(tj.CompileError, match=message):
+            kernel[(1,)](*args, **consts)
+
+
+def test_unpack_assembles_for_the_gpu():
+    from tilejit.codegen import ptxas
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    x = np.zeros((16, 32), np.uint8)
+    for kind, (dtype, out) in KINDS.items():
+        specs, consts, _ = unpack_k.specialise(unpack_k.bind((x, np.zeros((16, 64), out)),
+                                                             {"KIND": dtype, "M": 16, "N": 32}))
+        assert unpack_k.compile(specs, consts, None, "cuda").artifact.spills == 0, kind
