@@ -368,3 +368,15 @@ def test_more_edges_the_second_mutation_run_found():
     t = semantics.load(b, _array(2, dtypes.int32), (tile((), dtypes.bool_), tile((), dtypes.int64)), (2, 2))
     assert [v.type.dtype for v in t.owner.operands[1:]] == [dtypes.int32, dtypes.int64]
     fails("tile rank 3 does not match", semantics.store, _array(2), (0, 0), tile((2, 2, 2)))
+
+
+def test_edges_the_recheck_of_the_second_run_found():
+    for shape, index in [((2, 3, 4, 5), (slice(None), slice(None), Ellipsis, None, slice(None))),
+                         ((2, 3), (Ellipsis, None, slice(None))),
+                         ((2, 3, 4, 5), (slice(None), slice(None), slice(None), Ellipsis, slice(None)))]:
+        assert semantics.subscript(builder(), tile(shape), index).type.shape == np.empty(shape)[index].shape, index
+    for args in [(tile((4,)), _array(1), 1.0), (1.0, tile((4,)), _array(1)), (_array(1), 2.0, tile((4,)))]:
+        fails("fma: expected a tile, a scalar or a number", semantics.fma, *args)
+    fails(r"operator \+: expected a tile, a scalar or a number", semantics.binary, "+", _array(1), tile((4,)))
+    fails(r"operator \*: expected a tile, a scalar or a number", semantics.binary, "*", tile((4,)), _array(1))
+    fails("2-D tiles", semantics.dot, tile((16, 8), dtypes.float16), tile((8,), dtypes.float16))
