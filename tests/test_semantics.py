@@ -373,6 +373,7 @@ def test_more_edges_the_second_mutation_run_found():
 def test_edges_the_recheck_of_the_second_run_found():
     for shape, index in [((2, 3, 4, 5), (slice(None), slice(None), Ellipsis, None, slice(None))),
                          ((2, 3), (Ellipsis, None, slice(None))),
+                         ((2, 3, 4, 5), (slice(None), slice(None), Ellipsis, None)),
                          ((2, 3, 4, 5), (slice(None), slice(None), slice(None), Ellipsis, slice(None)))]:
         assert semantics.subscript(builder(), tile(shape), index).type.shape == np.empty(shape)[index].shape, index
     for args in [(tile((4,)), _array(1), 1.0), (1.0, tile((4,)), _array(1)), (_array(1), 2.0, tile((4,)))]:
