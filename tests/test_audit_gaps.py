@@ -212,7 +212,8 @@ PTX_SWIZZLE_MODES = {128: 1, 64: 2, 32: 3}
 
 
 @pytest.mark.parametrize("swizzle", [128, 64, 32])
-@pytest.mark.parametrize("addr,lbo,sbo", [(0x400, 16, 1024), (0x2C00, 8192, 1024), (0x3FFF0, 128, 256)])
+@pytest.mark.parametrize("addr,lbo,sbo", [(0x400, 16, 1024), (0x2C00, 8192, 1024), (0x3FFF0, 128, 256),
+                                           (0x1230, 0x2AAB0, 0x15550)])      # odd offsets >> 4, every bit
 def test_wgmma_descriptor_fields_decode_as_the_ptx_isa_says(swizzle, addr, lbo, sbo):
     d = _descriptor_on_host(addr, lbo, sbo, swizzle)
     assert d & 0x3FFF == (addr >> 4) & 0x3FFF                   # bits 0-13: start address >> 4

@@ -164,6 +164,17 @@ def test_helpers_reject_bad_operands():
     with pytest.raises(ValueError, match=r"the target has 7\.0$"):
         CM.mma(b, [zero_i] * 4, [zero_i] * 2, [zero_f] * 4, "e5m2", ptx_version=70)
     assert len(CM.mma(b, [zero_i] * 4, [zero_i] * 2, [zero_f] * 4, "e4m3", ptx_version=84)) == 4
+    assert len(CM.mma(b, [zero_i] * 4, [zero_i] * 2, [zero_f] * 4, "e5m2", ptx_version=87)) == 4   # newer ISAs too
+    with pytest.raises(ValueError, match="4 \\+ 2 \\+ 4 registers, got 6 \\+ 2 \\+ 4"):
+        CM.mma(b, [zero_i] * 6, [zero_i] * 2, [zero_f] * 4, "bf16")
+    desc = ir.Constant(ir.IntType(64), 0)
+    for acc, kind, message in [(63, "bf16", "needs 64 f32 accumulators, got 63"),
+                               (65, "f16", "needs 64 f32 accumulators, got 65"),
+                               (64, "tf32", "needs 64 f32 accumulators, got 64")]:
+        with pytest.raises(ValueError, match=f"wgmma m64n128k16 .{kind}: {message}"):
+            CM.wgmma(b, [zero_f] * acc, desc, desc, kind, 128, False)
+    assert len(CM.wgmma(b, [zero_f] * 64, desc, desc, "bf16", 128, False)) == 64
+    assert "asm sideeffect" in str(module)     # never moved across the wgmma fences and commits
 
 
 # ------------------------------------------------------------------------------ GPU cross-check
