@@ -74,11 +74,7 @@ def main() -> int:
                     gbps = float("nan")
                     if not cpu:
                         launch = lambda: kernel[(m,)](*kargs, BLOCK=n, num_warps=warps)  # noqa: E731
-                        y.fill_(float("nan"))
-                        launch()
-                        torch.cuda.synchronize()
-                        assert not torch.isnan(y).any(), (label, n, name, i)
-                        gbps = round(common.time_cuda(launch, warmup=5, reps=20).gbps(nbytes) / copy, 3)
+                        gbps = common.copy_ratio(torch, launch, y, nbytes, copy, (label, n, name, i))
                     plan = chunk_rows.plan_chunks(k.tile_ir(*k.specialise(k.bind(kargs, {"BLOCK": n}))[:2]))
                     rows.append((label, name, n, i, plan.chunk if plan else None, r.num_warps, r.registers, spill, gbps))
                     print(*rows[-1], flush=True)

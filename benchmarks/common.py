@@ -88,6 +88,16 @@ def row_inputs(torch, m: int, n: int, dtype, reps: int):
     return x, w, b, torch.empty_like(x), nbytes, copy
 
 
+def copy_ratio(torch, launch, out, nbytes: int, copy_gbps: float, what, reps: int = 20) -> float:
+    """Poison ``out`` with NaN, run ``launch`` once (AssertionError naming ``what`` if any output
+    stays unwritten), then its bandwidth over ``nbytes`` as a ratio to ``copy_gbps``."""
+    out.fill_(float("nan"))
+    launch()
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any(), what
+    return round(time_cuda(launch, warmup=5, reps=reps).gbps(nbytes) / copy_gbps, 3)
+
+
 def checked(torch, launch, out, exact, tolerance: float, what: str) -> float:
     """Poison ``out`` with NaN, run ``launch`` once and return its relative error against
     ``exact()``; AssertionError over ``tolerance`` (every output must have been written)."""

@@ -67,11 +67,7 @@ def main() -> int:
                         ratio = float("nan")
                         if not opts.cpu:
                             launch = lambda: kernel[(m,)](*kargs, BLOCK=n, num_warps=warps)  # noqa: E731
-                            y.fill_(float("nan"))
-                            launch()
-                            torch.cuda.synchronize()
-                            assert not torch.isnan(y).any(), (name, n, dname, warps)
-                            ratio = round(common.time_cuda(launch, warmup=5, reps=20).gbps(nbytes) / copy, 3)
+                            ratio = common.copy_ratio(torch, launch, y, nbytes, copy, (name, n, dname, warps))
                         print(name, dname, n, r.num_warps, variant, r.registers,
                               r.spills, ratio, flush=True)
     return 0
