@@ -1,9 +1,9 @@
 """Names, attributes and calls inside a traced kernel.
 
 Globals and closure variables become compile-time constants (recorded in ``deps`` for the cache
-key).  Calls dispatch to: ``tj`` builtins (``semantics.BUILTINS``), ``tj.func`` inlining, host
-helpers (``tj.cdiv``: folded on constants, inlined otherwise), dtype casts, tile methods, a few
-Python builtins and ``math`` functions.  Any other call is a compile error naming the callee.
+key).  Calls dispatch to: ``tj`` builtins (``semantics.BUILTINS`` and ``packed.BUILTINS``),
+``tj.func`` inlining, host helpers (``tj.cdiv``: folded on constants, inlined otherwise), dtype
+casts, tile methods, a few Python builtins and ``math`` functions.  Any other call is a compile error naming the callee.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import types
 import numpy as np
 
 from tilejit import dtypes, language
-from tilejit.frontend import semantics
+from tilejit.frontend import packed, semantics
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
 from tilejit.frontend.cfg import CodeInfo
@@ -23,6 +23,8 @@ from tilejit.frontend.values import (ArrayShape, BoundMethod, RangeSpec, StaticI
                                      is_runtime)
 from tilejit.ir import ReduceKind, TileOp, TileType, Value, Operation, AxisAttrs
 from tilejit.frontend.semantics import ArrayHandle
+
+BUILTINS = {**semantics.BUILTINS, **packed.BUILTINS}     # tj builtin name -> its builder
 
 _HOST_HELPERS = (language.cdiv, language.next_power_of_2)
 _TILE_METHODS = {"to", "reshape", "trans", "permute", "sum", "max", "min", "argmax", "argmin", "broadcast_to",
@@ -182,7 +184,7 @@ class Calls:
         bound.apply_defaults()
         if name in ("range", "static_range"):
             return self.make_range(frame, name, *bound.args, **bound.kwargs)
-        return semantics.BUILTINS[name](frame.b, *bound.args, **bound.kwargs)
+        return BUILTINS[name](frame.b, *bound.args, **bound.kwargs)
 
     def call_method(self, frame, method: BoundMethod, args, kwargs):
         b, obj, name = frame.b, method.obj, method.name
@@ -204,7 +206,7 @@ class Calls:
         elif name in ("max", "min", "sum", "argmax", "argmin"):
             target, lead = semantics.reduce, (b, ReduceKind(name), obj)
         else:
-            target, lead = semantics.BUILTINS[name], (b, obj)
+            target, lead = BUILTINS[name], (b, obj)
         try:                             # a wrong call is the user's error, never a raw TypeError
             inspect.signature(target).bind(*lead, *args, **kwargs)
         except TypeError as e:
