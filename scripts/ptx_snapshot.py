@@ -24,6 +24,7 @@ from examples.matmul import matmul_kernel  # noqa: E402
 from examples.softmax import softmax_kernel  # noqa: E402
 from tilejit.backends.cuda import build  # noqa: E402
 from tilejit.errors import CompileError  # noqa: E402
+from tilejit.passes.warps import choose_num_warps  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 
@@ -33,12 +34,17 @@ def _a(shape, dtype=BF16):
 
 
 def cases():
-    """(name, kernel, args, constexprs, num_warps) of the benchmarks' configurations."""
+    """(name, kernel, args, constexprs, num_warps or None for the compiler's choice) of the
+    benchmarks' configurations."""
     for dt, tag in ((np.float32, "f32"), (BF16, "bf16")):
         x = _a((4096, 4096), dt)
         for w in (4, 8):
             yield f"softmax-{tag}-w{w}", softmax_kernel, (x, x), {"BLOCK": 4096}, w
         yield f"layernorm-{tag}", layernorm_kernel, (x, _a(4096, dt), _a(4096, dt), x, 1e-5), {"BLOCK": 4096}, 8
+        for cols in (16384, 32768):       # rows chunk_rows splits (several loads; past the registers),
+            r, w = _a((2, cols), dt), _a(cols, dt)          # at the compiler's warps (None)
+            yield f"softmax-{tag}-{cols}", softmax_kernel, (r, r), {"BLOCK": cols}, None
+            yield f"layernorm-{tag}-{cols}", layernorm_kernel, (r, w, w, r, 1e-5), {"BLOCK": cols}, None
     a = _a((4096, 4096))
     for bm, bn, bk, st, w in ((128, 256, 64, 4, 8), (128, 128, 64, 4, 8), (64, 256, 64, 4, 4),
                               (128, 128, 32, 3, 4), (64, 64, 32, 3, 4)):
@@ -74,6 +80,7 @@ def main(argv: list[str]) -> int:
         kernel = getattr(kernel, "kernel", kernel)          # the kernel under @tj.autotune
         specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
         tile_fn = kernel.tile_ir(specs, consts)
+        warps = warps or choose_num_warps(tile_fn)
         for target in ("sm_90a", "sm_80"):
             try:
                 text = strip_line_info(build(tile_fn, warps, target, stop_after="ptx")["ptx"])
