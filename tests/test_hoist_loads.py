@@ -118,3 +118,27 @@ def test_hoisted_norms_match_numpy(backend, dtype, monkeypatch):
 def test_the_pass_is_in_the_pipeline_after_uniform_masks():
     names = [s.name for s in pipeline.PIPELINE]
     assert names.index("hoist_loads") == names.index("uniform_masks") + 1
+
+
+@tj.kernel
+def rmsnorm_1d(x, w, y, n, eps, BLOCK: tj.constexpr):
+    """The Triton tutorial's spelling: a flat row offset, 1-D tiles, a scalar reduction."""
+    start = tj.program_id(0) * n
+    t = tj.load(x, (start,), (BLOCK,)).to(tj.float32)
+    rstd = tj.rsqrt(tj.sum(t * t) / n + eps)
+    tj.store(y, (start,), (t * rstd * tj.load(w, (0,), (BLOCK,)).to(tj.float32)).to(y.dtype))
+
+
+def test_the_1d_tutorial_spelling_loads_its_weight_early_too(monkeypatch):
+    x, w = np.zeros(256, np.float32), np.zeros(64, np.float32)
+    ops = order(hoist_loads(tile_ir(rmsnorm_1d, x, w, x.copy(), 64, 1e-6, BLOCK=64)))
+    assert ops.index("load w") < ops.index("reduce")
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal(256).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    rows = x.reshape(4, 64)
+    want = (rows / np.sqrt((rows.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + 1e-6) * w).ravel()
+    for backend in ("interpret", "emulate"):
+        monkeypatch.setenv("TILEJIT_BACKEND", backend)
+        y = np.zeros_like(x)
+        rmsnorm_1d[(4,)](x, w, y, 64, 1e-6, BLOCK=64)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
