@@ -5,8 +5,10 @@
 #
 #   bash scripts/sanitize.sh [demo|tests|all]     # one summary line per tool; logs under $OUT
 #
-# TJ_SANITIZE_TESTS_S caps each tool's pytest run (default 240 s; racecheck is the slower one:
-# on the H200 memcheck got through 106 GPU tests in 270 s, racecheck 44), and TJ_SANITIZE_K adds
+# The GPU tests are split into one shard per GPU (TJ_SANITIZE_SHARDS overrides), and every shard
+# runs under memcheck and racecheck at the same time, so a 4-GPU machine covers them four times
+# as fast. TJ_SANITIZE_TESTS_S caps each shard's run (default 240 s; racecheck is the slower one:
+# on one H200 memcheck got through 106 GPU tests in 270 s, racecheck 44), and TJ_SANITIZE_K adds
 # a pytest -k expression to split the tests over several calls (e.g. "chunk or norm").
 #
 # The GPU tests run under the sanitizer with the cache emptied first, so every kernel is compiled
@@ -22,28 +24,61 @@ export TILEJIT_CACHE_DIR=${TILEJIT_CACHE_DIR:-/tmp/tj-sanitize-cache} PYTHONUNBU
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 summary() { grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$1" | tail -1; }
 
-if [ "$part" != tests ]; then
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$ngpu" -ge 1 ] || ngpu=1
+if [ "$part" != tests ]; then       # the three demo runs go on in the background, beside the tests
+    g=0
     for tool in memcheck racecheck synccheck; do
-        TILEJIT_BACKEND=cuda timeout 300 compute-sanitizer --tool "$tool" --report-api-errors no \
-            --print-limit 20 python3 -m tilejit demo >"$OUT/demo-$tool.log" 2>&1
-        echo "demo $tool: exit $? | $(summary "$OUT/demo-$tool.log")"
+        CUDA_VISIBLE_DEVICES=$((g++ % ngpu)) TILEJIT_BACKEND=cuda TILEJIT_CACHE_DIR="$TILEJIT_CACHE_DIR-demo-$tool" \
+            timeout 300 compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
+            python3 -m tilejit demo >"$OUT/demo-$tool.log" 2>&1 &
     done
 fi
 
 if [ "$part" != demo ]; then
     deselect="past_2_31 or 2_31 or bench or launch_overhead or timing"
+    kexpr="not ($deselect)${TJ_SANITIZE_K:+ and ($TJ_SANITIZE_K)}"
+    # one shard per GPU (TJ_SANITIZE_SHARDS overrides), every shard under both tools at once
+    shards=${TJ_SANITIZE_SHARDS:-$ngpu}
+    python3 -m pytest -m gpu --collect-only -q -p no:cacheprovider -k "$kexpr" tests 2>/dev/null \
+        | grep '::' >"$OUT/test-ids.txt"
+    echo "gpu tests: $(wc -l <"$OUT/test-ids.txt") selected, $shards shard(s) on $ngpu GPU(s)"
+    work=$(mktemp -d /tmp/sanitize-work.XXXXXX)
     for tool in memcheck racecheck; do
-        rm -rf "$TILEJIT_CACHE_DIR"
-        timeout "${TJ_SANITIZE_TESTS_S:-240}" compute-sanitizer --tool "$tool" --report-api-errors no \
-            --print-limit 20 python3 -m pytest -m gpu -v -p no:cacheprovider -k "not ($deselect)${TJ_SANITIZE_K:+ and ($TJ_SANITIZE_K)}" \
-            tests >"$OUT/tests-$tool.log" 2>&1
-        rc=$?
-        # one line per test (-v), so a run cut by the timeout still says how far it got
-        echo "gpu tests $tool: exit $rc | $(grep -cE ' PASSED' "$OUT/tests-$tool.log") passed, $(grep -cE ' (FAILED|ERROR)' "$OUT/tests-$tool.log") failed$([ $rc -eq 124 ] && echo ' before the timeout') | $(summary "$OUT/tests-$tool.log")"
-        grep -E '^(FAILED|ERROR) |Invalid|Race reported' "$OUT/tests-$tool.log" | sort | uniq -c | head -10
+        for ((i = 0; i < shards; i++)); do
+            awk -v n="$shards" -v i="$i" '(NR - 1) % n == i' "$OUT/test-ids.txt" >"$work/ids-$i"
+            [ -s "$work/ids-$i" ] || continue
+            rm -rf "$TILEJIT_CACHE_DIR-$tool-$i"
+            mapfile -t ids <"$work/ids-$i"      # ids hold brackets: never let the shell glob them
+            CUDA_VISIBLE_DEVICES=$((i % ngpu)) TILEJIT_CACHE_DIR="$TILEJIT_CACHE_DIR-$tool-$i" \
+                timeout "${TJ_SANITIZE_TESTS_S:-240}" compute-sanitizer --tool "$tool" \
+                --report-api-errors no --print-limit 20 python3 -m pytest -v -p no:cacheprovider \
+                "${ids[@]}" >"$work/$tool-$i.log" 2>&1 &
+        done
     done
+    wait
+    for tool in memcheck racecheck; do
+        log="$OUT/tests-$tool.log"
+        : >"$log"
+        for ((i = 0; i < shards; i++)); do
+            [ -f "$work/$tool-$i.log" ] || continue
+            { echo "=== shard $i"; cat "$work/$tool-$i.log"; } >>"$log"
+            # one line per test (-v), so a shard cut by the timeout still says how far it got
+            echo "gpu tests $tool shard $i/$shards: $(wc -l <"$work/ids-$i") selected," \
+                "$(grep -cE ' PASSED' "$work/$tool-$i.log") passed," \
+                "$(grep -cE ' (FAILED|ERROR)' "$work/$tool-$i.log") failed | $(summary "$work/$tool-$i.log")"
+        done
+        grep -E '^(FAILED|ERROR) |Invalid|Race reported' "$log" | sort | uniq -c | head -10
+    done
+    rm -rf "$work"
 fi
 
+wait
+if [ "$part" != tests ]; then
+    for tool in memcheck racecheck synccheck; do
+        echo "demo $tool: $(grep -cE ' pass ' "$OUT/demo-$tool.log") examples passed," \
+            "$(grep -ciE ' fail' "$OUT/demo-$tool.log") failed | $(summary "$OUT/demo-$tool.log")"
+    done
+fi
 [ "$part" = tests ] && exit 0
 python3 - "$OUT" <<'PY'
 import subprocess, sys
