@@ -42,6 +42,16 @@ def span(shape: tuple, strides: tuple) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
 
 
+def gather_strided(buf: np.ndarray, shape: tuple, strides: tuple) -> np.ndarray:
+    """A C-ordered copy of the elements of the flat ``buf`` at ``shape`` and ``strides`` (in
+    elements). ``as_strided`` goes through ``__array_interface__``, whose typestr (``'<f1'``)
+    NumPy cannot read back for ml_dtypes' float8_e5m2: stride the bits as unsigned ints, then
+    view them as the dtype again."""
+    item = buf.dtype.itemsize
+    view = np.lib.stride_tricks.as_strided(buf.view(f"u{item}"), shape, tuple(s * item for s in strides))
+    return np.array(view).view(buf.dtype)
+
+
 class _Allocation:
     """``nbytes`` of device memory on ``device``, freed when the last user is collected."""
 
@@ -130,10 +140,7 @@ class DeviceArray:
                 driver.check(cu.cuMemcpyDtoHAsync(buf.ctypes.data, self._ptr, buf.nbytes, stream),
                              "cuMemcpyDtoHAsync")
                 driver.check(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
-        item = self._dtype.itemsize
-        view = np.lib.stride_tricks.as_strided(
-            buf, self._shape, tuple(s * item for s in self._strides))
-        return np.array(view)       # own, C-ordered memory
+        return gather_strided(buf, self._shape, self._strides)     # own, C-ordered memory
 
     def copy_from_host(self, array: np.ndarray, stream: int | None = None) -> None:
         """Copy a NumPy array of the same shape and dtype in (asynchronously on ``stream``)."""

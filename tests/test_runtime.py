@@ -468,3 +468,16 @@ def test_fake_driver_opts_into_large_shared_memory(fake_driver):
     cubin = b"\x7fELF" + bytes(60)
     launch.load(cubin, "add_one", 0, 0)
     assert fake_driver.images[-1] == cubin              # binary images are passed unchanged
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.bool_, np.int64,
+                                   "bfloat16", "float8_e5m2", "float8_e4m3fn"])
+def test_gather_strided_reads_every_dtype_at_its_strides(dtype):
+    # DeviceArray.numpy() copies device memory back through this: ml_dtypes' float8_e5m2 made
+    # NumPy's as_strided fail ('<f1' not understood), and every fp8 output on the GPU with it
+    dt = np.dtype(getattr(__import__("ml_dtypes"), dtype)) if isinstance(dtype, str) else np.dtype(dtype)
+    flat = (np.arange(40) % 5 + 1).astype(np.float32).astype(dt)
+    got = arrays.gather_strided(flat, (3, 4), (10, 2))
+    want = flat.reshape(4, 10)[:3, ::2][:, :4]
+    assert got.dtype == dt and got.flags.c_contiguous
+    assert np.array_equal(got.view(f"u{dt.itemsize}"), want.view(f"u{dt.itemsize}"))
