@@ -81,7 +81,9 @@ class Ring:
             else:
                 rel, _ = swizzled_offsets(lw, stored, self.cfg.row_bytes(self.tile), item)
             addr = lw.ew(TileOp.ADD, [lw.splat(self.slot_base(lw, slot), chunks.n), rel], I32)
-            lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, simt.SharedAttrs(1, self.buf))
+            primary = lw.primary_thread(chunks)        # replicas would copy the same bytes again
+            lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src] + ([primary] if primary is not None else []),
+                    None, simt.SharedAttrs(1, self.buf))
 
     def slot_base(self, lw, slot) -> ir.Value:
         return lw.ew(TileOp.ADD, [self.base, lw.ew(TileOp.MUL, [slot, lw.const(I32, [self.slot_bytes])], I32)], I32)

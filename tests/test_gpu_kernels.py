@@ -276,7 +276,8 @@ def test_registers_come_from_the_loaded_function_when_the_report_is_missing():
     entry = softmax_kernel.compile(*softmax_kernel.specialise(softmax_kernel.bind((x, x), {"BLOCK": 1024}))[:2],
                                    4, "cuda")
     art = dataclasses.replace(entry.artifact, registers=None, loaded={})
-    assert art.registers_per_thread() == entry.artifact.registers > 0
+    # ptxas's report when the log had one (under racecheck it had none: then both ask the driver)
+    assert art.registers_per_thread() == (entry.artifact.registers or entry.artifact.registers_per_thread()) > 0
 
 
 def test_shared_memory_over_the_device_limit_is_refused_before_launch():

@@ -242,3 +242,39 @@ def test_a_pipelined_int8_gemm_copies_one_byte_elements_in_16_byte_chunks(monkey
     fn = compile_to_simt(int8_matmul.tile_ir(specs, consts), num_warps=4)
     assert any(o.op is SimtOp.CP_ASYNC for o in fn.walk()) and any(o.op is SimtOp.MMA for o in fn.walk())
     np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64))
+
+
+@pytest.mark.parametrize("bm, bn, bk, warps", [(32, 16, 16, 4), (16, 32, 32, 4), (32, 32, 16, 8)])
+def test_small_tiles_copy_each_byte_from_one_thread(bm, bn, bk, warps):
+    """A tile with fewer 16-byte chunks than threads leaves replicas in the copy layout: they
+    must not issue the same cp.async (compute-sanitizer's racecheck reported a write-write race
+    on the H200 for 32x16x16 at 4 warps); the emulator refuses such a copy."""
+    tile = matmul.tile_ir((SPEC, SPEC, OUT), {"BM": bm, "BN": bn, "BK": bk, "STAGES": 3})
+    fn = compile_to_simt(tile, num_warps=warps)
+    copies = [o for o in fn.walk() if o.op is SimtOp.CP_ASYNC]
+    assert copies and any(len(o.operands) == 5 for o in copies)   # the replicated ones get a flag
+    a, b, ref = data(45, 40, 56)             # ragged M; rows of 16-byte multiples, as SPEC says
+    c = np.full((45, 40), np.nan, np.float32)
+    emulate.run(fn, (-(-45 // bm), -(-40 // bn)), [a, b, c])
+    np.testing.assert_array_equal(c, ref)
+    from tilejit import codegen
+    from tilejit.codegen import ptxas
+    ptx = codegen.compile_ptx(fn, "sm_80")
+    assert ptx.count("cp.async.cg.shared.global") >= 3
+    try:
+        ptxas.assemble(ptx, "sm_80")
+    except ptxas.PtxAssemblyError as e:
+        if "not available" in str(e) or "could not start" in str(e):
+            pytest.skip(str(e))
+        raise
+
+
+def test_emulator_refuses_two_threads_copying_into_the_same_bytes():
+    fn = compile_to_simt(matmul.tile_ir((SPEC, SPEC, OUT), {"BM": 32, "BN": 16, "BK": 16, "STAGES": 3}),
+                         num_warps=4)
+    for o in fn.walk():
+        if o.op is SimtOp.CP_ASYNC:
+            o.operands = o.operands[:4]          # every replica issues its copy again
+    a, b, _ = data(32, 16, 32)
+    with pytest.raises(emulate.EmulatorError, match="two threads of one CP_ASYNC"):
+        emulate.run(fn, (1, 1), [a, b, np.zeros((32, 16), np.float32)])

@@ -115,10 +115,11 @@ class SimtOp(enum.Enum):
     #   elements packed into 32-bit registers, lowest first (bitcast for 32-bit elements)
     # async copies (cp.async.cg, 16 bytes each); a copy writes shared memory only when a
     # CP_ASYNC_WAIT retires its group: reading its bytes before that is undefined
-    CP_ASYNC = enum.auto()       # (ptr, offsets: n, addr: i32 n, src_bytes: i32 n) -> (): for each
-    #   register, copy 16 bytes from element offset ``offsets[i]`` of ptr to shared byte address
-    #   ``addr[i]``; only ``src_bytes[i]`` (0..16) bytes are read, the rest are zero-filled
-    #   (0: nothing read, the address may be out of bounds)                      SharedAttrs
+    CP_ASYNC = enum.auto()       # (ptr, offsets: n, addr: i32 n, src_bytes: i32 n[, issue: bool])
+    #   -> (): for each register, copy 16 bytes from element offset ``offsets[i]`` of ptr to shared
+    #   byte address ``addr[i]``; only ``src_bytes[i]`` (0..16) bytes are read, the rest are
+    #   zero-filled (0: nothing read, the address may be out of bounds). A thread whose ``issue``
+    #   is false copies nothing (replicas of a layout: one copy per byte)        SharedAttrs
     CP_ASYNC_COMMIT = enum.auto()  # () -> (): close the copies issued since the last commit into a group
     CP_ASYNC_WAIT = enum.auto()  # () -> (): wait until at most attrs.n newest groups are pending  WaitAttrs
     # Hopper warpgroup mma (sm_90a; ``passes.wgmma``): four consecutive warps (a warpgroup) run
@@ -273,8 +274,10 @@ _SPECS = {
     else "MMA takes 4 + 2 + 4 registers and gives 4",
     SimtOp.PACK: lambda o: None if _n(o.operands[0]) * o.operands[0].type.dtype.bits == 32 * _n(o.results[0])
     else "PACK must fill whole 32-bit registers",
-    SimtOp.CP_ASYNC: lambda o: None if len({_n(x) for x in o.operands[1:]}) == 1
-    and isinstance(o.operands[0].type, PtrType) else "CP_ASYNC needs a pointer and equal register counts",
+    SimtOp.CP_ASYNC: lambda o: None if len({_n(x) for x in o.operands[1:4]}) == 1
+    and isinstance(o.operands[0].type, PtrType) and len(o.operands) in (4, 5)
+    and (len(o.operands) == 4 or (_n(o.operands[4]) == 1 and o.operands[4].type.dtype.name == "bool"))
+    else "CP_ASYNC needs a pointer, equal register counts and an optional bool to issue",
     SimtOp.WGMMA: lambda o: None if _n(o.operands[0]) == o.attrs.n // 2 == _n(o.results[0])
     and _n(o.operands[1]) == (4 if o.attrs.a_regs else 1) and _n(o.operands[2]) == 1
     else "WGMMA takes N/2 accumulators, A (an address or 4 registers) and B's address",

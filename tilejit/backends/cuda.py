@@ -104,7 +104,9 @@ def stage_cubin(state: dict) -> None:
     if not ptxas.available():
         return
     asm = ptxas.assemble(state["ptx"], state["target"])
-    state["cubin"], state["registers"], state["spills"] = asm.cubin, asm.registers, asm.spills
+    # a log without ptxas's "Used N registers" line (seen under compute-sanitizer's racecheck)
+    # leaves registers unknown, never 0: registers_per_thread then asks the loaded function
+    state["cubin"], state["registers"], state["spills"] = asm.cubin, asm.registers or None, asm.spills
 
 
 STAGES = {"simt": stage_simt, "llvm": stage_llvm, "ptx": stage_ptx, "cubin": stage_cubin}

@@ -336,23 +336,34 @@ class Machine:
 
     def op_CP_ASYNC(self, o, f):
         ptr = f[o.operands[0]]
-        offs, addr, src = (f[x] for x in o.operands[1:])
+        offs, addr, src = (f[x] for x in o.operands[1:4])
+        issue = f[o.operands[4]][:, :, 0].astype(bool) if len(o.operands) == 5 else None
         if self.wgmma_groups or self.wgmma_open:
             self.check_wgmma_reads(o, f, addr.astype(np.int64)[..., None] + np.arange(16))
         if self.race_check:                   # the copy may land any time from now on
             bytes_ = addr.astype(np.int64)[..., None] + np.arange(16)
             rows = np.broadcast_to(f.ids[:, None, None, None], bytes_.shape)
             tid = np.broadcast_to(self.tid[None, :, None, None], bytes_.shape)
+            if issue is not None:           # only the threads that issue copy anything
+                bytes_, rows, tid = bytes_[issue], rows[issue], tid[issue]
             for track, what in ((self.reader, "read by"), (self.writer, "written by")):
                 seen = track[rows, bytes_]
                 if ((seen != -1) & (seen != tid)).any():
                     raise EmulatorError(f"shared-memory race: CP_ASYNC overwrites bytes {what} "
                                         f"another thread since the last BARRIER")
+            # two threads copying into the same bytes (replicas of a layout): which lands last
+            # is undefined, and compute-sanitizer's racecheck reports it
+            key = (rows * self.shared.shape[1] + bytes_).ravel()
+            order = np.argsort(key, kind="stable")
+            key, who = key[order], tid.ravel()[order]
+            if ((key[1:] == key[:-1]) & (who[1:] != who[:-1])).any():
+                raise EmulatorError("shared-memory race: two threads of one CP_ASYNC copy into the "
+                                    "same bytes")
         ctas = len(self.block_ids)
         for i in range(addr.shape[2]):
             full = [np.zeros((ctas, self.threads), np.int64) for _ in range(3)]
             active = np.zeros((ctas, self.threads), bool)
-            active[f.ids] = True
+            active[f.ids] = True if issue is None else issue
             for dst, v in zip(full, (addr[:, :, i], offs[:, :, i], src[:, :, i])):
                 dst[f.ids] = v
             goff = (full[1] + ptr.base) * ptr.item

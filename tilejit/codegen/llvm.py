@@ -318,8 +318,12 @@ class KernelEmitter:
 
     def op_CP_ASYNC(self, op):
         ptr = self.get(op.operands[0])[0]
-        offsets, addrs, sizes = (self.get(v) for v in op.operands[1:])
-        cp_async(self.ctx, ptr, offsets, addrs, sizes, op.operands[0].type.dtype)
+        offsets, addrs, sizes = (self.get(v) for v in op.operands[1:4])
+        if len(op.operands) == 4:
+            cp_async(self.ctx, ptr, offsets, addrs, sizes, op.operands[0].type.dtype)
+            return
+        with self.b.if_then(self.get(op.operands[4])[0]):       # replicas issue nothing
+            cp_async(self.ctx, ptr, offsets, addrs, sizes, op.operands[0].type.dtype)
 
     def op_CP_ASYNC_COMMIT(self, op):
         mma.cp_async_commit_group(self.b)
