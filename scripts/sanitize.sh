@@ -9,7 +9,9 @@
 # runs under memcheck and racecheck at the same time, so a 4-GPU machine covers them four times
 # as fast. TJ_SANITIZE_TESTS_S caps each shard's run (default 240 s; racecheck is the slower one:
 # on one H200 memcheck got through 106 GPU tests in 270 s, racecheck 44), and TJ_SANITIZE_K adds
-# a pytest -k expression to split the tests over several calls (e.g. "chunk or norm").
+# a pytest -k expression to split the tests over several calls (e.g. "chunk or norm"), or
+# TJ_SANITIZE_IDS names a file of test ids to run instead (e.g. those a cut run did not reach).
+# TJ_SANITIZE_DEMO_S caps each demo run (default 300 s; racecheck needs more for attention).
 #
 # The GPU tests run under the sanitizer with the cache emptied first, so every kernel is compiled
 # and launched under it. Tests that need more than 2 GiB of device memory (the past-2**31 ones)
@@ -29,7 +31,7 @@ if [ "$part" != tests ]; then       # the three demo runs go on in the backgroun
     g=0
     for tool in memcheck racecheck synccheck; do
         CUDA_VISIBLE_DEVICES=$((g++ % ngpu)) TILEJIT_BACKEND=cuda TILEJIT_CACHE_DIR="$TILEJIT_CACHE_DIR-demo-$tool" \
-            timeout 300 compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
+            timeout "${TJ_SANITIZE_DEMO_S:-300}" compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
             python3 -m tilejit demo >"$OUT/demo-$tool.log" 2>&1 &
     done
 fi
@@ -39,8 +41,12 @@ if [ "$part" != demo ]; then
     kexpr="not ($deselect)${TJ_SANITIZE_K:+ and ($TJ_SANITIZE_K)}"
     # one shard per GPU (TJ_SANITIZE_SHARDS overrides), every shard under both tools at once
     shards=${TJ_SANITIZE_SHARDS:-$ngpu}
-    python3 -m pytest -m gpu --collect-only -q -p no:cacheprovider -k "$kexpr" tests 2>/dev/null \
-        | grep '::' >"$OUT/test-ids.txt"
+    if [ -n "${TJ_SANITIZE_IDS:-}" ]; then      # a file of test ids: those a cut run left
+        grep '::' "$TJ_SANITIZE_IDS" >"$OUT/test-ids.txt"
+    else
+        python3 -m pytest -m gpu --collect-only -q -p no:cacheprovider -k "$kexpr" tests 2>/dev/null \
+            | grep '::' >"$OUT/test-ids.txt"
+    fi
     echo "gpu tests: $(wc -l <"$OUT/test-ids.txt") selected, $shards shard(s) on $ngpu GPU(s)"
     work=$(mktemp -d /tmp/sanitize-work.XXXXXX)
     for tool in memcheck racecheck; do
