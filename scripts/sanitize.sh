@@ -71,7 +71,7 @@ if [ "$part" != demo ]; then
             # one line per test (-v), so a shard cut by the timeout still says how far it got
             echo "gpu tests $tool shard $i/$shards: $(wc -l <"$work/ids-$i") selected," \
                 "$(grep -cE ' PASSED' "$work/$tool-$i.log") passed," \
-                "$(grep -cE ' (FAILED|ERROR)' "$work/$tool-$i.log") failed | $(summary "$work/$tool-$i.log")"
+                "$(grep -cE '^tests/.* (FAILED|ERROR)' "$work/$tool-$i.log") failed | $(summary "$work/$tool-$i.log")"
         done
         grep -E '^(FAILED|ERROR) |Invalid|Race reported' "$log" | sort | uniq -c | head -10
     done
