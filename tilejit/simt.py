@@ -59,11 +59,13 @@ class SimtMeta:
     target: str = "sm_90a"
     min_ctas_per_sm: int = 0               # occupancy hint (ptxas caps registers to fit); 0: none
     fast_math: bool = False                # approximate sin/cos (a launch option)
+    programs_per_cta: int = 1              # pack_programs: programs along grid axis 0 per CTA
 
     def summary(self) -> str:
         """The line ``--emit`` of a SIMT stage prints under the IR."""
         return (f"num_warps={self.num_warps} shared_bytes={self.shared_bytes} writes={self.writes} "
-                f"barriers={self.barriers}")
+                f"barriers={self.barriers}" + (f" programs_per_cta={self.programs_per_cta}"
+                                               if self.programs_per_cta > 1 else ""))
 
 
 class SimtOp(enum.Enum):
@@ -94,7 +96,8 @@ class SimtOp(enum.Enum):
     # shared memory; addresses are byte offsets into the CTA's one shared buffer (i32)
     LOAD_SHARED = enum.auto()    # (addr) -> n values of the result dtype                     SharedAttrs
     STORE_SHARED = enum.auto()   # (addr, value) -> ()                                          SharedAttrs
-    BARRIER = enum.auto()        # bar.sync 0 across the CTA
+    BARRIER = enum.auto()        # bar.sync 0 across the CTA; or (id: i32 n=1) -> (): named barrier
+    #   ``id`` over attrs.threads threads (one program's warps when a CTA holds several)  BarrierAttrs
     SHARED_ALLOC = enum.auto()   # () -> i32: byte address of shared buffer attrs.buffer   AllocAttrs
     #   (made by lowering; ``plan_shared_memory`` replaces each by a CONSTANT, so emitted code
     #   never contains one)
@@ -162,6 +165,11 @@ class GlobalAttrs(Attrs):
 
 
 @dataclass(frozen=True)
+class BarrierAttrs(Attrs):
+    threads: int                  # the threads a named barrier waits for (a multiple of 32)
+
+
+@dataclass(frozen=True)
 class SharedAttrs(Attrs):
     vec: int = 1                  # groups of `vec` registers are contiguous and vec*itemsize aligned
     buffer: int = -1              # which SHARED_ALLOC buffer the addresses point into (-1: unknown)
@@ -221,7 +229,7 @@ def parse_type(text: str):
 
 DIALECT = Dialect(SimtOp, parse_type,
                   (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, SharedAttrs,
-                   LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs),
+                   LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 
 
@@ -274,6 +282,9 @@ _SPECS = {
     else "MMA takes 4 + 2 + 4 registers and gives 4",
     SimtOp.PACK: lambda o: None if _n(o.operands[0]) * o.operands[0].type.dtype.bits == 32 * _n(o.results[0])
     else "PACK must fill whole 32-bit registers",
+    SimtOp.BARRIER: lambda o: None if not o.operands or (len(o.operands) == 1 and _n(o.operands[0]) == 1
+                                                         and o.attrs.threads % 32 == 0)
+    else "BARRIER takes nothing, or a named barrier's id and attrs.threads (a multiple of 32)",
     SimtOp.CP_ASYNC: lambda o: None if len({_n(x) for x in o.operands[1:4]}) == 1
     and isinstance(o.operands[0].type, PtrType) and len(o.operands) in (4, 5)
     and (len(o.operands) == 4 or (_n(o.operands[4]) == 1 and o.operands[4].type.dtype.name == "bool"))

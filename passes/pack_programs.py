@@ -1,0 +1,119 @@
+"""Several programs per CTA: a short-row kernel (one row per program, one or two warps) leaves
+the GPU idle on CTA launches, so the launch packs ``P`` consecutive programs along grid axis 0
+into one CTA of ``P * num_warps`` warps.  Each group of ``num_warps`` warps runs one program
+exactly as before: this SIMT pass, the last of the pipeline, rewrites only the geometry.
+
+    pack_programs(fn, programs) -> fn
+    packable(fn) -> bool
+
+- ``THREAD_ID`` becomes the thread's index inside its group (``tid % (32 * num_warps)``), so
+  every layout, shuffle and replica test is unchanged;
+- ``program_id(0)`` is ``blockIdx.x * P + group`` and ``num_programs(0)`` is ``gridDim.x * P``
+  (the launch divides grid axis 0 by ``P``, which it only picks when ``P`` divides it);
+- each group gets its own ``shared_bytes`` (rounded to 128) of shared memory, every shared
+  address is moved by ``group * that``, and each ``BARRIER`` syncs only its group (named
+  barrier ``1 + group`` over ``32 * num_warps`` threads).
+
+Only kernels without tensor cores or async copies (their rings and descriptors hold shared
+addresses this pass does not move) and whose control flow is the same for every program are
+packed: the emulator runs a CTA's threads in lockstep, so it could not run programs of one CTA
+down different branches.
+"""
+from __future__ import annotations
+
+from tilejit import dtypes as D
+from tilejit import ir, simt
+from tilejit.ir import TileOp
+from tilejit.simt import RegType, SimtOp
+
+I32 = D.int32
+WARP = 32
+_CONTROL = (SimtOp.FOR, SimtOp.IF, SimtOp.WHILE)
+_ASYNC = (SimtOp.LDMATRIX, SimtOp.MMA, SimtOp.CP_ASYNC, SimtOp.CP_ASYNC_COMMIT, SimtOp.CP_ASYNC_WAIT,
+          SimtOp.WGMMA, SimtOp.WGMMA_FENCE, SimtOp.WGMMA_COMMIT, SimtOp.WGMMA_WAIT, SimtOp.FENCE_PROXY_ASYNC)
+MAX_PROGRAMS = 15               # named barriers 1..15 (0 is the CTA-wide one)
+
+
+def packable(fn: ir.Function) -> bool:
+    """Whether ``pack_programs`` may put several programs of ``fn`` into one CTA: no tensor
+    cores or async copies, and control flow that every program of a CTA takes alike (its
+    conditions and bounds come from constants, parameters and the grid, not from the program,
+    the thread or memory: e.g. ``uniform_masks``' "is the whole tile inside the row")."""
+    alike: set[ir.Value] = set()
+    for o in fn.walk():
+        if o.op in _ASYNC or o.op is SimtOp.WHILE:        # a WHILE's condition comes from its body
+            return False
+        if o.op in _CONTROL and not all(x in alike for x in o.operands[:3 if o.op is SimtOp.FOR else 1]):
+            return False
+        same = o.op in (SimtOp.CONSTANT, SimtOp.PARAM, SimtOp.GRID_DIM) \
+            or (o.op is SimtOp.BLOCK_ID and o.attrs.axis != 0) \
+            or (o.op in (SimtOp.ELEMENTWISE, SimtOp.SPLAT, SimtOp.GATHER, SimtOp.CONCAT)
+                and all(x in alike for x in o.operands))
+        if same:
+            alike.update(o.results)
+    return True
+
+
+def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
+    """``programs`` programs of ``fn`` per CTA (see the module docstring)."""
+    if programs == 1:
+        return fn
+    threads = WARP * fn.meta.num_warps
+    if not 1 < programs <= MAX_PROGRAMS or threads * programs > 1024 or not packable(fn):
+        raise ValueError(f"cannot pack {programs} programs of {fn.meta.num_warps} warps of kernel "
+                         f"'{fn.meta.name}' into one CTA")
+    loc, prologue = fn.meta.loc, []
+
+    def emit(op, operands, attrs=None, n=1):
+        o = ir.Operation(op, operands, [RegType(I32, n)], attrs, loc=loc)
+        prologue.append(o)
+        return o.result
+
+    def const(v):
+        return emit(SimtOp.CONSTANT, [], simt.VectorConstAttrs((v,)))
+
+    def ew(op, a, b):
+        return emit(SimtOp.ELEMENTWISE, [a, b], simt.EwAttrs(op))
+    tid = emit(SimtOp.THREAD_ID, [])
+    local = ew(TileOp.AND, tid, const(threads - 1))
+    group = ew(TileOp.SHR, tid, const(threads.bit_length() - 1))
+    new = {(SimtOp.BLOCK_ID, 0): ew(TileOp.ADD, ew(TileOp.MUL, emit(SimtOp.BLOCK_ID, [], ir.AxisAttrs(0)),
+                                                   const(programs)), group),
+           (SimtOp.GRID_DIM, 0): ew(TileOp.MUL, emit(SimtOp.GRID_DIM, [], ir.AxisAttrs(0)), const(programs))}
+    per_program = -(-fn.meta.shared_bytes // 128) * 128
+    base = ew(TileOp.MUL, group, const(per_program))
+    barrier = ew(TileOp.ADD, group, const(1))
+    splats: dict[int, ir.Value] = {1: base}
+
+    def base_of(n: int) -> ir.Value:
+        if n not in splats:
+            splats[n] = emit(SimtOp.SPLAT, [base], n=n)
+        return splats[n]
+    renamed: dict[ir.Value, ir.Value] = {}
+    for o in fn.walk():
+        if o.op is SimtOp.THREAD_ID:
+            renamed[o.result] = local
+        elif o.op in (SimtOp.BLOCK_ID, SimtOp.GRID_DIM) and o.attrs.axis == 0:
+            renamed[o.result] = new[(o.op, 0)]
+
+    def rewrite(block: ir.Block) -> None:
+        ops = []
+        for o in block.ops:
+            o.operands = [renamed.get(x, x) for x in o.operands]
+            if o.op in (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED):
+                addr = o.operands[0]
+                moved = ir.Operation(SimtOp.ELEMENTWISE, [addr, base_of(addr.type.n)],
+                                     [addr.type], simt.EwAttrs(TileOp.ADD), loc=o.loc)
+                ops.append(moved)
+                o.operands[0] = moved.result
+            elif o.op is SimtOp.BARRIER:
+                o.operands, o.attrs = [barrier], simt.BarrierAttrs(threads)
+            ops.append(o)
+            for r in o.regions:
+                rewrite(r)
+        block.ops = ops
+    rewrite(fn.body)
+    fn.body.ops = prologue + fn.body.ops
+    fn.meta.programs_per_cta = programs
+    fn.meta.shared_bytes = per_program * programs if fn.meta.shared_bytes else 0
+    return fn

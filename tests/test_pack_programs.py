@@ -1,0 +1,128 @@
+"""pack_programs: several programs along grid axis 0 in one CTA.  Each packed kernel must give
+bit for bit what the unpacked one gives on the emulator (groups own disjoint shared memory and
+named barriers), program_id / num_programs must keep their meaning, the PTX must assemble with
+one named barrier per group, and kernels with loops or tensor cores are refused."""
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import codegen, ir, simt
+from tilejit import dtypes as D
+from tilejit.backends import emulate
+from tilejit.examples.layernorm import layernorm_kernel
+from tilejit.examples.matmul import matmul_kernel
+from tilejit.examples.rmsnorm import rmsnorm_kernel
+from tilejit.examples.softmax import softmax_kernel
+from tilejit.passes.pack_programs import pack_programs, packable
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.simt import SimtOp
+from tilejit.specs import ArraySpec, ScalarSpec
+
+from conftest import assemble_or_skip
+
+
+def row_spec(dt):
+    return ArraySpec(dt, 2, True, True, False)
+
+
+def vec_spec(dt):
+    return ArraySpec(dt, 1, True, True, False)
+
+
+CASES = {
+    "softmax": (softmax_kernel, lambda dt: (row_spec(dt), row_spec(dt)), lambda x, w: [x]),
+    "rmsnorm": (rmsnorm_kernel, lambda dt: (row_spec(dt), vec_spec(dt), row_spec(dt), ScalarSpec(D.float32)),
+                lambda x, w: [x, w]),
+    "layernorm": (layernorm_kernel, lambda dt: (row_spec(dt), vec_spec(dt), vec_spec(dt), row_spec(dt),
+                                                 ScalarSpec(D.float32)), lambda x, w: [x, w, w[::-1].copy()]),
+}
+
+
+def run(fn, inputs, out_shape, dtype, grid0):
+    y = np.full(out_shape, np.nan, dtype)
+    args = inputs + [y] + ([1e-5] if len(inputs) > 1 else [])
+    emulate.run(fn, (grid0, 1, 1), args)
+    return y
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
+@pytest.mark.parametrize("block, warps, programs", [(256, 2, 4), (128, 1, 8), (256, 1, 2), (64, 2, 3)])
+def test_packed_rows_match_the_unpacked_kernel_bit_for_bit(name, dtype, block, warps, programs):
+    kernel, specs, inputs = CASES[name]
+    dt = D.from_numpy(np.dtype(getattr(__import__("ml_dtypes"), dtype)) if isinstance(dtype, str) else np.dtype(dtype))
+    tile = kernel.tile_ir(specs(dt), {"BLOCK": block})
+    one = compile_to_simt(tile, num_warps=warps)
+    packed = compile_to_simt(tile, num_warps=warps, programs_per_cta=programs)
+    assert packed.meta.programs_per_cta == programs and packed.meta.num_warps == warps
+    rows, cols = 6 * programs, block - 8          # ragged rows; 16-byte aligned, as the spec says
+    rng = np.random.default_rng(block + programs)
+    x = rng.standard_normal((rows, cols)).astype(dt.np)
+    w = rng.standard_normal(cols).astype(dt.np)
+    want = run(one, inputs(x, w), x.shape, dt.np, rows)
+    got = run(packed, inputs(x, w), x.shape, dt.np, rows // programs)
+    assert not np.isnan(want.astype(np.float32)).any()
+    np.testing.assert_array_equal(got.view(f"u{dt.itemsize}"), want.view(f"u{dt.itemsize}"))
+
+
+@tj.kernel
+def ids(out, BLOCK: tj.constexpr):
+    p = tj.program_id(0)
+    t = tj.zeros((BLOCK,), tj.int32) + p * 1000 + tj.num_programs(0)
+    tj.store(out, (p * BLOCK,), t)
+
+
+def test_program_ids_and_their_count_keep_their_meaning():
+    fn = compile_to_simt(ids.tile_ir((ArraySpec(D.int32, 1, True, True, False),), {"BLOCK": 64}),
+                         num_warps=1, programs_per_cta=4)
+    out = np.full(12 * 64, -1, np.int32)
+    emulate.run(fn, (3, 1, 1), [out])                 # 3 CTAs of 4 programs: the grid was 12
+    np.testing.assert_array_equal(out.reshape(12, 64), (np.arange(12) * 1000 + 12)[:, None].repeat(64, 1))
+
+
+def test_groups_own_their_shared_memory_and_named_barriers():
+    tile = softmax_kernel.tile_ir((row_spec(D.float32),) * 2, {"BLOCK": 512})
+    one = compile_to_simt(tile, num_warps=4)
+    fn = compile_to_simt(tile, num_warps=4, programs_per_cta=2)
+    assert one.meta.shared_bytes > 0
+    assert fn.meta.shared_bytes == 2 * -(-one.meta.shared_bytes // 128) * 128
+    bars = [o for o in fn.walk() if o.op is SimtOp.BARRIER]
+    assert bars and all(len(o.operands) == 1 and o.attrs.threads == 128 for o in bars)
+    simt.verify(fn)
+    assert "programs_per_cta=2" in fn.meta.summary()
+    ptx = codegen.compile_ptx(fn, "sm_90a")
+    assert ".maxntid 256" in ptx
+    # the barrier id is a register (1 + the group), never the CTA-wide barrier 0
+    assert "bar.sync \t%r" in ptx and "bar.sync \t0" not in ptx and "barrier.sync" not in ptx.replace("bar.sync", "")
+    assert assemble_or_skip(ptx, "sm_90a").spills == 0
+
+
+def test_shared_regions_that_overlapped_would_be_caught():
+    """Without the per-group offset two programs reduce through the same shared bytes and one
+    reads the other's partial sums (so the bit-for-bit test above is not vacuous)."""
+    tile = softmax_kernel.tile_ir((row_spec(D.float32),) * 2, {"BLOCK": 512})
+    fn = compile_to_simt(tile, num_warps=4, programs_per_cta=2)
+    x = np.random.default_rng(0).standard_normal((4, 500)).astype(np.float32)
+    want = np.exp(x - x.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    np.testing.assert_allclose(run(fn, [x], x.shape, np.float32, 2), want, rtol=1e-5)
+    for o in fn.walk():
+        if o.op in (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED):
+            moved = o.operands[0].owner
+            assert moved.op is SimtOp.ELEMENTWISE and moved.attrs.op is ir.TileOp.ADD
+            o.operands[0] = moved.operands[0]        # the address before the group's offset
+    assert not np.allclose(run(fn, [x], x.shape, np.float32, 2), want, rtol=1e-5)
+
+
+def test_loops_and_tensor_cores_are_not_packed():
+    spec = ArraySpec(D.float16, 2, True, True, False)
+    mm = compile_to_simt(matmul_kernel.kernel.tile_ir((spec, spec, row_spec(D.float32)),
+                                                      {"BM": 32, "BN": 32, "BK": 16, "STAGES": 3}), num_warps=4)
+    assert not packable(mm)
+    with pytest.raises(ValueError, match="cannot pack 2 programs of 4 warps of kernel 'matmul_kernel'"):
+        pack_programs(mm, 2)
+    sm = compile_to_simt(softmax_kernel.tile_ir((row_spec(D.float32),) * 2, {"BLOCK": 256}), num_warps=2)
+    assert packable(sm)
+    with pytest.raises(ValueError, match="cannot pack 16 programs"):
+        pack_programs(sm, 16)
+    assert pack_programs(sm, 1) is sm
