@@ -8,8 +8,10 @@ exactly as before: this SIMT pass, the last of the pipeline, rewrites only the g
 
 - ``THREAD_ID`` becomes the thread's index inside its group (``tid % (32 * num_warps)``), so
   every layout, shuffle and replica test is unchanged;
-- ``program_id(0)`` is ``blockIdx.x * P + group`` and ``num_programs(0)`` is ``gridDim.x * P``
-  (the launch divides grid axis 0 by ``P``, which it only picks when ``P`` divides it);
+- ``program_id(0)`` is ``blockIdx.x * P + group``; the launch runs ``ceil(grid0 / P)`` CTAs and
+  passes ``grid0`` as one more scalar parameter after the runtime arguments (the backends'
+  ``launch_geometry``), which is
+  ``num_programs(0)``; the programs past it (the last CTA's spare groups) store nothing;
 - each group gets its own ``shared_bytes`` (rounded to 128) of shared memory, every shared
   address is moved by ``group * that``, and each ``BARRIER`` syncs only its group (named
   barrier ``1 + group`` over ``32 * num_warps`` threads).
@@ -24,6 +26,7 @@ from __future__ import annotations
 from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.ir import TileOp
+from tilejit.abi import ParamDesc, ParamKind
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -54,6 +57,14 @@ def packable(fn: ir.Function) -> bool:
     return True
 
 
+def choose_programs(fn: ir.Function, pack: bool) -> int:
+    """Programs per CTA for ``fn`` when the launch does not say: CTAs of 8 warps for
+    packable programs of one or two warps (a 128- to 512-value row), else 1."""
+    if not pack or fn.meta.num_warps > 2 or not packable(fn):
+        return 1
+    return 8 // fn.meta.num_warps
+
+
 def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
     """``programs`` programs of ``fn`` per CTA (see the module docstring)."""
     if programs == 1:
@@ -64,8 +75,8 @@ def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
                          f"'{fn.meta.name}' into one CTA")
     loc, prologue = fn.meta.loc, []
 
-    def emit(op, operands, attrs=None, n=1):
-        o = ir.Operation(op, operands, [RegType(I32, n)], attrs, loc=loc)
+    def emit(op, operands, attrs=None, n=1, dtype=I32):
+        o = ir.Operation(op, operands, [RegType(dtype, n)], attrs, loc=loc)
         prologue.append(o)
         return o.result
 
@@ -77,18 +88,25 @@ def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
     tid = emit(SimtOp.THREAD_ID, [])
     local = ew(TileOp.AND, tid, const(threads - 1))
     group = ew(TileOp.SHR, tid, const(threads.bit_length() - 1))
-    new = {(SimtOp.BLOCK_ID, 0): ew(TileOp.ADD, ew(TileOp.MUL, emit(SimtOp.BLOCK_ID, [], ir.AxisAttrs(0)),
-                                                   const(programs)), group),
-           (SimtOp.GRID_DIM, 0): ew(TileOp.MUL, emit(SimtOp.GRID_DIM, [], ir.AxisAttrs(0)), const(programs))}
+    pid = ew(TileOp.ADD, ew(TileOp.MUL, emit(SimtOp.BLOCK_ID, [], ir.AxisAttrs(0)), const(programs)), group)
+    fn.meta.params = list(fn.meta.params) + [ParamDesc(ParamKind.SCALAR, len(fn.arg_names), None, I32)]
+    count = emit(SimtOp.PARAM, [], ir.AxisAttrs(len(fn.meta.params) - 1))
+    new = {(SimtOp.BLOCK_ID, 0): pid, (SimtOp.GRID_DIM, 0): count}
+    real = emit(SimtOp.ELEMENTWISE, [pid, count], simt.EwAttrs(TileOp.LT), dtype=D.bool_)
     per_program = -(-fn.meta.shared_bytes // 128) * 128
     base = ew(TileOp.MUL, group, const(per_program))
     barrier = ew(TileOp.ADD, group, const(1))
-    splats: dict[int, ir.Value] = {1: base}
+    splats: dict[tuple, ir.Value] = {}
+
+    def splat_of(x: ir.Value, n: int) -> ir.Value:
+        if n == 1:
+            return x
+        if (x, n) not in splats:
+            splats[x, n] = emit(SimtOp.SPLAT, [x], n=n, dtype=x.type.dtype)
+        return splats[x, n]
 
     def base_of(n: int) -> ir.Value:
-        if n not in splats:
-            splats[n] = emit(SimtOp.SPLAT, [base], n=n)
-        return splats[n]
+        return splat_of(base, n)
     renamed: dict[ir.Value, ir.Value] = {}
     for o in fn.walk():
         if o.op is SimtOp.THREAD_ID:
@@ -106,6 +124,12 @@ def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
                                      [addr.type], simt.EwAttrs(TileOp.ADD), loc=o.loc)
                 ops.append(moved)
                 o.operands[0] = moved.result
+            elif o.op is SimtOp.STORE_GLOBAL:         # a spare program stores nothing
+                mask = o.operands[3]
+                both = ir.Operation(SimtOp.ELEMENTWISE, [mask, splat_of(real, mask.type.n)],
+                                    [mask.type], simt.EwAttrs(TileOp.AND), loc=o.loc)
+                ops.append(both)
+                o.operands[3] = both.result
             elif o.op is SimtOp.BARRIER:
                 o.operands, o.attrs = [barrier], simt.BarrierAttrs(threads)
             ops.append(o)

@@ -29,7 +29,7 @@ from tilejit.passes.fold_exp import fold_exp
 from tilejit.passes.hoist_loads import hoist_loads
 from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.mma_tiling import DEFAULT_STAGES
-from tilejit.passes.pack_programs import pack_programs
+from tilejit.passes.pack_programs import choose_programs, pack_programs
 from tilejit.passes.plan_dots import dot_plans_text, plan_dots
 from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
@@ -46,7 +46,8 @@ class Options:
     wgmma: bool = True          # Hopper warpgroup mma where it applies (TILEJIT_WGMMA=0: off)
     verify: bool = False        # verify the IR after every pass (TILEJIT_DEBUG=1)
     num_stages: int | None = None      # ring depth of loops that do not say (launch option; None: the compiler picks)
-    programs_per_cta: int = 1   # programs along grid axis 0 per CTA (the launch picks it; see pack_programs)
+    pack: bool = False          # several short programs per CTA where it applies (TILEJIT_PACK=0: off)
+    programs_per_cta: int | None = None     # programs along grid axis 0 per CTA (None: pack decides)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ PIPELINE = [
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
-    Stage("pack_programs", lambda fn, opt: pack_programs(fn, opt.programs_per_cta), "simt"),
+    Stage("pack_programs", lambda fn, opt: pack_programs(fn, opt.programs_per_cta or choose_programs(fn, opt.pack)),
+          "simt"),
 ]
 
 
@@ -89,11 +91,11 @@ def stage_text(fn: ir.Function, level: str) -> str:
 def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_90a",
                     dump: Callable[[str, str], None] | None = None, *, wgmma: bool = True,
                     verify: bool = False, num_stages: int | None = None, fast_math: bool = False,
-                    programs_per_cta: int = 1) -> ir.Function:
+                    pack: bool = False, programs_per_cta: int | None = None) -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
-    options = Options(num_warps, target, wgmma, verify, num_stages, programs_per_cta)
+    options = Options(num_warps, target, wgmma, verify, num_stages, pack, programs_per_cta)
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))

@@ -348,3 +348,21 @@ def test_corrupt_cubin_on_disk_is_recompiled_and_runs():
         make_add_one()[2](x, y, BLOCK=1024)
     np.testing.assert_array_equal(y.numpy(), np.arange(2000, dtype=np.float32) + 1)
     assert cache.info()["entries"] == 1
+
+
+@pytest.mark.parametrize("rows_, cols", [(4099, 200), (8, 100), (1, 60), (1000, 500)])
+def test_short_rows_are_packed_several_to_a_cta_and_every_row_is_right(rows_, cols):
+    """Rows of 128-512 values run 4 (2 warps) or 8 (1 warp) programs per CTA; a grid that the
+    packing does not divide leaves spare programs in the last CTA, which store nothing. The
+    second launch goes down the re-launch fast path."""
+    host = np.random.default_rng(rows_).standard_normal((rows_, cols)).astype(np.float32)
+    block = tj.next_power_of_2(cols)
+    x = tj.to_device(host)
+    y = tj.to_device(np.full((rows_ + 1, cols), np.nan, np.float32))   # one row past the grid
+    found = softmax_kernel.inspect(x, y, BLOCK=block)
+    assert found.programs_per_cta == 8 // found.num_warps > 1
+    for _ in range(2):
+        softmax_kernel[(rows_,)](x, y, BLOCK=block)
+        out = y.numpy()
+        tj.testing.assert_close(out[:rows_], softmax.reference(host))
+        assert np.isnan(out[rows_]).all()

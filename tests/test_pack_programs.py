@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tilejit as tj
-from tilejit import codegen, ir, simt
+from tilejit import backends, codegen, ir, simt
 from tilejit import dtypes as D
 from tilejit.backends import emulate
 from tilejit.examples.layernorm import layernorm_kernel
@@ -39,9 +39,10 @@ CASES = {
 
 
 def run(fn, inputs, out_shape, dtype, grid0):
+    """``grid0`` programs of ``fn`` on the emulator, as the emulate backend launches them."""
     y = np.full(out_shape, np.nan, dtype)
     args = inputs + [y] + ([1e-5] if len(inputs) > 1 else [])
-    emulate.run(fn, (grid0, 1, 1), args)
+    emulate.run(fn, *backends.launch_geometry(fn.meta.programs_per_cta, (grid0, 1, 1), args))
     return y
 
 
@@ -55,12 +56,12 @@ def test_packed_rows_match_the_unpacked_kernel_bit_for_bit(name, dtype, block, w
     one = compile_to_simt(tile, num_warps=warps)
     packed = compile_to_simt(tile, num_warps=warps, programs_per_cta=programs)
     assert packed.meta.programs_per_cta == programs and packed.meta.num_warps == warps
-    rows, cols = 6 * programs, block - 8          # ragged rows; 16-byte aligned, as the spec says
+    rows, cols = 6 * programs - 1, block - 8          # ragged rows; 16-byte aligned, as the spec says
     rng = np.random.default_rng(block + programs)
     x = rng.standard_normal((rows, cols)).astype(dt.np)
     w = rng.standard_normal(cols).astype(dt.np)
     want = run(one, inputs(x, w), x.shape, dt.np, rows)
-    got = run(packed, inputs(x, w), x.shape, dt.np, rows // programs)
+    got = run(packed, inputs(x, w), x.shape, dt.np, rows)
     assert not np.isnan(want.astype(np.float32)).any()
     np.testing.assert_array_equal(got.view(f"u{dt.itemsize}"), want.view(f"u{dt.itemsize}"))
 
@@ -72,12 +73,19 @@ def ids(out, BLOCK: tj.constexpr):
     tj.store(out, (p * BLOCK,), t)
 
 
-def test_program_ids_and_their_count_keep_their_meaning():
+@pytest.mark.parametrize("grid", [12, 10, 1])
+def test_program_ids_and_their_count_keep_their_meaning(grid):
+    """3 CTAs of 4 programs for a grid of 12 or 10 (the last CTA's spare programs store
+    nothing), 1 CTA for 1."""
     fn = compile_to_simt(ids.tile_ir((ArraySpec(D.int32, 1, True, True, False),), {"BLOCK": 64}),
                          num_warps=1, programs_per_cta=4)
-    out = np.full(12 * 64, -1, np.int32)
-    emulate.run(fn, (3, 1, 1), [out])                 # 3 CTAs of 4 programs: the grid was 12
-    np.testing.assert_array_equal(out.reshape(12, 64), (np.arange(12) * 1000 + 12)[:, None].repeat(64, 1))
+    out = np.full(13 * 64, -1, np.int32)
+    cta_grid, args = backends.launch_geometry(4, (grid, 1, 1), [out])
+    assert cta_grid == (-(-grid // 4), 1, 1) and args[-1] == grid
+    emulate.run(fn, cta_grid, args)
+    want = np.full((13, 64), -1)
+    want[:grid] = (np.arange(grid) * 1000 + grid)[:, None]
+    np.testing.assert_array_equal(out.reshape(13, 64), want)
 
 
 def test_groups_own_their_shared_memory_and_named_barriers():
@@ -105,13 +113,13 @@ def test_shared_regions_that_overlapped_would_be_caught():
     x = np.random.default_rng(0).standard_normal((4, 500)).astype(np.float32)
     want = np.exp(x - x.max(1, keepdims=True))
     want /= want.sum(1, keepdims=True)
-    np.testing.assert_allclose(run(fn, [x], x.shape, np.float32, 2), want, rtol=1e-5)
+    np.testing.assert_allclose(run(fn, [x], x.shape, np.float32, 4), want, rtol=1e-5)
     for o in fn.walk():
         if o.op in (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED):
             moved = o.operands[0].owner
             assert moved.op is SimtOp.ELEMENTWISE and moved.attrs.op is ir.TileOp.ADD
             o.operands[0] = moved.operands[0]        # the address before the group's offset
-    assert not np.allclose(run(fn, [x], x.shape, np.float32, 2), want, rtol=1e-5)
+    assert not np.allclose(run(fn, [x], x.shape, np.float32, 4), want, rtol=1e-5)
 
 
 def test_loops_and_tensor_cores_are_not_packed():
@@ -126,3 +134,34 @@ def test_loops_and_tensor_cores_are_not_packed():
     with pytest.raises(ValueError, match="cannot pack 16 programs"):
         pack_programs(sm, 16)
     assert pack_programs(sm, 1) is sm
+
+
+@pytest.mark.parametrize("rows", [37, 8, 1])
+def test_a_launch_packs_short_rows_and_spare_programs_store_nothing(rows, monkeypatch):
+    """Through the kernel launch on emulate: the compiler packs a 200-column softmax 4 to a CTA
+    (its 2 warps), an extra output row past the grid stays untouched, and the bits are those of
+    TILEJIT_PACK=0."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x = np.random.default_rng(rows).standard_normal((rows, 200)).astype(np.float32)
+    outs = {}
+    for pack in ("1", "0"):
+        monkeypatch.setenv("TILEJIT_PACK", pack)
+        found = softmax_kernel.inspect_specs((row_spec(D.float32),) * 2, {"BLOCK": 256}, backend="emulate")
+        assert (found.num_warps, found.programs_per_cta) == ((2, 4) if pack == "1" else (2, 1))
+        y = np.full((rows + 1, 200), np.nan, np.float32)
+        softmax_kernel[(rows,)](x, y, BLOCK=256)
+        assert np.isnan(y[rows]).all()
+        outs[pack] = y[:rows]
+    np.testing.assert_array_equal(outs["1"], outs["0"])
+    want = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(outs["1"], want / want.sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_the_cache_entry_keeps_the_packing():
+    from tilejit.backends.cuda import CudaArtifact
+    art = CudaArtifact("k", [], (0,), 2, 0, ".version 8.4", None, "", "", 20, 0, 4)
+    back = CudaArtifact.from_cache(art.files(), art.meta())
+    assert back.programs_per_cta == 4 and back.num_warps == 2
+    meta = art.meta()
+    del meta["programs_per_cta"]                   # an entry written before packing existed
+    assert CudaArtifact.from_cache(art.files(), meta).programs_per_cta == 1

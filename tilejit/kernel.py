@@ -39,8 +39,10 @@ _STAGES = ("simt_ir", "llvm_ir", "ptx", "cubin", "sass", "registers", "spills", 
 def compile_switches() -> tuple[tuple[str, bool], ...]:
     """The compiler switches from the environment, read here at the API edge on every compile
     and nowhere else: ``(option name, value)`` pairs that become ``passes.pipeline.Options``
-    fields and part of both compile caches' keys.  ``TILEJIT_WGMMA=0`` keeps GEMMs on mma.sync."""
-    return (("wgmma", os.environ.get("TILEJIT_WGMMA", "1").strip() != "0"),)
+    fields and part of both compile caches' keys.  ``TILEJIT_WGMMA=0`` keeps GEMMs on mma.sync,
+    ``TILEJIT_PACK=0`` runs one program per CTA."""
+    return (("wgmma", os.environ.get("TILEJIT_WGMMA", "1").strip() != "0"),
+            ("pack", os.environ.get("TILEJIT_PACK", "1").strip() != "0"))
 
 
 def verify_switch() -> bool:
@@ -73,6 +75,7 @@ class Inspection:
     spills: int | None = None
     shared_bytes: int | None = None
     num_warps: int | None = None         # the launch's warps (the compiler's choice when none was given)
+    programs_per_cta: int | None = None  # programs along grid axis 0 that share one CTA (pack_programs)
 
 
 @dataclass
@@ -278,7 +281,7 @@ class Kernel:
             parts.append(part)
             views.append(v)
         consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        key = (num_warps, num_stages, fast_math, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), consts,
+        key = (num_warps, num_stages, fast_math, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), os.environ.get("TILEJIT_PACK"), consts,
                tuple(parts))
         try:
             hash(key)
@@ -336,6 +339,7 @@ class Kernel:
                 continue
             found = {s: getattr(entry.artifact, s, None) for s in _STAGES}
             found["num_warps"] = artifact_warps(entry.artifact)
+            found["programs_per_cta"] = getattr(entry.artifact, "programs_per_cta", None)
             if hasattr(entry.artifact, "registers_per_thread"):    # never a silent 0 or None on a GPU
                 found["registers"] = entry.artifact.registers_per_thread()
             text = entry.tile_text or ir.print_function(self.tile_ir(specs, consts))

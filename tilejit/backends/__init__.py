@@ -41,9 +41,17 @@ _notice_printed = False
 
 
 def switch_options(options: dict) -> dict:
-    """The ``compile_to_simt`` keyword options (``wgmma``, ``verify``, ``num_stages``) in a
+    """The ``compile_to_simt`` keyword options (``wgmma``, ``pack``, ``verify``, ``num_stages``) in a
     backend's ``options``."""
-    return {k: options[k] for k in ("wgmma", "verify", "num_stages", "fast_math") if k in options}
+    return {k: options[k] for k in ("wgmma", "pack", "verify", "num_stages", "fast_math") if k in options}
+
+
+def launch_geometry(programs: int, grid: tuple, args: list) -> tuple[tuple, list]:
+    """The CTA grid and the arguments (with grid axis 0 appended) of a launch of ``grid``
+    programs of a kernel packed ``programs`` to a CTA."""
+    if programs == 1:
+        return grid, args
+    return (-(-grid[0] // programs),) + tuple(grid[1:]), list(args) + [grid[0]]
 
 
 def register(name: str, backend) -> None:

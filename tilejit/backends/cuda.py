@@ -31,6 +31,7 @@ class CudaArtifact:
     simt_ir: str | None = None
     registers: int | None = None
     spills: int | None = None
+    programs_per_cta: int = 1              # programs along grid axis 0 per CTA (pack_programs)
     loaded: dict = field(default_factory=dict, repr=False)   # device -> LoadedKernel
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -67,6 +68,7 @@ class CudaArtifact:
     def meta(self) -> dict:
         return {"name": self.name, "writes": list(self.writes), "num_warps": self.num_warps,
                 "shared_bytes": self.shared_bytes, "registers": self.registers, "spills": self.spills,
+                "programs_per_cta": self.programs_per_cta,
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name] for p in self.params]}
 
     @classmethod
@@ -74,7 +76,8 @@ class CudaArtifact:
         params = [ParamDesc(k, a, ax, dtypes.BY_NAME[d]) for k, a, ax, d in meta["params"]]
         return cls(meta["name"], params, tuple(meta["writes"]), meta["num_warps"], meta["shared_bytes"],
                    files["ptx"].decode(), files.get("cubin"), files["llvm_ir"].decode(),
-                   files["simt_ir"].decode(), meta.get("registers"), meta.get("spills"))
+                   files["simt_ir"].decode(), meta.get("registers"), meta.get("spills"),
+                   int(meta.get("programs_per_cta", 1)))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -166,7 +169,7 @@ class CudaBackend:
         art = CudaArtifact(state["kernel_name"], list(simt_fn.meta.params), tuple(simt_fn.meta.writes),
                            simt_fn.meta.num_warps, simt_fn.meta.shared_bytes, state["ptx"],
                            state.get("cubin"), state["llvm_ir"], state["simt_ir"],
-                           state.get("registers"), state.get("spills"))
+                           state.get("registers"), state.get("spills"), simt_fn.meta.programs_per_cta)
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())
@@ -178,9 +181,11 @@ class CudaBackend:
         arrays = [p.arg for p in art.params if p.kind is ParamKind.PTR]
         if not arrays:
             return None
-        threads, params = 32 * art.num_warps, art.params
+        threads, params, programs = 32 * art.num_warps * art.programs_per_cta, art.params, art.programs_per_cta
 
         def run(grid, views, stream):
+            if programs > 1:
+                grid, views = backends.launch_geometry(programs, grid, views)
             if stream is None:      # the full path's rule: the first array that has a stream
                 for i in arrays:
                     stream = views[i].stream
@@ -191,8 +196,9 @@ class CudaBackend:
 
     def launch(self, art: CudaArtifact, grid, args, stream) -> None:
         from tilejit.runtime import launch
-        launch.launch_arrays(art.kernel_for_device, grid, 32 * art.num_warps, args, art.params,
-                             art.writes, stream)
+        grid, args = backends.launch_geometry(art.programs_per_cta, tuple(grid), args)
+        launch.launch_arrays(art.kernel_for_device, grid, 32 * art.num_warps * art.programs_per_cta, args,
+                             art.params, art.writes, stream)
 
 
 backends.register("cuda", CudaBackend())

@@ -498,6 +498,7 @@ class EmulatedKernel:
         self.fn = fn
         self.simt_ir = ir.print_function(fn)
         self.shared_bytes = fn.meta.shared_bytes
+        self.programs_per_cta = fn.meta.programs_per_cta
         self.writes = tuple(fn.meta.writes)     # runtime arguments it stores to
 
 
@@ -514,7 +515,7 @@ class EmulateBackend:
         return EmulatedKernel(fn)
 
     def launch(self, artifact: EmulatedKernel, grid, args: list, stream=None) -> None:
-        run(artifact.fn, grid, args)
+        run(artifact.fn, *backends.launch_geometry(artifact.fn.meta.programs_per_cta, tuple(grid), args))
 
 
 backends.register("emulate", EmulateBackend())
