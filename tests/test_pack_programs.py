@@ -138,23 +138,33 @@ def test_loops_and_tensor_cores_are_not_packed():
 
 @pytest.mark.parametrize("rows", [37, 8, 1])
 def test_a_launch_packs_short_rows_and_spare_programs_store_nothing(rows, monkeypatch):
-    """Through the kernel launch on emulate: the compiler packs a 200-column softmax 4 to a CTA
+    """Through the kernel launch on emulate: the compiler packs a 100-column softmax 4 to a CTA
     (its 2 warps), an extra output row past the grid stays untouched, and the bits are those of
     TILEJIT_PACK=0."""
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
-    x = np.random.default_rng(rows).standard_normal((rows, 200)).astype(np.float32)
+    x = np.random.default_rng(rows).standard_normal((rows, 100)).astype(np.float32)
     outs = {}
     for pack in ("1", "0"):
         monkeypatch.setenv("TILEJIT_PACK", pack)
-        found = softmax_kernel.inspect_specs((row_spec(D.float32),) * 2, {"BLOCK": 256}, backend="emulate")
+        found = softmax_kernel.inspect_specs((row_spec(D.float32),) * 2, {"BLOCK": 128}, backend="emulate")
         assert (found.num_warps, found.programs_per_cta) == ((2, 4) if pack == "1" else (2, 1))
-        y = np.full((rows + 1, 200), np.nan, np.float32)
-        softmax_kernel[(rows,)](x, y, BLOCK=256)
+        y = np.full((rows + 1, 100), np.nan, np.float32)
+        softmax_kernel[(rows,)](x, y, BLOCK=128)
         assert np.isnan(y[rows]).all()
         outs[pack] = y[:rows]
     np.testing.assert_array_equal(outs["1"], outs["0"])
     want = np.exp(x - x.max(1, keepdims=True))
     np.testing.assert_allclose(outs["1"], want / want.sum(1, keepdims=True), rtol=1e-5)
+
+
+@pytest.mark.parametrize("block, dtype, packed", [(128, D.float32, True), (256, D.bfloat16, True),
+                                                  (256, D.float32, False), (512, D.bfloat16, False)])
+def test_only_programs_that_move_at_most_512_bytes_are_packed(block, dtype, packed):
+    tile = softmax_kernel.tile_ir((row_spec(dtype),) * 2, {"BLOCK": block})
+    fn = compile_to_simt(tile, num_warps=2, pack=True)
+    assert fn.meta.programs_per_cta == (4 if packed else 1)
+    assert compile_to_simt(tile, num_warps=1, pack=True).meta.programs_per_cta == (8 if packed else 1)
+    assert compile_to_simt(tile, num_warps=2).meta.programs_per_cta == 1        # pack off
 
 
 def test_the_cache_entry_keeps_the_packing():
