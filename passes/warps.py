@@ -9,7 +9,9 @@ largest loaded or stored tile is about 64 bytes per thread: 4 vector loads of 16
 bytes in flight per thread without the registers that keep fewer CTAs on an SM (bf16 softmax on
 the H200, 2026-12-03: a 1024-column row 0.92x copy at 2 warps, 0.89x at 4, 0.36x at 8; an
 8192-column row 0.86x at 8, 0.66x at 16, 0.78x at 4).  At least 2 warps (one warp left the
-1024-column row at 0.63x) and at most 32.  A row tile too large even then is split into chunks
+1024-column row at 0.63x) and at most 32, except for tiles of at most 512 bytes: one warp, which
+``pack_programs`` runs 8 to a CTA (bf16 softmax at 256 columns 0.52x copy as 4 packed 2-warp
+programs, 0.91x as 8 packed 1-warp ones; 0.42x unpacked at either).  A row tile too large even then is split into chunks
 by ``passes.chunk_rows`` first, and the warps are chosen for the chunk.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from tilejit import ir
 from tilejit.ir import TileOp
 from tilejit.passes.chunk_rows import plan_chunks
+from tilejit.passes.pack_programs import PACK_BYTES
 
 BYTES_PER_THREAD = 64
 MIN_WARPS, MAX_WARPS, DOT_WARPS = 2, 32, 4
@@ -40,6 +43,8 @@ def choose_num_warps(fn: ir.Function) -> int:
     if plan is not None:
         return plan.num_warps       # the chunks are cut for these warps
     size, warps = memory_tile_bytes(fn), MIN_WARPS
+    if size <= PACK_BYTES:
+        return 1                    # packed 8 programs to a CTA (pack_programs)
     while warps < MAX_WARPS and size > warps * 32 * BYTES_PER_THREAD:
         warps *= 2
     return warps

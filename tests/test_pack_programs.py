@@ -138,16 +138,16 @@ def test_loops_and_tensor_cores_are_not_packed():
 
 @pytest.mark.parametrize("rows", [37, 8, 1])
 def test_a_launch_packs_short_rows_and_spare_programs_store_nothing(rows, monkeypatch):
-    """Through the kernel launch on emulate: the compiler packs a 100-column softmax 4 to a CTA
-    (its 2 warps), an extra output row past the grid stays untouched, and the bits are those of
-    TILEJIT_PACK=0."""
+    """Through the kernel launch on emulate: the compiler gives a 100-column softmax one warp and
+    packs it 8 to a CTA, an extra output row past the grid stays untouched, and the bits are
+    those of TILEJIT_PACK=0."""
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     x = np.random.default_rng(rows).standard_normal((rows, 100)).astype(np.float32)
     outs = {}
     for pack in ("1", "0"):
         monkeypatch.setenv("TILEJIT_PACK", pack)
         found = softmax_kernel.inspect_specs((row_spec(D.float32),) * 2, {"BLOCK": 128}, backend="emulate")
-        assert (found.num_warps, found.programs_per_cta) == ((2, 4) if pack == "1" else (2, 1))
+        assert (found.num_warps, found.programs_per_cta) == ((1, 8) if pack == "1" else (1, 1))
         y = np.full((rows + 1, 100), np.nan, np.float32)
         softmax_kernel[(rows,)](x, y, BLOCK=128)
         assert np.isnan(y[rows]).all()
