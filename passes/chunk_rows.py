@@ -77,7 +77,7 @@ _WIDE_OPS = ir.ELEMENTWISE_OPS | {TileOp.LOAD, TileOp.ARANGE, TileOp.CONSTANT, T
 
 
 def _memory_tile(o: ir.Operation):
-    v = o.result if o.op is TileOp.LOAD else o.operands[-1] if o.op is TileOp.STORE else None
+    v = o.result if o.op is TileOp.LOAD else ir.stored_tile(o) if o.op is TileOp.STORE else None
     return v if v is not None and isinstance(v.type, ir.TileType) and v.type.shape else None
 
 
@@ -98,6 +98,8 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
     top = fn.body.ops
     if any(_memory_tile(o) is not None and o not in top for o in fn.walk()):
         return None                                 # a load or store in a loop or branch
+    if any(o.op is TileOp.STORE and ir.store_mask(o) is not None for o in top):
+        return None                                 # masked stores are not split (yet)
     wide: set[ir.Value] = set()
     for o in top:
         shaped = [r for r in o.results if isinstance(r.type, ir.TileType) and r.type.shape]

@@ -141,13 +141,16 @@ def store_layout(lw, tile: ir.Value, spec) -> L.Layout:
 
 
 def store(lw, o: ir.Operation) -> None:
-    array, offsets, tile = o.operands[0], o.operands[1:-1], o.operands[-1]
+    array, tile, keep = o.operands[0], ir.stored_tile(o), ir.store_mask(o)
+    offsets = o.operands[1:1 + array.type.rank]
     spec = array_spec(lw.fn, array)
     if not is_tile(tile):
         raise CompileError("storing a scalar is not supported by the SIMT lowering yet", o.loc)
     layout = store_layout(lw, tile, spec)
     value = lw.get(tile, layout)
     ptr, offs, mask, vec = element_offsets(lw, array, offsets, layout)
+    if keep is not None:                      # the user's mask, in the stored tile's layout
+        mask = lw.ew(TileOp.AND, [mask, lw.get(keep, layout)], D.bool_)
     primary = lw.primary_thread(layout)
     if primary is not None:                   # replicas hold the same values: one writes
         mask = lw.ew(TileOp.AND, [mask, lw.splat(primary, layout.n)], D.bool_)

@@ -29,7 +29,7 @@ def memory_tile_bytes(fn: ir.Function) -> int:
     """The bytes of the largest tile ``fn`` loads or stores."""
     sizes = [0]
     for o in fn.walk():
-        v = o.result if o.op is TileOp.LOAD else o.operands[-1] if o.op is TileOp.STORE else None
+        v = o.result if o.op is TileOp.LOAD else ir.stored_tile(o) if o.op is TileOp.STORE else None
         if v is not None and isinstance(v.type, ir.TileType):
             sizes.append(v.type.numel * v.type.dtype.itemsize)
     return max(sizes)

@@ -49,7 +49,7 @@ def _block(block: ir.Block, large: set) -> None:
         for r in o.regions:
             _block(r, large)
         if o.op in (TileOp.LOAD, TileOp.STORE) and o.operands[0] in large:
-            last = len(o.operands) - (1 if o.op is TileOp.STORE else 0)
+            last = 1 + o.operands[0].type.rank
             for i in range(1, last):
                 o.operands[i] = _wide(o.operands[i], out, memo, o.loc)
         elif o.op is TileOp.CAST and _widening(o) and _computed(o.operands[0]):

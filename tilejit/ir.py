@@ -105,6 +105,21 @@ class LoadAttrs(Attrs):
 
 
 @dataclass(frozen=True)
+class StoreAttrs(Attrs):
+    masked: bool = False                 # a bool tile of the stored shape follows the tile
+
+
+def stored_tile(o: "Operation") -> "Value":
+    """The tile a STORE writes (its mask, when it has one, comes after it)."""
+    return o.operands[-2] if o.attrs is not None and o.attrs.masked else o.operands[-1]
+
+
+def store_mask(o: "Operation") -> "Value | None":
+    """The bool tile that says which elements a STORE writes (None: every one in bounds)."""
+    return o.operands[-1] if o.attrs is not None and o.attrs.masked else None
+
+
+@dataclass(frozen=True)
 class PermAttrs(Attrs):
     perm: tuple[int, ...]
 
@@ -147,7 +162,8 @@ class TileOp(enum.Enum):
     ARANGE = enum.auto()        # () -> tile<(end-start,) x i32>; attrs ConstAttrs(start)
     # memory: offsets are one scalar per array dim; shape comes from the result/tile type
     LOAD = enum.auto()          # (array, *offsets) -> tile                LoadAttrs
-    STORE = enum.auto()         # (array, *offsets, tile) -> ()
+    STORE = enum.auto()         # (array, *offsets, tile[, mask]) -> (): mask (StoreAttrs.masked) is a
+    #                             bool tile of the tile's shape; elements where it is false are not written
     # elementwise binary (operands already broadcast to one shape and one dtype)
     ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto()       # noqa: E702
     TRUEDIV = enum.auto(); FLOORDIV = enum.auto(); MOD = enum.auto(); POW = enum.auto()  # noqa: E702
@@ -499,4 +515,4 @@ def parse_function(text: str, dialect: Dialect | None = None) -> Function:
 
 
 TILE_DIALECT = Dialect(TileOp, parse_type, (ConstAttrs, AxisAttrs, LoadAttrs, PermAttrs, ReduceAttrs, DotAttrs,
-                                            ForAttrs), {"ReduceKind": ReduceKind})
+                                            ForAttrs, StoreAttrs), {"ReduceKind": ReduceKind})

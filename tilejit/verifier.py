@@ -9,7 +9,7 @@ from tilejit import dtypes
 from tilejit.errors import CompileError
 from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, PREDICATE_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
-                        PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType)
+                        PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType, StoreAttrs, store_mask, stored_tile)
 
 
 class VerifyError(CompileError):
@@ -100,11 +100,15 @@ def _load(op):
 
 
 def _store(op):
-    arr = _memory_operands(op, 1)
+    _need(op.attrs is None or isinstance(op.attrs, StoreAttrs), op, "attrs must be StoreAttrs")
+    mask = store_mask(op)
+    arr = _memory_operands(op, 1 if mask is None else 2)
     _need(not op.results, op, "no results")
-    t = op.operands[-1].type
+    t = stored_tile(op).type
     _need(isinstance(t, TileType) and len(t.shape) == arr.rank and t.dtype == arr.dtype, op,
           "stored tile must have the array's rank and dtype")
+    _need(mask is None or (_tile(mask) and mask.type.shape == t.shape and mask.type.dtype.is_bool), op,
+          "a store's mask must be a bool tile of the stored tile's shape")
 
 
 def _elementwise(op):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilejit import backends, dtypes
+from tilejit import backends, dtypes, ir
 from tilejit.dtypes import DType
 from tilejit.errors import LaunchError
 from tilejit.ir import COMPARE_OPS, Block, Function, Operation, ReduceKind, TileOp as Op, TileType
@@ -168,12 +168,20 @@ def _load_fn(shape: tuple, dt: DType, other):
     return load
 
 
-def _store(array, *offsets_and_tile):
+def _store(array, *offsets_and_tile, masked: bool = False):
     *offsets, tile = offsets_and_tile
+    if masked:
+        *offsets, tile, mask = offsets_and_tile
     shape = np.shape(tile)
     src, dst = _window(array.shape, offsets, shape)
-    if src is not None:
-        array[src] = np.asarray(tile)[dst] if shape else tile
+    if src is None:
+        return
+    value = np.asarray(tile)[dst] if shape else tile
+    if masked:
+        keep = np.asarray(mask)[dst] if shape else bool(mask)
+        array[src] = np.where(keep, value, array[src])
+    else:
+        array[src] = value
 
 
 # --------------------------------------------------------------------------- compiling functions
@@ -247,7 +255,8 @@ class _Compiler:
     # --- ops without operands or results, and control flow -----------------------------------
     def op_STORE(self, o: Operation):
         ins = [self.slot(v) for v in o.operands]
-        return lambda env: _store(*[env[i] for i in ins])
+        masked = ir.store_mask(o) is not None
+        return lambda env: _store(*[env[i] for i in ins], masked=masked)
 
     def op_CONSTANT(self, o: Operation):
         t = o.result.type

@@ -15,7 +15,7 @@ import math
 from tilejit import dtypes
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
-from tilejit.ir import (AxisAttrs, Builder, ConstAttrs, DotAttrs, LoadAttrs, PermAttrs,
+from tilejit.ir import (AxisAttrs, Builder, ConstAttrs, DotAttrs, LoadAttrs, PermAttrs, StoreAttrs,
                         ReduceAttrs, ReduceKind, TileOp, TileType, Value)
 
 BINARY = {"+": TileOp.ADD, "-": TileOp.SUB, "*": TileOp.MUL, "/": TileOp.TRUEDIV,
@@ -516,7 +516,24 @@ def _offsets(b: Builder, arr: ArrayHandle, offsets, what: str) -> list[Value]:
     return out
 
 
-def load(b: Builder, x, offsets, shape, other=0) -> Value:
+def _mask(b: Builder, mask, shape: tuple, what: str) -> Value | None:
+    """A ``mask=`` argument as a bool tile of ``shape`` (None: no mask, or a constant True)."""
+    if mask is None or (mask is True):
+        return None
+    is_bool = isinstance(mask, bool) or (isinstance(mask, Value) and isinstance(mask.type, TileType)
+                                         and mask.type.dtype.is_bool)
+    if not is_bool:
+        fail(b, f"{what}: mask must be a bool tile (a comparison) or a bool, got {describe(mask)}")
+    if isinstance(mask, Value):
+        try:
+            if broadcast_shapes(mask.type.shape, shape) != tuple(shape):
+                raise ValueError
+        except ValueError:
+            fail(b, f"{what}: a mask of shape {mask.type.shape} does not broadcast to the tile's {tuple(shape)}")
+    return convert(b, mask, dtypes.bool_, tuple(shape))
+
+
+def load(b: Builder, x, offsets, shape, other=0, mask=None) -> Value:
     arr = _array(b, x, "load")
     offs = _offsets(b, arr, offsets, "load")
     shape = const_shape(b, shape, "load")
@@ -530,10 +547,15 @@ def load(b: Builder, x, offsets, shape, other=0) -> Value:
     if not dtypes.fits(other, dt):
         fail(b, f"load: other={other!r} cannot be represented as {dt}")
     other = bool(other) if dt.is_bool else float(other) if dt.is_float else int(other)
-    return b.create(TileOp.LOAD, [arr.value, *offs], [TileType(shape, dt)], LoadAttrs(other)).result
+    keep = _mask(b, mask, shape, "load")
+    tile = b.create(TileOp.LOAD, [arr.value, *offs], [TileType(shape, dt)], LoadAttrs(other)).result
+    if keep is None:
+        return tile
+    # masked-off elements read ``other``: the ones inside the array are read and replaced
+    return b.create(TileOp.WHERE, [keep, tile, constant(b, other, TileType(shape, dt))], [TileType(shape, dt)]).result
 
 
-def store(b: Builder, x, offsets, tile) -> None:
+def store(b: Builder, x, offsets, tile, mask=None) -> None:
     arr = _array(b, x, "store")
     offs = _offsets(b, arr, offsets, "store")
     _check_operand(b, tile, "store")
@@ -543,7 +565,11 @@ def store(b: Builder, x, offsets, tile) -> None:
     if len(shape) != arr.rank:
         fail(b, f"store: tile rank {len(shape)} does not match the rank {arr.rank} of '{arr.name}'")
     value = convert(b, tile, arr.dtype, shape)
-    b.create(TileOp.STORE, [arr.value, *offs, value])
+    keep = _mask(b, mask, shape, "store")
+    if keep is None:
+        b.create(TileOp.STORE, [arr.value, *offs, value])
+    else:
+        b.create(TileOp.STORE, [arr.value, *offs, value, keep], attrs=StoreAttrs(masked=True))
 
 
 # --- compile-time debugging ---------------------------------------------------------------------
