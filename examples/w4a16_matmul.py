@@ -1,0 +1,71 @@
+"""Weight-only 4-bit GEMM (W4A16), as in LLM inference: activations in bfloat16, weights stored as
+unsigned 4-bit integers packed two per byte along N (low nibble first, ``tj.unpack``), with one
+scale and one zero point per group of ``GROUP`` rows of K and per column:
+``w = (q - zero) * scale``.  The weights are dequantised in registers, tile by tile, and feed the
+tensor cores as bfloat16; no dequantised copy of W is ever written to memory.  The loop is a
+plain ``range``: the compiler pipelines it."""
+import numpy as np
+
+import tilejit as tj
+
+
+@tj.kernel
+def w4a16_matmul_kernel(a, w, scales, zeros, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
+                        GROUP: tj.constexpr):
+    tj.static_assert(GROUP % BK == 0, "a K tile must lie inside one quantisation group")
+    m = tj.program_id(0) * BM
+    n = tj.program_id(1) * BN
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, a.shape[1], BK):
+        x = tj.load(a, (m, k), (BM, BK))
+        q = tj.unpack(tj.load(w, (k, n // 2), (BK, BN // 2)), tj.uint4)       # (BK, BN) in 0..15
+        s = tj.load(scales, (k // GROUP, n), (1, BN)).to(tj.float32)
+        z = tj.load(zeros, (k // GROUP, n), (1, BN)).to(tj.float32)
+        acc = tj.dot(x, ((q.to(tj.float32) - z) * s).to(x.dtype), acc)
+    tj.store(c, (m, n), acc.to(c.dtype))
+
+
+def quantize(w, group):
+    """``w`` (K x N float32) as (packed uint8 K x N/2, scales and zero points (K/group) x N)."""
+    k, n = w.shape
+    g = w.reshape(k // group, group, n)
+    lo, hi = g.min(axis=1), g.max(axis=1)
+    scales = np.maximum(hi - lo, 1e-6) / 15
+    zeros = np.round(-lo / scales)
+    q = np.clip(np.round(g / scales[:, None, :] + zeros[:, None, :]), 0, 15).astype(np.uint8).reshape(k, n)
+    packed = q[:, 0::2] | (q[:, 1::2] << 4)
+    return packed, scales.astype(tj.bfloat16.np), zeros.astype(tj.bfloat16.np)
+
+
+def dequantize(packed, scales, zeros, group):
+    q = np.stack([packed & 15, packed >> 4], axis=-1).reshape(packed.shape[0], -1).astype(np.float64)
+    s = np.repeat(scales.astype(np.float64), group, axis=0)
+    z = np.repeat(zeros.astype(np.float64), group, axis=0)
+    return (q - z) * s
+
+
+def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64):
+    c = np.empty((a.shape[0], packed.shape[1] * 2), tj.bfloat16.np)
+    grid = (tj.cdiv(a.shape[0], BM), tj.cdiv(c.shape[1], BN))
+    w4a16_matmul_kernel[grid](a, packed, scales, zeros, c, BM=BM, BN=BN, BK=min(BK, group), GROUP=group)
+    return c
+
+
+def reference(a, packed, scales, zeros, group=64, **_):
+    """The product with the weights dequantised (each rounded to bfloat16, as the kernel does)."""
+    w = dequantize(packed, scales, zeros, group).astype(tj.bfloat16.np).astype(np.float64)
+    return a.astype(np.float64) @ w
+
+
+def example_inputs(rng):
+    a = rng.standard_normal((200, 256)).astype(tj.bfloat16.np)
+    packed, scales, zeros = quantize(rng.standard_normal((256, 192)).astype(np.float32), 64)
+    return a, packed, scales, zeros
+
+
+if __name__ == "__main__":
+    inputs = example_inputs(np.random.default_rng(0))
+    out, ref = run(*inputs), reference(*inputs)
+    tj.testing.assert_close(out.astype(np.float64), ref, rtol=1e-2, atol=1e-2 * np.abs(ref).max())
+    print(f"w4a16 matmul {inputs[0].shape} @ uint4 {inputs[1].shape[0]}x{2 * inputs[1].shape[1]}, "
+          f"group 64 (-> bfloat16): max error {np.abs(out.astype(np.float64) - ref).max():.2e}")

@@ -1,0 +1,57 @@
+"""The W4A16 example: uint4 weights packed along N, dequantised in registers with per-group
+scales and zero points, feeding the tensor cores; against the float64 product of the dequantised
+weights on every backend, for several group sizes and ragged M and N, with no dequantised copy in
+global memory and PTX that assembles without spills."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import codegen
+from tilejit.examples import w4a16_matmul as ex
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.simt import SimtOp
+from tilejit.specs import ArraySpec
+
+from conftest import assemble_or_skip
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("m, n, k, group", [(200, 192, 256, 64), (33, 64, 128, 32), (64, 130, 256, 128)])
+def test_w4a16_matches_the_dequantised_product(backend, m, n, k, group, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
+    packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), group)
+    ref = ex.reference(a, packed, scales, zeros, group)
+    out = ex.run(a, packed, scales, zeros, group).astype(np.float64)
+    # the kernel rounds the product to bfloat16 once: 2**-8 of each value, and float32 sums
+    np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
+
+
+def test_quantize_round_trips_within_half_a_step():
+    w = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
+    packed, scales, zeros = ex.quantize(w, 32)
+    assert packed.dtype == np.uint8 and packed.shape == (128, 32) and scales.shape == (4, 64)
+    err = np.abs(ex.dequantize(packed, scales, zeros, 32) - w)
+    assert (err <= 0.51 * np.repeat(scales.astype(np.float64), 32, axis=0) + 0.02 * np.abs(w)).all()
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_the_weights_are_dequantised_in_registers_and_the_ptx_assembles(target):
+    bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
+    u8 = ArraySpec(tj.uint8, 2, True, True, False)
+    tile = ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16), {"BM": 64, "BN": 64, "BK": 64, "GROUP": 64})
+    fn = compile_to_simt(tile, num_warps=4, target=target)
+    assert len([o for o in fn.walk() if o.op is SimtOp.STORE_GLOBAL]) == 1      # only C is written
+    ptx = codegen.compile_ptx(fn, target)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
+    assert assemble_or_skip(ptx, target).spills == 0
+
+
+def test_a_k_tile_across_groups_is_refused():
+    bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
+    u8 = ArraySpec(tj.uint8, 2, True, True, False)
+    with pytest.raises(tj.CompileError, match="inside one quantisation group"):
+        ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16), {"BM": 64, "BN": 64, "BK": 64, "GROUP": 32})
