@@ -494,6 +494,39 @@ def dot(b: Builder, a, bm, acc=None, allow_tf32=False) -> Value:
     return b.create(TileOp.DOT, [a, bm, acc], [out], DotAttrs(allow_tf32)).result
 
 
+def dot_scaled(b: Builder, a, a_scale, bm, b_scale, acc=None) -> Value:
+    """``acc + (a @ b) * a_scale * b_scale`` in float32: the product of one K block of
+    block-scaled operands (fp8 with DeepSeek-style 1x128 activation and 128x128 weight scales,
+    say), with ``a_scale`` broadcasting to (M, 1) (a row's scale for this block) and ``b_scale``
+    to (1, N) (a column's, or one number for the block).  The tensor cores multiply the raw
+    operands; the scales apply to the float32 product, so a K tile must not straddle two scale
+    blocks (the caller loads the scales of the block the tile is in)."""
+    a_t, b_t = _tile(b, a, "dot_scaled"), _tile(b, bm, "dot_scaled")
+    if not a_t.type.dtype.is_float:
+        fail(b, f"dot_scaled: the operands must be floating point (e.g. float8e4m3), got {a_t.type.dtype}")
+    product = dot(b, a_t, b_t)
+    m, n = product.type.shape
+    for scale, want, what in ((a_scale, (m, 1), "a_scale"), (b_scale, (1, n), "b_scale")):
+        _check_operand(b, scale, "dot_scaled")
+        if isinstance(scale, Value) and (scale.type.dtype.is_bool or not _broadcasts(shape_of(scale), want)):
+            fail(b, f"dot_scaled: {what} must be a number or a float tile that broadcasts to {want}, "
+                    f"got {describe(scale)}")
+        product = binary(b, "*", product, convert(b, scale, dtypes.float32, want) if isinstance(scale, Value)
+                         else float(scale))
+    if acc is None:
+        return product
+    if not isinstance(acc, Value) or acc.type != product.type:
+        fail(b, f"dot_scaled: acc must be a {product.type}, got {describe(acc)}")
+    return binary(b, "+", acc, product)
+
+
+def _broadcasts(shape: tuple, want: tuple) -> bool:
+    try:
+        return broadcast_shapes(shape, want) == tuple(want)
+    except ValueError:
+        return False
+
+
 # --- memory ---------------------------------------------------------------------------------------
 def _array(b: Builder, x, what: str) -> ArrayHandle:
     if not isinstance(x, ArrayHandle):
@@ -524,12 +557,8 @@ def _mask(b: Builder, mask, shape: tuple, what: str) -> Value | None:
                                          and mask.type.dtype.is_bool)
     if not is_bool:
         fail(b, f"{what}: mask must be a bool tile (a comparison) or a bool, got {describe(mask)}")
-    if isinstance(mask, Value):
-        try:
-            if broadcast_shapes(mask.type.shape, shape) != tuple(shape):
-                raise ValueError
-        except ValueError:
-            fail(b, f"{what}: a mask of shape {mask.type.shape} does not broadcast to the tile's {tuple(shape)}")
+    if isinstance(mask, Value) and not _broadcasts(mask.type.shape, tuple(shape)):
+        fail(b, f"{what}: a mask of shape {mask.type.shape} does not broadcast to the tile's {tuple(shape)}")
     return convert(b, mask, dtypes.bool_, tuple(shape))
 
 
@@ -609,7 +638,7 @@ BUILTINS = {
     "trans": trans, "permute": permute, "reshape": reshape, "broadcast_to": broadcast_to, "expand_dims": expand_dims,
     "sum": _reduce_builder(ReduceKind.SUM), "max": _reduce_builder(ReduceKind.MAX),
     "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
-    "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot,
+    "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot, "dot_scaled": dot_scaled,
     "static_assert": static_assert, "static_print": static_print,
     **{name: (lambda name: lambda b, x: predicate(b, name, x))(name) for name in PREDICATES},
 }

@@ -1,0 +1,104 @@
+"""tj.dot_scaled and the block-scaled fp8 example: ``acc + (a @ b) * a_scale * b_scale`` with the
+scales broadcast to (M, 1) and (1, N), against float64 on every backend; the example's 1x128 and
+128x128 scales against the dequantised product; its PTX on sm_90a; the errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import codegen
+from tilejit.examples import fp8_blockwise_matmul as ex
+from tilejit.frontend import compile_tile_ir
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.specs import ArraySpec
+
+from conftest import assemble_or_skip
+
+BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@tj.kernel
+def scaled(a, sa, b, sb, c, M: tj.constexpr, N: tj.constexpr, K: tj.constexpr, SHAPE: tj.constexpr):
+    x = tj.load(a, (0, 0), (M, K))
+    y = tj.load(b, (0, 0), (K, N))
+    if SHAPE == "tiles":
+        out = tj.dot_scaled(x, tj.load(sa, (0, 0), (M, 1)), y, tj.load(sb, (0, 0), (1, N)),
+                            tj.zeros((M, N), tj.float32) + 1.0)
+    else:                                       # a 1-D row of column scales and a number
+        out = tj.dot_scaled(x, 0.5, y, tj.load(sb, (0, 0), (1, N)).reshape((N,)))
+    tj.store(c, (0, 0), out)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", ["tiles", "vector"])
+@pytest.mark.parametrize("dtype", [tj.float8e4m3, tj.bfloat16])
+def test_dot_scaled_is_the_scaled_product_plus_acc(backend, shape, dtype, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(3)
+    a = rng.integers(-4, 5, (32, 64)).astype(dtype.np)           # small integers: exact products
+    b = rng.integers(-4, 5, (64, 32)).astype(dtype.np)
+    sa = (rng.random((32, 1)) + 0.5).astype(np.float32)
+    sb = (rng.random((1, 32)) + 0.5).astype(np.float32)
+    c = np.full((32, 32), np.nan, np.float32)
+    scaled[(1,)](a, sa, b, sb, c, M=32, N=32, K=64, SHAPE=shape)
+    prod = a.astype(np.float64) @ b.astype(np.float64)
+    want = prod * sa * sb + 1.0 if shape == "tiles" else prod * 0.5 * sb
+    np.testing.assert_allclose(c, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("m, n, k, tiles", [(200, 256, 384, {}), (64, 128, 128, {"BN": 128, "BK": 128}),
+                                            (33, 384, 256, {"BM": 32, "BK": 32})])
+def test_block_scaled_fp8_matches_the_dequantised_product(backend, m, n, k, tiles, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(m + n + k)
+    a, sa = ex.quantize_rows(rng.standard_normal((m, k)).astype(np.float32) * 3)
+    b, sb = ex.quantize_blocks(rng.standard_normal((k, n)).astype(np.float32))
+    ref = ex.reference(a, sa, b, sb)
+    out = ex.run(a, sa, b, sb, **tiles).astype(np.float64)
+    # float32 accumulation of exact fp8 products, then one bfloat16 rounding
+    np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-4 * np.abs(ref).max())
+
+
+def test_a_tile_across_scale_blocks_is_refused():
+    f8, f32 = ArraySpec(tj.float8e4m3, 2), ArraySpec(tj.float32, 2)
+    with pytest.raises(tj.CompileError, match="must divide the 128-wide scale blocks"):
+        ex.fp8_blockwise_matmul_kernel.tile_ir((f8, f32, f8, f32, ArraySpec(tj.bfloat16, 2)),
+                                               {"BM": 64, "BN": 64, "BK": 256})
+
+
+def test_the_quantisers_keep_each_block_within_e4m3():
+    x = np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32) * 100
+    q, s = ex.quantize_blocks(x)
+    assert q.dtype == tj.float8e4m3.np and s.shape == (1, 2)
+    assert np.abs(q.astype(np.float32)).max() <= ex.E4M3_MAX
+    back = q.astype(np.float64) * np.repeat(np.repeat(s, 128, 0), 128, 1)
+    assert np.abs(back - x).max() <= 2**-3 * np.abs(x).max()
+
+
+def test_the_example_assembles_on_sm_90a_with_fp8_tensor_cores():
+    f8 = ArraySpec(tj.float8e4m3, 2, True, True, False)
+    f32 = ArraySpec(tj.float32, 2, True, True, False)
+    tile = ex.fp8_blockwise_matmul_kernel.tile_ir((f8, f32, f8, f32, ArraySpec(tj.bfloat16, 2, True, True, False)),
+                                                  {"BM": 64, "BN": 64, "BK": 64})
+    ptx = codegen.compile_ptx(compile_to_simt(tile, num_warps=4, target="sm_90a"), "sm_90a")
+    assert "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32" in ptx
+    assert assemble_or_skip(ptx, "sm_90a").spills == 0
+
+
+@pytest.mark.parametrize("call, message", [
+    ("tj.dot_scaled(x, 1.0, x.to(tj.int8), 1.0)", "dtypes differ"),
+    ("tj.dot_scaled(x.to(tj.int8), 1.0, x.to(tj.int8), 1.0)", "must be floating point"),
+    ("tj.dot_scaled(x, tj.zeros((8,), tj.float32), x, 1.0)", "a_scale must be a number or a float tile that broadcasts to \\(4, 1\\)"),
+    ("tj.dot_scaled(x, 1.0, x, x > 0)", "b_scale must be"),
+    ("tj.dot_scaled(x, 1.0, x, 1.0, tj.zeros((4, 4), tj.float16))", "acc must be"),
+])
+def test_bad_dot_scaled_calls_are_errors_at_the_users_line(call, message):
+    namespace = {"tj": tj}
+    src = f"def k(a, c, B: tj.constexpr):\n    x = tj.load(a, (0, 0), (B, B))\n    tj.store(c, (0, 0), {call})\n"
+    exec(compile(src, "scaled_kernel.py", "exec"), namespace)
+    specs = [ArraySpec(tj.bfloat16, 2), ArraySpec(tj.float32, 2)]
+    with pytest.raises(tj.CompileError, match=message) as err:
+        compile_tile_ir(namespace["k"], specs, {"B": 4})
+    assert err.value.loc.line == 3
