@@ -8,7 +8,7 @@ import pytest
 
 import tilejit as tj
 from tilejit import codegen
-from tilejit.examples import fp8_blockwise_matmul as ex
+from tilejit.examples import fp8_blockwise_gemm as ex
 from tilejit.frontend import compile_tile_ir
 from tilejit.passes.pipeline import compile_to_simt
 from tilejit.specs import ArraySpec

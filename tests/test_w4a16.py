@@ -9,7 +9,7 @@ import pytest
 
 import tilejit as tj
 from tilejit import codegen
-from tilejit.examples import w4a16_matmul as ex
+from tilejit.examples import w4a16_gemm as ex
 from tilejit.passes.pipeline import compile_to_simt
 from tilejit.simt import SimtOp
 from tilejit.specs import ArraySpec

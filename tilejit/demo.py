@@ -27,8 +27,8 @@ CASES = [
     ("rmsnorm", "rmsnorm", {}, {"rtol": 1e-4, "atol": 1e-4}),
     ("matmul", "matmul", {}, {"rtol": 1e-4, "atol": 1e-4}),
     ("fp8 matmul", "fp8_matmul", {}, {"rtol": 1e-2, "atol": 1e-2}),
-    ("w4a16 matmul", "w4a16_matmul", {}, {"rtol": 1e-2, "atol": 1e-2}),
-    ("fp8 blockwise", "fp8_blockwise_matmul", {}, {"rtol": 1e-2, "atol": 1e-2}),
+    ("w4a16 gemm", "w4a16_gemm", {}, {"rtol": 1e-2, "atol": 1e-2}),
+    ("fp8 blockwise", "fp8_blockwise_gemm", {}, {"rtol": 1e-2, "atol": 1e-2}),
     ("attention", "attention", {"causal": False}, {}),
     ("attention causal", "attention", {"causal": True}, {}),
 ]
