@@ -1,0 +1,136 @@
+"""Quantized GEMMs on torch CUDA tensors, each against its references in the same run:
+
+- W4A16 (``examples/w4a16_gemm.py``, uint4 weights, group 128 scales and zero points) at
+  M = 1, 16, 64 and N x K = 8192 x 8192, 28672 x 8192: the packed weights' read bandwidth as a
+  ratio to copy, and the time against bf16 cuBLAS (``torch.matmul`` on the dequantised weights);
+- fp8 blockwise (``examples/fp8_blockwise_gemm.py``, 1x128 / 128x128 scales) at 4096³ and 8192³:
+  TFLOP/s against ``torch._scaled_mm`` with rowwise scales (torch rejects blockwise ones) and
+  bf16 cuBLAS.
+
+    python3 benchmarks/bench_quant.py [--w4 1,16,64] [--fp8 4096,8192] [--reps 30]
+
+Every tilejit config is checked against the float64-exact reference (NaN-poisoned output) before
+it is timed; the best of a few configs is reported, with its config.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import common
+import tilejit as tj
+
+W4_CONFIGS = [(16, 64, 128, 4), (16, 128, 128, 4), (16, 64, 64, 4), (64, 64, 128, 4), (64, 128, 64, 4)]
+FP8_CONFIGS = [(64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 128, 4)]
+
+
+def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float) -> None:
+    ex = common.load_example("w4a16_gemm")
+    rng = np.random.default_rng(m + n)
+    packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), 128)
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    dev = {name: torch.from_numpy(x.view(np.uint16) if x.dtype == tj.bfloat16.np else x).cuda()
+           for name, x in (("w", packed), ("s", scales), ("z", zeros))}
+    s, z = (dev[x].view(torch.bfloat16) for x in "sz")
+    w_bf16 = torch.from_numpy(ex.dequantize(packed, scales, zeros, 128).astype(np.float32)).cuda().to(torch.bfloat16)
+    exact = lambda: a.double() @ w_bf16.double()       # noqa: E731 (the kernel rounds W to bf16 too)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    best = None
+    for bm, bn, bk, warps in W4_CONFIGS:
+        grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
+
+        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid):
+            ex.w4a16_matmul_kernel[grid](a, dev["w"], s, z, c, BM=bm, BN=bn, BK=bk, GROUP=128, num_warps=warps)
+        try:
+            common.checked(torch, launch, c, exact, 2e-2, f"w4a16 {m}x{n}x{k} {bm}x{bn}x{bk}")
+        except Exception as e:          # a config that does not compile or fit: report, go on
+            print(f"  w4a16 config {bm}x{bn}x{bk}x{warps}: {type(e).__name__}: {str(e)[:120]}")
+            continue
+        ms = common.time_cuda(launch, reps=reps).median_ms
+        if best is None or ms < best[0]:
+            best = (ms, f"{bm}x{bn}x{bk}x{warps}")
+    cublas = common.time_cuda(lambda: torch.matmul(a, w_bf16), reps=reps).median_ms
+    if best is None:
+        print(f"w4a16 M={m} N={n} K={k}: no config ran")
+        return
+    weight_gbps = packed.nbytes / (best[0] * 1e-3) / 1e9
+    print(f"w4a16 M={m:<3d} N={n} K={k}: {best[0] * 1e3:8.1f} us ({best[1]}), packed weights at "
+          f"{weight_gbps / copy_gbps:.2f}x copy; bf16 cuBLAS {cublas * 1e3:8.1f} us -> {cublas / best[0]:.2f}x")
+
+
+def bench_fp8(torch, size: int, reps: int) -> None:
+    ex = common.load_example("fp8_blockwise_gemm")
+    rng = np.random.default_rng(size)
+    a8, sa = ex.quantize_rows(rng.standard_normal((size, size)).astype(np.float32))
+    b8, sb = ex.quantize_blocks(rng.standard_normal((size, size)).astype(np.float32))
+    to_dev = lambda x: torch.from_numpy(x.view(np.uint8)).cuda().view(torch.float8_e4m3fn)  # noqa: E731
+    a, b = to_dev(a8), to_dev(b8)
+    sa_d, sb_d = torch.from_numpy(sa).cuda(), torch.from_numpy(sb).cuda()
+    exact_cpu = None
+
+    def exact():
+        nonlocal exact_cpu
+        if exact_cpu is None:
+            exact_cpu = torch.from_numpy(ex.reference(a8, sa, b8, sb)).cuda()
+        return exact_cpu
+    c = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
+    flop = 2 * size ** 3
+    best = None
+    for bm, bn, bk, warps in FP8_CONFIGS:
+        grid = (tj.cdiv(size, bm), tj.cdiv(size, bn))
+
+        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid):
+            ex.fp8_blockwise_matmul_kernel[grid](a, sa_d, b, sb_d, c, BM=bm, BN=bn, BK=bk, num_warps=warps)
+        try:
+            common.checked(torch, launch, c, exact, 2e-2, f"fp8 blockwise {size}³ {bm}x{bn}x{bk}")
+        except Exception as e:
+            print(f"  fp8 config {bm}x{bn}x{bk}x{warps}: {type(e).__name__}: {str(e)[:120]}")
+            continue
+        ms = common.time_cuda(launch, reps=reps).median_ms
+        if best is None or ms < best[0]:
+            best = (ms, f"{bm}x{bn}x{bk}x{warps}")
+    refs = {}
+    try:                                   # rowwise scales: what torch's fp8 GEMM takes
+        row_a = torch.ones(size, 1, device="cuda")
+        row_b = torch.ones(1, size, device="cuda")
+        bt = b.t().contiguous().t()        # column-major B, as _scaled_mm wants it
+        refs["torch._scaled_mm rowwise"] = common.time_cuda(
+            lambda: torch._scaled_mm(a, bt, scale_a=row_a, scale_b=row_b, out_dtype=torch.bfloat16), reps=reps).median_ms
+    except Exception as e:
+        print(f"  torch._scaled_mm: {type(e).__name__}: {str(e)[:120]}")
+    abf, bbf = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    refs["bf16 cuBLAS"] = common.time_cuda(lambda: torch.matmul(abf, bbf), reps=reps).median_ms
+    if best is None:
+        print(f"fp8 blockwise {size}³: no config ran")
+        return
+    tflops = flop / (best[0] * 1e-3) / 1e12
+    line = ", ".join(f"{name} {flop / (ms * 1e-3) / 1e12:.0f} TFLOP/s -> {ms / best[0]:.2f}x" for name, ms in refs.items())
+    print(f"fp8 blockwise {size}³: {tflops:.0f} TFLOP/s ({best[1]}); {line}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--w4", default="1,16,64", help="W4A16 batch sizes M")
+    parser.add_argument("--fp8", default="4096,8192", help="fp8 blockwise sizes (M = N = K)")
+    parser.add_argument("--reps", type=int, default=30)
+    args = parser.parse_args(argv)
+    torch = common.cuda_torch()
+    if torch is None:
+        print("bench_quant: needs torch with a CUDA device")
+        return 2
+    src = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    copy_gbps = common.time_cuda(lambda: dst.copy_(src), reps=args.reps).gbps(2 * src.numel())
+    print(f"{common.gpu_name()}: copy {copy_gbps:.0f} GB/s")
+    for m in (int(x) for x in args.w4.split(",") if x):
+        for n, k in ((8192, 8192), (28672, 8192)):
+            bench_w4(torch, m, n, k, args.reps, copy_gbps)
+    for size in (int(x) for x in args.fp8.split(",") if x):
+        bench_fp8(torch, size, args.reps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
