@@ -112,3 +112,45 @@ def test_tj_funcs_nest_exactly_to_the_limit():
     compile_src(_chain(_MAX_INLINE_DEPTH))
     with pytest.raises(tj.CompileError, match=f"nested more than {_MAX_INLINE_DEPTH} deep"):
         compile_src(_chain(_MAX_INLINE_DEPTH + 1))
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("B // 0", "ZeroDivisionError in compile-time expression"),
+    ("~1.5", "TypeError in compile-time expression"),
+    ("B + 'a'", "TypeError in compile-time expression")])
+def test_failing_compile_time_arithmetic_is_a_compile_error(expr, message):
+    src = f"def k(x, y, B: tj.constexpr):\n    v = {expr}\n    tj.store(y, (0, 0), tj.zeros((B, B), tj.float32) + v)\n"
+    with pytest.raises(tj.CompileError, match=message):
+        compile_src(src)
+
+
+@tj.kernel
+def runtime_ops(x, y, z, B: tj.constexpr):
+    t = tj.load(x, (0, 0), (B, B))
+    tj.store(y, (0, 0), (t | 3) + (t ^ 5) * 100 + (t >> 1) * 10000)
+    f = t.to(tj.float32)
+    tj.store(z, (0, 0), f @ f)                                  # the operator, not a call
+
+
+def test_runtime_bitwise_operators_and_matmul_keep_their_meaning(monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+    x = np.arange(16, dtype=np.int32).reshape(4, 4)
+    y = np.zeros((4, 4), np.int32)
+    z = np.zeros((4, 4), np.float32)
+    runtime_ops[(1,)](x, y, z, B=4)
+    np.testing.assert_array_equal(y, (x | 3) + (x ^ 5) * 100 + (x >> 1) * 10000)
+    np.testing.assert_array_equal(z, x.astype(np.float64) @ x)
+
+
+@tj.kernel
+def keyword_out_of_order(x, y, B: tj.constexpr):
+    cols = tj.arange(0, B)[None, :]
+    tj.store(y, (0, 0), tj.load(x, (0, 0), (1, B), mask=cols < 2))     # `other` left to its default
+
+
+def test_keywords_that_skip_a_parameter_bind_by_name(monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+    x = np.arange(1, 5, dtype=np.float32)[None, :]
+    y = np.full((1, 4), -1, np.float32)
+    keyword_out_of_order[(1,)](x, y, B=4)
+    np.testing.assert_array_equal(y, [[1, 2, 0, 0]])
