@@ -12,6 +12,7 @@ from tilejit.frontend import compile_tile_ir
 from tilejit.specs import ArraySpec
 
 OBJ = object()
+EQUAL_1, EQUAL_2 = tuple([1, 2]), tuple([1, 2])      # equal, but two objects
 
 
 LOGIC = """\
@@ -39,6 +40,7 @@ if B not in (0, 3):
 consts = [1, 2, 3, 4]
 pair = [A, B, 7]
 v = v + consts[2] * 1000 + pair[1] * 10000 + c * 100000 + d * 1000000
+v = v + [5, 6, 7][2] * 10000000 + (1 + (A or B)) * 100000000 - (2 * (A and B)) * 100000000
 """
 
 
@@ -68,7 +70,7 @@ SPECS = [ArraySpec(tj.float32, 2), ArraySpec(tj.float32, 2)]
 
 
 def compile_src(src: str, specs=SPECS, **consts):
-    namespace = {"tj": tj, "OBJ": OBJ}
+    namespace = {"tj": tj, "OBJ": OBJ, "EQUAL_1": EQUAL_1, "EQUAL_2": EQUAL_2}
     exec(compile(src, "folding_kernel.py", "exec"), namespace)
     return compile_tile_ir(namespace["k"], specs, {"B": 4, **consts})
 
@@ -91,9 +93,10 @@ def test_in_on_a_runtime_value_is_refused():
         compile_src(src)
 
 
-@pytest.mark.parametrize("mode, want", [("OBJ", 1.0), ("None", 2.0)])
+@pytest.mark.parametrize("mode, want", [("OBJ", 1.0), ("None", 2.0), ("EQUAL_2", 2.0)])
 def test_is_compares_compile_time_objects_by_identity(mode, want):
-    src = (f"def k(x, y, B: tj.constexpr):\n    m = {mode}\n    v = 1.0 if m is OBJ else 2.0\n"
+    other = "EQUAL_1" if mode == "EQUAL_2" else "OBJ"
+    src = (f"def k(x, y, B: tj.constexpr):\n    m = {mode}\n    v = 1.0 if m is {other} else 2.0\n"
            "    tj.store(y, (0, 0), tj.zeros((B, B), tj.float32) + v)\n")
     fn = compile_src(src)
     consts = [o.attrs for o in fn.walk() if o.op is tj.ir.TileOp.CONSTANT]
