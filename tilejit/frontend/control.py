@@ -304,7 +304,9 @@ class ControlFlow:
             raise CompileError("this while loop never exits (`while True` needs a condition)",
                                instrs[back_edge].loc)
         test, line = exits[0], instrs[exits[0]].loc.line
-        while test > cfg.block_of[exits[0]] and instrs[test - 1].loc.line == line \
+        # back over the condition's own instructions (the while line), across the blocks an `or`
+        # makes (its first test jumps back to the header, so the first exit is the last test)
+        while test > header and instrs[test - 1].loc.line == line \
                 and instrs[test - 1].op != "STORE_FAST":
             test -= 1                       # the condition's own instructions (the while line)
         pure = all(instrs[i].op not in ("STORE_FAST", "FOR_ITER", "RETURN_VALUE")

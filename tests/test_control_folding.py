@@ -1,0 +1,107 @@
+"""Control flow the frontend recovers from bytecode, checked against plain Python/NumPy: runtime
+``if`` arms that assign tuples or values of different kinds, loop-carried Python numbers that a
+tile re-types, runtime ``while`` loops with several carried values, compile-time ``while`` and
+``for`` that fold away, and ``if``/``else`` chains whose arms are compile-time bools (mutants of
+``frontend/control.py`` that the suite did not notice)."""
+import numpy as np
+import pytest
+
+import tilejit as tj
+
+
+@tj.kernel
+def branches(x, y, n, B: tj.constexpr):
+    t = tj.load(x, (0,), (B,))
+    r = tj.program_id(0) + n
+    if r > 2:
+        a, b = t, t * 2
+    else:
+        a, b = t * 3, t
+    acc = 0                                   # a Python number, re-typed by the loop
+    for i in range(n):
+        acc += t * i
+    i, s, c = 0, t * 0, 1.0
+    while i < n:
+        s += t
+        c = c * 2
+        i += 1
+    k = 1
+    while k < B:                              # compile-time: folds to 8 for B = 5
+        k *= 2
+    flag = r > 4 if k == 8 else r > 100       # a compile-time choice between runtime bools
+    tj.store(y, (0,), a + 10 * b + 100 * acc + 1000 * s + c + k * 10000 + tj.where(flag, 1e5, 0.0))
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 6])
+def test_runtime_control_flow_matches_python(n, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+    x = np.arange(1, 6, dtype=np.float32)
+    y = np.zeros(5, np.float32)
+    branches[(1,)](x, y, n, B=5)
+    t = x.astype(np.float64)
+    a, b = (t, t * 2) if n > 2 else (t * 3, t)
+    acc = sum(t * i for i in range(n)) if n else 0.0
+    want = a + 10 * b + 100 * acc + 1000 * t * n + 2.0 ** n + 8 * 10000 + (1e5 if n > 4 else 0.0)
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_the_same_on_the_compiled_path(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    x = np.arange(1, 6, dtype=np.float32)
+    out = {}
+    for n in (2, 5):
+        y = np.zeros(5, np.float32)
+        branches[(1,)](x, y, n, B=5)
+        out[n] = y
+    np.testing.assert_array_less(out[2], out[5])
+
+
+@tj.kernel
+def while_conditions(x, y, n, B: tj.constexpr):
+    t = tj.load(x, (0,), (B,))
+    i, j = 0, 0
+    while i < n and j < 5:                    # a runtime `and` in the exit test
+        i += 1
+        j += 2
+    k = 0
+    while k < n or k < 2:                     # a runtime `or`
+        k += 1
+    m = 0
+    while not m >= n:                         # a negated test
+        m += 3
+    q = 1 if n > 2 else 2.5                   # Python numbers of two kinds joined by a runtime if
+    tj.store(y, (0,), t * 0 + i + 10 * j + 100 * k + 1000 * m + 10000 * q)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 4, 7])
+def test_while_exit_tests_and_joined_numbers_match_python(n, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+    y = np.zeros(4, np.float32)
+    while_conditions[(1,)](np.zeros(4, np.float32), y, n, B=4)
+    i = j = 0
+    while i < n and j < 5:
+        i, j = i + 1, j + 2
+    k = 0
+    while k < n or k < 2:
+        k += 1
+    m = 0
+    while not m >= n:
+        m += 3
+    q = 1 if n > 2 else 2.5
+    np.testing.assert_array_equal(y, np.full(4, i + 10 * j + 100 * k + 1000 * m + 10000 * q, np.float32))
+
+
+@pytest.mark.parametrize("body, message", [
+    ("if n > 0:\n        a = (t, t)\n    else:\n        a = (t, t, t)\n    tj.store(y, (0,), a[0])", "different compile-time values|runtime if"),
+    ("i = 0\n    while i < n:\n        i += 1\n        if i > 3:\n            break\n    tj.store(y, (0,), t + i)", "`break` and `return` are not supported inside while loops"),
+    ("if n > 0:\n        a = t\n    else:\n        a = 3000000000\n    tj.store(y, (0,), a)", "does not fit"),
+])
+def test_branches_that_cannot_join_are_errors(body, message):
+    from tilejit.frontend import compile_tile_ir
+    from tilejit.specs import ArraySpec, ScalarSpec
+    namespace = {"tj": tj}
+    src = "def k(x, y, n, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,)).to(tj.int32)\n    " + body + "\n"
+    exec(compile(src, "control_kernel.py", "exec"), namespace)
+    with pytest.raises(tj.CompileError, match=message):
+        compile_tile_ir(namespace["k"], [ArraySpec(tj.float32, 1), ArraySpec(tj.int32, 1), ScalarSpec(tj.int32)], {"B": 4})
