@@ -71,7 +71,10 @@ def while_conditions(x, y, n, B: tj.constexpr):
     while not m >= n:                         # a negated test
         m += 3
     q = 1 if n > 2 else 2.5                   # Python numbers of two kinds joined by a runtime if
-    tj.store(y, (0,), t * 0 + i + 10 * j + 100 * k + 1000 * m + 10000 * q)
+    p = 0
+    while (p and p + 1) < n:                  # `and` as a value inside the exit test
+        p += 1
+    tj.store(y, (0,), t * 0 + i + 10 * j + 100 * k + 1000 * m + 10000 * q + 100000 * p)
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 4, 7])
@@ -89,13 +92,18 @@ def test_while_exit_tests_and_joined_numbers_match_python(n, monkeypatch):
     while not m >= n:
         m += 3
     q = 1 if n > 2 else 2.5
-    np.testing.assert_array_equal(y, np.full(4, i + 10 * j + 100 * k + 1000 * m + 10000 * q, np.float32))
+    p = 0
+    while (p and p + 1) < n:
+        p += 1
+    np.testing.assert_array_equal(y, np.full(4, i + 10 * j + 100 * k + 1000 * m + 10000 * q + 100000 * p,
+                                             np.float32))
 
 
 @pytest.mark.parametrize("body, message", [
     ("if n > 0:\n        a = (t, t)\n    else:\n        a = (t, t, t)\n    tj.store(y, (0,), a[0])", "different compile-time values|runtime if"),
     ("i = 0\n    while i < n:\n        i += 1\n        if i > 3:\n            break\n    tj.store(y, (0,), t + i)", "`break` and `return` are not supported inside while loops"),
     ("if n > 0:\n        a = t\n    else:\n        a = 3000000000\n    tj.store(y, (0,), a)", "does not fit"),
+    ("if n > 0:\n        a = t\n    else:\n        a = None\n    tj.store(y, (0,), a)", "different compile-time values"),
 ])
 def test_branches_that_cannot_join_are_errors(body, message):
     from tilejit.frontend import compile_tile_ir

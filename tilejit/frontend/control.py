@@ -333,13 +333,18 @@ class ControlFlow:
                 continue
             cond = frame.pop()
             jump_when = ins.op.endswith("TRUE") or ins.op == "JUMP_IF_TRUE_OR_POP"
+            keep = ins.op.endswith("_OR_POP")          # `a and b` as a value: a stays when it jumps
             if not is_runtime(cond):
                 if bool(cond) == jump_when:
+                    if keep:
+                        frame.push(cond)
                     frame.pc = ins.target
                 continue
             c = semantics.condition(frame.b, cond)
             arms = [frame.fork(pc, Block()) for pc in
                     ((ins.target, frame.pc) if jump_when else (frame.pc, ins.target))]
+            if keep:
+                arms[0 if jump_when else 1].push(cond)
             values = [self._eval_test(arm, header, exit_pc) for arm in arms]
             if not any(arm.b.block.ops for arm in arms) and all(isinstance(v, bool) for v in values):
                 return c if values[0] else semantics.unary(frame.b, "not", c) if values[1] else False
