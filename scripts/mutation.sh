@@ -22,8 +22,8 @@ declare -A TESTS=(
   [passes/pipeline_loads.py]="tests/test_pipelining.py tests/test_plans.py tests/test_dot.py tests/test_attention.py tests/test_wgmma.py"
   [passes/lower_memory.py]="tests/test_lower_memory.py tests/test_audit_gaps.py tests/test_kernels.py tests/test_emulator.py tests/test_passes.py"
   [tilejit/frontend/semantics.py]="tests/test_semantics.py tests/test_frontend.py tests/test_audit_gaps.py tests/test_dtypes.py"
-  [tilejit/frontend/tracer.py]="tests/test_frontend_folding.py tests/test_frontend.py tests/test_audit_gaps.py tests/test_none_args.py tests/test_static_debug.py"
-  [tilejit/frontend/control.py]="tests/test_frontend_folding.py tests/test_frontend.py tests/test_audit_gaps.py tests/test_none_args.py tests/test_static_debug.py"
+  [tilejit/frontend/tracer.py]="tests/test_frontend_folding.py tests/test_control_folding.py tests/test_frontend.py tests/test_audit_gaps.py tests/test_none_args.py tests/test_static_debug.py"
+  [tilejit/frontend/control.py]="tests/test_control_folding.py tests/test_frontend_folding.py tests/test_frontend.py tests/test_audit_gaps.py tests/test_none_args.py tests/test_static_debug.py"
   [tilejit/fingerprint.py]="tests/test_fingerprint.py tests/test_kernel_cache.py tests/test_stale_kernels.py tests/test_cache.py"
 )
 modules=("$@")
