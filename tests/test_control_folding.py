@@ -113,3 +113,25 @@ def test_branches_that_cannot_join_are_errors(body, message):
     exec(compile(src, "control_kernel.py", "exec"), namespace)
     with pytest.raises(tj.CompileError, match=message):
         compile_tile_ir(namespace["k"], [ArraySpec(tj.float32, 1), ArraySpec(tj.int32, 1), ScalarSpec(tj.int32)], {"B": 4})
+
+
+@tj.kernel
+def static_loop_with_runtime_ifs(x, y, n, B: tj.constexpr):
+    t = tj.load(x, (0,), (B,))
+    acc = t * 0
+    for i in tj.static_range(4):                  # the unrolled loop's iterator lives across each if
+        if n > i:
+            acc += t * (i + 1)
+        else:
+            acc -= t
+    tj.store(y, (0,), acc)
+
+
+@pytest.mark.parametrize("n", [0, 2, 5])
+def test_a_static_range_loop_around_runtime_ifs(n, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+    x = np.arange(1, 5, dtype=np.float32)
+    y = np.zeros(4, np.float32)
+    static_loop_with_runtime_ifs[(1,)](x, y, n, B=4)
+    want = sum(x * (i + 1) if n > i else -x for i in range(4))
+    np.testing.assert_array_equal(y, want)
