@@ -175,3 +175,42 @@ def test_the_cache_entry_keeps_the_packing():
     meta = art.meta()
     del meta["programs_per_cta"]                   # an entry written before packing existed
     assert CudaArtifact.from_cache(art.files(), meta).programs_per_cta == 1
+
+
+@tj.kernel
+def softmax_flat(x, y, n, BLOCK: tj.constexpr):
+    """The Triton tutorial's spelling: flat 1-D arrays, a row offset, and a column mask."""
+    row = tj.program_id(0)
+    cols = tj.arange(0, BLOCK)
+    t = tj.load(x, (row * n,), (BLOCK,), other=-tj.inf, mask=cols < n)
+    e = tj.exp(t - tj.max(t, axis=0))
+    tj.store(y, (row * n,), e / tj.sum(e, axis=0), mask=cols < n)
+
+
+@tj.kernel
+def softmax_two_rows(x, y, BLOCK: tj.constexpr):
+    """Several rows per program: a (2, BLOCK) tile."""
+    r = tj.program_id(0) * 2
+    t = tj.load(x, (r, 0), (2, BLOCK), other=-tj.inf)
+    e = tj.exp(t - tj.max(t, axis=1, keepdims=True))
+    tj.store(y, (r, 0), e / tj.sum(e, axis=1, keepdims=True))
+
+
+@pytest.mark.parametrize("spelling", ["flat", "two_rows"])
+def test_other_spellings_of_a_short_row_are_packed_too(spelling, monkeypatch):
+    """512-byte programs either way (a 128-value flat row, or two rows of 64): one warp, 8 per CTA."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rows, n = 21, (100 if spelling == "flat" else 60)
+    x = np.random.default_rng(5).standard_normal((rows, n)).astype(np.float32)
+    want = np.exp(x - x.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    if spelling == "flat":
+        y = np.full(rows * n, np.nan, np.float32)
+        found = softmax_flat.inspect(x.ravel(), y, n, BLOCK=128)
+        softmax_flat[(rows,)](x.ravel(), y, n, BLOCK=128)
+    else:
+        y = np.full_like(x, np.nan)
+        found = softmax_two_rows.inspect(x, y, BLOCK=64)
+        softmax_two_rows[(tj.cdiv(rows, 2),)](x, y, BLOCK=64)
+    assert (found.num_warps, found.programs_per_cta) == (1, 8)
+    np.testing.assert_allclose(y.reshape(rows, n), want, rtol=1e-5, atol=1e-7)
