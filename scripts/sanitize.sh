@@ -11,7 +11,8 @@
 # on one H200 memcheck got through 106 GPU tests in 270 s, racecheck 44), and TJ_SANITIZE_K adds
 # a pytest -k expression to split the tests over several calls (e.g. "chunk or norm"), or
 # TJ_SANITIZE_IDS names a file of test ids to run instead (e.g. those a cut run did not reach).
-# TJ_SANITIZE_DEMO_S caps each demo run (default 300 s; racecheck needs more for attention).
+# TJ_SANITIZE_DEMO_S caps each demo run (default 300 s). Racecheck runs the demo with
+# TILEJIT_AUTOTUNE=0 (the examples' first configs), unless TJ_SANITIZE_DEMO_TUNE=1.
 #
 # The GPU tests run under the sanitizer with the cache emptied first, so every kernel is compiled
 # and launched under it. Tests that need more than 2 GiB of device memory (the past-2**31 ones)
@@ -30,7 +31,11 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$ngpu" -ge 1 ] || ngpu=1
 if [ "$part" != tests ]; then       # the three demo runs go on in the background, beside the tests
     g=0
     for tool in memcheck racecheck synccheck; do
-        CUDA_VISIBLE_DEVICES=$((g++ % ngpu)) TILEJIT_BACKEND=cuda TILEJIT_CACHE_DIR="$TILEJIT_CACHE_DIR-demo-$tool" \
+        # racecheck times every config of the autotuned examples too slowly (540 s were not enough
+        # on the H200): it checks the configs the untuned examples launch (TJ_SANITIZE_DEMO_TUNE=1: all)
+        tune=1; [ "$tool" = racecheck ] && tune=${TJ_SANITIZE_DEMO_TUNE:-0}
+        TILEJIT_AUTOTUNE=$tune CUDA_VISIBLE_DEVICES=$((g++ % ngpu)) TILEJIT_BACKEND=cuda \
+            TILEJIT_CACHE_DIR="$TILEJIT_CACHE_DIR-demo-$tool" \
             timeout "${TJ_SANITIZE_DEMO_S:-300}" compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
             python3 -m tilejit demo >"$OUT/demo-$tool.log" 2>&1 &
     done
