@@ -47,3 +47,16 @@ def assemble_or_skip(ptx: str, target: str):
         if "not available" in str(e) or "could not start" in str(e):
             pytest.skip(str(e))
         raise
+
+
+def compile_source(src: str, specs, consts: dict, filename: str = "kernel_src.py", **names):
+    """The tile IR of the function ``k`` defined by ``src`` (with ``tj`` and ``names`` as its
+    globals), its source registered with linecache so errors can show the user's line."""
+    import linecache
+
+    import tilejit as tj
+    from tilejit.frontend import compile_tile_ir
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    namespace = {"tj": tj, **names}
+    exec(compile(src, filename, "exec"), namespace)
+    return compile_tile_ir(namespace["k"], list(specs), dict(consts))

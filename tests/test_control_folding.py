@@ -8,6 +8,8 @@ import pytest
 
 import tilejit as tj
 
+from conftest import compile_source
+
 
 @tj.kernel
 def branches(x, y, n, B: tj.constexpr):
@@ -106,13 +108,11 @@ def test_while_exit_tests_and_joined_numbers_match_python(n, monkeypatch):
     ("if n > 0:\n        a = t\n    else:\n        a = None\n    tj.store(y, (0,), a)", "different compile-time values"),
 ])
 def test_branches_that_cannot_join_are_errors(body, message):
-    from tilejit.frontend import compile_tile_ir
     from tilejit.specs import ArraySpec, ScalarSpec
-    namespace = {"tj": tj}
     src = "def k(x, y, n, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,)).to(tj.int32)\n    " + body + "\n"
-    exec(compile(src, "control_kernel.py", "exec"), namespace)
     with pytest.raises(tj.CompileError, match=message):
-        compile_tile_ir(namespace["k"], [ArraySpec(tj.float32, 1), ArraySpec(tj.int32, 1), ScalarSpec(tj.int32)], {"B": 4})
+        compile_source(src, [ArraySpec(tj.float32, 1), ArraySpec(tj.int32, 1), ScalarSpec(tj.int32)], {"B": 4},
+                       "control_kernel.py")
 
 
 @tj.kernel

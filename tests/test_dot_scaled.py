@@ -9,11 +9,10 @@ import pytest
 import tilejit as tj
 from tilejit import codegen
 from tilejit.examples import fp8_blockwise_gemm as ex
-from tilejit.frontend import compile_tile_ir
 from tilejit.passes.pipeline import compile_to_simt
 from tilejit.specs import ArraySpec
 
-from conftest import assemble_or_skip
+from conftest import assemble_or_skip, compile_source
 
 BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -95,10 +94,7 @@ def test_the_example_assembles_on_sm_90a_with_fp8_tensor_cores():
     ("tj.dot_scaled(x, 1.0, x, 1.0, tj.zeros((4, 4), tj.float16))", "acc must be"),
 ])
 def test_bad_dot_scaled_calls_are_errors_at_the_users_line(call, message):
-    namespace = {"tj": tj}
     src = f"def k(a, c, B: tj.constexpr):\n    x = tj.load(a, (0, 0), (B, B))\n    tj.store(c, (0, 0), {call})\n"
-    exec(compile(src, "scaled_kernel.py", "exec"), namespace)
-    specs = [ArraySpec(tj.bfloat16, 2), ArraySpec(tj.float32, 2)]
     with pytest.raises(tj.CompileError, match=message) as err:
-        compile_tile_ir(namespace["k"], specs, {"B": 4})
+        compile_source(src, [ArraySpec(tj.bfloat16, 2), ArraySpec(tj.float32, 2)], {"B": 4}, "scaled_kernel.py")
     assert err.value.loc.line == 3

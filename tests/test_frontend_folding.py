@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import tilejit as tj
-from tilejit.frontend import compile_tile_ir
+
+from conftest import compile_source
 from tilejit.specs import ArraySpec
 
 OBJ = object()
@@ -70,9 +71,8 @@ SPECS = [ArraySpec(tj.float32, 2), ArraySpec(tj.float32, 2)]
 
 
 def compile_src(src: str, specs=SPECS, **consts):
-    namespace = {"tj": tj, "OBJ": OBJ, "EQUAL_1": EQUAL_1, "EQUAL_2": EQUAL_2}
-    exec(compile(src, "folding_kernel.py", "exec"), namespace)
-    return compile_tile_ir(namespace["k"], specs, {"B": 4, **consts})
+    return compile_source(src, specs, {"B": 4, **consts}, "folding_kernel.py",
+                          OBJ=OBJ, EQUAL_1=EQUAL_1, EQUAL_2=EQUAL_2)
 
 
 @pytest.mark.parametrize("names, rank, message", [

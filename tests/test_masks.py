@@ -11,11 +11,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import tilejit as tj
 from tilejit import codegen, ir
 from tilejit import dtypes as D
-from tilejit.frontend import compile_tile_ir
 from tilejit.passes.pipeline import compile_to_simt
 from tilejit.specs import ArraySpec
 
-from conftest import assemble_or_skip
+from conftest import assemble_or_skip, compile_source
 
 BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -67,9 +66,6 @@ def test_scalar_and_constant_masks_broadcast(backend, flag, monkeypatch):
     np.testing.assert_array_equal(y, x if flag else np.full(8, 5))
 
 
-SPECS = [ArraySpec(D.float32, 2), ArraySpec(D.float32, 2), ArraySpec(D.int32, 0), ArraySpec(D.int32, 0)]
-
-
 def test_a_masked_store_is_one_op_in_the_ir_and_its_text_reads_back():
     from tilejit.specs import ScalarSpec
     fn = masked_rows.tile_ir((ArraySpec(D.float32, 2, True, True, False),) * 2 + (ScalarSpec(D.int32),) * 2,
@@ -92,11 +88,9 @@ def test_a_masked_store_is_one_op_in_the_ir_and_its_text_reads_back():
     ("tj.store(y, (0, 0), tj.load(x, (0, 0), (4, 4), mask=tj.arange(0, 8) > 2))", "does not broadcast"),
 ])
 def test_bad_masks_are_errors_at_the_users_line(body, message):
-    namespace = {"tj": tj}
     src = "def k(x, y, B: tj.constexpr):\n    t = tj.load(x, (0, 0), (B, B))\n    " + body + "\n"
-    exec(compile(src, "mask_kernel.py", "exec"), namespace)
     with pytest.raises(tj.CompileError, match=message) as err:
-        compile_tile_ir(namespace["k"], SPECS[:2], {"B": 4})
+        compile_source(src, [ArraySpec(D.float32, 2)] * 2, {"B": 4}, "mask_kernel.py")
     assert err.value.loc is not None and err.value.loc.line == 3
 
 
