@@ -23,7 +23,7 @@ declare -A TESTS=(
   [passes/lower_memory.py]="tests/test_lower_memory.py tests/test_audit_gaps.py tests/test_kernels.py tests/test_emulator.py tests/test_passes.py"
   [tilejit/frontend/semantics.py]="tests/test_semantics.py tests/test_frontend.py tests/test_audit_gaps.py tests/test_dtypes.py"
   [tilejit/frontend/tracer.py]="tests/test_frontend_folding.py tests/test_control_folding.py tests/test_frontend.py tests/test_audit_gaps.py tests/test_none_args.py tests/test_static_debug.py"
-  [tilejit/frontend/control.py]="tests/test_control_folding.py tests/test_frontend_folding.py tests/test_frontend.py tests/test_audit_gaps.py tests/test_none_args.py tests/test_static_debug.py"
+  [tilejit/frontend/control.py]="tests/test_control_folding.py tests/test_errors.py tests/test_frontend_folding.py tests/test_frontend.py tests/test_audit_gaps.py tests/test_none_args.py tests/test_static_debug.py"
   [tilejit/fingerprint.py]="tests/test_fingerprint.py tests/test_kernel_cache.py tests/test_stale_kernels.py tests/test_cache.py"
 )
 modules=("$@")

@@ -135,3 +135,79 @@ def test_a_static_range_loop_around_runtime_ifs(n, monkeypatch):
     static_loop_with_runtime_ifs[(1,)](x, y, n, B=4)
     want = sum(x * (i + 1) if n > i else -x for i in range(4))
     np.testing.assert_array_equal(y, want)
+
+
+def _control_error(body: str, message: str):
+    from tilejit.specs import ArraySpec, ScalarSpec
+    src = "def k(x, y, n, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,))\n    " + body + "\n"
+    with pytest.raises(tj.CompileError, match=message):
+        compile_source(src, [ArraySpec(tj.float32, 1), ArraySpec(tj.float32, 1), ScalarSpec(tj.int32)], {"B": 4},
+                       "control_kernel.py")
+
+
+@pytest.mark.parametrize("body, message", [
+    # a compile-time value that a runtime loop changes cannot be read after the loop ...
+    ("mode = None\n    for i in range(n):\n        mode = 'seen'\n    tj.store(y, (0,), t if mode is None else t * 2)",
+     "assigned inside a runtime loop and cannot be used after it"),
+    ("mode = None\n    i = 0\n    while i < n:\n        mode = 'seen'\n        i += 1\n    tj.store(y, (0,), t if mode is None else t * 2)",
+     "assigned inside a runtime loop and cannot be used after it"),
+    # ... nor inside it, where its value depends on the iteration
+    ("acc = t * 0\n    mode = None\n    for i in range(n):\n        if mode is None:\n            acc += t\n        mode = 'seen'\n    tj.store(y, (0,), acc)",
+     "changes its compile-time value inside a runtime loop"),
+    # a variable no branch left usable stays unusable when a later runtime if assigns it in one arm
+    ("if n > 0:\n        a = t\n    else:\n        a = None\n    if n > 1:\n        a = t * 2\n    tj.store(y, (0,), a)",
+     "different compile-time values"),
+])
+def test_compile_time_values_changed_by_runtime_control_flow_are_errors(body, message):
+    _control_error(body, message)
+
+
+@tj.kernel
+def loop_with_constant_locals(x, y, n, B: tj.constexpr):
+    t = tj.load(x, (0,), (B,))
+    scale, a_name, zed = 3, 2, 5                  # names on both sides of the loop variable's
+    acc = t * 0
+    for i in range(n):
+        scale, a_name, zed = 3, 2, 5              # the same compile-time values: not carried
+        acc += t * scale
+    tj.store(y, (0,), acc + scale + 10 * a_name + 100 * zed)
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_values_a_runtime_loop_leaves_unchanged_are_usable_after_it(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    x = np.arange(1, 5, dtype=np.float32)
+    y = np.zeros(4, np.float32)
+    loop_with_constant_locals[(1,)](x, y, 3, B=4)
+    np.testing.assert_array_equal(y, x * 9 + 3 + 20 + 500)
+
+
+@tj.kernel
+def nested_runtime_ifs(x, y, n, B: tj.constexpr):
+    t = tj.load(x, (0,), (B,))
+    a = t
+    if n > 0:
+        if n > 2:                                  # the then-arm starts with its own runtime if
+            a = t * 2
+        else:
+            a = t * 3
+        a += 1
+    else:
+        if n < -2:
+            a = t * 5
+        a -= 1
+    b = a * 10
+    tj.store(y, (0,), a + b)
+
+
+@pytest.mark.parametrize("n", [-5, -1, 0, 1, 2, 3])
+def test_nested_runtime_ifs_at_the_start_of_an_arm(n, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+    x = np.arange(1, 5, dtype=np.float32)
+    y = np.zeros(4, np.float32)
+    nested_runtime_ifs[(1,)](x, y, n, B=4)
+    if n > 0:
+        a = (x * 2 if n > 2 else x * 3) + 1
+    else:
+        a = (x * 5 if n < -2 else x) - 1
+    np.testing.assert_array_equal(y, a * 11)
