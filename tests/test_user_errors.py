@@ -105,6 +105,36 @@ def test_an_array_protocol_that_raises_is_a_launch_error(monkeypatch):
         two_outputs[(1,)](np.ones(8, np.float32), BrokenInterface(), np.zeros(8, np.float32), B=8)
 
 
+def test_a_torch_tensor_is_read_through_torch_not_its_array_interface(monkeypatch):
+    # torch's __cuda_array_interface__ raises TypeError for float8 tensors (no typestr spells
+    # them): a torch tensor must not be refused for it (a stand-in torch module, on the CPU)
+    import sys
+    import types
+    kernel = sys.modules["tilejit.kernel"]           # (tj.kernel is the decorator)
+
+    class Tensor:
+        def __init__(self, host):
+            self.host = host
+
+        @property
+        def __cuda_array_interface__(self):
+            raise TypeError("dtype float8_e4m3fn is not supported by __cuda_array_interface__")
+
+        def __dlpack__(self, **kwargs):
+            return self.host.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.host.__dlpack_device__()
+
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(Tensor=Tensor))
+    host = np.arange(8, dtype=np.uint8)
+    spec, value = kernel.classify_argument("a", Tensor(host))
+    assert spec.dtype == tj.uint8 and spec.rank == 1 and value is not None
+    with pytest.raises(tj.LaunchError, match="argument 'y'.*TypeError"):     # not a tensor: refused
+        two_outputs[(1,)](np.ones(8, np.float32), Tensor.__new__(type("Other", (), {
+            "__cuda_array_interface__": Tensor.__cuda_array_interface__})), np.zeros(8, np.float32), B=8)
+
+
 @tj.kernel
 def big_dot(a, b, c, B: tj.constexpr):
     acc = tj.dot(tj.load(a, (0, 0), (B, B)), tj.load(b, (0, 0), (B, B)))

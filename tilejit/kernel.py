@@ -389,8 +389,12 @@ def classify_argument(name: str, value):
         copy = array_spec(host.dtype, value.shape, contiguous_strides(value.shape), 0)
         return ArraySpec(host.dtype, host.rank, host.unit_inner_stride and copy.unit_inner_stride,
                          host.aligned16 and copy.aligned16, host.large or copy.large), value
+    torch = sys.modules.get("torch")            # a tensor implies torch is imported
     try:
-        protocol = hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__")
+        # a torch tensor is read through torch (its __cuda_array_interface__ raises TypeError for
+        # float8 and other dtypes that typestrs cannot spell)
+        protocol = torch is not None and isinstance(value, torch.Tensor) \
+            or hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__")
     except Exception as err:          # a property that raises (KeyError, ...): not an array we can read
         raise LaunchError(f"argument '{name}': reading its array protocol raised "
                           f"{type(err).__name__}: {err}") from None
