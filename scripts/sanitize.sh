@@ -12,7 +12,8 @@
 # a pytest -k expression to split the tests over several calls (e.g. "chunk or norm"), or
 # TJ_SANITIZE_IDS names a file of test ids to run instead (e.g. those a cut run did not reach).
 # TJ_SANITIZE_DEMO_S caps each demo run (default 300 s). Racecheck runs the demo with
-# TILEJIT_AUTOTUNE=0 (the examples' first configs), unless TJ_SANITIZE_DEMO_TUNE=1.
+# TILEJIT_AUTOTUNE=0 (the examples' first configs), unless TJ_SANITIZE_DEMO_TUNE=1, and the GPU
+# tests likewise, unless TJ_SANITIZE_TESTS_TUNE=1 (memcheck tunes both).
 #
 # The GPU tests run under the sanitizer with the cache emptied first, so every kernel is compiled
 # and launched under it. Tests that need more than 2 GiB of device memory (the past-2**31 ones)
@@ -60,7 +61,10 @@ if [ "$part" != demo ]; then
             [ -s "$work/ids-$i" ] || continue
             rm -rf "$TILEJIT_CACHE_DIR-$tool-$i"
             mapfile -t ids <"$work/ids-$i"      # ids hold brackets: never let the shell glob them
-            CUDA_VISIBLE_DEVICES=$((i % ngpu)) TILEJIT_CACHE_DIR="$TILEJIT_CACHE_DIR-$tool-$i" \
+            # racecheck and the autotuner: as for the demo (test_softmax[cuda] timed every config
+            # of each drawn shape and did not finish in 300 s)
+            tune=1; [ "$tool" = racecheck ] && tune=${TJ_SANITIZE_TESTS_TUNE:-0}
+            TILEJIT_AUTOTUNE=$tune CUDA_VISIBLE_DEVICES=$((i % ngpu)) TILEJIT_CACHE_DIR="$TILEJIT_CACHE_DIR-$tool-$i" \
                 timeout "${TJ_SANITIZE_TESTS_S:-240}" compute-sanitizer --tool "$tool" \
                 --report-api-errors no --print-limit 20 python3 -m pytest -v -p no:cacheprovider \
                 "${ids[@]}" >"$work/$tool-$i.log" 2>&1 &
