@@ -299,12 +299,48 @@ def sigmoid(ctx: Ctx, x):
     return ctx.fdiv(f(1.0), b.fadd(f(1.0), exp(ctx, b.fneg(x))))
 
 
-def pow_(ctx: Ctx, x, y):
-    """C pow: 2**(y*log2|x|) with the sign of odd integer powers of negative x."""
+def _exp2_f64(ctx: Ctx, t):
+    """2**t in float64 for any float64 ``t`` (nan passes, |t| past 300 saturates: enough for a
+    float32 result): t = k + r with |r| <= 1/2, 2**r = e**(r ln2) by a degree-13 Taylor polynomial
+    (relative error below 1e-16), times 2**k from the exponent bits."""
+    b = ctx.builder
+    t = b.select(b.fcmp_ordered(">", t, _d(300.0)), _d(300.0), t)
+    t = b.select(b.fcmp_ordered("<", t, _d(-300.0)), _d(-300.0), t)
+    is_nan = b.fcmp_unordered("!=", t, t)
+    t = b.select(is_nan, _d(0.0), t)
+    k = ctx.call("llvm.rint.f64", F64, [t])
+    u = b.fmul(b.fsub(t, k), _d(math.log(2)))                 # t - k is exact
+    poly = _d(1 / math.factorial(13))
+    for n in range(12, -1, -1):
+        poly = ctx.call("llvm.fma.f64", F64, [poly, u, _d(1 / math.factorial(n))])
+    i64 = ir.IntType(64)
+    scale = b.bitcast(b.shl(b.add(b.fptosi(k, i64), ir.Constant(i64, 1023)), ir.Constant(i64, 52)), F64)
+    return b.select(is_nan, _d(math.nan), b.fmul(poly, scale))
+
+
+def _log2_f64(ctx: Ctx, x):
+    """log2 x in float64 (about 47 bits) for float32 ``x >= 0`` or nan: -inf at 0, inf at inf."""
+    b = ctx.builder
+    e, log_m = _log_parts(ctx, x)
+    value = ctx.call("llvm.fma.f64", F64, [log_m, _d(1 / math.log(2)), e])
+    value = b.select(b.fcmp_ordered("==", x, f(0.0)), _d(-math.inf), value)
+    value = b.select(b.fcmp_ordered("==", x, f(math.inf)), _d(math.inf), value)
+    return b.select(b.fcmp_unordered("!=", x, x), _d(math.nan), value)
+
+
+def pow_(ctx: Ctx, x, y, fast: bool | None = None):
+    """C pow: 2**(y*log2|x|) with the sign of odd integer powers of negative x.  By default the
+    product and the power are float64 (log2 to about 47 bits, so even a result near 2**128 is
+    off by far less than a float32 ulp) and the result is rounded once; ``fast_math=True`` takes
+    float32 and ex2.approx (about |y log2 x| * 2**-24 relative: 100+ ulp for large results), as do
+    results rounded to 16 bits (``fast=True``: under 2**-17 relative, below their rounding)."""
     b = ctx.builder
     ax = _fabs(ctx, x)
     one = f(1.0)
-    mag = _ex2(ctx, b.fmul(y, log2(ctx, ax)))
+    if ctx.fast_math if fast is None else fast:
+        mag = _ex2(ctx, b.fmul(y, log2(ctx, ax)))
+    else:
+        mag = b.fptrunc(_exp2_f64(ctx, b.fmul(b.fpext(y, F64), _log2_f64(ctx, ax))), F32)
     mag = b.select(b.fcmp_ordered("==", ax, one), one, mag)          # (+-1) ** inf
     y_int = b.fcmp_ordered("==", ctx.call("llvm.floor.f32", F32, [y]), y)
     half = b.fmul(y, f(0.5))
@@ -377,7 +413,8 @@ def _exp_narrow(ctx: Ctx, x):
 # form whose error (a few float32 ulps, i.e. 2**-13 of a bfloat16 ulp or less) the rounding hides
 # but for near-ties: memory-bound kernels on 16-bit data would otherwise be bound by the math
 NARROW_UNARY = {TileOp.EXP: _exp_narrow}
-NARROW_BINARY = {TileOp.TRUEDIV: lambda ctx, a, c: ctx.call("llvm.nvvm.div.full", F32, [a, c])}   # <= 2 ulp
+NARROW_BINARY = {TileOp.TRUEDIV: lambda ctx, a, c: ctx.call("llvm.nvvm.div.full", F32, [a, c]),   # <= 2 ulp
+                 TileOp.POW: lambda ctx, a, c: pow_(ctx, a, c, fast=True)}
 
 
 FLOAT_BINARY = {
