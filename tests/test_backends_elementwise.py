@@ -10,10 +10,10 @@ from tilejit import dtypes as D
 BINARY = ["add", "sub", "mul", "truediv", "floordiv", "mod", "and", "or", "xor", "lshift", "rshift",
           "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge"]
 UNARY = ["neg", "invert", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh",
-         "sigmoid", "floor", "ceil", "trunc", "round"]
+         "sigmoid", "erf", "floor", "ceil", "trunc", "round"]
 BITWISE = {"and", "or", "xor", "lshift", "rshift", "invert"}
-FLOAT_ONLY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "floor", "ceil",
-              "trunc", "round"}
+FLOAT_ONLY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf", "floor",
+              "ceil", "trunc", "round"}
 DTYPES = [D.int8, D.int16, D.int32, D.int64, D.uint8, D.uint16, D.uint32, D.uint64, D.float16, D.bfloat16, D.float32]
 BACKENDS = ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -65,6 +65,7 @@ def unary(a, out, OP: tj.constexpr, BLOCK: tj.constexpr):
     elif OP == "ceil": r = tj.ceil(x)                               # noqa: E701
     elif OP == "trunc": r = tj.trunc(x)                             # noqa: E701
     elif OP == "round": r = tj.round(x)                             # noqa: E701
+    elif OP == "erf": r = tj.erf(x)                                 # noqa: E701
     else: r = tj.sigmoid(x)                                         # noqa: E701
     tj.store(out, (i,), r)
 

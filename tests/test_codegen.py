@@ -6,6 +6,7 @@ approximate) and compared with NumPy, which checks range reduction, polynomials,
 values and integer semantics without a GPU."""
 from __future__ import annotations
 
+import math
 import re
 
 import llvmlite.binding as llvm
@@ -252,8 +253,8 @@ def test_while_is_do_while():
 FLOATS, INTS = (f32, D.float16, D.bfloat16), (D.int8, D.int16, i32, i64, D.uint8, D.uint32)
 COMPARES = (TileOp.EQ, TileOp.NE, TileOp.LT, TileOp.LE, TileOp.GT, TileOp.GE)
 FLOAT_UNARY = (TileOp.NEG, TileOp.ABS, TileOp.EXP, TileOp.EXP2, TileOp.LOG, TileOp.LOG2, TileOp.SQRT,
-               TileOp.RSQRT, TileOp.SIN, TileOp.COS, TileOp.TANH, TileOp.SIGMOID, TileOp.FLOOR, TileOp.CEIL,
-               TileOp.TRUNC, TileOp.ROUND)
+               TileOp.RSQRT, TileOp.SIN, TileOp.COS, TileOp.TANH, TileOp.SIGMOID, TileOp.ERF, TileOp.FLOOR,
+               TileOp.CEIL, TileOp.TRUNC, TileOp.ROUND)
 FLOAT_BINARY = (TileOp.ADD, TileOp.SUB, TileOp.MUL, TileOp.TRUEDIV, TileOp.FLOORDIV, TileOp.MOD,
                 TileOp.POW, TileOp.MAXIMUM, TileOp.MINIMUM)
 INT_BINARY = (TileOp.ADD, TileOp.SUB, TileOp.MUL, TileOp.FLOORDIV, TileOp.MOD, TileOp.POW, TileOp.AND,
@@ -413,6 +414,8 @@ ROUNDING = np.concatenate([np.arange(-5, 5.5, 0.5), RNG.uniform(-1e4, 1e4, 200),
     (TileOp.COS, np.cos, RNG.uniform(-100, 100, 500).astype(np.float32), 0.0, 1e-6),
     (TileOp.TANH, np.tanh, np.concatenate([RNG.uniform(-3, 3, 500), SPECIAL]).astype(np.float32), 4e-7, 0.0),
     (TileOp.SIGMOID, lambda x: 1 / (1 + np.exp(-x)), WIDE, 5e-7, 0.0),
+    (TileOp.ERF, np.frompyfunc(math.erf, 1, 1), np.concatenate([RNG.uniform(-5, 5, 500), SPECIAL]).astype(np.float32),
+     1.2e-7, 0.0),
     (TileOp.SQRT, np.sqrt, np.abs(WIDE), 0.0, 0.0),
     (TileOp.RSQRT, lambda x: 1 / np.sqrt(x), np.abs(WIDE), 2e-7, 0.0),
     *[(op, ref, ROUNDING, 0.0, 0.0) for op, ref in [(TileOp.FLOOR, np.floor), (TileOp.CEIL, np.ceil),

@@ -136,7 +136,7 @@ UNARY = {Op.NEG: (np.negative, "fi"), Op.ABS: (np.abs, "fi"), Op.INVERT: (np.inv
          Op.LOG2: (np.log2, "fiu"), Op.SQRT: (np.sqrt, "fiu"), Op.RSQRT: (lambda x: 1 / np.sqrt(x), "fiu"),
          Op.SIN: (np.sin, "fiu"), Op.COS: (np.cos, "fiu"), Op.TANH: (np.tanh, "fiu"),
          Op.SIGMOID: (lambda x: 1 / (1 + np.exp(-x)), "fiu"), Op.FLOOR: (np.floor, "fiu"),
-         Op.CEIL: (np.ceil, "fiu"), Op.TRUNC: (np.trunc, "fiu"), Op.ROUND: (np.rint, "fiu")}
+         Op.ERF: (np.frompyfunc(math.erf, 1, 1), "fiu"), Op.CEIL: (np.ceil, "fiu"), Op.TRUNC: (np.trunc, "fiu"), Op.ROUND: (np.rint, "fiu")}
 
 
 @pytest.mark.parametrize("op", list(UNARY), ids=lambda o: o.name)

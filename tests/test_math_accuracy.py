@@ -7,6 +7,8 @@ the real kernels are swept over random and edge inputs and the table is printed.
 are those of the README's accuracy table."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -89,8 +91,8 @@ def test_sin_keeps_tiny_arguments_and_the_sign_of_zero():
 
 # ------------------------------------------------------------------------------------ on the GPU
 # bound per function: the README's table.  CUDA's documented float32 maxima (CUDA Math API, full
-# range) are sin/cos/exp/tanh 2, log 1, sqrt and / 0.5 (correctly rounded), pow 4.
-BOUNDS = {"sin": 1, "cos": 1, "exp": 1, "log": 1, "tanh": 1, "sqrt": 0.5, "div": 0.5, "pow": 1}
+# range) are sin/cos/exp/tanh 2, log 1, sqrt and / 0.5 (correctly rounded), pow 4, erf 2.
+BOUNDS = {"sin": 1, "cos": 1, "exp": 1, "log": 1, "tanh": 1, "sqrt": 0.5, "div": 0.5, "pow": 1, "erf": 1}
 
 
 @tj.kernel
@@ -106,6 +108,7 @@ def math_kernel(x, y, out, B: tj.constexpr):
     tj.store(out, (5, i), (tj.sqrt(t))[None, :])
     tj.store(out, (6, i), (t / u)[None, :])
     tj.store(out, (7, i), (tj.abs(t) ** (u * 4))[None, :])
+    tj.store(out, (8, i), (tj.erf(t))[None, :])
 
 
 @pytest.mark.gpu
@@ -114,13 +117,13 @@ def test_gpu_math_ulp_table():
     small = (np.random.default_rng(1).standard_normal(x.size) * 30).astype(np.float32)
     x = np.concatenate([x, small])                       # where exp, tanh and log are interesting
     y = np.random.default_rng(2).standard_normal(x.size).astype(np.float32)
-    out = np.zeros((8, x.size), np.float32)
+    out = np.zeros((9, x.size), np.float32)
     math_kernel[(tj.cdiv(x.size, 1024),)](x, y, out, B=1024)
     xd, yd = x.astype(np.float64), y.astype(np.float64)
     with np.errstate(all="ignore"):
         exact = {"sin": np.sin(xd), "cos": np.cos(xd), "exp": np.exp(xd), "log": np.log(xd),
                  "tanh": np.tanh(xd), "sqrt": np.sqrt(xd), "div": xd / yd,
-                 "pow": np.abs(xd) ** (yd * 4)}
+                 "pow": np.abs(xd) ** (yd * 4), "erf": np.frompyfunc(math.erf, 1, 1)(xd).astype(np.float64)}
     table = {name: max_ulp(out[i], exact[name]) for i, name in enumerate(exact)}
     print("\nfloat32 max ulp on the GPU:", {k: round(v, 2) for k, v in table.items()})
     assert np.isnan(out[0][np.isnan(exact["sin"])]).all()
@@ -211,3 +214,31 @@ def test_pow_is_within_one_ulp_and_keeps_c_pows_special_values():
         got, want = host_eval(TileOp.POW, D.float32, sx, sy), np.power(sx, sy)
     same = (got == want) & (np.signbit(got) == np.signbit(want)) | np.isnan(got) & np.isnan(want)
     assert same.all(), [(a, b, g, w) for a, b, g, w, ok in zip(sx, sy, got, want, same) if not ok]
+
+
+def test_erf_is_within_one_ulp_and_keeps_its_special_values():
+    x = np.concatenate([inputs(), (np.random.default_rng(4).standard_normal(40000) * 2).astype(np.float32),
+                        np.float32([0.99999994, 1.0, 1.0000001, 3.9999998, 4.0, 3.83, -3.83])])
+    exact = np.array([math.erf(v) for v in x.astype(np.float64)])
+    assert max_ulp(host_eval(TileOp.ERF, D.float32, x), exact) <= 1.0
+    got = host_eval(TileOp.ERF, D.float32, np.float32([0.0, -0.0, 1.4e-45, -1.4e-45, np.inf, -np.inf, np.nan, 40.0]))
+    np.testing.assert_array_equal(got[:6], np.float32([0.0, -0.0, 1.4e-45, -1.4e-45, 1.0, -1.0]))
+    assert np.signbit(got[1]) and np.isnan(got[6]) and got[7] == 1
+
+
+@tj.kernel
+def erf_two_ways(x, y, B: tj.constexpr):
+    t = tj.load(x, (0,), (B,))
+    tj.store(y, (0, 0), tj.erf(t)[None, :])
+    tj.store(y, (1, 0), math.erf(t)[None, :])                 # math.erf on a tile is tj.erf
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+def test_erf_matches_math_erf_on_the_cpu_backends(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    x = np.concatenate([(np.random.default_rng(6).standard_normal(120) * 2), [0.0, -0.0, 5.0, -np.inf]]).astype(np.float32)
+    y = np.zeros((2, x.size), np.float32)
+    erf_two_ways[(1,)](x, y, B=x.size)
+    want = np.float32([math.erf(v) for v in x.astype(np.float64)])
+    np.testing.assert_array_equal(y[0], want)
+    np.testing.assert_array_equal(y[1], want)

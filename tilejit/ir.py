@@ -175,7 +175,7 @@ class TileOp(enum.Enum):
     NEG = enum.auto(); INVERT = enum.auto(); ABS = enum.auto()    # noqa: E702
     EXP = enum.auto(); EXP2 = enum.auto(); LOG = enum.auto(); LOG2 = enum.auto()  # noqa: E702
     SQRT = enum.auto(); RSQRT = enum.auto(); SIN = enum.auto(); COS = enum.auto()  # noqa: E702
-    TANH = enum.auto(); SIGMOID = enum.auto()                     # noqa: E702
+    TANH = enum.auto(); SIGMOID = enum.auto(); ERF = enum.auto()  # noqa: E702
     FLOOR = enum.auto(); CEIL = enum.auto(); TRUNC = enum.auto(); ROUND = enum.auto()  # noqa: E702  (ROUND: half to even)
     ISNAN = enum.auto(); ISINF = enum.auto(); ISFINITE = enum.auto()  # noqa: E702  (float x -> bool)
     # other elementwise
@@ -203,7 +203,7 @@ BINARY_OPS = frozenset({TileOp.ADD, TileOp.SUB, TileOp.MUL, TileOp.TRUEDIV, Tile
 COMPARE_OPS = frozenset({TileOp.EQ, TileOp.NE, TileOp.LT, TileOp.LE, TileOp.GT, TileOp.GE})
 UNARY_OPS = frozenset({TileOp.NEG, TileOp.INVERT, TileOp.ABS, TileOp.EXP, TileOp.EXP2, TileOp.LOG,
                        TileOp.LOG2, TileOp.SQRT, TileOp.RSQRT, TileOp.SIN, TileOp.COS, TileOp.TANH,
-                       TileOp.SIGMOID, TileOp.FLOOR, TileOp.CEIL, TileOp.TRUNC, TileOp.ROUND,
+                       TileOp.SIGMOID, TileOp.ERF, TileOp.FLOOR, TileOp.CEIL, TileOp.TRUNC, TileOp.ROUND,
                        TileOp.ISNAN, TileOp.ISINF, TileOp.ISFINITE})
 PREDICATE_OPS = frozenset({TileOp.ISNAN, TileOp.ISINF, TileOp.ISFINITE})     # float tile -> bool tile
 FLOAT_UNARY_OPS = UNARY_OPS - {TileOp.NEG, TileOp.INVERT, TileOp.ABS} - PREDICATE_OPS

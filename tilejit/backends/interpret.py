@@ -11,6 +11,8 @@ be reused by other NumPy executors of the IR.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tilejit import backends, dtypes, ir
@@ -54,10 +56,13 @@ _BINARY = {
 _COMPARE = {Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less, Op.LE: np.less_equal,
             Op.GT: np.greater, Op.GE: np.greater_equal}
 _PREDICATE = {Op.ISNAN: np.isnan, Op.ISINF: np.isinf, Op.ISFINITE: np.isfinite}
+_erf = np.frompyfunc(math.erf, 1, 1)       # float64 in, Python floats out: NumPy has no erf
+
 _FLOAT_UNARY = {
     Op.EXP: np.exp, Op.EXP2: np.exp2, Op.LOG: np.log, Op.LOG2: np.log2, Op.SQRT: np.sqrt,
     Op.RSQRT: lambda x: 1 / np.sqrt(x), Op.SIN: np.sin, Op.COS: np.cos, Op.TANH: np.tanh,
     Op.SIGMOID: lambda x: 1 / (1 + np.exp(-x)),
+    Op.ERF: lambda x: _erf(x.astype(F64)).astype(x.dtype),
     Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.TRUNC: np.trunc, Op.ROUND: np.rint,
 }
 

@@ -30,7 +30,8 @@ _HOST_HELPERS = (language.cdiv, language.next_power_of_2)
 _TILE_METHODS = {"to", "reshape", "trans", "permute", "sum", "max", "min", "argmax", "argmin", "broadcast_to",
                  "expand_dims", "astype"}
 _MATH_UNARY = {math.exp: "exp", math.log: "log", math.log2: "log2", math.sqrt: "sqrt",
-               math.sin: "sin", math.cos: "cos", math.tanh: "tanh", math.fabs: "abs"}
+               math.sin: "sin", math.cos: "cos", math.tanh: "tanh", math.erf: "erf",
+               math.fabs: "abs"}
 if hasattr(math, "exp2"):
     _MATH_UNARY[math.exp2] = "exp2"
 _PY_BUILTINS = ("range", "len", "min", "max", "abs", "float", "int", "bool", "isinstance", "tuple",

@@ -29,7 +29,7 @@ _BITWISE = {"&", "|", "^", "<<", ">>"}
 _ARITH = {"+", "-", "*", "/", "//", "%", "**"}
 FLOAT_UNARY = {"exp": TileOp.EXP, "exp2": TileOp.EXP2, "log": TileOp.LOG, "log2": TileOp.LOG2,
                "sqrt": TileOp.SQRT, "rsqrt": TileOp.RSQRT, "sin": TileOp.SIN, "cos": TileOp.COS,
-               "tanh": TileOp.TANH, "sigmoid": TileOp.SIGMOID, "floor": TileOp.FLOOR, "ceil": TileOp.CEIL,
+               "tanh": TileOp.TANH, "sigmoid": TileOp.SIGMOID, "erf": TileOp.ERF, "floor": TileOp.FLOOR, "ceil": TileOp.CEIL,
                "trunc": TileOp.TRUNC, "round": TileOp.ROUND}
 
 
