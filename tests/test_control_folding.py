@@ -211,3 +211,112 @@ def test_nested_runtime_ifs_at_the_start_of_an_arm(n, monkeypatch):
     else:
         a = (x * 5 if n < -2 else x) - 1
     np.testing.assert_array_equal(y, a * 11)
+
+
+# --- more control.py survivors: each test below failed on at least one mutant of it ----------------
+def _interpret(src: str, n: int, x: np.ndarray, B: int, monkeypatch, backend: str = "interpret"):
+    """Run the kernel ``k(x, y, n, B)`` written as source on ``backend``; y has x's shape."""
+    import linecache
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    linecache.cache["control_src.py"] = (len(src), None, src.splitlines(True), "control_src.py")
+    namespace = {"tj": tj}
+    exec(compile(src, "control_src.py", "exec"), namespace)
+    y = np.zeros_like(x)
+    tj.kernel(namespace["k"])[(1,)](x, y, n, B=B)
+    return y
+
+
+@pytest.mark.parametrize("n", [0, 2, 5])
+def test_control_flow_far_into_a_long_kernel(n, monkeypatch):
+    # past 256 bytecode instructions, instruction indices are ints CPython does not cache: an `is`
+    # where `==` belongs would change the loops and ifs that start there
+    pad = "".join(f"    a = a + {i % 7}\n" for i in range(120))
+    src = ("def k(x, y, n, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,))\n    a = 0\n" + pad +
+           "    i = 0\n    s = t * 0\n    while i < n:\n        if i % 2 == 0:\n            s += t\n"
+           "        else:\n            s -= t * 3\n        i += 1\n"
+           "    j = 0\n    while j < n:\n        j += 2\n"
+           "    tj.store(y, (0,), s + a + 100 * j)\n")
+    x = np.arange(1, 5, dtype=np.float32)
+    a = sum(i % 7 for i in range(120))
+    s = sum(x if i % 2 == 0 else -3 * x for i in range(n)) if n else 0 * x
+    j = 0
+    while j < n:
+        j += 2
+    np.testing.assert_array_equal(_interpret(src, n, x, 4, monkeypatch), s + a + 100 * j)
+
+
+def test_a_while_true_far_into_a_long_kernel_is_reported_at_its_line():
+    pad = "".join(f"    a = a + {i % 7}\n" for i in range(120))
+    src = "def k(x, y, n, B: tj.constexpr):\n    a = 0\n" + pad + "    while True:\n        n = n + 1\n"
+    from tilejit.specs import ArraySpec, ScalarSpec
+    with pytest.raises(tj.CompileError, match="never exits") as err:
+        compile_source(src, [ArraySpec(tj.float32, 1), ArraySpec(tj.float32, 1), ScalarSpec(tj.int32)], {"B": 4},
+                       "control_long.py")
+    assert "control_long.py:123" in str(err.value)
+
+
+@pytest.mark.parametrize("n", [0, 3])
+def test_a_python_int_a_loop_turns_into_a_float_is_carried_as_a_float(n, monkeypatch):
+    # `step` is the int 1 before the loop and the float 1.0 in it: not "the same" compile-time value
+    src = ("def k(x, y, n, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,))\n    step = 1\n"
+           "    for i in range(n):\n        step = 1.0\n    tj.store(y, (0,), t + step)\n")
+    x = np.full(4, 2 ** 24 + 1, np.int32)
+    got = _interpret(src, n, x, 4, monkeypatch)
+    # a float32 after the loop however often it ran: int32 + float32 1.0 rounds 2**24 + 1 to 2**24
+    # first (and 2**24 + 1 back to 2**24); int32 + int 1 would give 2**24 + 2
+    np.testing.assert_array_equal(got, np.full(4, 2 ** 24, np.int32))
+
+
+@pytest.mark.parametrize("n", [-1, 1])
+def test_different_compile_time_values_joined_by_a_runtime_if(n, monkeypatch):
+    src = ("def k(x, y, n, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,))\n"
+           "    if n > 0:\n        k1, k2 = 3, B * 2\n    else:\n        k1, k2 = 2, B + B\n"
+           "    r = tj.arange(0, k2)\n"                     # equal but distinct ints (512): still compile-time
+           "    tj.store(y, (0,), t * k1 + tj.sum(r))\n")
+    x = np.arange(1, 5, dtype=np.float32)
+    got = _interpret(src, n, np.arange(1, 257, dtype=np.float32), 256, monkeypatch)
+    np.testing.assert_array_equal(got, np.arange(1, 257) * (3 if n > 0 else 2) + sum(range(512)))
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_loop_bodies_that_keep_a_value_or_retype_a_number(n, monkeypatch):
+    x = np.arange(1, 5, dtype=np.float32)
+    cases = [  # (body, want): a value kept as it is, and numbers first carried as int scalars, then as tiles
+        ("acc = 0\n    for i in range(n):\n        t = t\n        acc += t\n    tj.store(y, (0,), acc + t)", x * n + x),
+        ("acc = t * 0\n    for i in range(n):\n        t = t\n        acc += t\n    tj.store(y, (0,), acc + t)", x * n + x),
+        ("a, b = 0, 0\n    for i in range(n):\n        a = a + b + i\n        b = t\n    tj.store(y, (0,), t * 0 + a)",
+         np.float32(sum(range(n))) + max(n - 1, 0) * x),
+    ]
+    for body, want in cases:
+        src = "def k(x, y, n, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,))\n    " + body + "\n"
+        for backend in ("interpret", "emulate"):                     # emulate: the verified, compiled path
+            np.testing.assert_array_equal(_interpret(src, n, x, 4, monkeypatch, backend), want)
+
+
+@pytest.mark.parametrize("n", [0, 2, 5])
+def test_compile_time_tests_inside_a_while_condition(n, monkeypatch):
+    src = ("def k(x, y, n, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,))\n    p = 0\n"
+           "    while (p if B > 2 else p + 1) < n:\n        p += 1\n"
+           "    q = 0\n    while B > 2 and q < n:\n        q += 2\n"
+           "    tj.store(y, (0,), t * 0 + p + 10 * q)\n")
+    x = np.arange(1, 5, dtype=np.float32)
+    q = 0
+    while q < n:
+        q += 2
+    np.testing.assert_array_equal(_interpret(src, n, x, 4, monkeypatch), np.full(4, n + 10 * q, np.float32))
+
+
+@pytest.mark.parametrize("body, message", [
+    ("if n > 0:\n        a = (t, t, t)\n    else:\n        a = (t, t)\n    tj.store(y, (0,), a[0])",
+     "different compile-time values|runtime if"),
+    ("for i in range(n):\n        if i > 2:\n            break\n        t = t + 1\n    tj.store(y, (0,), t)",
+     "`break` and `return` are not supported inside loops with runtime bounds"),
+    ("best = None\n    for i in range(n):\n        best = t\n    tj.store(y, (0,), best)",
+     "changes its compile-time value|cannot be used after it"),
+    ("acc = t * 0\n    mode = None\n    for i in range(n):\n        acc += t\n        mode = 'seen'\n"
+     "    tj.store(y, (0,), acc if mode is None else acc * 2)", "cannot be used after it"),
+    ("a, b = 0, 0\n    for a, b in range(n):\n        t = t + 1\n    tj.store(y, (0,), t)",
+     "the target of a runtime loop must be a single variable"),
+])
+def test_more_control_flow_that_is_refused(body, message):
+    _control_error(body, message)
