@@ -35,7 +35,8 @@ _CONTROL = (SimtOp.FOR, SimtOp.IF, SimtOp.WHILE)
 _ASYNC = (SimtOp.LDMATRIX, SimtOp.MMA, SimtOp.CP_ASYNC, SimtOp.CP_ASYNC_COMMIT, SimtOp.CP_ASYNC_WAIT,
           SimtOp.WGMMA, SimtOp.WGMMA_FENCE, SimtOp.WGMMA_COMMIT, SimtOp.WGMMA_WAIT, SimtOp.FENCE_PROXY_ASYNC)
 MAX_PROGRAMS = 15               # named barriers 1..15 (0 is the CTA-wide one)
-PACK_BYTES = 512                # programs that move more per load run one to a CTA (choose_programs)
+PACK_BYTES = 1024               # programs that move more per load run one to a CTA (small_program)
+PACK_LOADED = 1024              # ... and so do programs that load more values in all
 
 
 def packable(fn: ir.Function) -> bool:
@@ -60,13 +61,15 @@ def packable(fn: ir.Function) -> bool:
 
 def choose_programs(fn: ir.Function, pack: bool) -> int:
     """Programs per CTA for ``fn`` when the launch does not say: CTAs of 8 warps for packable
-    programs of one or two warps, else 1.  ``pack`` is off for programs whose largest loaded or
-    stored tile is more than ``PACK_BYTES`` (``compile_to_simt`` decides from the tile IR).  On the
+    programs of one or two warps, else 1.  ``pack`` is off unless ``warps.small_program`` holds
+    (``compile_to_simt`` decides from the tile IR: tiles of at most 1 KiB for one warp, 512 bytes
+    for two, and at most 1024 values loaded).  On the
     H200 (2026-12-03, 2**26 elements, ratio to copy, unpacked -> 4 packed 2-warp programs):
     fp32 softmax 128 columns 0.41 -> 0.70, bf16 256 0.42 -> 0.52, RMSNorm fp32 128 0.41 -> 0.68;
     but fp32 256 0.80 -> 0.67, bf16 512 0.81 -> 0.65, bf16 1024 0.94 -> 0.84: a CTA holds its
-    slot until its slowest program ends, which costs more than launches save once a program
-    moves a kilobyte."""
+    slot until its slowest program ends, which costs more than launches save once a 2-warp program
+    moves a kilobyte.  One-warp programs of 1 KiB gain instead (fp32 256 columns 0.80 -> 0.97,
+    bf16 512 0.80 -> 0.93 softmax): their reductions need no shared memory or barrier."""
     if not pack or fn.meta.num_warps > 2 or not packable(fn):
         return 1
     return 8 // fn.meta.num_warps

@@ -29,12 +29,12 @@ from tilejit.passes.fold_exp import fold_exp
 from tilejit.passes.hoist_loads import hoist_loads
 from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.mma_tiling import DEFAULT_STAGES
-from tilejit.passes.pack_programs import PACK_BYTES, choose_programs, pack_programs
+from tilejit.passes.pack_programs import choose_programs, pack_programs
 from tilejit.passes.plan_dots import dot_plans_text, plan_dots
 from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.uniform_masks import uniform_masks
-from tilejit.passes.warps import memory_tile_bytes
+from tilejit.passes.warps import small_program
 from tilejit.passes.widen_offsets import widen_offsets
 
 
@@ -96,7 +96,7 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
-    pack = pack and memory_tile_bytes(tile_fn) <= PACK_BYTES       # several tiny programs per CTA
+    pack = pack and small_program(tile_fn, num_warps)               # several tiny programs per CTA
     options = Options(num_warps, target, wgmma, verify, num_stages, pack, programs_per_cta)
     fn = clone_function(tile_fn)
     if dump:

@@ -9,9 +9,13 @@ largest loaded or stored tile is about 64 bytes per thread: 4 vector loads of 16
 bytes in flight per thread without the registers that keep fewer CTAs on an SM (bf16 softmax on
 the H200, 2026-12-03: a 1024-column row 0.92x copy at 2 warps, 0.89x at 4, 0.36x at 8; an
 8192-column row 0.86x at 8, 0.66x at 16, 0.78x at 4).  At least 2 warps (one warp left the
-1024-column row at 0.63x) and at most 32, except for tiles of at most 512 bytes: one warp, which
-``pack_programs`` runs 8 to a CTA (bf16 softmax at 256 columns 0.52x copy as 4 packed 2-warp
-programs, 0.91x as 8 packed 1-warp ones; 0.42x unpacked at either).  A row tile too large even then is split into chunks
+1024-column row at 0.63x) and at most 32, except for small programs (``small_program``: no tile
+over 1 KiB, at most 1024 values loaded): one warp, which ``pack_programs`` runs 8 to a CTA. On
+the H200 (2026-12-03, ratio to copy): bf16 softmax at 256 columns 0.52x as 4 packed 2-warp
+programs, 0.91x as 8 packed 1-warp ones, 0.42x unpacked; at 1 KiB tiles, unpacked 2 warps ->
+packed 1 warp: fp32 256 columns softmax 0.80 -> 0.97, RMSNorm 0.80 -> 0.98, layernorm 0.79 ->
+0.92, bf16 512 softmax 0.80 -> 0.93, RMSNorm 0.79 -> 0.84, but bf16 512 layernorm (1536 values
+loaded: x, weight, bias) 0.68 -> 0.58, hence the bound on the values loaded.  A row tile too large even then is split into chunks
 by ``passes.chunk_rows`` first, and the warps are chosen for the chunk.
 """
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 from tilejit import ir
 from tilejit.ir import TileOp
 from tilejit.passes.chunk_rows import plan_chunks
-from tilejit.passes.pack_programs import PACK_BYTES
+from tilejit.passes.pack_programs import PACK_BYTES, PACK_LOADED
 
 BYTES_PER_THREAD = 64
 MIN_WARPS, MAX_WARPS, DOT_WARPS = 2, 32, 4
@@ -35,6 +39,20 @@ def memory_tile_bytes(fn: ir.Function) -> int:
     return max(sizes)
 
 
+def loaded_values(fn: ir.Function) -> int:
+    """The values ``fn`` loads in all (each LOAD's tile counted once)."""
+    return sum(o.result.type.numel for o in fn.walk()
+               if o.op is TileOp.LOAD and isinstance(o.result.type, ir.TileType))
+
+
+def small_program(fn: ir.Function, num_warps: int = 1) -> bool:
+    """Whether ``fn``'s programs of ``num_warps`` warps are short enough to be packed several to a
+    CTA: at most ``PACK_LOADED`` values loaded, and no tile over ``PACK_BYTES`` for one warp, half
+    that for two (packed 2-warp programs of 1 KiB were slower than unpacked ones)."""
+    limit = PACK_BYTES if num_warps == 1 else PACK_BYTES // 2
+    return memory_tile_bytes(fn) <= limit and loaded_values(fn) <= PACK_LOADED
+
+
 def choose_num_warps(fn: ir.Function) -> int:
     """The warps for a launch of ``fn`` that gives none (see the module docstring)."""
     if any(o.op is TileOp.DOT for o in fn.walk()):
@@ -42,9 +60,9 @@ def choose_num_warps(fn: ir.Function) -> int:
     plan = plan_chunks(fn)
     if plan is not None:
         return plan.num_warps       # the chunks are cut for these warps
-    size, warps = memory_tile_bytes(fn), MIN_WARPS
-    if size <= PACK_BYTES:
+    if small_program(fn):
         return 1                    # packed 8 programs to a CTA (pack_programs)
+    size, warps = memory_tile_bytes(fn), MIN_WARPS
     while warps < MAX_WARPS and size > warps * 32 * BYTES_PER_THREAD:
         warps *= 2
     return warps

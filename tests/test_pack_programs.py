@@ -15,6 +15,7 @@ from tilejit.examples.rmsnorm import rmsnorm_kernel
 from tilejit.examples.softmax import softmax_kernel
 from tilejit.passes.pack_programs import pack_programs, packable
 from tilejit.passes.pipeline import compile_to_simt
+from tilejit.passes.warps import choose_num_warps
 from tilejit.simt import SimtOp
 from tilejit.specs import ArraySpec, ScalarSpec
 
@@ -48,7 +49,7 @@ def run(fn, inputs, out_shape, dtype, grid0):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
-@pytest.mark.parametrize("block, warps, programs", [(256, 2, 4), (128, 1, 8), (256, 1, 2), (64, 2, 3)])
+@pytest.mark.parametrize("block, warps, programs", [(256, 2, 4), (128, 1, 8), (256, 1, 2), (64, 2, 3), (256, 1, 8), (512, 1, 8)])
 def test_packed_rows_match_the_unpacked_kernel_bit_for_bit(name, dtype, block, warps, programs):
     kernel, specs, inputs = CASES[name]
     dt = D.from_numpy(np.dtype(getattr(__import__("ml_dtypes"), dtype)) if isinstance(dtype, str) else np.dtype(dtype))
@@ -157,14 +158,23 @@ def test_a_launch_packs_short_rows_and_spare_programs_store_nothing(rows, monkey
     np.testing.assert_allclose(outs["1"], want / want.sum(1, keepdims=True), rtol=1e-5)
 
 
-@pytest.mark.parametrize("block, dtype, packed", [(128, D.float32, True), (256, D.bfloat16, True),
-                                                  (256, D.float32, False), (512, D.bfloat16, False)])
-def test_only_programs_that_move_at_most_512_bytes_are_packed(block, dtype, packed):
-    tile = softmax_kernel.tile_ir((row_spec(dtype),) * 2, {"BLOCK": block})
-    fn = compile_to_simt(tile, num_warps=2, pack=True)
-    assert fn.meta.programs_per_cta == (4 if packed else 1)
-    assert compile_to_simt(tile, num_warps=1, pack=True).meta.programs_per_cta == (8 if packed else 1)
+@pytest.mark.parametrize("name, block, dtype, two_warps, one_warp", [
+    ("softmax", 128, D.float32, True, True), ("softmax", 256, D.bfloat16, True, True),
+    ("softmax", 256, D.float32, False, True), ("softmax", 512, D.bfloat16, False, True),   # 1 KiB
+    ("softmax", 512, D.float32, False, False), ("softmax", 1024, D.bfloat16, False, False),
+    ("rmsnorm", 512, D.bfloat16, False, True),             # x and the weight: 1024 values loaded
+    ("layernorm", 256, D.float32, False, True),            # x, weight, bias: 768 values
+    ("layernorm", 512, D.bfloat16, False, False),          # 1536 values: slower packed on the H200
+])
+def test_small_programs_are_packed(name, block, dtype, two_warps, one_warp):
+    """Packed: one-warp programs with no tile over 1 KiB that load at most 1024 values, and
+    two-warp ones with no tile over 512 bytes."""
+    kernel, specs, _ = CASES[name]
+    tile = kernel.tile_ir(specs(dtype), {"BLOCK": block})
+    assert compile_to_simt(tile, num_warps=2, pack=True).meta.programs_per_cta == (4 if two_warps else 1)
+    assert compile_to_simt(tile, num_warps=1, pack=True).meta.programs_per_cta == (8 if one_warp else 1)
     assert compile_to_simt(tile, num_warps=2).meta.programs_per_cta == 1        # pack off
+    assert choose_num_warps(tile) == (1 if one_warp else 2)
 
 
 def test_the_cache_entry_keeps_the_packing():

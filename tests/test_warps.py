@@ -16,8 +16,8 @@ def picked(kernel, *args, **consts) -> int:
 
 
 @pytest.mark.parametrize("cols,dtype,warps", [
-    (128, np.float32, 1), (256, tj.bfloat16.np, 1), (256, np.float32, 2),   # 512 bytes: 1 warp, packed
-    (1024, tj.bfloat16.np, 2), (1024, np.float32, 2), (2048, np.float32, 4),
+    (128, np.float32, 1), (256, tj.bfloat16.np, 1), (256, np.float32, 1),   # up to 1 KiB: 1 warp, packed
+    (512, tj.bfloat16.np, 1), (512, np.float32, 2), (1024, tj.bfloat16.np, 2), (1024, np.float32, 2), (2048, np.float32, 4),
     (8192, tj.bfloat16.np, 8), (8192, np.float32, 16), (65536, np.float32, 32), (65536, tj.bfloat16.np, 16)])
 def test_a_row_kernel_gets_about_64_bytes_of_its_row_per_thread(cols, dtype, warps, monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
