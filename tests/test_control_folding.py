@@ -320,3 +320,17 @@ def test_compile_time_tests_inside_a_while_condition(n, monkeypatch):
 ])
 def test_more_control_flow_that_is_refused(body, message):
     _control_error(body, message)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5])
+def test_tuples_joined_by_a_runtime_if_and_a_walrus_in_a_while_condition(n, monkeypatch):
+    src = ("def k(x, y, n, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,))\n"
+           "    if n > 1:\n        pair = (t, t * 2)\n    else:\n        pair = (t * 3, t)\n"
+           "    j = 0\n    while (j := j + 1) < n:\n        t = t + 1\n"
+           "    tj.store(y, (0,), pair[0] + 10 * pair[1] + 100 * t + 1000 * j)\n")
+    x = np.arange(1, 5, dtype=np.float32)
+    pair = (x, x * 2) if n > 1 else (x * 3, x)
+    t, j = x.copy(), 0
+    while (j := j + 1) < n:
+        t = t + 1
+    np.testing.assert_array_equal(_interpret(src, n, x, 4, monkeypatch), pair[0] + 10 * pair[1] + 100 * t + 1000 * j)
