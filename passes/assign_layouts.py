@@ -97,6 +97,11 @@ class LayoutAssigner:
         spec = array_spec(self.fn, o.operands[0])
         self.set(o.result, memory_layout(o.result.type.shape, spec, self.num_warps))
 
+    def op_ATOMIC(self, o: ir.Operation) -> None:
+        # one element per access (atomics are not vectorised), neighbouring lanes on neighbours
+        item = o.result.type.dtype.itemsize
+        self.set(o.result, L.default_blocked(o.result.type.shape, item, self.num_warps, item))
+
     def op_REDUCE(self, o: ir.Operation) -> None:
         if not is_tile(o.result):
             return

@@ -27,7 +27,7 @@ from tilejit.passes.dce import has_side_effects
 
 def _scalar_op(o: ir.Operation) -> bool:
     """A region-free op with only scalar results and no memory access (cheap to move)."""
-    return (not o.regions and o.op not in (TileOp.LOAD, TileOp.STORE, TileOp.REDUCE, TileOp.DOT)
+    return (not o.regions and o.op not in (TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC, TileOp.REDUCE, TileOp.DOT)
             and all(not isinstance(r.type, ir.TileType) or not r.type.shape for r in o.results))
 
 

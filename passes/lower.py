@@ -388,6 +388,9 @@ class Lowering:
     def op_STORE(self, o):
         lower_memory.store(self, o)
 
+    def op_ATOMIC(self, o):
+        self.values[o.result] = lower_memory.atomic(self, o)
+
     def op_REDUCE(self, o):
         self.values[o.result] = lower_reduce.reduce(self, o)
 

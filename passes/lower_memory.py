@@ -140,6 +140,40 @@ def store_layout(lw, tile: ir.Value, spec) -> L.Layout:
     return own
 
 
+def atomic(lw, o: ir.Operation) -> ir.Value:
+    """An ATOMIC as one ATOMIC_GLOBAL: each element once (replicas hold the same element: only the
+    first of them updates it), its old value in the result's layout."""
+    array, tile, keep = o.operands[0], ir.stored_tile(o), ir.store_mask(o)
+    offsets = o.operands[1:1 + array.type.rank]
+    layout = lw.layouts[o.result]
+    value = lw.get(tile, layout)
+    ptr, offs, mask, _ = element_offsets(lw, array, offsets, layout)
+    if keep is not None:
+        mask = lw.ew(TileOp.AND, [mask, lw.get(keep, layout)], D.bool_)
+    primary = lw.primary_thread(layout)
+    used = primary is not None and any(o.result in u.operands for u in lw.fn.walk())
+    if used and layout.replica_bits("warp"):
+        raise CompileError(f"the old values of tj.atomic_{o.attrs.kind} on a tile of {o.result.type.numel} "
+                           f"elements are not supported with {lw.num_warps} warps yet (the warps would "
+                           "share its elements): launch it with num_warps=1, or give it a tile of at "
+                           f"least {lw.num_warps * 32} elements, or leave the result unused", o.loc)
+    if primary is not None:
+        mask = lw.ew(TileOp.AND, [mask, lw.splat(primary, layout.n)], D.bool_)
+    lw.written(arg_index(lw, array))
+    dt = o.result.type.dtype
+    old = lw.emit(simt.SimtOp.ATOMIC_GLOBAL, [ptr, offs, value, mask], simt.RegType(dt, layout.n), o.attrs).result
+    if used:    # the lanes that hold the same element read 0: OR in the first one's bits
+        bits_dt = D.lookup(f"uint{dt.bits}")
+        bits = lw.ew(TileOp.BITCAST, [old], bits_dt) if dt.is_float else old
+        lanes = layout.replica_bits("lane")
+        for bit in range(5):
+            if lanes >> bit & 1:
+                other = lw.emit(simt.SimtOp.SHUFFLE_XOR, [bits], bits.type, simt.MaskAttrs(1 << bit)).result
+                bits = lw.ew(TileOp.OR, [bits, other], bits.type.dtype)
+        old = lw.ew(TileOp.BITCAST, [bits], dt) if dt.is_float else bits
+    return old
+
+
 def store(lw, o: ir.Operation) -> None:
     array, tile, keep = o.operands[0], ir.stored_tile(o), ir.store_mask(o)
     offsets = o.operands[1:1 + array.type.rank]

@@ -134,7 +134,7 @@ def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
                                      [addr.type], simt.EwAttrs(TileOp.ADD), loc=o.loc)
                 ops.append(moved)
                 o.operands[0] = moved.result
-            elif o.op is SimtOp.STORE_GLOBAL:         # a spare program stores nothing
+            elif o.op in (SimtOp.STORE_GLOBAL, SimtOp.ATOMIC_GLOBAL):   # a spare program writes nothing
                 mask = o.operands[3]
                 both = ir.Operation(SimtOp.ELEMENTWISE, [mask, splat_of(real, mask.type.n)],
                                     [mask.type], simt.EwAttrs(TileOp.AND), loc=o.loc)

@@ -58,7 +58,7 @@ def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | No
         o = in_body.get(v)
         if o is None or o in needed:
             continue
-        if o.regions or is_tile(v) or o.op in (TileOp.LOAD, TileOp.STORE):
+        if o.regions or is_tile(v) or o.op in (TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC):
             return None
         needed.add(o)
         stack.extend(o.operands)

@@ -48,7 +48,7 @@ def _block(block: ir.Block, large: set) -> None:
     for o in block.ops:
         for r in o.regions:
             _block(r, large)
-        if o.op in (TileOp.LOAD, TileOp.STORE) and o.operands[0] in large:
+        if o.op in (TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC) and o.operands[0] in large:
             last = 1 + o.operands[0].type.rank
             for i in range(1, last):
                 o.operands[i] = _wide(o.operands[i], out, memo, o.loc)

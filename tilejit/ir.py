@@ -109,13 +109,26 @@ class StoreAttrs(Attrs):
     masked: bool = False                 # a bool tile of the stored shape follows the tile
 
 
+ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg")
+ATOMIC_SEMS = ("relaxed", "acquire", "release", "acq_rel")
+ATOMIC_SCOPES = ("gpu", "cta", "sys")
+
+
+@dataclass(frozen=True)
+class AtomicAttrs(Attrs):
+    kind: str                            # one of ATOMIC_KINDS
+    sem: str = "relaxed"                 # memory order (ATOMIC_SEMS)
+    scope: str = "gpu"                   # who the order is with (ATOMIC_SCOPES)
+    masked: bool = False                 # a bool tile of the tile's shape follows the tile
+
+
 def stored_tile(o: "Operation") -> "Value":
-    """The tile a STORE writes (its mask, when it has one, comes after it)."""
+    """The tile a STORE or ATOMIC writes (its mask, when it has one, comes after it)."""
     return o.operands[-2] if o.attrs is not None and o.attrs.masked else o.operands[-1]
 
 
 def store_mask(o: "Operation") -> "Value | None":
-    """The bool tile that says which elements a STORE writes (None: every one in bounds)."""
+    """The bool tile that says which elements a STORE or ATOMIC writes (None: every one in bounds)."""
     return o.operands[-1] if o.attrs is not None and o.attrs.masked else None
 
 
@@ -164,6 +177,8 @@ class TileOp(enum.Enum):
     LOAD = enum.auto()          # (array, *offsets) -> tile                LoadAttrs
     STORE = enum.auto()         # (array, *offsets, tile[, mask]) -> (): mask (StoreAttrs.masked) is a
     #                             bool tile of the tile's shape; elements where it is false are not written
+    ATOMIC = enum.auto()        # (array, *offsets, tile[, mask]) -> the old values: an atomic
+    #                             read-modify-write of each element (AtomicAttrs), masked like STORE
     # elementwise binary (operands already broadcast to one shape and one dtype)
     ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto()       # noqa: E702
     TRUEDIV = enum.auto(); FLOORDIV = enum.auto(); MOD = enum.auto(); POW = enum.auto()  # noqa: E702
@@ -515,4 +530,4 @@ def parse_function(text: str, dialect: Dialect | None = None) -> Function:
 
 
 TILE_DIALECT = Dialect(TileOp, parse_type, (ConstAttrs, AxisAttrs, LoadAttrs, PermAttrs, ReduceAttrs, DotAttrs,
-                                            ForAttrs, StoreAttrs), {"ReduceKind": ReduceKind})
+                                            ForAttrs, StoreAttrs, AtomicAttrs), {"ReduceKind": ReduceKind})

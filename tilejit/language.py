@@ -56,6 +56,35 @@ def load(x, offsets, shape, other=0, mask=None): ...
 def store(x, offsets, tile, mask=None): ...
 
 
+# --- atomics: each element of ``tile`` is combined into ``x`` at the block starting at
+# ``offsets`` as one atomic read-modify-write; the old values come back as a tile.  Elements
+# outside ``x`` or where ``mask`` is false are left alone (their old value reads 0).  ``sem``:
+# "relaxed" (default), "acquire", "release", "acq_rel"; ``scope``: "gpu" (default), "cta", "sys".
+@builtin
+def atomic_add(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
+    """``x[block] += tile`` atomically, returning the old values (int32/uint32/int64/uint64 and
+    float32).  Programs that add into one element add in some order: float sums may differ in
+    the last bits from run to run."""
+@builtin
+def atomic_max(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
+    """``x[block] = max(x[block], tile)`` atomically (integers), returning the old values."""
+@builtin
+def atomic_min(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
+    """``x[block] = min(x[block], tile)`` atomically (integers), returning the old values."""
+@builtin
+def atomic_and(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
+    """``x[block] &= tile`` atomically (integers), returning the old values."""
+@builtin
+def atomic_or(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
+    """``x[block] |= tile`` atomically (integers), returning the old values."""
+@builtin
+def atomic_xor(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
+    """``x[block] ^= tile`` atomically (integers), returning the old values."""
+@builtin
+def atomic_xchg(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
+    """``x[block] = tile`` atomically (32/64-bit integers and float32), returning the old values."""
+
+
 # --- elementwise ------------------------------------------------------------------------------
 @builtin
 def exp(x): ...

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from tilejit.abi import ParamDesc, ParamKind  # noqa: F401  (the kernel ABI, re-exported)
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
-from tilejit.ir import UNKNOWN_LOC, Attrs, AxisAttrs, Dialect, ForAttrs, Function, Loc, ParseError, TileOp  # noqa: F401  (Function re-exported for users of this module)
+from tilejit.ir import UNKNOWN_LOC, AtomicAttrs, Attrs, AxisAttrs, Dialect, ForAttrs, Function, Loc, ParseError, TileOp  # noqa: F401  (Function re-exported for users of this module)
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,8 @@ class SimtOp(enum.Enum):
     # global memory; offsets are element offsets (i32 or i64) from the pointer
     LOAD_GLOBAL = enum.auto()    # (ptr, offsets, mask: bool) -> n values; masked-off read attrs.other  GlobalAttrs
     STORE_GLOBAL = enum.auto()   # (ptr, offsets, value, mask: bool) -> ()                   GlobalAttrs
+    ATOMIC_GLOBAL = enum.auto()  # (ptr, offsets, value, mask: bool) -> n old values (0 where masked
+    #                              off): one atomic read-modify-write per element   ir.AtomicAttrs
     # shared memory; addresses are byte offsets into the CTA's one shared buffer (i32)
     LOAD_SHARED = enum.auto()    # (addr) -> n values of the result dtype                     SharedAttrs
     STORE_SHARED = enum.auto()   # (addr, value) -> ()                                          SharedAttrs
@@ -229,7 +231,7 @@ def parse_type(text: str):
 
 DIALECT = Dialect(SimtOp, parse_type,
                   (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, SharedAttrs,
-                   LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs),
+                   LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 
 
@@ -253,6 +255,10 @@ def _n(v) -> int:
 
 def _check_memory(o) -> str | None:
     n = _n(o.results[0]) if o.results else _n(o.operands[2 if o.op is SimtOp.STORE_GLOBAL else 1])
+    if o.op is SimtOp.ATOMIC_GLOBAL:
+        ok = isinstance(o.attrs, AtomicAttrs) and isinstance(o.operands[0].type, PtrType) \
+            and all(_n(x) == n for x in o.operands[1:]) and o.results[0].type.dtype == o.operands[2].type.dtype
+        return None if ok else "ATOMIC_GLOBAL: (ptr, offsets, value, mask), one register each per old value"
     regs = {SimtOp.LOAD_GLOBAL: o.operands[1:], SimtOp.STORE_GLOBAL: o.operands[1:],
             SimtOp.LOAD_SHARED: o.operands[:1], SimtOp.STORE_SHARED: o.operands}[o.op]
     if any(_n(x) != n for x in regs):
@@ -273,7 +279,7 @@ _SPECS = {
     SimtOp.CONCAT: lambda o: None if sum(map(_n, o.operands)) == _n(o.results[0]) else "CONCAT size",
     SimtOp.SHUFFLE_XOR: lambda o: None if 0 < o.attrs.mask < 32 and o.results[0].type == o.operands[0].type
     else "SHUFFLE_XOR mask must be in 1..31 and keep the type",
-    SimtOp.LOAD_GLOBAL: _check_memory, SimtOp.STORE_GLOBAL: _check_memory,
+    SimtOp.LOAD_GLOBAL: _check_memory, SimtOp.STORE_GLOBAL: _check_memory, SimtOp.ATOMIC_GLOBAL: _check_memory,
     SimtOp.LOAD_SHARED: _check_memory, SimtOp.STORE_SHARED: _check_memory,
     SimtOp.CONSTANT: lambda o: None if len(o.attrs.values) == _n(o.results[0]) else "CONSTANT size",
     SimtOp.LDMATRIX: lambda o: None if _n(o.operands[0]) == 1 and _n(o.results[0]) == o.attrs.num

@@ -9,7 +9,8 @@ from tilejit import dtypes
 from tilejit.errors import CompileError
 from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, PREDICATE_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
-                        PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType, StoreAttrs, store_mask, stored_tile)
+                        PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType, StoreAttrs, store_mask, stored_tile,
+                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AtomicAttrs)
 
 
 class VerifyError(CompileError):
@@ -109,6 +110,19 @@ def _store(op):
           "stored tile must have the array's rank and dtype")
     _need(mask is None or (_tile(mask) and mask.type.shape == t.shape and mask.type.dtype.is_bool), op,
           "a store's mask must be a bool tile of the stored tile's shape")
+
+
+def _atomic(op):
+    _need(isinstance(op.attrs, AtomicAttrs) and op.attrs.kind in ATOMIC_KINDS and op.attrs.sem in ATOMIC_SEMS
+          and op.attrs.scope in ATOMIC_SCOPES, op, "attrs must be AtomicAttrs of a known kind, sem and scope")
+    mask = store_mask(op)
+    arr = _memory_operands(op, 1 if mask is None else 2)
+    t = stored_tile(op).type
+    _need(isinstance(t, TileType) and len(t.shape) == arr.rank and t.dtype == arr.dtype, op,
+          "the tile must have the array's rank and dtype")
+    _need(len(op.results) == 1 and op.result.type == t, op, "one result: the old values, of the tile's type")
+    _need(mask is None or (_tile(mask) and mask.type.shape == t.shape and mask.type.dtype.is_bool), op,
+          "an atomic's mask must be a bool tile of the tile's shape")
 
 
 def _elementwise(op):
@@ -214,7 +228,7 @@ def _while(op):
 
 SPEC = {TileOp.PROGRAM_ID: _grid, TileOp.NUM_PROGRAMS: _grid, TileOp.DIM: _dim,
         TileOp.CONSTANT: _constant, TileOp.SPLAT: _splat, TileOp.ARANGE: _arange,
-        TileOp.LOAD: _load, TileOp.STORE: _store,
+        TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic,
         **{o: _elementwise for o in BINARY_OPS | COMPARE_OPS | UNARY_OPS},
         TileOp.FMA: _elementwise, TileOp.WHERE: _elementwise, TileOp.CAST: _elementwise, TileOp.BITCAST: _elementwise,
         TileOp.BROADCAST: _broadcast, TileOp.RESHAPE: _reshape, TileOp.TRANS: _trans,

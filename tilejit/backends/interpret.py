@@ -189,6 +189,31 @@ def _store(array, *offsets_and_tile, masked: bool = False):
         array[src] = value
 
 
+ATOMIC_COMBINE = {"add": np.add, "max": np.maximum, "min": np.minimum, "and": np.bitwise_and,
+           "or": np.bitwise_or, "xor": np.bitwise_xor, "xchg": lambda old, new: new}
+
+
+def _atomic(kind: str, array, *offsets_and_tile, masked: bool = False):
+    """The old values of ``kind``-combining the tile into ``array`` at the offsets (in bounds and
+    where the mask holds: elsewhere nothing is written and the old value reads 0).  Programs run
+    one after another here, so every read-modify-write is whole."""
+    *offsets, tile = offsets_and_tile
+    if masked:
+        *offsets, tile, mask = offsets_and_tile
+    tile = np.asarray(tile)
+    old = np.zeros(tile.shape, array.dtype)
+    src, dst = _window(array.shape, offsets, tile.shape)
+    if src is None:
+        return old
+    current = array[src].copy()
+    keep = np.asarray(mask)[dst] if masked else np.True_
+    with np.errstate(all="ignore"):                       # integer adds wrap, as on the GPU
+        new = ATOMIC_COMBINE[kind](current, tile[dst].astype(array.dtype))
+    array[src] = np.where(keep, new, current)
+    old[dst] = np.where(keep, current, 0)
+    return old
+
+
 # --------------------------------------------------------------------------- compiling functions
 class _Compiler:
     """Turns blocks into closures over a flat list of value slots (``env``).
@@ -262,6 +287,11 @@ class _Compiler:
         ins = [self.slot(v) for v in o.operands]
         masked = ir.store_mask(o) is not None
         return lambda env: _store(*[env[i] for i in ins], masked=masked)
+
+    def op_ATOMIC(self, o: Operation):
+        ins = [self.slot(v) for v in o.operands]
+        kind, masked, r = o.attrs.kind, o.attrs.masked, self.slot(o.result)
+        return lambda env: env.__setitem__(r, _atomic(kind, *[env[i] for i in ins], masked=masked))
 
     def op_CONSTANT(self, o: Operation):
         t = o.result.type
@@ -352,7 +382,7 @@ class Program:
         self.arg_slots = [compiler.slot(a) for a in fn.args]
         self.body = compiler.block(fn.body)
         self.num_slots = len(compiler.slots) + 2
-        stored = {id(o.operands[0]) for o in fn.walk() if o.op is Op.STORE}
+        stored = {id(o.operands[0]) for o in fn.walk() if o.op in (Op.STORE, Op.ATOMIC)}
         self.stored_args = [i for i, a in enumerate(fn.args) if id(a) in stored]
         self.writes = tuple(self.stored_args)              # runtime arguments it stores to
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tilejit.codegen import mma
-from tilejit.codegen.base import I8, I32, SHARED, Ctx, const, mem_type
+from tilejit.codegen.base import I8, I32, I64, SHARED, Ctx, const, mem_type, reg_type
 from tilejit.dtypes import DType
 
 SHARED_SYMBOL = "tj_smem"        # the kernel's dynamic shared memory buffer
@@ -143,6 +143,38 @@ def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None
         else:
             _if_else(ctx, _all_true(ctx, group_masks),
                      lambda ptrs=ptrs, group=group: _vector_store(ctx, ptrs[0], group, dt) or [], slow, "vst")
+
+
+_ATOM_OPS = {"add": "add", "max": "max", "min": "min", "and": "and", "or": "or", "xor": "xor", "xchg": "exch"}
+
+
+def _atom_type(kind: str, dt: DType) -> str:
+    """The PTX type suffix of ``atom.kind`` on ``dt`` (bitwise ops and exch take .b, min/max the
+    signedness, add .u for either sign, its bits being the same)."""
+    if dt.is_float:
+        return f".f{dt.bits}" if kind == "add" else f".b{dt.bits}"
+    if kind in ("and", "or", "xor", "xchg"):
+        return f".b{dt.bits}"
+    if kind in ("max", "min"):
+        return f".{'s' if dt.kind == 'i' else 'u'}{dt.bits}"
+    return f".u{dt.bits}"
+
+
+def atomic_global(ctx: Ctx, base, offsets: list, values: list, masks: list, dt: DType, attrs) -> list:
+    """One ``atom.{sem}.{scope}.global`` per element where its mask holds (the old value; 0
+    elsewhere), as inline PTX: LLVM's atomicrmw cannot say the scope."""
+    b = ctx.builder
+    reg = reg_type(dt)
+    letter = "f" if dt.is_float else "l" if dt.bits == 64 else "r"
+    asm = f"atom.{attrs.sem}.{attrs.scope}.global.{_ATOM_OPS[attrs.kind]}{_atom_type(attrs.kind, dt)} $0, [$1], $2;"
+    fnty = ir.FunctionType(reg, [I64, reg])
+    out = []
+    for offset, value, mask in zip(offsets, values, masks):
+        address = b.ptrtoint(_element_ptr(ctx, base, offset, dt), I64)
+        out += _if_else(ctx, mask, lambda address=address, value=value: [
+            b.asm(fnty, asm, f"={letter},l,{letter},~{{memory}}", [address, value], side_effect=True)],
+            lambda: [ir.Constant(reg, 0)], "atom")
+    return out
 
 
 # ---------------------------------------------------------------------------------- shared memory

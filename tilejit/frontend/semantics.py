@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 
-from tilejit import dtypes
+from tilejit import dtypes, ir
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
 from tilejit.ir import (AxisAttrs, Builder, ConstAttrs, DotAttrs, LoadAttrs, PermAttrs, StoreAttrs,
@@ -584,21 +584,48 @@ def load(b: Builder, x, offsets, shape, other=0, mask=None) -> Value:
     return b.create(TileOp.WHERE, [keep, tile, constant(b, other, TileType(shape, dt))], [TileType(shape, dt)]).result
 
 
-def store(b: Builder, x, offsets, tile, mask=None) -> None:
-    arr = _array(b, x, "store")
-    offs = _offsets(b, arr, offsets, "store")
-    _check_operand(b, tile, "store")
+def _written(b: Builder, x, offsets, tile, mask, what: str, arr: ArrayHandle | None = None):
+    """(array, offsets, the tile in the array's dtype, the mask or None) of a store or atomic."""
+    arr = arr or _array(b, x, what)
+    offs = _offsets(b, arr, offsets, what)
+    _check_operand(b, tile, what)
     shape = shape_of(tile)
     if shape == ():
-        shape = (1,) * arr.rank          # a scalar stores one element
+        shape = (1,) * arr.rank          # a scalar writes one element
     if len(shape) != arr.rank:
-        fail(b, f"store: tile rank {len(shape)} does not match the rank {arr.rank} of '{arr.name}'")
-    value = convert(b, tile, arr.dtype, shape)
-    keep = _mask(b, mask, shape, "store")
+        fail(b, f"{what}: tile rank {len(shape)} does not match the rank {arr.rank} of '{arr.name}'")
+    return arr, offs, convert(b, tile, arr.dtype, shape), _mask(b, mask, shape, what)
+
+
+def store(b: Builder, x, offsets, tile, mask=None) -> None:
+    arr, offs, value, keep = _written(b, x, offsets, tile, mask, "store")
     if keep is None:
         b.create(TileOp.STORE, [arr.value, *offs, value])
     else:
         b.create(TileOp.STORE, [arr.value, *offs, value, keep], attrs=StoreAttrs(masked=True))
+
+
+# --- atomics -------------------------------------------------------------------------------------
+_ATOMIC_INTS = ("int32", "uint32", "int64", "uint64")
+ATOMIC_DTYPES = {"add": _ATOMIC_INTS + ("float32",), "max": _ATOMIC_INTS, "min": _ATOMIC_INTS,
+                 "and": _ATOMIC_INTS, "or": _ATOMIC_INTS, "xor": _ATOMIC_INTS, "xchg": _ATOMIC_INTS + ("float32",)}
+
+
+def atomic(b: Builder, kind: str, x, offsets, tile, mask=None, sem="relaxed", scope="gpu") -> Value:
+    """The old values of an atomic read-modify-write of ``tile`` into ``x`` at ``offsets``."""
+    what = f"atomic_{kind}"
+    arr = _array(b, x, what)
+    if arr.dtype.name not in ATOMIC_DTYPES[kind]:
+        fail(b, f"{what}: '{arr.name}' has dtype {arr.dtype}; {what} supports "
+                f"{', '.join(ATOMIC_DTYPES[kind])}")
+    if sem not in ir.ATOMIC_SEMS:
+        fail(b, f"{what}: sem must be one of {', '.join(map(repr, ir.ATOMIC_SEMS))}, got {sem!r}")
+    if scope not in ir.ATOMIC_SCOPES:
+        fail(b, f"{what}: scope must be one of {', '.join(map(repr, ir.ATOMIC_SCOPES))}, got {scope!r}")
+    arr, offs, value, keep = _written(b, x, offsets, tile, mask, what, arr)
+    attrs = ir.AtomicAttrs(kind, sem, scope, keep is not None)
+    operands = [arr.value, *offs, value] + ([keep] if keep is not None else [])
+    return b.create(TileOp.ATOMIC, operands, [value.type], attrs).result
 
 
 # --- compile-time debugging ---------------------------------------------------------------------
@@ -640,5 +667,7 @@ BUILTINS = {
     "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
     "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot, "dot_scaled": dot_scaled,
     "static_assert": static_assert, "static_print": static_print,
+    **{f"atomic_{kind}": (lambda kind: lambda b, x, offsets, tile, mask=None, sem="relaxed", scope="gpu":
+                          atomic(b, kind, x, offsets, tile, mask, sem, scope))(kind) for kind in ir.ATOMIC_KINDS},
     **{name: (lambda name: lambda b, x: predicate(b, name, x))(name) for name in PREDICATES},
 }

@@ -1,0 +1,140 @@
+"""``tj.atomic_add/max/min/and/or/xor/xchg``: an atomic read-modify-write of a block, returning
+the old values, on every backend.  The CPU backends run programs one after another, so the old
+values there are those of that order; on the GPU only order-free properties are checked."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import ir
+from tilejit.specs import ArraySpec
+
+from conftest import assemble_or_skip, compile_source
+
+BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
+COMBINE = {"add": np.add, "max": np.maximum, "min": np.minimum, "and": np.bitwise_and,
+           "or": np.bitwise_or, "xor": np.bitwise_xor, "xchg": lambda old, new: new}
+
+
+def _kernel(kind: str):
+    fn = getattr(tj, f"atomic_{kind}")
+
+    @tj.kernel
+    def rows_into_one(x, y, old, B: tj.constexpr):
+        """Every program combines its row of x into y's one row; its old values go to old."""
+        p = tj.program_id(0)
+        t = tj.load(x, (p, 0), (1, B))
+        tj.store(old, (p, 0), fn(y, (0, 0), t, mask=t != 7))
+    return rows_into_one
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+@pytest.mark.parametrize("kind", list(COMBINE))
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.float32])
+def test_each_kind_matches_numpy_program_by_program(backend, kind, dtype, monkeypatch):
+    if dtype == np.float32 and kind not in ("add", "xchg"):
+        pytest.skip("integer-only kind")
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(len(kind))
+    programs, cols = 5, 40                                 # a ragged row: B = 64
+    x = rng.integers(0, 50, (programs, cols)).astype(dtype)
+    y = rng.integers(0, 50, (1, cols)).astype(dtype)
+    old = np.full((programs, cols), 99, dtype)
+    want_y, want_old = y.copy(), np.zeros_like(old)
+    for p in range(programs):                              # the CPU backends' order
+        keep = x[p] != 7
+        want_old[p] = np.where(keep, want_y[0], 0)
+        want_y[0] = np.where(keep, COMBINE[kind](want_y[0], x[p]), want_y[0])
+    _kernel(kind)[(programs,)](x, y, old, B=64)
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(old, want_old)
+
+
+@tj.kernel
+def split_k(a, partial, B: tj.constexpr):
+    """Split-K style: program (i, k) adds its slice's column sums into out row i."""
+    i, k = tj.program_id(0), tj.program_id(1)
+    t = tj.load(a, (i * 4, k * B), (4, B))
+    tj.atomic_add(partial, (i, 0), tj.sum(t, axis=1)[None, :])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_split_k_sums_match_numpy(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(0)
+    a = rng.integers(-100, 100, (16, 96)).astype(np.int32)
+    out = np.zeros((4, 4), np.int32)
+    split_k[(4, 3)](a, out, B=32)
+    np.testing.assert_array_equal(out, a.reshape(4, 4, 96).sum(axis=2))
+
+
+@tj.kernel
+def ticket(counter, tickets):
+    p = tj.program_id(0)
+    tj.store(tickets, (p,), tj.atomic_add(counter, (0,), 1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_counter_hands_out_distinct_tickets(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    counter, tickets = np.zeros(1, np.int32), np.full(50, -1, np.int32)
+    ticket[(50,)](counter, tickets, num_warps=1)
+    assert counter[0] == 50
+    assert sorted(tickets.tolist()) == list(range(50))     # every program got its own old value
+    if backend != "cuda":
+        assert tickets.tolist() == list(range(50))         # programs in order on the CPU backends
+
+
+def test_old_values_shared_by_warps_are_refused_at_the_users_line(monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    with pytest.raises(tj.CompileError, match="num_warps=1") as err:
+        ticket[(4,)](np.zeros(1, np.int32), np.zeros(4, np.int32), num_warps=4)
+    assert "test_atomics.py" in str(err.value)
+
+
+@tj.kernel
+def count_only(counter):
+    tj.atomic_add(counter, (0,), 1)                        # the old value unused: any warps
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_unused_result_works_with_any_warps(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    counter = np.zeros(1, np.int32)
+    count_only[(37,)](counter, num_warps=4)
+    assert counter[0] == 37                                # once per program, not once per replica
+
+
+@pytest.mark.parametrize("body, message", [
+    ("tj.atomic_max(y, (0,), t)", "atomic_max: 'y' has dtype float32"),
+    ("tj.atomic_add(y, (0,), t, sem='seq_cst')", "sem must be one of"),
+    ("tj.atomic_add(y, (0,), t, scope='grid')", "scope must be one of"),
+    ("tj.atomic_add(y, (0, 0), t)", "2 offset\\(s\\) given for the rank-1 array 'y'"),
+])
+def test_bad_atomics_are_errors_at_the_users_line(body, message):
+    src = "def k(x, y, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,))\n    " + body + "\n"
+    with pytest.raises(tj.CompileError, match=message) as err:
+        compile_source(src, [ArraySpec(tj.float32, 1), ArraySpec(tj.float32, 1)], {"B": 4}, "atomic_src.py")
+    assert "atomic_src.py:3" in str(err.value)
+
+
+def test_the_ir_text_of_an_atomic_round_trips():
+    fn = _kernel("xor").tile_ir([ArraySpec(tj.int32, 2), ArraySpec(tj.int32, 2), ArraySpec(tj.int32, 2)], {"B": 64})
+    text = ir.print_function(fn)
+    assert "atomic" in text and "kind=" in text
+    assert ir.print_function(ir.parse_function(text)) == text
+
+
+@pytest.mark.parametrize("kind, dtype, ptx", [("add", np.float32, "atom.relaxed.gpu.global.add.f32"),
+                                              ("max", np.int64, "atom.relaxed.gpu.global.max.s64"),
+                                              ("min", np.uint32, "atom.relaxed.gpu.global.min.u32"),
+                                              ("xchg", np.int32, "atom.relaxed.gpu.global.exch.b32")])
+def test_atomics_assemble_for_the_gpu(kind, dtype, ptx, tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    k = _kernel(kind)
+    args = (np.zeros((4, 64), dtype), np.zeros((1, 64), dtype), np.zeros((4, 64), dtype))
+    specs, consts, _ = k.specialise(k.bind(args, {"B": 64}))
+    text = k.compile(specs, consts, 2, "cuda").artifact.ptx
+    assert ptx in text
+    assemble_or_skip(text, "sm_90a")
