@@ -75,15 +75,20 @@ def element_offsets(lw, array, offsets, layout: L.Layout):
     idx_dt = D.int64 if wide else D.int32
     total = mask = None
     for d in range(rank):
-        base = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[d]), idx_dt),
-                                  lw.cast(lw.thread_coord(layout, d), idx_dt)], idx_dt)
         dim = lw.cast(lw.param(ParamKind.DIM, arg, d), idx_dt)
         regs = [c[d] for c in layout.regs]
-        if len(set(regs)) == 1:               # same index in every register: test it once
+        if is_tile(offsets[d]):               # a gathered dim: each element's own index
+            idx = lw.cast(lw.get(offsets[d], layout), idx_dt)
+            ok = _in_range(lw, idx, lw.splat(dim, n), idx_dt)
+        elif len(set(regs)) == 1:             # same index in every register: test it once
+            base = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[d]), idx_dt),
+                                      lw.cast(lw.thread_coord(layout, d), idx_dt)], idx_dt)
             idx = lw.ew(TileOp.ADD, [base, lw.const(idx_dt, regs[:1])], idx_dt)
             ok = _in_range(lw, idx, dim, idx_dt)
             idx, ok = lw.splat(idx, n), lw.splat(ok, n)
         else:
+            base = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[d]), idx_dt),
+                                      lw.cast(lw.thread_coord(layout, d), idx_dt)], idx_dt)
             idx = lw.ew(TileOp.ADD, [lw.splat(base, n), lw.const(idx_dt, regs)], idx_dt)
             ok = _in_range(lw, idx, lw.splat(dim, n), idx_dt)
         mask = ok if mask is None else lw.ew(TileOp.AND, [mask, ok], D.bool_)
@@ -92,7 +97,7 @@ def element_offsets(lw, array, offsets, layout: L.Layout):
             idx = lw.ew(TileOp.MUL, [idx, lw.splat(stride, n)], idx_dt)
         total = idx if total is None else lw.ew(TileOp.ADD, [total, idx], idx_dt)
     vec = 1
-    if spec.unit_inner_stride and spec.aligned16 and rank:
+    if spec.unit_inner_stride and spec.aligned16 and rank and not is_tile(offsets[-1]):
         vec = min(L.contiguous_run(layout), 16 // spec.dtype.itemsize)
         vec = math.gcd(vec, lw.multiples.of(offsets[-1]))
     return lw.param(ParamKind.PTR, arg), total, mask, vec

@@ -48,6 +48,8 @@ def ring_source(fn: ir.Function, multiples, dot: ir.Operation, v: ir.Value, body
 def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:
     """The body ops (in order) that compute ``load``'s offsets, or None when they read a
     loop-carried value or have effects (then the load cannot be issued ahead)."""
+    if ir.gathers(load):
+        return None                           # per-element indices: not a block a copy can fetch ahead
     in_body = {r: o for o in body.ops for r in o.results}
     carried = set(body.args[1:])
     needed, stack = set(), list(load.operands[1:])

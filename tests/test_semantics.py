@@ -342,7 +342,10 @@ def test_load_offsets_shapes_and_other():
     assert t.owner.attrs.other == 0
     fails("3 offset", semantics.load, x, (0, 0, 0), (2, 2))
     fails("has rank 3", semantics.load, x, (0, 0), (2, 2, 2))
-    fails("integer scalars", semantics.load, x, (tile((2,), dtypes.int32), 0), (2, 2))
+    gathered = semantics.load(builder(), x, (tile((2,), dtypes.int32), 0), (2, 2))   # per-row indices
+    assert gathered.owner.operands[1].type.shape == (2, 2)
+    fails("index tile for dim 0 has shape \\(3,\\)", semantics.load, x, (tile((3,), dtypes.int32), 0), (2, 2))
+    fails("integer scalars or 1-D", semantics.load, x, (tile((2, 2), dtypes.int32), 0), (2, 2))
     fails("integer scalars", semantics.load, x, (tile((), dtypes.float32), 0), (2, 2))
     b = builder()
     semantics.load(b, x, (tile((), dtypes.bool_), tile((), dtypes.int64)), (2, 2))

@@ -109,6 +109,13 @@ class StoreAttrs(Attrs):
     masked: bool = False                 # a bool tile of the stored shape follows the tile
 
 
+def gathers(o: "Operation") -> bool:
+    """Whether a LOAD, STORE or ATOMIC takes an index tile for some dim (a gather / scatter):
+    its offset operand there is an integer tile of the memory tile's shape, not a scalar."""
+    rank = o.operands[0].type.rank
+    return any(isinstance(x.type, TileType) and x.type.shape != () for x in o.operands[1:1 + rank])
+
+
 ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg")
 ATOMIC_SEMS = ("relaxed", "acquire", "release", "acq_rel")
 ATOMIC_SCOPES = ("gpu", "cta", "sys")

@@ -81,19 +81,20 @@ def _arange(op):
           "result must be a 1-D int32 tile")
 
 
-def _memory_operands(op, n_tail: int) -> ArrayType:
+def _memory_operands(op, n_tail: int, shape: tuple | None = None) -> ArrayType:
     arr = op.operands[0].type if op.operands else None
     _need(isinstance(arr, ArrayType), op, "first operand must be an array")
     offs = op.operands[1:len(op.operands) - n_tail]
     _need(len(offs) == arr.rank, op, f"{len(offs)} offsets for a rank-{arr.rank} array")
     for o in offs:
-        _need(_scalar(o) and o.type.dtype.is_int, op, "offsets must be integer scalars")
+        _need((_scalar(o) or (_tile(o) and o.type.shape == shape)) and o.type.dtype.is_int, op,
+              "offsets must be integer scalars, or integer tiles of the memory tile's shape")
     return arr
 
 
 def _load(op):
     _attrs(op, LoadAttrs)
-    arr = _memory_operands(op, 0)
+    arr = _memory_operands(op, 0, op.result.type.shape if op.results and isinstance(op.result.type, TileType) else None)
     _need(len(op.results) == 1, op, "one result")
     t = op.result.type
     _need(isinstance(t, TileType) and len(t.shape) == arr.rank and t.dtype == arr.dtype, op,
@@ -103,7 +104,7 @@ def _load(op):
 def _store(op):
     _need(op.attrs is None or isinstance(op.attrs, StoreAttrs), op, "attrs must be StoreAttrs")
     mask = store_mask(op)
-    arr = _memory_operands(op, 1 if mask is None else 2)
+    arr = _memory_operands(op, 1 if mask is None else 2, getattr(stored_tile(op).type, "shape", None))
     _need(not op.results, op, "no results")
     t = stored_tile(op).type
     _need(isinstance(t, TileType) and len(t.shape) == arr.rank and t.dtype == arr.dtype, op,
@@ -116,7 +117,7 @@ def _atomic(op):
     _need(isinstance(op.attrs, AtomicAttrs) and op.attrs.kind in ATOMIC_KINDS and op.attrs.sem in ATOMIC_SEMS
           and op.attrs.scope in ATOMIC_SCOPES, op, "attrs must be AtomicAttrs of a known kind, sem and scope")
     mask = store_mask(op)
-    arr = _memory_operands(op, 1 if mask is None else 2)
+    arr = _memory_operands(op, 1 if mask is None else 2, getattr(stored_tile(op).type, "shape", None))
     t = stored_tile(op).type
     _need(isinstance(t, TileType) and len(t.shape) == arr.rank and t.dtype == arr.dtype, op,
           "the tile must have the array's rank and dtype")

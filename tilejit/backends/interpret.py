@@ -157,11 +157,34 @@ def _window(array_shape, offsets, tile_shape):
     return tuple(src), tuple(dst)
 
 
+def _gathers(offsets) -> bool:
+    return any(np.ndim(o) for o in offsets)
+
+
+def _elements(array_shape, offsets, tile_shape):
+    """(index arrays into the array, in-bounds mask), both of the tile's shape, for offsets that
+    are scalars (a block starting there) or index tiles of the tile's shape (a gather)."""
+    if len(array_shape) != len(tile_shape):
+        raise LaunchError(f"a rank-{len(tile_shape)} tile cannot address a rank-{len(array_shape)} array")
+    grid = np.indices(tile_shape, dtype=np.int64)
+    index = [np.broadcast_to(np.asarray(off, np.int64), tile_shape) if np.ndim(off) else int(off) + grid[d]
+             for d, off in enumerate(offsets)]
+    inside = np.ones(tile_shape, bool)
+    for i, size in zip(index, array_shape):
+        inside &= (i >= 0) & (i < size)
+    return index, inside
+
+
 def _load_fn(shape: tuple, dt: DType, other):
     with np.errstate(all="ignore"):
         fill = _to(np.asarray(other), dt.np)
 
     def load(array, *offsets):
+        if _gathers(offsets):
+            index, inside = _elements(array.shape, offsets, shape)
+            tile = np.full(shape, fill, dt.np)
+            tile[inside] = array[tuple(i[inside] for i in index)]
+            return tile
         src, dst = _window(array.shape, offsets, shape)
         if src is None:
             return np.full(shape, fill, dt.np) if shape else fill
@@ -178,6 +201,12 @@ def _store(array, *offsets_and_tile, masked: bool = False):
     if masked:
         *offsets, tile, mask = offsets_and_tile
     shape = np.shape(tile)
+    if _gathers(offsets):                # a scatter: where two elements land on one, one wins
+        index, inside = _elements(array.shape, offsets, shape)
+        if masked:
+            inside &= np.broadcast_to(np.asarray(mask, bool), shape)
+        array[tuple(i[inside] for i in index)] = np.asarray(tile)[inside]
+        return
     src, dst = _window(array.shape, offsets, shape)
     if src is None:
         return
@@ -202,6 +231,16 @@ def _atomic(kind: str, array, *offsets_and_tile, masked: bool = False):
         *offsets, tile, mask = offsets_and_tile
     tile = np.asarray(tile)
     old = np.zeros(tile.shape, array.dtype)
+    if _gathers(offsets):                # element by element: two on one element see each other
+        index, inside = _elements(array.shape, offsets, tile.shape)
+        if masked:
+            inside &= np.broadcast_to(np.asarray(mask, bool), tile.shape)
+        for at in zip(*np.nonzero(inside)):
+            where = tuple(int(i[at]) for i in index)
+            old[at] = array[where]
+            with np.errstate(all="ignore"):
+                array[where] = ATOMIC_COMBINE[kind](array[where], tile[at].astype(array.dtype))
+        return old
     src, dst = _window(array.shape, offsets, tile.shape)
     if src is None:
         return old

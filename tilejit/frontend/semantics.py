@@ -540,12 +540,31 @@ def _offsets(b: Builder, arr: ArrayHandle, offsets, what: str) -> list[Value]:
         fail(b, f"{what}: {len(items)} offset(s) given for the rank-{arr.rank} array '{arr.name}'")
     out = []
     for o in items:
-        if isinstance(o, Value) and o.type.shape == () and not o.type.dtype.is_float:
-            out.append(convert(b, o, dtypes.int32, ()) if o.type.dtype.is_bool else o)
+        if isinstance(o, Value) and len(o.type.shape) <= 1 and not o.type.dtype.is_float \
+                and not o.type.dtype.is_bool:
+            out.append(o)                 # a rank-1 tile: per-row indices (a gather / scatter)
+        elif isinstance(o, Value) and o.type.shape == () and o.type.dtype.is_bool:
+            out.append(convert(b, o, dtypes.int32, ()))
         elif isinstance(o, int) and not isinstance(o, bool):
             out.append(constant(b, o, TileType((), dtypes.python_scalar_dtype(o))))
         else:
-            fail(b, f"{what}: offsets must be integer scalars, got {describe(o)}")
+            fail(b, f"{what}: offsets must be integer scalars or 1-D integer tiles of indices, got {describe(o)}")
+    return out
+
+
+def _gathered(b: Builder, offs: list[Value], shape: tuple, what: str) -> list[Value]:
+    """Each 1-D index tile in ``offs`` (dim d: one index per position along d) as an integer tile
+    of the whole ``shape``, the form LOAD, STORE and ATOMIC take."""
+    out = []
+    for d, o in enumerate(offs):
+        if o.type.shape == ():
+            out.append(o)
+            continue
+        if o.type.shape != (shape[d],):
+            fail(b, f"{what}: the index tile for dim {d} has shape {o.type.shape}; it needs one index per "
+                    f"position along that dim: ({shape[d]},)")
+        lifted = reshape(b, o, tuple(shape[d] if i == d else 1 for i in range(len(shape))))
+        out.append(broadcast_to(b, lifted, tuple(shape)))
     return out
 
 
@@ -577,6 +596,7 @@ def load(b: Builder, x, offsets, shape, other=0, mask=None) -> Value:
         fail(b, f"load: other={other!r} cannot be represented as {dt}")
     other = bool(other) if dt.is_bool else float(other) if dt.is_float else int(other)
     keep = _mask(b, mask, shape, "load")
+    offs = _gathered(b, offs, shape, "load")
     tile = b.create(TileOp.LOAD, [arr.value, *offs], [TileType(shape, dt)], LoadAttrs(other)).result
     if keep is None:
         return tile
@@ -594,7 +614,7 @@ def _written(b: Builder, x, offsets, tile, mask, what: str, arr: ArrayHandle | N
         shape = (1,) * arr.rank          # a scalar writes one element
     if len(shape) != arr.rank:
         fail(b, f"{what}: tile rank {len(shape)} does not match the rank {arr.rank} of '{arr.name}'")
-    return arr, offs, convert(b, tile, arr.dtype, shape), _mask(b, mask, shape, what)
+    return arr, _gathered(b, offs, shape, what), convert(b, tile, arr.dtype, shape), _mask(b, mask, shape, what)
 
 
 def store(b: Builder, x, offsets, tile, mask=None) -> None:
