@@ -112,6 +112,7 @@ def test_ldmatrix_fragment_matches_figure_104():
 def test_ldmatrix_address_lanes():
     # "Addresses addr0-addr7 correspond to the rows of the first matrix, addr8-addr15 ... second"
     assert list(ML.ldmatrix_address_lanes(1)) == list(range(8))
+    assert list(ML.ldmatrix_address_lanes(2)) == list(range(16))
     assert list(ML.ldmatrix_address_lanes(4)) == list(range(32))
     with pytest.raises(AssertionError):
         ML.ldmatrix_address_lanes(3)
@@ -143,6 +144,20 @@ def test_swizzle_is_a_permutation_of_16_byte_chunks_within_128_byte_groups(row_b
     assert (off % 16 == c % 16).all()                              # chunks are not split
     group = min(row_bytes, 128)
     assert (off % row_bytes // group == c // group).all()          # nor moved across 128 B
+
+
+@pytest.mark.parametrize("row_bytes", [64, 128, 256])
+@pytest.mark.parametrize("row0, col0", [(0, 0), (8, 16), (16, 32), (24, 48)])
+def test_ldmatrix_offsets_follow_their_closed_form(row_bytes, row0, col0):
+    # the docstring's closed form, at block starts that are not multiples of the operand's width
+    lane = np.arange(32)
+    low, high = (lane >> 3) & 1, lane >> 4
+    for tile, row, col in [("a", (lane & 7) + 8 * low, 16 * high), ("b_kn", (lane & 7) + 8 * low, 16 * high),
+                           ("b_nk", (lane & 7) + 8 * high, 16 * low)]:
+        if col0 + 32 > row_bytes:
+            continue
+        want = ML.swizzled_offset(row + row0, col + col0, row_bytes)
+        assert np.array_equal(ML.ldmatrix_offsets(tile, 4, row_bytes, row0, col0), want), tile
 
 
 def unswizzled(row, col_byte, row_bytes):
