@@ -102,6 +102,9 @@ class LayoutAssigner:
         item = o.result.type.dtype.itemsize
         self.set(o.result, L.default_blocked(o.result.type.shape, item, self.num_warps, item))
 
+    def op_SCAN(self, o: ir.Operation) -> None:
+        self.set(o.result, self.layout_or_default(o.operands[0]))
+
     def op_REDUCE(self, o: ir.Operation) -> None:
         if not is_tile(o.result):
             return

@@ -98,9 +98,9 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
     top = fn.body.ops
     if any(_memory_tile(o) is not None and o not in top for o in fn.walk()):
         return None                                 # a load or store in a loop or branch
-    if any(o.op is TileOp.STORE and ir.store_mask(o) is not None or o.op is TileOp.ATOMIC
+    if any(o.op is TileOp.STORE and ir.store_mask(o) is not None or o.op in (TileOp.ATOMIC, TileOp.SCAN)
            or o.op in (TileOp.LOAD, TileOp.STORE) and ir.gathers(o) for o in fn.walk()):
-        return None                                 # masked stores, atomics, gathers are not split (yet)
+        return None                                 # masked stores, atomics, scans, gathers are not split (yet)
     wide: set[ir.Value] = set()
     for o in top:
         shaped = [r for r in o.results if isinstance(r.type, ir.TileType) and r.type.shape]

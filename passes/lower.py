@@ -394,6 +394,9 @@ class Lowering:
     def op_REDUCE(self, o):
         self.values[o.result] = lower_reduce.reduce(self, o)
 
+    def op_SCAN(self, o):
+        self.values[o.result] = lower_shared.scan(self, o)
+
     def op_DOT(self, o):
         cfg = self.dot_plans.config(o)
         if cfg is None:

@@ -53,6 +53,38 @@ def exchange(lw, sv, src: L.Layout, src_strides, dst: L.Layout, dst_strides, dty
                    simt.SharedAttrs(vec, buf)).result
 
 
+def scan(lw, o: ir.Operation) -> ir.Value:
+    """SCAN by doubling (Hillis-Steele) through one shared buffer: at step s every element adds
+    (or multiplies in) the one s before it along the axis (after it, reversed), s = 1, 2, 4, ...;
+    log2(n) rounds of one store and one load per register.  Barriers come from insert_barriers."""
+    x, a = o.operands[0], o.attrs
+    layout, dt = lw.layouts[o.result], o.result.type.dtype
+    shape, item, n = x.type.shape, dt.itemsize, x.type.shape[a.axis]
+    strides = rowmajor(shape)
+    base, buf = lw.alloc_shared(item * int(np.prod(shape)))
+    addr, vec = addresses(lw, base, layout, strides, item)
+    regs = layout.n
+    coord = lw.ew(TileOp.ADD, [lw.splat(lw.thread_coord(layout, a.axis), regs),
+                               lw.const(D.int32, [c[a.axis] for c in layout.regs])], D.int32)
+    combine = TileOp.ADD if a.kind == "sum" else TileOp.MUL
+    v = lw.get(x, layout)
+    step = 1
+    while step < n:
+        lw.emit(simt.SimtOp.STORE_SHARED, [addr, v], None, simt.SharedAttrs(vec, buf))
+        if a.reverse:
+            beyond = lw.ew(TileOp.ADD, [coord, lw.const(D.int32, [step] * regs)], D.int32)
+            has = lw.ew(TileOp.LT, [beyond, lw.const(D.int32, [n] * regs)], D.bool_)
+        else:
+            has = lw.ew(TileOp.GE, [coord, lw.const(D.int32, [step] * regs)], D.bool_)
+        shift = step * strides[a.axis] * item * (1 if a.reverse else -1)
+        moved = lw.ew(TileOp.ADD, [addr, lw.const(D.int32, [shift] * regs)], D.int32)
+        other = lw.emit(simt.SimtOp.LOAD_SHARED, [lw.ew(TileOp.WHERE, [has, moved, addr], D.int32)],
+                        simt.RegType(dt, regs), simt.SharedAttrs(1, buf)).result
+        v = lw.ew(TileOp.WHERE, [has, lw.ew(combine, [v, other], dt), v], dt)
+        step *= 2
+    return v
+
+
 def _stage_operand(lw, v: ir.Value):
     """Store DOT operand ``v`` row-major into a new shared buffer: (base, buffer, item, dtype)."""
     lay, item = lw.layout_of(v), v.type.dtype.itemsize

@@ -153,6 +153,13 @@ class ReduceKind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class ScanAttrs(Attrs):
+    kind: str                            # "sum" or "prod"
+    axis: int
+    reverse: bool = False                # from the end of the axis (``tj.cumsum(..., reverse=True)``)
+
+
+@dataclass(frozen=True)
 class ReduceAttrs(Attrs):
     kind: ReduceKind
     axis: int
@@ -211,6 +218,7 @@ class TileOp(enum.Enum):
     TRANS = enum.auto()         # (x) -> x transposed by attrs.perm         PermAttrs
     # reductions and matmul
     REDUCE = enum.auto()        # (x) -> reduced tile or scalar              ReduceAttrs
+    SCAN = enum.auto()          # (x) -> running sums or products along attrs.axis, same type  ScanAttrs
     DOT = enum.auto()           # (a: MxK, b: KxN, acc: MxN f32/i32) -> MxN  DotAttrs
     # structured control flow (single-block regions; each region ends with YIELD)
     FOR = enum.auto()           # (lb, ub, step, *inits) -> results; region (iv, *iter_args)  ForAttrs
@@ -537,4 +545,4 @@ def parse_function(text: str, dialect: Dialect | None = None) -> Function:
 
 
 TILE_DIALECT = Dialect(TileOp, parse_type, (ConstAttrs, AxisAttrs, LoadAttrs, PermAttrs, ReduceAttrs, DotAttrs,
-                                            ForAttrs, StoreAttrs, AtomicAttrs), {"ReduceKind": ReduceKind})
+                                            ForAttrs, StoreAttrs, AtomicAttrs, ScanAttrs), {"ReduceKind": ReduceKind})

@@ -181,6 +181,13 @@ def argmax(x, axis, keepdims=False): ...
 @builtin
 def argmin(x, axis, keepdims=False): ...
 @builtin
+def cumsum(x, axis=0, reverse=False):
+    """Running sums along ``axis`` (``np.cumsum``; ``reverse=True`` sums from the end).  bool and
+    integers under 32 bits sum in int32, 16-bit floats in float32 (the result's dtype)."""
+@builtin
+def cumprod(x, axis=0, reverse=False):
+    """Running products along ``axis`` (``np.cumprod``), with ``cumsum``'s dtypes."""
+@builtin
 def dot(a, b, acc=None, allow_tf32=False): ...
 @builtin
 def dot_scaled(a, a_scale, b, b_scale, acc=None):

@@ -10,7 +10,7 @@ from tilejit.errors import CompileError
 from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, PREDICATE_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
                         PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType, StoreAttrs, store_mask, stored_tile,
-                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AtomicAttrs)
+                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AtomicAttrs, ScanAttrs)
 
 
 class VerifyError(CompileError):
@@ -170,6 +170,14 @@ def _trans(op):
     _need(r == TileType(tuple(s.shape[p] for p in perm), s.dtype), op, "wrong result type")
 
 
+def _scan(op):
+    _arity(op, 1, 1)
+    _need(isinstance(op.attrs, ScanAttrs) and op.attrs.kind in ("sum", "prod"), op, "attrs must be ScanAttrs")
+    s = op.operands[0].type
+    _need(isinstance(s, TileType) and 0 <= op.attrs.axis < len(s.shape), op, "axis out of range")
+    _need(op.result.type == s, op, "the result has the operand's type")
+
+
 def _reduce(op):
     _arity(op, 1, 1)
     _attrs(op, ReduceAttrs)
@@ -229,7 +237,7 @@ def _while(op):
 
 SPEC = {TileOp.PROGRAM_ID: _grid, TileOp.NUM_PROGRAMS: _grid, TileOp.DIM: _dim,
         TileOp.CONSTANT: _constant, TileOp.SPLAT: _splat, TileOp.ARANGE: _arange,
-        TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic,
+        TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic, TileOp.SCAN: _scan,
         **{o: _elementwise for o in BINARY_OPS | COMPARE_OPS | UNARY_OPS},
         TileOp.FMA: _elementwise, TileOp.WHERE: _elementwise, TileOp.CAST: _elementwise, TileOp.BITCAST: _elementwise,
         TileOp.BROADCAST: _broadcast, TileOp.RESHAPE: _reshape, TileOp.TRANS: _trans,

@@ -312,6 +312,16 @@ class _Compiler:
         if o.op is Op.REDUCE:
             a = o.attrs
             return _reduce_fn(a.kind, a.axis, a.keepdims, o.operands[0].type.dtype, rtype.dtype)
+        if o.op is Op.SCAN:
+            a, out = o.attrs, rtype.dtype.np
+            fn = np.cumsum if a.kind == "sum" else np.cumprod
+
+            def scan(x, axis=a.axis, reverse=a.reverse):
+                with np.errstate(all="ignore"):              # integers wrap, as on the GPU
+                    x = np.flip(x, axis) if reverse else x
+                    r = fn(x, axis=axis, dtype=out)
+                    return np.ascontiguousarray(np.flip(r, axis)) if reverse else r
+            return scan
         if o.op is Op.DOT:
             return _dot_fn(o.operands[0].type.dtype, rtype.dtype, o.attrs.allow_tf32)
         if o.op is Op.LOAD:

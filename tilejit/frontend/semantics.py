@@ -468,6 +468,20 @@ def reduce(b: Builder, kind: ReduceKind, x, axis=None, keepdims=False) -> Value:
                     ReduceAttrs(kind, axis, keepdims)).result
 
 
+def scan(b: Builder, kind: str, x, axis=0, reverse=False) -> Value:
+    """``tj.cumsum`` / ``tj.cumprod``: running sums or products along ``axis``."""
+    what = f"cum{kind}"
+    if not (isinstance(x, Value) and isinstance(x.type, TileType)) or x.type.shape == ():
+        fail(b, f"{what}: expected a tile, got {describe(x)}")
+    if not isinstance(reverse, bool):
+        fail(b, f"{what}: reverse must be a compile-time bool")
+    axis = normalize_axis(b, axis, len(x.type.shape), what)
+    dt = x.type.dtype
+    out = dtypes.int32 if dt.is_bool or (dt.is_int and dt.bits < 32) else dtypes.float32 if dt.is_float and dt.bits < 32 else dt
+    x = convert(b, x, out, x.type.shape)
+    return b.create(TileOp.SCAN, [x], [x.type], ir.ScanAttrs(kind, axis, reverse)).result
+
+
 def dot(b: Builder, a, bm, acc=None, allow_tf32=False) -> Value:
     a, bm = _tile(b, a, "dot"), _tile(b, bm, "dot")
     if len(a.type.shape) != 2 or len(bm.type.shape) != 2:
@@ -687,6 +701,8 @@ BUILTINS = {
     "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
     "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot, "dot_scaled": dot_scaled,
     "static_assert": static_assert, "static_print": static_print,
+    "cumsum": lambda b, x, axis=0, reverse=False: scan(b, "sum", x, axis, reverse),
+    "cumprod": lambda b, x, axis=0, reverse=False: scan(b, "prod", x, axis, reverse),
     **{f"atomic_{kind}": (lambda kind: lambda b, x, offsets, tile, mask=None, sem="relaxed", scope="gpu":
                           atomic(b, kind, x, offsets, tile, mask, sem, scope))(kind) for kind in ir.ATOMIC_KINDS},
     **{name: (lambda name: lambda b, x: predicate(b, name, x))(name) for name in PREDICATES},
