@@ -60,3 +60,16 @@ def compile_source(src: str, specs, consts: dict, filename: str = "kernel_src.py
     namespace = {"tj": tj, **names}
     exec(compile(src, filename, "exec"), namespace)
     return compile_tile_ir(namespace["k"], list(specs), dict(consts))
+
+
+def body_error(body: str, message: str, specs, consts: dict, line: int = 3, head: str = "", filename="body_src.py"):
+    """Compile ``k(x, y, B)`` whose body is ``head`` then ``body`` (4-space indented lines) and
+    check it fails with a CompileError matching ``message`` at ``line`` of its source."""
+    import pytest
+
+    import tilejit as tj
+    src = "def k(x, y, B: tj.constexpr):\n" + head + "    " + body + "\n"
+    with pytest.raises(tj.CompileError, match=message) as err:
+        compile_source(src, specs, consts, filename)
+    assert f"{filename}:{line}" in str(err.value), str(err.value)
+    return err.value

@@ -10,7 +10,7 @@ import tilejit as tj
 from tilejit import ir
 from tilejit.specs import ArraySpec
 
-from conftest import assemble_or_skip, compile_source
+from conftest import assemble_or_skip, body_error
 
 BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
 COMBINE = {"add": np.add, "max": np.maximum, "min": np.minimum, "and": np.bitwise_and,
@@ -113,10 +113,7 @@ def test_an_unused_result_works_with_any_warps(backend, monkeypatch):
     ("tj.atomic_add(y, (0, 0), t)", "2 offset\\(s\\) given for the rank-1 array 'y'"),
 ])
 def test_bad_atomics_are_errors_at_the_users_line(body, message):
-    src = "def k(x, y, B: tj.constexpr):\n    t = tj.load(x, (0,), (B,))\n    " + body + "\n"
-    with pytest.raises(tj.CompileError, match=message) as err:
-        compile_source(src, [ArraySpec(tj.float32, 1), ArraySpec(tj.float32, 1)], {"B": 4}, "atomic_src.py")
-    assert "atomic_src.py:3" in str(err.value)
+    body_error(body, message, [ArraySpec(tj.float32, 1)] * 2, {"B": 4}, head="    t = tj.load(x, (0,), (B,))\n")
 
 
 def test_the_ir_text_of_an_atomic_round_trips():

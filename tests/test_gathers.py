@@ -12,7 +12,7 @@ import tilejit as tj
 from tilejit import ir
 from tilejit.specs import ArraySpec
 
-from conftest import assemble_or_skip, compile_source
+from conftest import assemble_or_skip, body_error
 
 BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -130,11 +130,8 @@ def test_gathers_inside_a_loop_are_not_pipelined_but_right(backend, monkeypatch)
     ("tj.store(y, (i2d, 0), t)", "offsets must be integer scalars or 1-D integer tiles"),
 ])
 def test_bad_index_tiles_are_errors_at_the_users_line(body, message):
-    src = ("def k(x, y, B: tj.constexpr):\n    t = tj.load(x, (0, 0), (B, B))\n"
-           "    i2d = tj.zeros((B, B), tj.int32)\n    " + body + "\n")
-    with pytest.raises(tj.CompileError, match=message) as err:
-        compile_source(src, [ArraySpec(tj.float32, 2), ArraySpec(tj.float32, 2)], {"B": 4}, "gather_src.py")
-    assert "gather_src.py:4" in str(err.value)
+    body_error(body, message, [ArraySpec(tj.float32, 2)] * 2, {"B": 4}, line=4,
+               head="    t = tj.load(x, (0, 0), (B, B))\n    i2d = tj.zeros((B, B), tj.int32)\n")
 
 
 def test_the_ir_text_of_a_gather_round_trips_and_the_ptx_assembles(tmp_path, monkeypatch):
