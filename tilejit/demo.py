@@ -29,6 +29,9 @@ CASES = [
     ("fp8 matmul", "fp8_matmul", {}, {"rtol": 1e-2, "atol": 1e-2}),
     ("w4a16 gemm", "w4a16_gemm", {}, {"rtol": 1e-2, "atol": 1e-2}),
     ("fp8 blockwise", "fp8_blockwise_gemm", {}, {"rtol": 1e-2, "atol": 1e-2}),
+    ("split-K gemm", "split_k_gemm", {}, {"rtol": 1e-3, "atol": 1e-3}),
+    ("histogram", "histogram", {}, {}),
+    ("embedding bag", "embedding_bag", {}, {"rtol": 1e-5, "atol": 1e-5}),
     ("attention", "attention", {"causal": False}, {}),
     ("attention causal", "attention", {"causal": True}, {}),
 ]
