@@ -149,7 +149,7 @@ def atomic(lw, o: ir.Operation) -> ir.Value:
     """An ATOMIC as one ATOMIC_GLOBAL: each element once (replicas hold the same element: only the
     first of them updates it), its old value in the result's layout."""
     array, tile, keep = o.operands[0], ir.stored_tile(o), ir.store_mask(o)
-    offsets = o.operands[1:1 + array.type.rank]
+    offsets = o.operands[1:1 + array.type.rank]          # (atomic_cas's compared tile follows)
     layout = lw.layouts[o.result]
     value = lw.get(tile, layout)
     ptr, offs, mask, _ = element_offsets(lw, array, offsets, layout)
@@ -166,7 +166,9 @@ def atomic(lw, o: ir.Operation) -> ir.Value:
         mask = lw.ew(TileOp.AND, [mask, lw.splat(primary, layout.n)], D.bool_)
     lw.written(arg_index(lw, array))
     dt = o.result.type.dtype
-    old = lw.emit(simt.SimtOp.ATOMIC_GLOBAL, [ptr, offs, value, mask], simt.RegType(dt, layout.n), o.attrs).result
+    cmp = ir.atomic_compare(o)
+    operands = [ptr, offs, value, mask] + ([lw.get(cmp, layout)] if cmp is not None else [])
+    old = lw.emit(simt.SimtOp.ATOMIC_GLOBAL, operands, simt.RegType(dt, layout.n), o.attrs).result
     if used:    # the lanes that hold the same element read 0: OR in the first one's bits
         bits_dt = D.lookup(f"uint{dt.bits}")
         bits = lw.ew(TileOp.BITCAST, [old], bits_dt) if dt.is_float else old

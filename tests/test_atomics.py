@@ -135,3 +135,52 @@ def test_atomics_assemble_for_the_gpu(kind, dtype, ptx, tmp_path, monkeypatch):
     text = k.compile(specs, consts, 2, "cuda").artifact.ptx
     assert ptx in text
     assemble_or_skip(text, "sm_90a")
+
+
+@tj.kernel
+def claim(flag, winners):
+    p = tj.program_id(0)
+    old = tj.atomic_cas(flag, (0,), 0, p + 1)               # the first program to arrive claims it
+    tj.store(winners, (p,), old)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compare_and_swap_lets_exactly_one_program_claim_a_flag(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    flag, seen = np.zeros(1, np.int32), np.full(40, -1, np.int32)
+    claim[(40,)](flag, seen, num_warps=1)
+    winner = int(flag[0])
+    assert 1 <= winner <= 40 and seen[winner - 1] == 0         # the winner saw the flag free
+    assert (np.delete(seen, winner - 1) == winner).all()        # everyone else saw the winner
+    if backend != "cuda":
+        assert winner == 1
+
+
+@tj.kernel
+def cas_tile(x, cmp, new, old, B: tj.constexpr):
+    tj.store(old, (0,), tj.atomic_cas(x, (0,), tj.load(cmp, (0,), (B,)), tj.load(new, (0,), (B,)),
+                                      mask=tj.arange(0, B) != 3))
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+@pytest.mark.parametrize("dtype", [np.int32, np.uint64])
+def test_compare_and_swap_of_a_tile(backend, dtype, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 3, 64).astype(dtype)
+    cmp, new = rng.integers(0, 3, 64).astype(dtype), rng.integers(10, 20, 64).astype(dtype)
+    old = np.zeros(64, dtype)
+    want_old = np.where(np.arange(64) != 3, x, 0)
+    want_x = np.where((x == cmp) & (np.arange(64) != 3), new, x)
+    cas_tile[(1,)](x, cmp, new, old, B=64)
+    np.testing.assert_array_equal(old, want_old)
+    np.testing.assert_array_equal(x, want_x)
+
+
+def test_compare_and_swap_assembles(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    args = (np.zeros(64, np.int64),) * 4
+    specs, consts, _ = cas_tile.specialise(cas_tile.bind(args, {"B": 64}))
+    text = cas_tile.compile(specs, consts, 2, "cuda").artifact.ptx
+    assert "atom.relaxed.gpu.global.cas.b64" in text
+    assemble_or_skip(text, "sm_90a")

@@ -116,7 +116,7 @@ def gathers(o: "Operation") -> bool:
     return any(isinstance(x.type, TileType) and x.type.shape != () for x in o.operands[1:1 + rank])
 
 
-ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg")
+ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg", "cas")   # cas: a compared tile precedes the tile
 ATOMIC_SEMS = ("relaxed", "acquire", "release", "acq_rel")
 ATOMIC_SCOPES = ("gpu", "cta", "sys")
 
@@ -127,6 +127,11 @@ class AtomicAttrs(Attrs):
     sem: str = "relaxed"                 # memory order (ATOMIC_SEMS)
     scope: str = "gpu"                   # who the order is with (ATOMIC_SCOPES)
     masked: bool = False                 # a bool tile of the tile's shape follows the tile
+
+
+def atomic_compare(o: "Operation") -> "Value | None":
+    """The tile an ``atomic_cas`` compares each old value with (it comes just before the tile)."""
+    return o.operands[1 + o.operands[0].type.rank] if o.attrs.kind == "cas" else None
 
 
 def stored_tile(o: "Operation") -> "Value":

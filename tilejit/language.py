@@ -81,6 +81,10 @@ def atomic_or(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
 def atomic_xor(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
     """``x[block] ^= tile`` atomically (integers), returning the old values."""
 @builtin
+def atomic_cas(x, offsets, cmp, tile, mask=None, sem="relaxed", scope="gpu"):
+    """Where ``x[block]`` equals ``cmp``, write ``tile``, atomically per element (32/64-bit
+    integers); returns the old values (equal to ``cmp`` exactly where the write happened)."""
+@builtin
 def atomic_xchg(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
     """``x[block] = tile`` atomically (32/64-bit integers and float32), returning the old values."""
 

@@ -93,8 +93,8 @@ class SimtOp(enum.Enum):
     # global memory; offsets are element offsets (i32 or i64) from the pointer
     LOAD_GLOBAL = enum.auto()    # (ptr, offsets, mask: bool) -> n values; masked-off read attrs.other  GlobalAttrs
     STORE_GLOBAL = enum.auto()   # (ptr, offsets, value, mask: bool) -> ()                   GlobalAttrs
-    ATOMIC_GLOBAL = enum.auto()  # (ptr, offsets, value, mask: bool) -> n old values (0 where masked
-    #                              off): one atomic read-modify-write per element   ir.AtomicAttrs
+    ATOMIC_GLOBAL = enum.auto()  # (ptr, offsets, value, mask: bool[, cmp]) -> n old values (0 where
+    #                              masked off): one atomic read-modify-write per element (cmp: cas)  ir.AtomicAttrs
     # shared memory; addresses are byte offsets into the CTA's one shared buffer (i32)
     LOAD_SHARED = enum.auto()    # (addr) -> n values of the result dtype                     SharedAttrs
     STORE_SHARED = enum.auto()   # (addr, value) -> ()                                          SharedAttrs

@@ -10,7 +10,7 @@ from tilejit.errors import CompileError
 from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, PREDICATE_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
                         PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType, StoreAttrs, store_mask, stored_tile,
-                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AtomicAttrs, ScanAttrs)
+                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AtomicAttrs, ScanAttrs, atomic_compare)
 
 
 class VerifyError(CompileError):
@@ -116,11 +116,12 @@ def _store(op):
 def _atomic(op):
     _need(isinstance(op.attrs, AtomicAttrs) and op.attrs.kind in ATOMIC_KINDS and op.attrs.sem in ATOMIC_SEMS
           and op.attrs.scope in ATOMIC_SCOPES, op, "attrs must be AtomicAttrs of a known kind, sem and scope")
-    mask = store_mask(op)
-    arr = _memory_operands(op, 1 if mask is None else 2, getattr(stored_tile(op).type, "shape", None))
+    mask, cas = store_mask(op), op.attrs.kind == "cas"
+    arr = _memory_operands(op, (1 if mask is None else 2) + cas, getattr(stored_tile(op).type, "shape", None))
     t = stored_tile(op).type
     _need(isinstance(t, TileType) and len(t.shape) == arr.rank and t.dtype == arr.dtype, op,
           "the tile must have the array's rank and dtype")
+    _need(not cas or atomic_compare(op).type == t, op, "atomic_cas compares with a tile of the tile's type")
     _need(len(op.results) == 1 and op.result.type == t, op, "one result: the old values, of the tile's type")
     _need(mask is None or (_tile(mask) and mask.type.shape == t.shape and mask.type.dtype.is_bool), op,
           "an atomic's mask must be a bool tile of the tile's shape")

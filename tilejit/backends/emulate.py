@@ -23,7 +23,7 @@ from tilejit.abi import ParamKind
 from tilejit import backends, ir
 from tilejit.backends import emulate_mma
 from tilejit.errors import LaunchError
-from tilejit.backends.interpret import ATOMIC_COMBINE, elementwise_fn
+from tilejit.backends.interpret import atomic_combine, elementwise_fn
 from tilejit.simt import PtrType, SimtOp
 
 WARP = 32
@@ -208,17 +208,16 @@ class Machine:
     def op_ATOMIC_GLOBAL(self, o, f):
         """Lanes update one after another, in thread and register order: every read-modify-write is
         whole (two lanes on one element see each other's writes)."""
-        ptr, offs, value, mask = (f[x] for x in o.operands)
+        ptr, offs, value, mask = (f[x] for x in o.operands[:4])
+        cmp = f[o.operands[4]] if len(o.operands) > 4 else None
         if not ptr.flat.flags.writeable:
             raise LaunchError(f"argument '{ptr.name}' is stored to but is read-only")
-        combine = ATOMIC_COMBINE[o.attrs.kind]
         old = np.zeros(value.shape, value.dtype)
         for index in zip(*np.nonzero(mask)):
             at = ptr.index(offs[index][None])[0]
             current = ptr.flat[at]
             old[index] = current
-            with np.errstate(all="ignore"):
-                ptr.flat[at] = combine(current, value[index])
+            ptr.flat[at] = atomic_combine(o.attrs.kind, current, value[index], None if cmp is None else cmp[index])
         return old
 
     # --- shared memory -------------------------------------------------------------------------------

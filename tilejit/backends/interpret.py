@@ -222,14 +222,23 @@ ATOMIC_COMBINE = {"add": np.add, "max": np.maximum, "min": np.minimum, "and": np
            "or": np.bitwise_or, "xor": np.bitwise_xor, "xchg": lambda old, new: new}
 
 
+def atomic_combine(kind: str, current, value, cmp=None):
+    """The new value of an atomic of ``kind`` (``cmp``: atomic_cas's compared value)."""
+    if kind == "cas":
+        return np.where(current == cmp, value, current)
+    with np.errstate(all="ignore"):                       # integer adds wrap, as on the GPU
+        return ATOMIC_COMBINE[kind](current, value)
+
+
 def _atomic(kind: str, array, *offsets_and_tile, masked: bool = False):
     """The old values of ``kind``-combining the tile into ``array`` at the offsets (in bounds and
     where the mask holds: elsewhere nothing is written and the old value reads 0).  Programs run
     one after another here, so every read-modify-write is whole."""
-    *offsets, tile = offsets_and_tile
-    if masked:
-        *offsets, tile, mask = offsets_and_tile
-    tile = np.asarray(tile)
+    rest = list(offsets_and_tile)
+    mask = rest.pop() if masked else None
+    tile = np.asarray(rest.pop())
+    cmp = np.broadcast_to(np.asarray(rest.pop(), array.dtype), tile.shape) if kind == "cas" else None
+    offsets = rest
     old = np.zeros(tile.shape, array.dtype)
     if _gathers(offsets):                # element by element: two on one element see each other
         index, inside = _elements(array.shape, offsets, tile.shape)
@@ -238,16 +247,15 @@ def _atomic(kind: str, array, *offsets_and_tile, masked: bool = False):
         for at in zip(*np.nonzero(inside)):
             where = tuple(int(i[at]) for i in index)
             old[at] = array[where]
-            with np.errstate(all="ignore"):
-                array[where] = ATOMIC_COMBINE[kind](array[where], tile[at].astype(array.dtype))
+            array[where] = atomic_combine(kind, array[where], tile[at].astype(array.dtype),
+                                          None if cmp is None else cmp[at])
         return old
     src, dst = _window(array.shape, offsets, tile.shape)
     if src is None:
         return old
     current = array[src].copy()
     keep = np.asarray(mask)[dst] if masked else np.True_
-    with np.errstate(all="ignore"):                       # integer adds wrap, as on the GPU
-        new = ATOMIC_COMBINE[kind](current, tile[dst].astype(array.dtype))
+    new = atomic_combine(kind, current, tile[dst].astype(array.dtype), None if cmp is None else cmp[dst])
     array[src] = np.where(keep, new, current)
     old[dst] = np.where(keep, current, 0)
     return old

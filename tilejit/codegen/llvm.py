@@ -295,8 +295,9 @@ class KernelEmitter:
         store_global(self.ctx, ptr[0], offsets, values, masks, dt, op.attrs.vec)
 
     def op_ATOMIC_GLOBAL(self, op):
-        ptr, offsets, values, masks = (self.get(v) for v in op.operands)
-        self.set(op.result, atomic_global(self.ctx, ptr[0], offsets, values, masks, op.result.type.dtype, op.attrs))
+        ptr, offsets, values, masks = (self.get(v) for v in op.operands[:4])
+        cmps = self.get(op.operands[4]) if len(op.operands) > 4 else None
+        self.set(op.result, atomic_global(self.ctx, ptr[0], offsets, values, masks, op.result.type.dtype, op.attrs, cmps))
 
     def op_LOAD_SHARED(self, op):
         rt: RegType = op.result.type

@@ -145,7 +145,8 @@ def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None
                      lambda ptrs=ptrs, group=group: _vector_store(ctx, ptrs[0], group, dt) or [], slow, "vst")
 
 
-_ATOM_OPS = {"add": "add", "max": "max", "min": "min", "and": "and", "or": "or", "xor": "xor", "xchg": "exch"}
+_ATOM_OPS = {"add": "add", "max": "max", "min": "min", "and": "and", "or": "or", "xor": "xor", "xchg": "exch",
+             "cas": "cas"}
 
 
 def _atom_type(kind: str, dt: DType) -> str:
@@ -153,27 +154,32 @@ def _atom_type(kind: str, dt: DType) -> str:
     signedness, add .u for either sign, its bits being the same)."""
     if dt.is_float:
         return f".f{dt.bits}" if kind == "add" else f".b{dt.bits}"
-    if kind in ("and", "or", "xor", "xchg"):
+    if kind in ("and", "or", "xor", "xchg", "cas"):
         return f".b{dt.bits}"
     if kind in ("max", "min"):
         return f".{'s' if dt.kind == 'i' else 'u'}{dt.bits}"
     return f".u{dt.bits}"
 
 
-def atomic_global(ctx: Ctx, base, offsets: list, values: list, masks: list, dt: DType, attrs) -> list:
+def atomic_global(ctx: Ctx, base, offsets: list, values: list, masks: list, dt: DType, attrs,
+                  cmps: list | None = None) -> list:
     """One ``atom.{sem}.{scope}.global`` per element where its mask holds (the old value; 0
-    elsewhere), as inline PTX: LLVM's atomicrmw cannot say the scope."""
+    elsewhere), as inline PTX: LLVM's atomicrmw cannot say the scope.  ``cmps``: atomic_cas's
+    compared values (``atom.cas d, [a], cmp, new``)."""
     b = ctx.builder
     reg = reg_type(dt)
     letter = "f" if dt.is_float else "l" if dt.bits == 64 else "r"
-    asm = f"atom.{attrs.sem}.{attrs.scope}.global.{_ATOM_OPS[attrs.kind]}{_atom_type(attrs.kind, dt)} $0, [$1], $2;"
-    fnty = ir.FunctionType(reg, [I64, reg])
+    inputs = "$2, $3" if cmps is not None else "$2"
+    asm = f"atom.{attrs.sem}.{attrs.scope}.global.{_ATOM_OPS[attrs.kind]}{_atom_type(attrs.kind, dt)} $0, [$1], {inputs};"
+    n_in = 2 if cmps is not None else 1
+    fnty = ir.FunctionType(reg, [I64] + [reg] * n_in)
+    constraints = f"={letter},l," + ",".join([letter] * n_in) + ",~{memory}"
     out = []
-    for offset, value, mask in zip(offsets, values, masks):
+    for i, (offset, value, mask) in enumerate(zip(offsets, values, masks)):
         address = b.ptrtoint(_element_ptr(ctx, base, offset, dt), I64)
-        out += _if_else(ctx, mask, lambda address=address, value=value: [
-            b.asm(fnty, asm, f"={letter},l,{letter},~{{memory}}", [address, value], side_effect=True)],
-            lambda: [ir.Constant(reg, 0)], "atom")
+        args = [address] + ([cmps[i]] if cmps is not None else []) + [value]
+        out += _if_else(ctx, mask, lambda args=args: [b.asm(fnty, asm, constraints, args, side_effect=True)],
+                        lambda: [ir.Constant(reg, 0)], "atom")
     return out
 
 

@@ -642,11 +642,13 @@ def store(b: Builder, x, offsets, tile, mask=None) -> None:
 # --- atomics -------------------------------------------------------------------------------------
 _ATOMIC_INTS = ("int32", "uint32", "int64", "uint64")
 ATOMIC_DTYPES = {"add": _ATOMIC_INTS + ("float32",), "max": _ATOMIC_INTS, "min": _ATOMIC_INTS,
-                 "and": _ATOMIC_INTS, "or": _ATOMIC_INTS, "xor": _ATOMIC_INTS, "xchg": _ATOMIC_INTS + ("float32",)}
+                 "and": _ATOMIC_INTS, "or": _ATOMIC_INTS, "xor": _ATOMIC_INTS, "xchg": _ATOMIC_INTS + ("float32",),
+                 "cas": ("int32", "uint32", "int64", "uint64")}
 
 
-def atomic(b: Builder, kind: str, x, offsets, tile, mask=None, sem="relaxed", scope="gpu") -> Value:
-    """The old values of an atomic read-modify-write of ``tile`` into ``x`` at ``offsets``."""
+def atomic(b: Builder, kind: str, x, offsets, tile, mask=None, sem="relaxed", scope="gpu", cmp=None) -> Value:
+    """The old values of an atomic read-modify-write of ``tile`` into ``x`` at ``offsets`` (for
+    "cas": ``tile`` is written where the old value equals ``cmp``)."""
     what = f"atomic_{kind}"
     arr = _array(b, x, what)
     if arr.dtype.name not in ATOMIC_DTYPES[kind]:
@@ -658,6 +660,11 @@ def atomic(b: Builder, kind: str, x, offsets, tile, mask=None, sem="relaxed", sc
         fail(b, f"{what}: scope must be one of {', '.join(map(repr, ir.ATOMIC_SCOPES))}, got {scope!r}")
     arr, offs, value, keep = _written(b, x, offsets, tile, mask, what, arr)
     attrs = ir.AtomicAttrs(kind, sem, scope, keep is not None)
+    if kind == "cas":
+        _check_operand(b, cmp, what)
+        if not _broadcasts(shape_of(cmp), value.type.shape):
+            fail(b, f"{what}: the compared tile's shape {shape_of(cmp)} does not broadcast to {value.type.shape}")
+        offs = offs + [convert(b, cmp, arr.dtype, value.type.shape)]
     operands = [arr.value, *offs, value] + ([keep] if keep is not None else [])
     return b.create(TileOp.ATOMIC, operands, [value.type], attrs).result
 
@@ -704,6 +711,9 @@ BUILTINS = {
     "cumsum": lambda b, x, axis=0, reverse=False: scan(b, "sum", x, axis, reverse),
     "cumprod": lambda b, x, axis=0, reverse=False: scan(b, "prod", x, axis, reverse),
     **{f"atomic_{kind}": (lambda kind: lambda b, x, offsets, tile, mask=None, sem="relaxed", scope="gpu":
-                          atomic(b, kind, x, offsets, tile, mask, sem, scope))(kind) for kind in ir.ATOMIC_KINDS},
+                          atomic(b, kind, x, offsets, tile, mask, sem, scope))(kind)
+       for kind in ir.ATOMIC_KINDS if kind != "cas"},
+    "atomic_cas": lambda b, x, offsets, cmp, tile, mask=None, sem="relaxed", scope="gpu":
+        atomic(b, "cas", x, offsets, tile, mask, sem, scope, cmp),
     **{name: (lambda name: lambda b, x: predicate(b, name, x))(name) for name in PREDICATES},
 }
