@@ -394,6 +394,20 @@ class Lowering:
     def op_REDUCE(self, o):
         self.values[o.result] = lower_reduce.reduce(self, o)
 
+    def op_PRINT(self, o):
+        """One PRINT of every register of the values (in the first one's layout) with its element
+        coordinates; replicas stay silent."""
+        values = o.operands[3:]
+        layout = self.layout_of(values[0])
+        coords = [self.ew(TileOp.ADD, [self.splat(self.thread_coord(layout, d), layout.n),
+                                       self.const(I32, [c[d] for c in layout.regs])], I32)
+                  for d in range(layout.rank)]
+        primary = self.primary_thread(layout)
+        mask = self.splat(primary, layout.n) if primary is not None else self.const(D.bool_, [True] * layout.n)
+        attrs = ir.PrintAttrs(o.attrs.prefix, o.attrs.scalar, layout.rank)
+        self.emit(SimtOp.PRINT, [self.get(p) for p in o.operands[:3]] + coords + [self.get(v, layout) for v in values]
+                  + [mask], None, attrs)
+
     def op_SCAN(self, o):
         self.values[o.result] = lower_shared.scan(self, o)
 

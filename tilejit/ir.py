@@ -158,6 +158,20 @@ class ReduceKind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class PrintAttrs(Attrs):
+    prefix: str                          # the text after the program id (and element index)
+    scalar: bool = False                 # scalars printed (as (1,) tiles): no element index
+    rank: int = 0                        # in SIMT IR: how many coordinate operands follow the ids
+
+
+def print_line(pid, index, prefix: str, values) -> str:
+    """One line of ``tj.device_print`` (every backend prints this shape; C's ``%g`` and ``%d``)."""
+    where = f"pid ({pid[0]}, {pid[1]}, {pid[2]})" + (f" idx ({', '.join(map(str, index))})" if index else "")
+    shown = " ".join(("%g" % float(v)) if isinstance(v, float) else str(int(v)) for v in values)
+    return f"{where} {prefix} {shown}".rstrip()
+
+
+@dataclass(frozen=True)
 class ScanAttrs(Attrs):
     kind: str                            # "sum" or "prod"
     axis: int
@@ -224,6 +238,7 @@ class TileOp(enum.Enum):
     # reductions and matmul
     REDUCE = enum.auto()        # (x) -> reduced tile or scalar              ReduceAttrs
     SCAN = enum.auto()          # (x) -> running sums or products along attrs.axis, same type  ScanAttrs
+    PRINT = enum.auto()         # (pid0, pid1, pid2, *values) -> (): one line per element   PrintAttrs
     DOT = enum.auto()           # (a: MxK, b: KxN, acc: MxN f32/i32) -> MxN  DotAttrs
     # structured control flow (single-block regions; each region ends with YIELD)
     FOR = enum.auto()           # (lb, ub, step, *inits) -> results; region (iv, *iter_args)  ForAttrs
@@ -550,4 +565,4 @@ def parse_function(text: str, dialect: Dialect | None = None) -> Function:
 
 
 TILE_DIALECT = Dialect(TileOp, parse_type, (ConstAttrs, AxisAttrs, LoadAttrs, PermAttrs, ReduceAttrs, DotAttrs,
-                                            ForAttrs, StoreAttrs, AtomicAttrs, ScanAttrs), {"ReduceKind": ReduceKind})
+                                            ForAttrs, StoreAttrs, AtomicAttrs, ScanAttrs, PrintAttrs), {"ReduceKind": ReduceKind})

@@ -213,6 +213,11 @@ def static_assert(cond, msg=""):
     """Fail the compile with a CompileError at this line when the compile-time ``cond`` is false
     (``tj.static_assert(BLOCK % 16 == 0, "BLOCK must be a multiple of 16")``)."""
 @builtin
+def device_print(prefix, *values):
+    """Print ``values`` (tiles of one shape, or scalars) while the kernel runs, one line per
+    element: ``pid (x, y, z) idx (i, j) <prefix> <v1> <v2>`` (floats as C's ``%g``), on every
+    backend (``vprintf`` on the GPU, where lines of different programs interleave in no set order)."""
+@builtin
 def static_print(*values):
     """Print compile-time values while the kernel is traced (tiles print as their types): once
     per specialisation compiled (not on an on-disk cache hit), nothing at run time."""

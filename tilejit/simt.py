@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from tilejit.abi import ParamDesc, ParamKind  # noqa: F401  (the kernel ABI, re-exported)
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
-from tilejit.ir import UNKNOWN_LOC, AtomicAttrs, Attrs, AxisAttrs, Dialect, ForAttrs, Function, Loc, ParseError, TileOp  # noqa: F401  (Function re-exported for users of this module)
+from tilejit.ir import UNKNOWN_LOC, AtomicAttrs, Attrs, PrintAttrs, AxisAttrs, Dialect, ForAttrs, Function, Loc, ParseError, TileOp  # noqa: F401  (Function re-exported for users of this module)
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,8 @@ class SimtOp(enum.Enum):
     # global memory; offsets are element offsets (i32 or i64) from the pointer
     LOAD_GLOBAL = enum.auto()    # (ptr, offsets, mask: bool) -> n values; masked-off read attrs.other  GlobalAttrs
     STORE_GLOBAL = enum.auto()   # (ptr, offsets, value, mask: bool) -> ()                   GlobalAttrs
+    PRINT = enum.auto()          # (pid0, pid1, pid2, *coords, *values, mask) -> (): one line per
+    #                              register where mask holds (vprintf)        ir.PrintAttrs
     ATOMIC_GLOBAL = enum.auto()  # (ptr, offsets, value, mask: bool[, cmp]) -> n old values (0 where
     #                              masked off): one atomic read-modify-write per element (cmp: cas)  ir.AtomicAttrs
     # shared memory; addresses are byte offsets into the CTA's one shared buffer (i32)
@@ -231,7 +233,7 @@ def parse_type(text: str):
 
 DIALECT = Dialect(SimtOp, parse_type,
                   (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, SharedAttrs,
-                   LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs),
+                   LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 
 

@@ -10,7 +10,7 @@ from tilejit.errors import CompileError
 from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, PREDICATE_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
                         PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType, StoreAttrs, store_mask, stored_tile,
-                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AtomicAttrs, ScanAttrs, atomic_compare)
+                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AtomicAttrs, PrintAttrs, ScanAttrs, atomic_compare)
 
 
 class VerifyError(CompileError):
@@ -171,6 +171,14 @@ def _trans(op):
     _need(r == TileType(tuple(s.shape[p] for p in perm), s.dtype), op, "wrong result type")
 
 
+def _print(op):
+    _need(isinstance(op.attrs, PrintAttrs) and not op.results and len(op.operands) >= 4, op,
+          "print(pid0, pid1, pid2, *values) with PrintAttrs and no results")
+    _need(all(_scalar(p) and p.type.dtype == dtypes.int32 for p in op.operands[:3]), op, "program ids are int32 scalars")
+    shapes = {v.type.shape for v in op.operands[3:]}
+    _need(len(shapes) == 1, op, "the printed values have one shape")
+
+
 def _scan(op):
     _arity(op, 1, 1)
     _need(isinstance(op.attrs, ScanAttrs) and op.attrs.kind in ("sum", "prod"), op, "attrs must be ScanAttrs")
@@ -238,7 +246,7 @@ def _while(op):
 
 SPEC = {TileOp.PROGRAM_ID: _grid, TileOp.NUM_PROGRAMS: _grid, TileOp.DIM: _dim,
         TileOp.CONSTANT: _constant, TileOp.SPLAT: _splat, TileOp.ARANGE: _arange,
-        TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic, TileOp.SCAN: _scan,
+        TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic, TileOp.SCAN: _scan, TileOp.PRINT: _print,
         **{o: _elementwise for o in BINARY_OPS | COMPARE_OPS | UNARY_OPS},
         TileOp.FMA: _elementwise, TileOp.WHERE: _elementwise, TileOp.CAST: _elementwise, TileOp.BITCAST: _elementwise,
         TileOp.BROADCAST: _broadcast, TileOp.RESHAPE: _reshape, TileOp.TRANS: _trans,

@@ -205,6 +205,20 @@ class Machine:
             raise LaunchError(f"argument '{ptr.name}' is stored to but is read-only")
         ptr.flat[ptr.index(offs[mask])] = value[mask]
 
+    def op_PRINT(self, o, f):
+        """Each program's lines in element order (a GPU interleaves them in no set order)."""
+        ops = [f[x] for x in o.operands]
+        coords, values, mask = ops[3:3 + o.attrs.rank], ops[3 + o.attrs.rank:-1], ops[-1]
+        for row in range(mask.shape[0]):
+            lines = {}                      # (program, element): a CTA may hold several programs
+            for t, r in zip(*np.nonzero(mask[row])):
+                index = tuple(int(c[row, t, r]) for c in coords)
+                pid = tuple(int(p[row, t, 0]) for p in ops[:3])
+                lines[pid, index] = ir.print_line(pid, () if o.attrs.scalar else index, o.attrs.prefix,
+                                                  [v[row, t, r].item() for v in values])
+            for index in sorted(lines):
+                print(lines[index], flush=True)
+
     def op_ATOMIC_GLOBAL(self, o, f):
         """Lanes update one after another, in thread and register order: every read-modify-write is
         whole (two lanes on one element see each other's writes)."""

@@ -350,6 +350,16 @@ class _Compiler:
         kind, masked, r = o.attrs.kind, o.attrs.masked, self.slot(o.result)
         return lambda env: env.__setitem__(r, _atomic(kind, *[env[i] for i in ins], masked=masked))
 
+    def op_PRINT(self, o: Operation):
+        ins, prefix, scalar = [self.slot(v) for v in o.operands], o.attrs.prefix, o.attrs.scalar
+
+        def show(env):
+            pid, values = [int(env[i]) for i in ins[:3]], [np.asarray(env[i]) for i in ins[3:]]
+            for index in np.ndindex(values[0].shape):
+                print(ir.print_line(pid, () if scalar else index, prefix, [v[index].item() for v in values]),
+                      flush=True)
+        return show
+
     def op_CONSTANT(self, o: Operation):
         t = o.result.type
         with np.errstate(all="ignore"):

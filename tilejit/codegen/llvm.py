@@ -43,7 +43,7 @@ from tilejit import dtypes as D
 from tilejit import simt
 from tilejit.codegen.base import GLOBAL, I8, I32, I64, Ctx, const, reg_type
 from tilejit.codegen.elementwise import elementwise
-from tilejit.codegen.memory import (atomic_global, cp_async, load_global, load_shared, pack, shared_pointer,
+from tilejit.codegen.memory import (atomic_global, cp_async, device_print, load_global, load_shared, pack, shared_pointer,
                                     store_global, store_shared)
 from tilejit.errors import CompileError
 from tilejit.ir import UNKNOWN_LOC
@@ -293,6 +293,13 @@ class KernelEmitter:
         masks = self.get(op.operands[3]) if len(op.operands) > 3 else None
         dt = op.operands[2].type.dtype
         store_global(self.ctx, ptr[0], offsets, values, masks, dt, op.attrs.vec)
+
+    def op_PRINT(self, op):
+        rank = op.attrs.rank
+        regs = [self.get(v) for v in op.operands]
+        values = op.operands[3 + rank:-1]
+        device_print(self.ctx, [regs[i][0] for i in range(3)], regs[3:3 + rank], regs[3 + rank:-1], regs[-1],
+                     [v.type.dtype for v in values], op.attrs)
 
     def op_ATOMIC_GLOBAL(self, op):
         ptr, offsets, values, masks = (self.get(v) for v in op.operands[:4])

@@ -183,6 +183,39 @@ def atomic_global(ctx: Ctx, base, offsets: list, values: list, masks: list, dt: 
     return out
 
 
+def device_print(ctx: Ctx, pids: list, coords: list, values: list, masks: list, dtypes: list, attrs) -> None:
+    """One ``vprintf`` per register whose mask holds: ``pid (x, y, z) idx (i, j) prefix v...``
+    (the format of ``ir.print_line``: floats as ``%g`` of a double, integers as ``%lld``)."""
+    b = ctx.builder
+    where = "pid (%d, %d, %d)" + ("" if attrs.scalar else " idx (" + ", ".join(["%d"] * len(coords)) + ")")
+    shown = " ".join("%g" if dt.is_float else "%llu" if dt.kind == "u" else "%lld" for dt in dtypes)
+    text = (f"{where} {attrs.prefix.replace('%', '%%')} {shown}".rstrip() + "\n").encode() + b"\0"
+    fmt = ir.GlobalVariable(ctx.module, ir.ArrayType(I8, len(text)), ctx.module.get_unique_name("fmt"), addrspace=1)
+    fmt.global_constant, fmt.linkage = True, "internal"
+    fmt.initializer = ir.Constant(ir.ArrayType(I8, len(text)), bytearray(text))
+    generic = b.addrspacecast(fmt, ir.PointerType())
+    vprintf = ctx.intrinsic("vprintf", I32, [ir.PointerType(), ir.PointerType()])
+    fields = [I32] * (3 + (0 if attrs.scalar else len(coords))) + [ir.DoubleType() if dt.is_float else I64 for dt in dtypes]
+    record = ir.LiteralStructType(fields)
+    for r, mask in enumerate(masks):
+        def emit(r=r):
+            slot = b.alloca(record)
+            items = list(pids) + ([] if attrs.scalar else [c[r] for c in coords])
+            for dt, v in zip(dtypes, values):
+                x = v[r]
+                if dt.is_float:
+                    items.append(x if x.type == ir.DoubleType() else b.fpext(x, ir.DoubleType()))
+                elif x.type.width == 64:
+                    items.append(x)
+                else:
+                    items.append(b.zext(x, I64) if dt.kind in "ub" else b.sext(x, I64))
+            for i, item in enumerate(items):
+                b.store(item, b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)]))
+            b.call(vprintf, [generic, b.bitcast(slot, ir.PointerType())])
+            return []
+        _if_else(ctx, mask, emit, lambda: [], "print")
+
+
 # ---------------------------------------------------------------------------------- shared memory
 def shared_buffer(ctx: Ctx) -> ir.GlobalVariable:
     """The kernel's one dynamic shared buffer: ``extern __shared__ __align__(16) char[]``."""

@@ -669,6 +669,30 @@ def atomic(b: Builder, kind: str, x, offsets, tile, mask=None, sem="relaxed", sc
     return b.create(TileOp.ATOMIC, operands, [value.type], attrs).result
 
 
+def device_print(b: Builder, prefix, *values) -> None:
+    """``tj.device_print``: a PRINT of the values broadcast to one shape, with the program id."""
+    if not isinstance(prefix, str):
+        fail(b, f"device_print: the first argument must be a string, got {describe(prefix)}")
+    if not values:
+        fail(b, "device_print: give at least one value to print")
+    shapes = []
+    for v in values:
+        _check_operand(b, v, "device_print")
+        shapes.append(shape_of(v))
+    shape = max(shapes, key=len)
+    scalar = shape == ()
+    shape = (1,) if scalar else shape
+    if not all(_broadcasts(s, shape) for s in shapes):
+        fail(b, f"device_print: the values' shapes {shapes} do not broadcast to one shape")
+    tiles = []
+    for v in values:
+        dt = v.type.dtype if isinstance(v, Value) else dtypes.python_scalar_dtype(v)
+        dt = dtypes.float32 if dt.is_float and dt.bits < 32 else dtypes.int32 if dt.bits < 32 and not dt.is_float else dt
+        tiles.append(convert(b, v, dt, shape))
+    pids = [program_id(b, axis) for axis in range(3)]
+    b.create(TileOp.PRINT, pids + tiles, [], ir.PrintAttrs(prefix, scalar))
+
+
 # --- compile-time debugging ---------------------------------------------------------------------
 def static_assert(b: Builder, cond, msg: str = "") -> None:
     """Fail the compile, at this line, when the compile-time ``cond`` is false."""
@@ -707,7 +731,7 @@ BUILTINS = {
     "sum": _reduce_builder(ReduceKind.SUM), "max": _reduce_builder(ReduceKind.MAX),
     "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
     "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot, "dot_scaled": dot_scaled,
-    "static_assert": static_assert, "static_print": static_print,
+    "static_assert": static_assert, "static_print": static_print, "device_print": device_print,
     "cumsum": lambda b, x, axis=0, reverse=False: scan(b, "sum", x, axis, reverse),
     "cumprod": lambda b, x, axis=0, reverse=False: scan(b, "prod", x, axis, reverse),
     **{f"atomic_{kind}": (lambda kind: lambda b, x, offsets, tile, mask=None, sem="relaxed", scope="gpu":
