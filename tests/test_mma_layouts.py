@@ -160,6 +160,22 @@ def test_ldmatrix_offsets_follow_their_closed_form(row_bytes, row0, col0):
         assert np.array_equal(ML.ldmatrix_offsets(tile, 4, row_bytes, row0, col0), want), tile
 
 
+def test_defaults_and_refused_shapes():
+    # ldmatrix forms default to .x4 at the tile's origin
+    assert np.array_equal(ML.ldmatrix_rows("a"), ML.ldmatrix_rows("a", 4))
+    assert np.array_equal(ML.ldmatrix_offsets("b_nk", 4, 128), ML.ldmatrix_offsets("b_nk", 4, 128, 0, 0))
+    # an operand tile its warps do not cut into whole instruction tiles is refused
+    for shape, warps in [((48, 16), (2, 1)), ((16, 24), (1, 2)), ((16, 16), (1, 1)), ((32, 16), (4, 1)),
+                         ((17, 16), (1, 1)), ((33, 8), (2, 1)), ((512, 264), (1, 1))]:
+        kind = "bf16"
+        ok = shape[0] % (16 * warps[0]) == 0 and shape[1] % (8 * warps[1]) == 0
+        if ok:
+            ML.mma_layout(kind, "c", shape, warps)
+        else:
+            with pytest.raises(AssertionError):
+                ML.mma_layout(kind, "c", shape, warps)
+
+
 def unswizzled(row, col_byte, row_bytes):
     return row * row_bytes + col_byte
 
