@@ -31,7 +31,7 @@ def _round(x: np.ndarray, dt: D.DType) -> np.ndarray:
         return x.astype(dt.np)
 
 
-KINDS = ("binary", "binary", "unary", "cast", "where", "reduce")
+KINDS = ("binary", "binary", "unary", "cast", "where", "reduce", "scan")
 
 
 @st.composite
@@ -72,7 +72,14 @@ def expressions(draw, leaves: list, depth: int, kinds=KINDS, axes=(0, 1), casts=
         value = np.where(cond, b.value.astype(np.float64) if dt.is_float else b.value.astype(dt.np),
                          a.value.astype(np.float64) if dt.is_float else a.value.astype(dt.np))
         return Node(f"tj.where({a.src} > {b.src}, {b.src}, {a.src})", _round(value, dt), dt)
-    axis = draw(st.sampled_from(axes))                     # a row or column reduction, broadcast back
+    axis = draw(st.sampled_from(axes))
+    if kind == "scan":                                     # running sums along a row or column
+        reverse = draw(st.booleans())
+        f32 = a.value.astype(np.float32).astype(np.float64)
+        run = np.flip(np.cumsum(np.flip(f32, axis), axis=axis), axis) if reverse else np.cumsum(f32, axis=axis)
+        return Node(f"tj.cumsum({a.src}.to(tj.float32), axis={axis}, reverse={reverse})", _round(run, D.float32),
+                    D.float32)
+    # a row or column reduction, broadcast back
     how = draw(st.sampled_from(["sum", "max"]))
     f32 = a.value.astype(np.float32).astype(np.float64)
     red = f32.sum(axis=axis, keepdims=True) if how == "sum" else f32.max(axis=axis, keepdims=True)
