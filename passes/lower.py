@@ -409,7 +409,8 @@ class Lowering:
                   + [mask], None, attrs)
 
     def op_SCAN(self, o):
-        self.values[o.result] = lower_shared.scan(self, o)
+        sort = o.attrs.kind == "sort"
+        self.values[o.result] = (lower_shared.bitonic_sort if sort else lower_shared.scan)(self, o)
 
     def op_DOT(self, o):
         cfg = self.dot_plans.config(o)

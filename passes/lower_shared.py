@@ -53,19 +53,62 @@ def exchange(lw, sv, src: L.Layout, src_strides, dst: L.Layout, dst_strides, dty
                    simt.SharedAttrs(vec, buf)).result
 
 
+def _along_axis(lw, o: ir.Operation):
+    """What SCAN's lowerings share: (attrs, layout, dtype, n, step in bytes along the axis, the
+    shared buffer, each register's address in it and vector width, each register's coordinate
+    along the axis).  The buffer holds the tile row-major."""
+    x, a = o.operands[0], o.attrs
+    layout, dt = lw.layouts[o.result], o.result.type.dtype
+    shape, item = x.type.shape, dt.itemsize
+    strides = rowmajor(shape)
+    base, buf = lw.alloc_shared(item * int(np.prod(shape)))
+    addr, vec = addresses(lw, base, layout, strides, item)
+    coord = lw.ew(TileOp.ADD, [lw.splat(lw.thread_coord(layout, a.axis), layout.n),
+                               lw.const(D.int32, [c[a.axis] for c in layout.regs])], D.int32)
+    return a, layout, dt, shape[a.axis], strides[a.axis] * item, buf, addr, vec, coord
+
+
+def bitonic_sort(lw, o: ir.Operation) -> ir.Value:
+    """SCAN "sort" as a bitonic network through one shared buffer: for block sizes k = 2, 4, ...
+    n and distances j = k/2 ... 1, each element reads its partner ``i ^ j`` along the axis and keeps
+    the smaller or the larger, by whether it is the lower of the pair and which way its block of k
+    runs (n is a power of two: tile dims are).  log2(n) (log2(n) + 1) / 2 rounds."""
+    a, layout, dt, n, pitch, buf, addr, vec, coord = _along_axis(lw, o)
+    regs = layout.n
+    x = o.operands[0]
+
+    def const(v):
+        return lw.const(D.int32, [v] * regs)
+    v = lw.get(x, layout)
+    k = 2
+    while k <= n:
+        j = k // 2
+        # the block of k runs ascending when bit k of the coordinate is clear (reversed: descending)
+        up = lw.ew(TileOp.EQ, [lw.ew(TileOp.AND, [coord, const(k)], D.int32), const(0)], D.bool_)
+        if a.reverse:
+            up = lw.ew(TileOp.EQ, [up, lw.const(D.bool_, [False] * regs)], D.bool_)
+        while j >= 1:
+            lw.emit(simt.SimtOp.STORE_SHARED, [addr, v], None, simt.SharedAttrs(vec, buf))
+            lower = lw.ew(TileOp.EQ, [lw.ew(TileOp.AND, [coord, const(j)], D.int32), const(0)], D.bool_)
+            step = lw.ew(TileOp.WHERE, [lower, const(j * pitch), const(-j * pitch)], D.int32)
+            other = lw.emit(simt.SimtOp.LOAD_SHARED, [lw.ew(TileOp.ADD, [addr, step], D.int32)],
+                            simt.RegType(dt, regs), simt.SharedAttrs(1, buf)).result
+            small = lw.ew(TileOp.MINIMUM, [v, other], dt)
+            large = lw.ew(TileOp.MAXIMUM, [v, other], dt)
+            keep_small = lw.ew(TileOp.EQ, [lower, up], D.bool_)      # the lower of an ascending pair
+            v = lw.ew(TileOp.WHERE, [keep_small, small, large], dt)
+            j //= 2
+        k *= 2
+    return v
+
+
 def scan(lw, o: ir.Operation) -> ir.Value:
     """SCAN by doubling (Hillis-Steele) through one shared buffer: at step s every element adds
     (or multiplies in) the one s before it along the axis (after it, reversed), s = 1, 2, 4, ...;
     log2(n) rounds of one store and one load per register.  Barriers come from insert_barriers."""
-    x, a = o.operands[0], o.attrs
-    layout, dt = lw.layouts[o.result], o.result.type.dtype
-    shape, item, n = x.type.shape, dt.itemsize, x.type.shape[a.axis]
-    strides = rowmajor(shape)
-    base, buf = lw.alloc_shared(item * int(np.prod(shape)))
-    addr, vec = addresses(lw, base, layout, strides, item)
+    a, layout, dt, n, pitch, buf, addr, vec, coord = _along_axis(lw, o)
     regs = layout.n
-    coord = lw.ew(TileOp.ADD, [lw.splat(lw.thread_coord(layout, a.axis), regs),
-                               lw.const(D.int32, [c[a.axis] for c in layout.regs])], D.int32)
+    x = o.operands[0]
     combine = TileOp.ADD if a.kind == "sum" else TileOp.MUL
     v = lw.get(x, layout)
     step = 1
@@ -76,7 +119,7 @@ def scan(lw, o: ir.Operation) -> ir.Value:
             has = lw.ew(TileOp.LT, [beyond, lw.const(D.int32, [n] * regs)], D.bool_)
         else:
             has = lw.ew(TileOp.GE, [coord, lw.const(D.int32, [step] * regs)], D.bool_)
-        shift = step * strides[a.axis] * item * (1 if a.reverse else -1)
+        shift = step * pitch * (1 if a.reverse else -1)
         moved = lw.ew(TileOp.ADD, [addr, lw.const(D.int32, [shift] * regs)], D.int32)
         other = lw.emit(simt.SimtOp.LOAD_SHARED, [lw.ew(TileOp.WHERE, [has, moved, addr], D.int32)],
                         simt.RegType(dt, regs), simt.SharedAttrs(1, buf)).result

@@ -89,3 +89,31 @@ def test_the_ir_text_round_trips_and_the_ptx_assembles(tmp_path, monkeypatch):
     args = (np.zeros((8, 64), np.float32),) * 3
     specs, c, _ = scans.specialise(scans.bind(args, consts))
     assemble_or_skip(scans.compile(specs, c, 4, "cuda").artifact.ptx, "sm_90a")
+
+
+@tj.kernel
+def sorts(x, up, down, R: tj.constexpr, C: tj.constexpr, AXIS: tj.constexpr):
+    t = tj.load(x, (0, 0), (R, C))
+    tj.store(up, (0, 0), tj.sort(t, axis=AXIS))
+    tj.store(down, (0, 0), tj.sort(t, AXIS, descending=True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(r=st.sampled_from([1, 2, 8]), c=st.sampled_from([1, 4, 32, 128]), axis=st.sampled_from([0, 1]),
+       warps=st.sampled_from([1, 2, 4]), dtype=st.sampled_from([np.float32, np.int32, np.uint8, np.float16]),
+       seed=st.integers(0, 99))
+def test_bitonic_sorts_match_numpy(backend, r, c, axis, warps, dtype, seed):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TILEJIT_BACKEND", backend)
+        rng = np.random.default_rng(seed)
+        x = (rng.standard_normal((r, c)) * 50).astype(dtype) if np.dtype(dtype).kind == "f" \
+            else rng.integers(0, 100, (r, c)).astype(dtype)
+        up, down = np.zeros_like(x), np.zeros_like(x)
+        sorts[(1,)](x, up, down, R=r, C=c, AXIS=axis, num_warps=warps)
+    np.testing.assert_array_equal(up, np.sort(x, axis=axis))
+    np.testing.assert_array_equal(down, np.flip(np.sort(x, axis=axis), axis))
+
+
+def test_a_bad_sort_is_an_error_at_the_users_line():
+    body_error("tj.store(y, (0, 0), tj.sort(t, descending=1))", "descending must be a compile-time bool",
+               [ArraySpec(tj.float32, 2)] * 2, {"B": 4}, head="    t = tj.load(x, (0, 0), (B, B))\n")

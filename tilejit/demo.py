@@ -32,6 +32,7 @@ CASES = [
     ("split-K gemm", "split_k_gemm", {}, {"rtol": 1e-3, "atol": 1e-3}),
     ("histogram", "histogram", {}, {}),
     ("embedding bag", "embedding_bag", {}, {"rtol": 1e-5, "atol": 1e-5}),
+    ("top-k", "topk", {}, {}),
     ("attention", "attention", {"causal": False}, {}),
     ("attention causal", "attention", {"causal": True}, {}),
 ]

@@ -173,7 +173,7 @@ def print_line(pid, index, prefix: str, values) -> str:
 
 @dataclass(frozen=True)
 class ScanAttrs(Attrs):
-    kind: str                            # "sum" or "prod"
+    kind: str                            # "sum" or "prod", or "sort" (``reverse``: descending)
     axis: int
     reverse: bool = False                # from the end of the axis (``tj.cumsum(..., reverse=True)``)
 
@@ -237,7 +237,7 @@ class TileOp(enum.Enum):
     TRANS = enum.auto()         # (x) -> x transposed by attrs.perm         PermAttrs
     # reductions and matmul
     REDUCE = enum.auto()        # (x) -> reduced tile or scalar              ReduceAttrs
-    SCAN = enum.auto()          # (x) -> running sums or products along attrs.axis, same type  ScanAttrs
+    SCAN = enum.auto()          # (x) -> running sums or products, or the sorted values, along attrs.axis  ScanAttrs
     PRINT = enum.auto()         # (pid0, pid1, pid2, *values) -> (): one line per element   PrintAttrs
     DOT = enum.auto()           # (a: MxK, b: KxN, acc: MxN f32/i32) -> MxN  DotAttrs
     # structured control flow (single-block regions; each region ends with YIELD)

@@ -192,6 +192,10 @@ def cumsum(x, axis=0, reverse=False):
 def cumprod(x, axis=0, reverse=False):
     """Running products along ``axis`` (``np.cumprod``), with ``cumsum``'s dtypes."""
 @builtin
+def sort(x, axis=-1, descending=False):
+    """The values of ``x`` sorted along ``axis`` (``np.sort``; ``descending=True`` largest first),
+    by a bitonic network: the order of NaNs is not specified."""
+@builtin
 def dot(a, b, acc=None, allow_tf32=False): ...
 @builtin
 def dot_scaled(a, a_scale, b, b_scale, acc=None):

@@ -181,7 +181,7 @@ def _print(op):
 
 def _scan(op):
     _arity(op, 1, 1)
-    _need(isinstance(op.attrs, ScanAttrs) and op.attrs.kind in ("sum", "prod"), op, "attrs must be ScanAttrs")
+    _need(isinstance(op.attrs, ScanAttrs) and op.attrs.kind in ("sum", "prod", "sort"), op, "attrs must be ScanAttrs")
     s = op.operands[0].type
     _need(isinstance(s, TileType) and 0 <= op.attrs.axis < len(s.shape), op, "axis out of range")
     _need(op.result.type == s, op, "the result has the operand's type")

@@ -320,6 +320,10 @@ class _Compiler:
         if o.op is Op.REDUCE:
             a = o.attrs
             return _reduce_fn(a.kind, a.axis, a.keepdims, o.operands[0].type.dtype, rtype.dtype)
+        if o.op is Op.SCAN and o.attrs.kind == "sort":
+            axis, descending = o.attrs.axis, o.attrs.reverse
+            return lambda x: np.ascontiguousarray(np.flip(np.sort(x, axis=axis), axis) if descending
+                                                  else np.sort(x, axis=axis))
         if o.op is Op.SCAN:
             a, out = o.attrs, rtype.dtype.np
             fn = np.cumsum if a.kind == "sum" else np.cumprod

@@ -482,6 +482,18 @@ def scan(b: Builder, kind: str, x, axis=0, reverse=False) -> Value:
     return b.create(TileOp.SCAN, [x], [x.type], ir.ScanAttrs(kind, axis, reverse)).result
 
 
+def sort(b: Builder, x, axis=-1, descending=False) -> Value:
+    """``tj.sort``: the values sorted along ``axis`` (a SCAN of kind "sort")."""
+    if not (isinstance(x, Value) and isinstance(x.type, TileType)) or x.type.shape == ():
+        fail(b, f"sort: expected a tile, got {describe(x)}")
+    if not isinstance(descending, bool):
+        fail(b, "sort: descending must be a compile-time bool")
+    if x.type.dtype.is_bool:
+        x = convert(b, x, dtypes.int32, x.type.shape)
+    axis = normalize_axis(b, axis, len(x.type.shape), "sort")
+    return b.create(TileOp.SCAN, [x], [x.type], ir.ScanAttrs("sort", axis, descending)).result
+
+
 def dot(b: Builder, a, bm, acc=None, allow_tf32=False) -> Value:
     a, bm = _tile(b, a, "dot"), _tile(b, bm, "dot")
     if len(a.type.shape) != 2 or len(bm.type.shape) != 2:
@@ -734,6 +746,7 @@ BUILTINS = {
     "static_assert": static_assert, "static_print": static_print, "device_print": device_print,
     "cumsum": lambda b, x, axis=0, reverse=False: scan(b, "sum", x, axis, reverse),
     "cumprod": lambda b, x, axis=0, reverse=False: scan(b, "prod", x, axis, reverse),
+    "sort": sort,
     **{f"atomic_{kind}": (lambda kind: lambda b, x, offsets, tile, mask=None, sem="relaxed", scope="gpu":
                           atomic(b, kind, x, offsets, tile, mask, sem, scope))(kind)
        for kind in ir.ATOMIC_KINDS if kind != "cas"},
