@@ -17,6 +17,7 @@ from tilejit import ir, simt
 from tilejit.errors import CompileError
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
+from tilejit.passes import lower_shared
 from tilejit.passes.assign_layouts import array_spec, is_tile, memory_layout
 
 
@@ -145,9 +146,28 @@ def store_layout(lw, tile: ir.Value, spec) -> L.Layout:
     return own
 
 
+def _or_across_warps(lw, bits: ir.Value, layout: L.Layout, shape) -> ir.Value:
+    """``bits`` ORed over the warps that replicate each element: every such warp writes its own
+    slot of the element in a shared buffer, then every thread ORs all the element's slots."""
+    warp_bits = [b for b in range(5) if layout.replica_bits("warp") >> b & 1]
+    slots, item, n = 1 << len(warp_bits), bits.type.dtype.itemsize, layout.n
+    mine = lw.bitfield_sum([L.BitTerm("warp", b, 1, item << i) for i, b in enumerate(warp_bits)])
+    base, buf = lw.alloc_shared(item * slots * math.prod(shape))
+    first, _ = lower_shared.addresses(lw, base, layout, lower_shared.rowmajor(shape), item * slots)
+    own = lw.ew(TileOp.ADD, [first, lw.splat(mine, n)], D.int32)
+    lw.emit(simt.SimtOp.STORE_SHARED, [own, bits], None, simt.SharedAttrs(1, buf))
+    out = None
+    for s in range(slots):
+        at = lw.ew(TileOp.ADD, [first, lw.const(D.int32, [s * item] * n)], D.int32)
+        got = lw.emit(simt.SimtOp.LOAD_SHARED, [at], bits.type, simt.SharedAttrs(1, buf)).result
+        out = got if out is None else lw.ew(TileOp.OR, [out, got], bits.type.dtype)
+    return out
+
+
 def atomic(lw, o: ir.Operation) -> ir.Value:
     """An ATOMIC as one ATOMIC_GLOBAL: each element once (replicas hold the same element: only the
-    first of them updates it), its old value in the result's layout."""
+    first of them updates it), its old value in the result's layout: the other replicas read 0
+    and take the first's bits by a shuffle-or across lanes and through shared memory across warps."""
     array, tile, keep = o.operands[0], ir.stored_tile(o), ir.store_mask(o)
     offsets = o.operands[1:1 + array.type.rank]          # (atomic_cas's compared tile follows)
     layout = lw.layouts[o.result]
@@ -157,11 +177,6 @@ def atomic(lw, o: ir.Operation) -> ir.Value:
         mask = lw.ew(TileOp.AND, [mask, lw.get(keep, layout)], D.bool_)
     primary = lw.primary_thread(layout)
     used = primary is not None and any(o.result in u.operands for u in lw.fn.walk())
-    if used and layout.replica_bits("warp"):
-        raise CompileError(f"the old values of tj.atomic_{o.attrs.kind} on a tile of {o.result.type.numel} "
-                           f"elements are not supported with {lw.num_warps} warps yet (the warps would "
-                           "share its elements): launch it with num_warps=1, or give it a tile of at "
-                           f"least {lw.num_warps * 32} elements, or leave the result unused", o.loc)
     if primary is not None:
         mask = lw.ew(TileOp.AND, [mask, lw.splat(primary, layout.n)], D.bool_)
     lw.written(arg_index(lw, array))
@@ -177,6 +192,8 @@ def atomic(lw, o: ir.Operation) -> ir.Value:
             if lanes >> bit & 1:
                 other = lw.emit(simt.SimtOp.SHUFFLE_XOR, [bits], bits.type, simt.MaskAttrs(1 << bit)).result
                 bits = lw.ew(TileOp.OR, [bits, other], bits.type.dtype)
+        if layout.replica_bits("warp"):
+            bits = _or_across_warps(lw, bits, layout, o.result.type.shape)
         old = lw.ew(TileOp.BITCAST, [bits], dt) if dt.is_float else bits
     return old
 

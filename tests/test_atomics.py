@@ -76,21 +76,25 @@ def ticket(counter, tickets):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_counter_hands_out_distinct_tickets(backend, monkeypatch):
+@pytest.mark.parametrize("warps", [1, 4, 8])
+def test_a_counter_hands_out_distinct_tickets(backend, warps, monkeypatch):
+    # one element, 32 * warps threads: the first thread updates it, the lanes take its old value
+    # by a shuffle and the other warps through shared memory
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     counter, tickets = np.zeros(1, np.int32), np.full(50, -1, np.int32)
-    ticket[(50,)](counter, tickets, num_warps=1)
+    ticket[(50,)](counter, tickets, num_warps=warps)
     assert counter[0] == 50
     assert sorted(tickets.tolist()) == list(range(50))     # every program got its own old value
     if backend != "cuda":
         assert tickets.tolist() == list(range(50))         # programs in order on the CPU backends
 
 
-def test_old_values_shared_by_warps_are_refused_at_the_users_line(monkeypatch):
-    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
-    with pytest.raises(tj.CompileError, match="num_warps=1") as err:
-        ticket[(4,)](np.zeros(1, np.int32), np.zeros(4, np.int32), num_warps=4)
-    assert "test_atomics.py" in str(err.value)
+def test_old_values_shared_by_warps_assemble(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    specs, consts, _ = ticket.specialise(ticket.bind((np.zeros(1, np.int32), np.zeros(4, np.int32)), {}))
+    ptx = ticket.compile(specs, consts, 4, "cuda").artifact.ptx
+    assert "shfl.sync.bfly" in ptx and "bar.sync" in ptx
+    assemble_or_skip(ptx, "sm_90a")
 
 
 @tj.kernel
