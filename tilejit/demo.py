@@ -33,6 +33,7 @@ CASES = [
     ("histogram", "histogram", {}, {}),
     ("embedding bag", "embedding_bag", {}, {"rtol": 1e-5, "atol": 1e-5}),
     ("top-k", "topk", {}, {}),
+    ("MoE grouped gemm", "moe_gemm", {}, {"rtol": 1e-3, "atol": 1e-3}),
     ("attention", "attention", {"causal": False}, {}),
     ("attention causal", "attention", {"causal": True}, {}),
 ]
