@@ -176,6 +176,12 @@ def test_defaults_and_refused_shapes():
                 ML.mma_layout(kind, "c", shape, warps)
 
 
+@pytest.mark.parametrize("row_bytes", [8, 24, 48, 96, 200])
+def test_the_swizzle_refuses_rows_that_are_not_a_power_of_two_of_at_least_16_bytes(row_bytes):
+    with pytest.raises(AssertionError):
+        ML.swizzle_xor(0, row_bytes)
+
+
 def unswizzled(row, col_byte, row_bytes):
     return row * row_bytes + col_byte
 
