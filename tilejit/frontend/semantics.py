@@ -655,7 +655,7 @@ def store(b: Builder, x, offsets, tile, mask=None) -> None:
 _ATOMIC_INTS = ("int32", "uint32", "int64", "uint64")
 ATOMIC_DTYPES = {"add": _ATOMIC_INTS + ("float32",), "max": _ATOMIC_INTS, "min": _ATOMIC_INTS,
                  "and": _ATOMIC_INTS, "or": _ATOMIC_INTS, "xor": _ATOMIC_INTS, "xchg": _ATOMIC_INTS + ("float32",),
-                 "cas": ("int32", "uint32", "int64", "uint64")}
+                 "cas": _ATOMIC_INTS}
 
 
 def atomic(b: Builder, kind: str, x, offsets, tile, mask=None, sem="relaxed", scope="gpu", cmp=None) -> Value:
