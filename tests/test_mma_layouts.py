@@ -176,10 +176,22 @@ def test_defaults_and_refused_shapes():
                 ML.mma_layout(kind, "c", shape, warps)
 
 
-@pytest.mark.parametrize("row_bytes", [8, 24, 48, 96, 200])
+@pytest.mark.parametrize("row_bytes", [8, 20, 24, 40, 48, 96, 200])
 def test_the_swizzle_refuses_rows_that_are_not_a_power_of_two_of_at_least_16_bytes(row_bytes):
     with pytest.raises(AssertionError):
         ML.swizzle_xor(0, row_bytes)
+
+
+@pytest.mark.parametrize("warps", [(3, 1), (1, 3), (5, 1), (1, 5), (5, 2), (2, 5)])
+def test_warp_splits_that_are_not_powers_of_two_are_refused(warps):
+    with pytest.raises(AssertionError):
+        ML.mma_layout("bf16", "c", (16 * 5 * 3, 8 * 5 * 3), warps)
+
+
+def test_wavefronts_count_every_word_an_access_touches():
+    # 8-byte reads at bytes 4 and 136: words 1, 2 and 34, 35; words 2 and 34 share bank 2
+    assert ML.wavefronts([4, 136], 8) == 2
+    assert ML.wavefronts([4, 140], 8) == 1
 
 
 def unswizzled(row, col_byte, row_bytes):
