@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import tilejit as tj
+from tilejit import ir
 from tilejit.specs import ArraySpec
 
-from conftest import assemble_or_skip, body_error
+from conftest import assemble_or_skip, body_error, compile_source
 
 
 @tj.kernel
@@ -64,3 +65,13 @@ def test_device_print_on_the_gpu(monkeypatch, capfd):
     x = (np.arange(12, dtype=np.float32).reshape(6, 2) - 3) / 4
     show[(3,)](x, B=2, num_warps=1)
     assert sorted(capfd.readouterr().out.splitlines()) == sorted(expected(x, 2))
+
+
+@pytest.mark.parametrize("prefix", ["t%, t*2:", "x = {a}, (b)", "it's \"quoted\"", "rows"])
+def test_the_ir_text_of_a_print_round_trips_whatever_its_prefix(prefix):
+    src = f"def k(x, y, B: tj.constexpr):\n    tj.device_print({prefix!r}, tj.load(x, (0,), (B,)))\n"
+    fn = compile_source(src, [ArraySpec(tj.float32, 1)] * 2, {"B": 4}, "print_src.py")
+    text = ir.print_function(fn)
+    back = ir.parse_function(text)
+    assert ir.print_function(back) == text
+    assert next(o for o in back.walk() if o.op.name == "PRINT").attrs.prefix == prefix

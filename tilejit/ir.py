@@ -7,6 +7,7 @@ frozen dataclass (``Attrs`` subclasses below) or None.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
 from dataclasses import dataclass, field
@@ -86,6 +87,8 @@ def _fmt(v: Any) -> str:
         return "(" + ", ".join(_fmt(x) for x in v) + ("," if len(v) == 1 else "") + ")"
     if isinstance(v, enum.Enum):
         return v.name.lower()
+    if isinstance(v, str) and not v.isidentifier():
+        return repr(v)                   # a device_print prefix: quoted, so commas and braces parse
     return str(v)
 
 
@@ -404,9 +407,15 @@ class ParseError(ValueError):
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
     """``text`` split at ``sep`` outside parentheses, brackets and angle brackets."""
-    out, depth, start = [], 0, 0
+    out, depth, start, quote = [], 0, 0, None
     for i, ch in enumerate(text):
-        if ch in "([<":
+        if quote:                                # inside a quoted string attribute
+            if ch == quote and text[i - 1] != "\\":
+                quote = None
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch in "([<":
             depth += 1
         elif ch in ")]>":
             depth -= 1
@@ -453,7 +462,7 @@ def _attr_value(text: str, annotation: str, enums: dict):
     if text.startswith("("):
         return tuple(_attr_value(x, "", enums) for x in _split_top(text[1:-1]) if x)
     if annotation == "str":
-        return text
+        return ast.literal_eval(text) if text[:1] in "'\"" else text
     literals = {"True": True, "False": False, "None": None, "inf": float("inf"), "-inf": float("-inf"),
                 "nan": float("nan")}
     if text in literals:
