@@ -81,17 +81,16 @@ def element_offsets(lw, array, offsets, layout: L.Layout):
         if is_tile(offsets[d]):               # a gathered dim: each element's own index
             idx = lw.cast(lw.get(offsets[d], layout), idx_dt)
             ok = _in_range(lw, idx, lw.splat(dim, n), idx_dt)
-        elif len(set(regs)) == 1:             # same index in every register: test it once
+        else:                                 # the block start plus this thread's coordinate
             base = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[d]), idx_dt),
                                       lw.cast(lw.thread_coord(layout, d), idx_dt)], idx_dt)
-            idx = lw.ew(TileOp.ADD, [base, lw.const(idx_dt, regs[:1])], idx_dt)
-            ok = _in_range(lw, idx, dim, idx_dt)
-            idx, ok = lw.splat(idx, n), lw.splat(ok, n)
-        else:
-            base = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[d]), idx_dt),
-                                      lw.cast(lw.thread_coord(layout, d), idx_dt)], idx_dt)
-            idx = lw.ew(TileOp.ADD, [lw.splat(base, n), lw.const(idx_dt, regs)], idx_dt)
-            ok = _in_range(lw, idx, lw.splat(dim, n), idx_dt)
+            if len(set(regs)) == 1:           # same index in every register: test it once
+                idx = lw.ew(TileOp.ADD, [base, lw.const(idx_dt, regs[:1])], idx_dt)
+                ok = _in_range(lw, idx, dim, idx_dt)
+                idx, ok = lw.splat(idx, n), lw.splat(ok, n)
+            else:
+                idx = lw.ew(TileOp.ADD, [lw.splat(base, n), lw.const(idx_dt, regs)], idx_dt)
+                ok = _in_range(lw, idx, lw.splat(dim, n), idx_dt)
         mask = ok if mask is None else lw.ew(TileOp.AND, [mask, ok], D.bool_)
         if not (d == rank - 1 and spec.unit_inner_stride):
             stride = lw.cast(lw.param(ParamKind.STRIDE, arg, d), idx_dt)
