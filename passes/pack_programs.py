@@ -134,8 +134,8 @@ def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
                                      [addr.type], simt.EwAttrs(TileOp.ADD), loc=o.loc)
                 ops.append(moved)
                 o.operands[0] = moved.result
-            elif o.op in (SimtOp.STORE_GLOBAL, SimtOp.ATOMIC_GLOBAL, SimtOp.PRINT):   # a spare program
-                at = len(o.operands) - 1 if o.op is SimtOp.PRINT else 3                   # writes nothing
+            elif o.op in (SimtOp.STORE_GLOBAL, SimtOp.ATOMIC_GLOBAL, SimtOp.PRINT, SimtOp.ASSERT):   # a spare
+                at = 3 if o.op in (SimtOp.STORE_GLOBAL, SimtOp.ATOMIC_GLOBAL) else len(o.operands) - 1  # program writes nothing
                 mask = o.operands[at]
                 both = ir.Operation(SimtOp.ELEMENTWISE, [mask, splat_of(real, mask.type.n)],
                                     [mask.type], simt.EwAttrs(TileOp.AND), loc=o.loc)

@@ -33,6 +33,7 @@ from tilejit.passes.pack_programs import choose_programs, pack_programs
 from tilejit.passes.plan_dots import dot_plans_text, plan_dots
 from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
+from tilejit.passes.strip_asserts import strip_asserts
 from tilejit.passes.uniform_masks import uniform_masks
 from tilejit.passes.warps import small_program
 from tilejit.passes.widen_offsets import widen_offsets
@@ -49,6 +50,7 @@ class Options:
     num_stages: int | None = None      # ring depth of loops that do not say (launch option; None: the compiler picks)
     pack: bool = False          # several short programs per CTA where it applies (TILEJIT_PACK=0: off)
     programs_per_cta: int | None = None     # programs along grid axis 0 per CTA (None: pack decides)
+    debug: bool = False         # keep tj.device_assert checks (launch option debug=True, TILEJIT_DEBUG=1)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Stage:
 
 
 PIPELINE = [
+    Stage("strip_asserts", lambda fn, opt: strip_asserts(fn, opt.debug), "tile"),
     Stage("chunk_rows", lambda fn, opt: chunk_rows(fn), "tile"),
     Stage("widen_offsets", lambda fn, opt: widen_offsets(fn), "tile"),
     Stage("canonicalize", lambda fn, opt: canonicalize(fn), "tile"),
@@ -92,12 +95,12 @@ def stage_text(fn: ir.Function, level: str) -> str:
 def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_90a",
                     dump: Callable[[str, str], None] | None = None, *, wgmma: bool = True,
                     verify: bool = False, num_stages: int | None = None, fast_math: bool = False,
-                    pack: bool = False, programs_per_cta: int | None = None) -> ir.Function:
+                    pack: bool = False, programs_per_cta: int | None = None, debug: bool = False) -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
     pack = pack and small_program(tile_fn, num_warps)               # several tiny programs per CTA
-    options = Options(num_warps, target, wgmma, verify, num_stages, pack, programs_per_cta)
+    options = Options(num_warps, target, wgmma, verify, num_stages, pack, programs_per_cta, debug)
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))

@@ -123,6 +123,25 @@ def load(image: bytes, kernel_name: str, shared_bytes: int, device: int) -> Load
     return kernel
 
 
+ASSERT_SYMBOL, ASSERT_WORDS = "tilejit_assert_record", 16      # codegen.memory.device_assert's record
+
+
+def take_assert_record(kernel: LoadedKernel) -> list[int] | None:
+    """After the kernel's launches end (the context is synchronised): the words of its module's
+    failed-assert record, which is cleared for the next launch; None when no assert failed."""
+    cu = driver.cuda()
+    driver.check(cu.cuCtxSetCurrent(kernel.context), "cuCtxSetCurrent")
+    driver.check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+    address, size = driver.check(cu.cuModuleGetGlobal(kernel.module, ASSERT_SYMBOL.encode()),
+                                 f"cuModuleGetGlobal({ASSERT_SYMBOL!r})")
+    words = np.zeros(ASSERT_WORDS, np.int32)
+    driver.check(cu.cuMemcpyDtoH(words.ctypes.data, address, min(int(size), words.nbytes)), "cuMemcpyDtoH")
+    if not words[0]:
+        return None
+    driver.check(cu.cuMemsetD32(address, 0, ASSERT_WORDS), "cuMemsetD32")
+    return [int(w) for w in words]
+
+
 def _load_module(image: bytes, kernel_name: str):
     """cuModuleLoadDataEx with error and info logs; the driver's log goes into the DeviceError."""
     cu = driver.cuda()

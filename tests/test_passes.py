@@ -139,7 +139,7 @@ def softmax_ir(block=256, dtype=F32):
 
 def test_pipeline_is_one_ordered_list_and_every_stage_dumps():
     names = [s.name for s in PIPELINE]
-    assert names == ["chunk_rows", "widen_offsets", "canonicalize", "fold_exp", "dce", "uniform_masks", "hoist_loads", "plan_dots", "assign_layouts", "plan_loops",
+    assert names == ["strip_asserts", "chunk_rows", "widen_offsets", "canonicalize", "fold_exp", "dce", "uniform_masks", "hoist_loads", "plan_dots", "assign_layouts", "plan_loops",
                      "lower_to_simt", "plan_shared_memory", "insert_barriers", "pack_programs"]
     seen = {}
     fn = softmax_ir()

@@ -8,7 +8,7 @@
         tj.store(out, (i,), tj.load(x, (i,), (BLOCK,)) + tj.load(y, (i,), (BLOCK,)))
 """
 from tilejit.dtypes import DType  # noqa: F401
-from tilejit.errors import CompileError, DeviceError, LaunchError, PerformanceWarning, TilejitError  # noqa: F401
+from tilejit.errors import CompileError, DeviceAssertError, DeviceError, LaunchError, PerformanceWarning, TilejitError  # noqa: F401
 from tilejit.language import *  # noqa: F401,F403
 from tilejit.language import constexpr, cdiv, next_power_of_2, inf, nan, pi  # noqa: F401
 # each stage's public names are added below by the module that owns them

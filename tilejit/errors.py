@@ -77,6 +77,11 @@ class DeviceError(TilejitError):
     """A CUDA driver call failed."""
 
 
+class DeviceAssertError(TilejitError):
+    """A ``tj.device_assert`` failed while the kernel ran (kernels compiled with ``debug=True``
+    or ``TILEJIT_DEBUG=1``): names the kernel, the assert's line and the failing program."""
+
+
 class PerformanceWarning(UserWarning):
     """The kernel runs, but slower than it could: e.g. its tiles spill registers to local
     memory (issued once per compiled specialisation)."""

@@ -175,6 +175,19 @@ def print_line(pid, index, prefix: str, values) -> str:
 
 
 @dataclass(frozen=True)
+class AssertAttrs(Attrs):
+    msg: str                             # the user's message (may be empty)
+    scalar: bool = False                 # a scalar condition (as a (1,) tile): no element index
+    rank: int = 0                        # in SIMT IR: how many coordinate operands follow the ids
+
+
+def assert_message(pid, index, msg: str) -> str:
+    """The text of a failed ``tj.device_assert`` (every backend reports this shape)."""
+    where = f"program ({pid[0]}, {pid[1]}, {pid[2]})" + (f", element ({', '.join(map(str, index))})" if index else "")
+    return f"device_assert failed in {where}" + (f": {msg}" if msg else "")
+
+
+@dataclass(frozen=True)
 class ScanAttrs(Attrs):
     kind: str                            # "sum" or "prod", or "sort" (``reverse``: descending)
     axis: int
@@ -242,6 +255,8 @@ class TileOp(enum.Enum):
     REDUCE = enum.auto()        # (x) -> reduced tile or scalar              ReduceAttrs
     SCAN = enum.auto()          # (x) -> running sums or products, or the sorted values, along attrs.axis  ScanAttrs
     PRINT = enum.auto()         # (pid0, pid1, pid2, *values) -> (): one line per element   PrintAttrs
+    ASSERT = enum.auto()        # (pid0, pid1, pid2, cond: bool) -> (): DeviceAssertError where cond is false
+    #                             (removed by strip_asserts unless the kernel is compiled with debug)  AssertAttrs
     DOT = enum.auto()           # (a: MxK, b: KxN, acc: MxN f32/i32) -> MxN  DotAttrs
     # structured control flow (single-block regions; each region ends with YIELD)
     FOR = enum.auto()           # (lb, ub, step, *inits) -> results; region (iv, *iter_args)  ForAttrs
@@ -574,4 +589,4 @@ def parse_function(text: str, dialect: Dialect | None = None) -> Function:
 
 
 TILE_DIALECT = Dialect(TileOp, parse_type, (ConstAttrs, AxisAttrs, LoadAttrs, PermAttrs, ReduceAttrs, DotAttrs,
-                                            ForAttrs, StoreAttrs, AtomicAttrs, ScanAttrs, PrintAttrs), {"ReduceKind": ReduceKind})
+                                            ForAttrs, StoreAttrs, AtomicAttrs, ScanAttrs, PrintAttrs, AssertAttrs), {"ReduceKind": ReduceKind})

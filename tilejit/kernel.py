@@ -11,6 +11,8 @@ compiler's per-target default, ``passes.mma_tiling.DEFAULT_STAGES``; 1 turns pip
 ``fast_math=True``: sin, cos and float32 exp use the GPU's approximate instructions (sin/cos:
 absolute error ~5e-7, so tiny arguments lose their digits; exp: ~3 ulp) instead of the accurate
 default; 16-bit results take them anyway (below their rounding); the CPU backends stay exact.
+``debug=True`` (or ``TILEJIT_DEBUG=1``): ``tj.device_assert`` checks are compiled in and a failed
+one raises ``DeviceAssertError`` after the launch (on the GPU the launch then synchronises).
 
 Every launch mistake is a ``LaunchError`` naming the kernel, raised before anything runs.
 """
@@ -30,7 +32,7 @@ from tilejit.errors import CompileError, LaunchError, PerformanceWarning, Tileji
 from tilejit.language import constexpr
 from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
 
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "fast_math", "stream")   # keywords of kernel[grid](...)
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "fast_math", "debug", "stream")   # keywords of kernel[grid](...)
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)        # CUDA's gridDim.x, .y, .z maxima
 _UNBOUND = object()
 _STAGES = ("simt_ir", "llvm_ir", "ptx", "cubin", "sass", "registers", "spills", "shared_bytes")
@@ -48,6 +50,11 @@ def compile_switches() -> tuple[tuple[str, bool], ...]:
 def verify_switch() -> bool:
     """``TILEJIT_DEBUG=1``: verify the IR after every pass (it changes no code, so no key has it)."""
     return os.environ.get("TILEJIT_DEBUG", "").strip() == "1"
+
+
+def debug_switch() -> bool:
+    """``TILEJIT_DEBUG=1`` also compiles every launch as ``debug=True`` (device asserts kept)."""
+    return verify_switch()
 
 
 def kernel(fn=None):
@@ -137,13 +144,15 @@ class Kernel:
 
     def __getitem__(self, grid):
         def launch(*args, num_warps: int | None = None, num_stages: int | None = None, fast_math: bool = False,
-                   stream=None, **kwargs):
+                   debug: bool = False, stream=None, **kwargs):
             try:
                 check_num_stages(num_stages)
-                if not isinstance(fast_math, bool):
-                    raise LaunchError(f"fast_math must be True or False, got {fast_math!r}")
-                if not self._launch_fast(grid, args, kwargs, num_warps, stream, num_stages, fast_math):
-                    self._launch(grid, args, kwargs, num_warps, stream, num_stages, fast_math)
+                for name, flag in (("fast_math", fast_math), ("debug", debug)):
+                    if not isinstance(flag, bool):
+                        raise LaunchError(f"{name} must be True or False, got {flag!r}")
+                debug = debug or debug_switch()
+                if not self._launch_fast(grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug):
+                    self._launch(grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug)
             except TilejitError as err:
                 raise at_caller(err, self.name, sys._getframe(1)) from None
         return launch
@@ -188,13 +197,13 @@ class Kernel:
 
     # --- compiling -----------------------------------------------------------------------------
     def compile(self, specs: tuple, consts: dict, num_warps: int | None, backend_name: str,
-                num_stages: int | None = None, fast_math: bool = False) -> _Compiled:
+                num_stages: int | None = None, fast_math: bool = False, debug: bool = False) -> _Compiled:
         """The artifact for one specialisation on one backend, compiled at most once per process
         (and, for backends with an on-disk cache, looked up there before the frontend runs)."""
         backend = backends.get(backend_name)
         self._drop_stale()
         switches = compile_switches() + ((("num_stages", num_stages),) if num_stages is not None else ()) \
-            + ((("fast_math", True),) if fast_math else ())
+            + ((("fast_math", True),) if fast_math else ()) + ((("debug", True),) if debug else ())
         key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
                backend_name, getattr(backend, "target", None), switches)
         entry = self._cache.get(key)
@@ -231,16 +240,16 @@ class Kernel:
         from tilejit.frontend import compile_tile_ir
         return compile_tile_ir(self.fn, list(specs), dict(consts), name=self.name)
 
-    def _launch(self, grid, args, kwargs, num_warps, stream, num_stages=None, fast_math=False) -> None:
+    def _launch(self, grid, args, kwargs, num_warps, stream, num_stages=None, fast_math=False, debug=False) -> None:
         bound = self.bind(args, kwargs)
         specs, consts, values = self.specialise(bound)
         grid3 = normalise_grid(grid(dict(bound)) if callable(grid) else grid)
         check_num_warps(num_warps)
-        entry = self.compile(specs, consts, num_warps, backends.selected(), num_stages, fast_math)
+        entry = self.compile(specs, consts, num_warps, backends.selected(), num_stages, fast_math, debug)
         self._check_outputs(entry.artifact, values, specs)
         entry.backend.launch(entry.artifact, grid3, values, stream)
         make_fast = getattr(entry.backend, "fast_launcher", None)
-        fast = self._fast_key(args, kwargs, num_warps, num_stages, fast_math) if make_fast else None
+        fast = self._fast_key(args, kwargs, num_warps, num_stages, fast_math, debug) if make_fast else None
         if fast is not None:
             launcher = make_fast(entry.artifact)
             if launcher is not None:
@@ -257,7 +266,7 @@ class Kernel:
                                   "but the kernel stores to it", kernel=self.name)
 
     # --- the re-launch fast path ---------------------------------------------------------------
-    def _fast_key(self, args, kwargs, num_warps, num_stages=None, fast_math=False):
+    def _fast_key(self, args, kwargs, num_warps, num_stages=None, fast_math=False, debug=False):
         """(key, views) when the runtime arguments are exactly the positional ones and each is a
         device array or a Python int/float; None sends the launch down the full path. The key
         holds everything the specialisation depends on, computed by the same rules."""
@@ -281,7 +290,7 @@ class Kernel:
             parts.append(part)
             views.append(v)
         consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        key = (num_warps, num_stages, fast_math, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), os.environ.get("TILEJIT_PACK"), consts,
+        key = (num_warps, num_stages, fast_math, debug, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), os.environ.get("TILEJIT_PACK"), consts,
                tuple(parts))
         try:
             hash(key)
@@ -289,12 +298,12 @@ class Kernel:
             return None
         return key, views
 
-    def _launch_fast(self, grid, args, kwargs, num_warps, stream, num_stages=None, fast_math=False) -> bool:
+    def _launch_fast(self, grid, args, kwargs, num_warps, stream, num_stages=None, fast_math=False, debug=False) -> bool:
         """Launch a specialisation seen before with minimal Python work; False if not possible."""
         if not self._fast:
             return False
         self._drop_stale()
-        fast = self._fast_key(args, kwargs, num_warps, num_stages, fast_math)
+        fast = self._fast_key(args, kwargs, num_warps, num_stages, fast_math, debug)
         launcher = self._fast.get(fast[0]) if fast is not None else None
         if launcher is None:
             return False

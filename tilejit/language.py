@@ -222,6 +222,14 @@ def device_print(prefix, *values):
     element: ``pid (x, y, z) idx (i, j) <prefix> <v1> <v2>`` (floats as C's ``%g``), on every
     backend (``vprintf`` on the GPU, where lines of different programs interleave in no set order)."""
 @builtin
+def device_assert(cond, msg=""):
+    """Check ``cond`` (a boolean tile or scalar) while the kernel runs, in kernels compiled with
+    ``debug=True`` (``kernel[grid](..., debug=True)``) or ``TILEJIT_DEBUG=1``; otherwise it
+    compiles to nothing. Where an element is false the launch raises ``tj.DeviceAssertError``
+    naming the kernel, this line, the program and the element: on interpret and emulate at once,
+    on the GPU after the kernel ends (the kernel runs to its end, the context stays usable, and
+    the first failure recorded is reported)."""
+@builtin
 def static_print(*values):
     """Print compile-time values while the kernel is traced (tiles print as their types): once
     per specialisation compiled (not on an on-disk cache hit), nothing at run time."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from tilejit.abi import ParamDesc, ParamKind  # noqa: F401  (the kernel ABI, re-exported)
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
-from tilejit.ir import UNKNOWN_LOC, AtomicAttrs, Attrs, PrintAttrs, AxisAttrs, Dialect, ForAttrs, Function, Loc, ParseError, TileOp  # noqa: F401  (Function re-exported for users of this module)
+from tilejit.ir import UNKNOWN_LOC, AssertAttrs, AtomicAttrs, Attrs, PrintAttrs, AxisAttrs, Dialect, ForAttrs, Function, Loc, ParseError, TileOp  # noqa: F401  (Function re-exported for users of this module)
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,8 @@ class SimtOp(enum.Enum):
     STORE_GLOBAL = enum.auto()   # (ptr, offsets, value, mask: bool) -> ()                   GlobalAttrs
     PRINT = enum.auto()          # (pid0, pid1, pid2, *coords, *values, mask) -> (): one line per
     #                              register where mask holds (vprintf)        ir.PrintAttrs
+    ASSERT = enum.auto()         # (pid0, pid1, pid2, *coords, failed: bool) -> (): the first failed
+    #                              register is reported (DeviceAssertError)   ir.AssertAttrs
     ATOMIC_GLOBAL = enum.auto()  # (ptr, offsets, value, mask: bool[, cmp]) -> n old values (0 where
     #                              masked off): one atomic read-modify-write per element (cmp: cas)  ir.AtomicAttrs
     # shared memory; addresses are byte offsets into the CTA's one shared buffer (i32)
@@ -231,9 +233,15 @@ def parse_type(text: str):
         raise ParseError(f"not a SIMT type: {text!r}") from None
 
 
+def assert_sites(fn: Function) -> list:
+    """The ASSERT ops of a SIMT function in walk order: a failed assert is reported by its number
+    here, and the runtime maps the number back to the message and source line."""
+    return [o for o in fn.walk() if o.op is SimtOp.ASSERT]
+
+
 DIALECT = Dialect(SimtOp, parse_type,
                   (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, SharedAttrs,
-                   LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs),
+                   LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 
 

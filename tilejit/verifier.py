@@ -10,7 +10,7 @@ from tilejit.errors import CompileError
 from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, PREDICATE_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
                         PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType, StoreAttrs, store_mask, stored_tile,
-                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AtomicAttrs, PrintAttrs, ScanAttrs, atomic_compare)
+                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AssertAttrs, AtomicAttrs, PrintAttrs, ScanAttrs, atomic_compare)
 
 
 class VerifyError(CompileError):
@@ -179,6 +179,13 @@ def _print(op):
     _need(len(shapes) == 1, op, "the printed values have one shape")
 
 
+def _assert(op):
+    _need(isinstance(op.attrs, AssertAttrs) and not op.results and len(op.operands) == 4, op,
+          "assert(pid0, pid1, pid2, cond) with AssertAttrs and no results")
+    _need(all(_scalar(p) and p.type.dtype == dtypes.int32 for p in op.operands[:3]), op, "program ids are int32 scalars")
+    _need(op.operands[3].type.dtype == dtypes.bool_, op, "the condition is a bool tile")
+
+
 def _scan(op):
     _arity(op, 1, 1)
     _need(isinstance(op.attrs, ScanAttrs) and op.attrs.kind in ("sum", "prod", "sort"), op, "attrs must be ScanAttrs")
@@ -246,7 +253,7 @@ def _while(op):
 
 SPEC = {TileOp.PROGRAM_ID: _grid, TileOp.NUM_PROGRAMS: _grid, TileOp.DIM: _dim,
         TileOp.CONSTANT: _constant, TileOp.SPLAT: _splat, TileOp.ARANGE: _arange,
-        TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic, TileOp.SCAN: _scan, TileOp.PRINT: _print,
+        TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic, TileOp.SCAN: _scan, TileOp.PRINT: _print, TileOp.ASSERT: _assert,
         **{o: _elementwise for o in BINARY_OPS | COMPARE_OPS | UNARY_OPS},
         TileOp.FMA: _elementwise, TileOp.WHERE: _elementwise, TileOp.CAST: _elementwise, TileOp.BITCAST: _elementwise,
         TileOp.BROADCAST: _broadcast, TileOp.RESHAPE: _reshape, TileOp.TRANS: _trans,

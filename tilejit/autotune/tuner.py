@@ -114,8 +114,9 @@ class Config:
 
 
 def _arguments(kwargs: dict) -> dict:
-    """The kernel's own keyword arguments among a tuned launch's (``fast_math`` is a launch option)."""
-    return {k: v for k, v in kwargs.items() if k != "fast_math"}
+    """The kernel's own keyword arguments among a tuned launch's (``fast_math`` and ``debug`` are
+    launch options)."""
+    return {k: v for k, v in kwargs.items() if k not in ("fast_math", "debug")}
 
 
 def cuda_event_timer(fn, *, setup, warmup: int, rep: int, config: Config) -> float:

@@ -41,9 +41,9 @@ _notice_printed = False
 
 
 def switch_options(options: dict) -> dict:
-    """The ``compile_to_simt`` keyword options (``wgmma``, ``pack``, ``verify``, ``num_stages``) in a
+    """The ``compile_to_simt`` keyword options (``wgmma``, ``pack``, ``verify``, ``num_stages``, ``debug``) in a
     backend's ``options``."""
-    return {k: options[k] for k in ("wgmma", "pack", "verify", "num_stages", "fast_math") if k in options}
+    return {k: options[k] for k in ("wgmma", "pack", "verify", "num_stages", "fast_math", "debug") if k in options}
 
 
 def launch_geometry(programs: int, grid: tuple, args: list) -> tuple[tuple, list]:

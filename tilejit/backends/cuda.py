@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from tilejit.abi import ParamKind
 from tilejit import backends, dtypes
 from tilejit.backends.resources import check_resources
-from tilejit.simt import ParamDesc
+from tilejit.errors import Loc
+from tilejit.simt import ParamDesc, assert_sites
 
 _CACHE_FILES = ("ptx", "cubin", "llvm_ir", "simt_ir")
 
@@ -32,6 +33,7 @@ class CudaArtifact:
     registers: int | None = None
     spills: int | None = None
     programs_per_cta: int = 1              # programs along grid axis 0 per CTA (pack_programs)
+    asserts: tuple = ()                    # (message, scalar, rank, Loc) of each tj.device_assert, by number
     loaded: dict = field(default_factory=dict, repr=False)   # device -> LoadedKernel
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -69,6 +71,7 @@ class CudaArtifact:
         return {"name": self.name, "writes": list(self.writes), "num_warps": self.num_warps,
                 "shared_bytes": self.shared_bytes, "registers": self.registers, "spills": self.spills,
                 "programs_per_cta": self.programs_per_cta,
+                "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name] for p in self.params]}
 
     @classmethod
@@ -77,7 +80,8 @@ class CudaArtifact:
         return cls(meta["name"], params, tuple(meta["writes"]), meta["num_warps"], meta["shared_bytes"],
                    files["ptx"].decode(), files.get("cubin"), files["llvm_ir"].decode(),
                    files["simt_ir"].decode(), meta.get("registers"), meta.get("spills"),
-                   int(meta.get("programs_per_cta", 1)))
+                   int(meta.get("programs_per_cta", 1)),
+                   tuple((m, bool(s), int(r), Loc(f, ln, c, e, fn)) for m, s, r, f, ln, c, e, fn in meta.get("asserts", ())))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -169,7 +173,8 @@ class CudaBackend:
         art = CudaArtifact(state["kernel_name"], list(simt_fn.meta.params), tuple(simt_fn.meta.writes),
                            simt_fn.meta.num_warps, simt_fn.meta.shared_bytes, state["ptx"],
                            state.get("cubin"), state["llvm_ir"], state["simt_ir"],
-                           state.get("registers"), state.get("spills"), simt_fn.meta.programs_per_cta)
+                           state.get("registers"), state.get("spills"), simt_fn.meta.programs_per_cta,
+                           tuple((o.attrs.msg, o.attrs.scalar, o.attrs.rank, o.loc) for o in assert_sites(simt_fn)))
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())
@@ -179,7 +184,7 @@ class CudaBackend:
         """A launch function for re-launches whose array arguments are already device views
         (``Kernel`` has checked devices and specs on the first launch); None without arrays."""
         arrays = [p.arg for p in art.params if p.kind is ParamKind.PTR]
-        if not arrays:
+        if not arrays or art.asserts:     # asserts are checked after every launch: the full path
             return None
         threads, params, programs = 32 * art.num_warps * art.programs_per_cta, art.params, art.programs_per_cta
 
@@ -199,6 +204,23 @@ class CudaBackend:
         grid, args = backends.launch_geometry(art.programs_per_cta, tuple(grid), args)
         launch.launch_arrays(art.kernel_for_device, grid, 32 * art.num_warps * art.programs_per_cta, args,
                              art.params, art.writes, stream)
+        if art.asserts:
+            check_asserts(art)
+
+
+def check_asserts(art: CudaArtifact) -> None:
+    """DeviceAssertError for the first failed ``tj.device_assert`` the launch recorded (the
+    record lives in the loaded module; it is cleared, so the context stays usable)."""
+    from tilejit import ir
+    from tilejit.errors import DeviceAssertError
+    from tilejit.runtime import launch
+    for loaded in list(art.loaded.values()):
+        words = launch.take_assert_record(loaded)
+        if words is None:
+            continue
+        msg, scalar, rank, loc = art.asserts[words[0] - 1]
+        index = () if scalar else tuple(words[4:4 + min(rank, len(words) - 4)])
+        raise DeviceAssertError(ir.assert_message(words[1:4], index, msg), loc)
 
 
 backends.register("cuda", CudaBackend())

@@ -22,7 +22,7 @@ import numpy as np
 from tilejit.abi import ParamKind
 from tilejit import backends, ir
 from tilejit.backends import emulate_mma
-from tilejit.errors import LaunchError
+from tilejit.errors import DeviceAssertError, LaunchError
 from tilejit.backends.interpret import atomic_combine, elementwise_fn
 from tilejit.simt import PtrType, SimtOp
 
@@ -218,6 +218,17 @@ class Machine:
                                                   [v[row, t, r].item() for v in values])
             for index in sorted(lines):
                 print(lines[index], flush=True)
+
+    def op_ASSERT(self, o, f):
+        """The first failing element (in program, thread and register order) raises."""
+        ops = [f[x] for x in o.operands]
+        coords, failed = ops[3:-1], ops[-1]
+        hits = np.argwhere(failed)
+        if len(hits):
+            row, t, r = (int(i) for i in hits[0])
+            pid = [int(p[row, t, 0]) for p in ops[:3]]
+            index = () if o.attrs.scalar else tuple(int(c[row, t, r]) for c in coords)
+            raise DeviceAssertError(ir.assert_message(pid, index, o.attrs.msg), o.loc)
 
     def op_ATOMIC_GLOBAL(self, o, f):
         """Lanes update one after another, in thread and register order: every read-modify-write is

@@ -17,7 +17,7 @@ import numpy as np
 
 from tilejit import backends, dtypes, ir
 from tilejit.dtypes import DType
-from tilejit.errors import LaunchError
+from tilejit.errors import DeviceAssertError, LaunchError
 from tilejit.ir import COMPARE_OPS, Block, Function, Operation, ReduceKind, TileOp as Op, TileType
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
@@ -364,6 +364,17 @@ class _Compiler:
                       flush=True)
         return show
 
+    def op_ASSERT(self, o: Operation):
+        ins, msg, scalar, loc = [self.slot(v) for v in o.operands], o.attrs.msg, o.attrs.scalar, o.loc
+
+        def check(env):
+            cond = np.asarray(env[ins[3]])
+            if not cond.all():
+                pid = [int(env[i]) for i in ins[:3]]
+                index = () if scalar else tuple(int(i) for i in np.argwhere(~cond)[0])
+                raise DeviceAssertError(ir.assert_message(pid, index, msg), loc)
+        return check
+
     def op_CONSTANT(self, o: Operation):
         t = o.result.type
         with np.errstate(all="ignore"):
@@ -508,13 +519,14 @@ class InterpretBackend:
         from tilejit.backends import switch_options
         from tilejit.backends.resources import check_resources
         from tilejit.passes.pipeline import clone_function, compile_to_simt
+        from tilejit.passes.strip_asserts import strip_asserts
         from tilejit.passes.widen_offsets import widen_offsets
         # a kernel the GPU could not hold is refused here too, with the same error at the same
         # line (the SIMT program is built only for that check)
         check_resources(compile_to_simt(tile_fn, num_warps=options.get("num_warps", 4),
                                         **switch_options(options)), "sm_90a")
         # 64-bit offsets into arrays of 2**31 elements or more, as on the other backends
-        return Program(widen_offsets(clone_function(tile_fn)))
+        return Program(widen_offsets(strip_asserts(clone_function(tile_fn), options.get("debug", False))))
 
     def launch(self, program: Program, grid, args: list, stream=None) -> None:
         program.launch(grid, args)

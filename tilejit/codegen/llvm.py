@@ -43,7 +43,7 @@ from tilejit import dtypes as D
 from tilejit import simt
 from tilejit.codegen.base import GLOBAL, I8, I32, I64, Ctx, const, reg_type
 from tilejit.codegen.elementwise import elementwise
-from tilejit.codegen.memory import (atomic_global, cp_async, device_print, load_global, load_shared, pack, shared_pointer,
+from tilejit.codegen.memory import (atomic_global, cp_async, device_assert, device_print, load_global, load_shared, pack, shared_pointer,
                                     store_global, store_shared)
 from tilejit.errors import CompileError
 from tilejit.ir import UNKNOWN_LOC
@@ -176,6 +176,7 @@ class KernelEmitter:
         self.lines = LineInfo(self.module, func, fn.meta.loc or UNKNOWN_LOC)
         self.b.debug_metadata = self.lines.location(fn.meta.loc)
         self.values: dict[int, list] = {}
+        self.asserts = simt.assert_sites(fn)  # op_ASSERT numbers them; the runtime maps numbers back
 
     @property
     def b(self) -> ir.IRBuilder:
@@ -300,6 +301,13 @@ class KernelEmitter:
         values = op.operands[3 + rank:-1]
         device_print(self.ctx, [regs[i][0] for i in range(3)], regs[3:3 + rank], regs[3 + rank:-1], regs[-1],
                      [v.type.dtype for v in values], op.attrs)
+
+    def op_ASSERT(self, op):
+        """Number ``i`` of the function's ASSERT ops in walk order (``assert_sites``)."""
+        rank = op.attrs.rank
+        regs = [self.get(v) for v in op.operands]
+        ident = next(i for i, o in enumerate(self.asserts) if o is op)
+        device_assert(self.ctx, ident, [regs[i][0] for i in range(3)], regs[3:3 + rank], regs[-1])
 
     def op_ATOMIC_GLOBAL(self, op):
         ptr, offsets, values, masks = (self.get(v) for v in op.operands[:4])

@@ -216,6 +216,38 @@ def device_print(ctx: Ctx, pids: list, coords: list, values: list, masks: list, 
         _if_else(ctx, mask, emit, lambda: [], "print")
 
 
+ASSERT_SYMBOL = "tilejit_assert_record"     # the module's failed-assert record (runtime reads it)
+ASSERT_WORDS = 16                            # i32s: assert id + 1, program id (3), element coordinates
+
+
+def device_assert(ctx: Ctx, ident: int, pids: list, coords: list, failed: list) -> None:
+    """Record the first failing register of the whole launch in the module's global
+    ``ASSERT_SYMBOL``: word 0 goes from 0 to ``ident + 1`` by compare-and-swap, and only the
+    thread that swapped writes the program id and the element's coordinates after it."""
+    b = ctx.builder
+    record = ctx.module.globals.get(ASSERT_SYMBOL)
+    if record is None:
+        record = ir.GlobalVariable(ctx.module, ir.ArrayType(I32, ASSERT_WORDS), ASSERT_SYMBOL, addrspace=1)
+        record.initializer = ir.Constant(ir.ArrayType(I32, ASSERT_WORDS), [0] * ASSERT_WORDS)
+        record.align = 16
+
+    def word(i):
+        return b.gep(record, [ir.Constant(I32, 0), ir.Constant(I32, i)])
+
+    for r, bad in enumerate(failed):
+        def report(r=r):
+            old = b.cmpxchg(word(0), ir.Constant(I32, 0), ir.Constant(I32, ident + 1), "monotonic", "monotonic")
+
+            def fill():
+                items = list(pids) + [c[r] for c in coords][:ASSERT_WORDS - 4]
+                for i, item in enumerate(items):
+                    b.store(item, word(1 + i))
+                return []
+            _if_else(ctx, b.extract_value(old, 1), fill, lambda: [], "assert.first")
+            return []
+        _if_else(ctx, bad, report, lambda: [], "assert")
+
+
 # ---------------------------------------------------------------------------------- shared memory
 def shared_buffer(ctx: Ctx) -> ir.GlobalVariable:
     """The kernel's one dynamic shared buffer: ``extern __shared__ __align__(16) char[]``."""

@@ -705,6 +705,23 @@ def device_print(b: Builder, prefix, *values) -> None:
     b.create(TileOp.PRINT, pids + tiles, [], ir.PrintAttrs(prefix, scalar))
 
 
+def device_assert(b: Builder, cond, msg: str = "") -> None:
+    """``tj.device_assert``: an ASSERT of ``cond`` with the program id (strip_asserts removes it
+    unless the kernel is compiled with debug)."""
+    if not isinstance(msg, str):
+        fail(b, f"device_assert: the message must be a string, got {describe(msg)}")
+    if not isinstance(cond, Value):
+        if isinstance(cond, ArrayHandle) or not isinstance(cond, (bool, int)):
+            fail(b, f"device_assert: the condition must be a boolean tile or scalar, got {describe(cond)}")
+        if cond:
+            return                      # true at compile time: nothing to check
+    shape = shape_of(cond)
+    scalar = shape == ()
+    tile = convert(b, cond, dtypes.bool_, (1,) if scalar else shape)
+    pids = [program_id(b, axis) for axis in range(3)]
+    b.create(TileOp.ASSERT, pids + [tile], [], ir.AssertAttrs(msg, scalar))
+
+
 # --- compile-time debugging ---------------------------------------------------------------------
 def static_assert(b: Builder, cond, msg: str = "") -> None:
     """Fail the compile, at this line, when the compile-time ``cond`` is false."""
@@ -744,6 +761,7 @@ BUILTINS = {
     "min": _reduce_builder(ReduceKind.MIN), "argmax": _reduce_builder(ReduceKind.ARGMAX),
     "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot, "dot_scaled": dot_scaled,
     "static_assert": static_assert, "static_print": static_print, "device_print": device_print,
+    "device_assert": device_assert,
     "cumsum": lambda b, x, axis=0, reverse=False: scan(b, "sum", x, axis, reverse),
     "cumprod": lambda b, x, axis=0, reverse=False: scan(b, "prod", x, axis, reverse),
     "sort": sort,
