@@ -5,6 +5,8 @@
     python3 benchmarks/profile_one.py matmul --config 256x128x64x3x8
 
 ``attention``: B4 H32 S<size> D128 bf16 (``--causal``), config BMxBNxwarps (default 128x64x4);
+``softmax``, ``layernorm``, ``rmsnorm``: the examples over 2**26 values in rows of ``--columns``
+(``--dtype``, default bfloat16), as ``bench_sweep`` runs them (no num_warps);
 ``matmul``: <size>³ bf16, config BMxBNxBKxSTAGESxwarps (default 256x128x64x3x8); ``--size``
 defaults to 4096 (use a small one under ``compute-sanitizer``).  The first launch
 compiles; three more follow, so ``-c 1`` after a warm-up skip (``-s 1``) sees a steady one.
@@ -19,7 +21,9 @@ import tilejit as tj
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kernel", choices=["attention", "matmul"])
+    parser.add_argument("kernel", choices=["attention", "matmul", "softmax", "layernorm", "rmsnorm"])
+    parser.add_argument("--columns", type=int, default=1024)
+    parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--config", default=None)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--size", type=int, default=4096, help="GEMM M = N = K, attention seq")
@@ -38,6 +42,18 @@ def main() -> int:
         def launch():
             kernel[(tj.cdiv(seq, BM), 4 * 32)](q, k, v, o, 128 ** -0.5, BM=BM, BN=BN, BD=128,
                                                  CAUSAL=args.causal, num_warps=nw)
+    elif args.kernel in ("softmax", "layernorm", "rmsnorm"):
+        C, dt = args.columns, getattr(torch, args.dtype)
+        x = common.random_tensor(torch, (2**26 // C, C), dt, seed=1)
+        w, b, y = (common.random_tensor(torch, (C,), dt, seed=2), common.random_tensor(torch, (C,), dt, seed=3),
+                   torch.empty_like(x))
+        module = common.load_example(args.kernel)
+        kernel = getattr(module, f"{args.kernel}_kernel")
+        extra = {"softmax": (), "layernorm": (w, b), "rmsnorm": (w,)}[args.kernel]
+        outputs = (y,) + ((1e-5,) if args.kernel != "softmax" else ())
+
+        def launch():
+            kernel[(x.shape[0],)](x, *extra, *outputs, BLOCK=tj.next_power_of_2(C))
     else:
         BM, BN, BK, S, nw = (int(x) for x in (args.config or "256x128x64x3x8").split("x"))
         size = args.size

@@ -332,7 +332,8 @@ def one_op(tile_op, dtype, out=None, nargs=2):
     (TileOp.CAST, D.uint32, f32, 1, ["uitofp"], [], []),
     (TileOp.CAST, f32, b1, 1, ["fcmp une"], [], []),                            # nan -> True
     (TileOp.CAST, f32, D.bfloat16, 1, ["fptrunc float"], [], ["cvt.rn.bf16.f32"]),
-    (TileOp.TRUEDIV, f32, None, 2, ["fdiv"], [], ["div.rn.f32"]),
+    (TileOp.TRUEDIV, f32, None, 2, ["llvm.nvvm.rcp.approx.ftz.d", "llvm.fma.f64"], ["fdiv float"],  # one register:
+     ["rcp.approx.ftz.f64", "cvt.rn.f32.f64"]),                                               # inline, no call
     (TileOp.SQRT, f32, None, 1, ["llvm.sqrt.f32"], [], ["sqrt.rn.f32"]),
     (TileOp.SIN, f32, None, 1, ["llvm.rint.f64", "mul i128"], ["sin.approx"], ["fma.rn.f64"]),   # accurate,
     (TileOp.COS, f32, None, 1, ["llvm.rint.f64", "mul i128"], ["cos.approx"], ["fma.rn.f64"]),   # full range

@@ -195,6 +195,69 @@ def test_gpu_16_bit_exp_and_division_round_like_the_exact_values(dtype):
         assert (np.abs(g - w) <= ulp).all() and (g != w).mean() < 1e-2
 
 
+def _division_operands(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random bit patterns (every exponent, subnormals, NaN, inf), every pair of special values,
+    quotients that overflow or underflow, and ordinary normals."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2**32, (2, n), dtype=np.uint64).astype(np.uint32).view(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -3.0, 7.0, 0.1, 1e-45, -1e-40,
+                        1.1754944e-38, 3.4028235e38, -3.4028235e38], np.float32)
+    sa, sb = (g.ravel() for g in np.meshgrid(special, special))
+    big = rng.random(n, np.float32) * np.float32(3e38)
+    tiny = rng.random(n, np.float32) * np.float32(1e-3)
+    normal = rng.standard_normal((2, n)).astype(np.float32)
+    return (np.concatenate([bits[0], sa, big, tiny, normal[0]]),
+            np.concatenate([bits[1], sb, tiny, big, normal[1]]))
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    return (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+
+
+def test_inline_division_is_correctly_rounded():
+    """One-register float32 divisions (a row's mean) divide in float64 from a 22-bit reciprocal
+    estimate (the host stands in for rcp.approx.ftz.f64 with 22 bits): the float32 result must
+    be NumPy's to the bit, signed zeros, infinities and NaN included."""
+    a, b = _division_operands(200000, 5)
+    with np.errstate(all="ignore"):
+        want = a / b
+    got = host_eval(TileOp.TRUEDIV, D.float32, a, b, inline_division=True)
+    assert _same_bits(got, want).all(), [(x, y) for x, y in zip(a[~_same_bits(got, want)][:5], b[~_same_bits(got, want)][:5])]
+
+
+@tj.kernel
+def mean_and_scale(x, y, out, n):
+    t = tj.load(x, (tj.program_id(0),), (1,))
+    u = tj.load(y, (tj.program_id(0),), (1,))
+    tj.store(out, (tj.program_id(0),), t / u)               # one register: the inline form
+    tj.store(out, (tj.program_id(0) + n,), tj.load(x, (0,), (256,)).sum(0, keepdims=True) / n)
+
+
+def test_scalar_division_has_no_call_and_costs_layernorm_fewer_registers(tmp_path, monkeypatch):
+    """ptxas expands div.rn.f32 with a call; with two scalar divisions (mean and variance by n),
+    a 256-column bf16 layernorm needed 62 registers (1 warp, 8 to a CTA: 4 CTAs per SM)."""
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    import sys
+    sys.path.insert(0, __file__.rsplit("/tests/", 1)[0] + "/examples")
+    from layernorm import layernorm_kernel
+    x, w = np.zeros((64, 256), tj.bfloat16.np), np.zeros(256, tj.bfloat16.np)
+    specs, consts, _ = layernorm_kernel.specialise(layernorm_kernel.bind((x, w, w, x, 1e-5), {"BLOCK": 256}))
+    art = layernorm_kernel.compile(specs, consts, None, "cuda").artifact
+    assert "div.rn.f32" not in art.ptx and "rcp.approx.ftz.f64" in art.ptx
+    if art.registers:
+        assert art.registers <= 48, art.registers
+
+
+@pytest.mark.gpu
+def test_gpu_scalar_division_is_correctly_rounded():
+    a, b = _division_operands(1 << 16, 6)
+    out = np.zeros(2 * len(a), np.float32)
+    mean_and_scale[(len(a),)](a, b, out, len(a))
+    with np.errstate(all="ignore"):
+        want = a / b
+    assert _same_bits(out[:len(a)], want).all()
+
+
 def test_pow_is_within_one_ulp_and_keeps_c_pows_special_values():
     """x ** y in float64 from log2 |x| (about 47 bits) and one rounding: even results near 2**128,
     where y log2 x is large, stay within an ulp (the float32 ex2.approx form was ~110 ulp there;

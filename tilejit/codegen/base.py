@@ -91,12 +91,53 @@ class Ctx:
         # slow path is a subroutine call: ptxas serialises every wgmma of a function with calls
         self.division_without_calls = False
         self.fast_math = False                       # approximate sin/cos (the fast_math launch option)
+        # float32 division of the op being emitted by ``ieee_div_f32`` (set for ops of one register:
+        # a row's mean; per-element division keeps div.rn.f32, whose fast path needs fewer registers)
+        self.inline_division = False
 
     def fdiv(self, a: ir.Value, b: ir.Value) -> ir.Value:
-        """a / b for float values (see ``division_without_calls``)."""
-        if self.division_without_calls and a.type == ir.FloatType():
-            return self.call("llvm.nvvm.div.full", a.type, [a, b])
+        """a / b for float values: float32 ``div.full.f32`` (2 ulp) under ``division_without_calls``,
+        else correctly rounded: inline (``ieee_div_f32``) under ``inline_division``, else div.rn."""
+        if a.type == ir.FloatType():
+            if self.division_without_calls:
+                return self.call("llvm.nvvm.div.full", a.type, [a, b])
+            if self.inline_division:
+                return self.ieee_div_f32(a, b)
         return self.builder.fdiv(a, b)
+
+    def ieee_div_f32(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        """float32 ``x / y`` correctly rounded, as ``div.rn.f32`` gives it, but inline: ptxas
+        expands ``div.rn.f32`` with a slow-path subroutine call, and the values live across the
+        call cost a layernorm (two scalar divisions by n) 62 instead of 47 registers at 256
+        bf16 columns.  Per element it costs more registers than div.rn's fast path (a 65,536-
+        column softmax spilled), so codegen uses it for ops of one register (``inline_division``).
+
+        Finite ``x`` and finite nonzero ``y`` divide in float64: a reciprocal estimate
+        (``rcp.approx.ftz.f64``, exact in float64's range for every float32) refined by two
+        Newton steps, the quotient ``q = x * r`` and one residual correction ``q + r * (x - y*q)``
+        (FMAs) leave q within about 2**-53 of x/y, and rounding it to float32 is then the correct
+        rounding: a quotient of two 24-bit significands is never a float32 midpoint and lies at
+        least ~2**-50 (relative) from every one.  Overflow and float32 subnormal results round in
+        that one conversion.  The other inputs (NaN, infinities, x = 0 or y = 0) take ``x * seed``:
+        the estimate is exact there (1/0 = inf, 1/inf = 0, signed; NaN), and 1/y of a finite y is
+        a normal float64, so inf / y stays inf and ±0 / y keeps its sign."""
+        b, f64 = self.builder, ir.DoubleType()
+        xd, yd = b.fpext(x, f64), b.fpext(y, f64)
+        one = ir.Constant(f64, 1.0)
+
+        def fma(p, q, r):
+            return self.call("llvm.fma.f64", f64, [p, q, r])
+        r = seed = self.call("llvm.nvvm.rcp.approx.ftz.d", f64, [yd])
+        for _ in range(2):
+            r = fma(r, fma(b.fneg(yd), r, one), r)
+        q = b.fmul(xd, r)
+        q = fma(fma(b.fneg(yd), q, xd), r, q)
+        inf = ir.Constant(f64, float("inf"))
+        finite = b.and_(b.fcmp_ordered("<", self.call("llvm.fabs.f64", f64, [xd]), inf),
+                        b.fcmp_ordered("<", self.call("llvm.fabs.f64", f64, [yd]), inf))
+        zero = ir.Constant(f64, 0.0)        # x = 0 too: the correction would lose -0's sign
+        regular = b.and_(finite, b.and_(b.fcmp_ordered("!=", yd, zero), b.fcmp_ordered("!=", xd, zero)))
+        return b.fptrunc(b.select(regular, q, b.fmul(xd, seed)), x.type)
 
     def block(self, name: str) -> ir.Block:
         return self.func.append_basic_block(name)

@@ -29,15 +29,20 @@ HOST_APPROX = {   # NVVM approximation -> the exact operation it stands for (x i
     "llvm.nvvm.cos.approx.f": "%r = call float @llvm.cos.f32(float %x)",
     "llvm.nvvm.rsqrt.approx.f": "%s = call float @llvm.sqrt.f32(float %x)\n  %r = fdiv float 1.0, %s",
     "llvm.nvvm.div.full": ("float %x, float %y", "%r = fdiv float %x, %y"),
+    # MUFU.RCP64H's estimate is good to about 2**-22: keep 22 bits of the exact reciprocal, so
+    # the refinement that follows it (``Ctx.ieee_div_f32``) is tested as the GPU runs it
+    "llvm.nvvm.rcp.approx.ftz.d": ("double %x", "%e = fdiv double 1.0, %x\n  %i = bitcast double %e to i64\n"
+                                   "  %m = and i64 %i, -1073741824\n  %r = bitcast i64 %m to double", "double"),
 }
 
 
-def _host_loop_module(tile_op: TileOp, in_dtypes: list[DType], out: DType) -> str:
+def _host_loop_module(tile_op: TileOp, in_dtypes: list[DType], out: DType, inline_division: bool = False) -> str:
     """``void f(out*, in0*, ..., i64 n)``: out[i] = op(in0[i], ...), emitted by codegen.elementwise."""
     nargs = len(in_dtypes)
     mod, ptr = ir.Module("host"), ir.PointerType()
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ptr] * (1 + nargs) + [I64]), "f")
     ctx = Ctx(mod, fn, 90, "host")
+    ctx.inline_division = inline_division
     b, entry = ctx.builder, ctx.builder.block
     head, body, done = ctx.block("head"), ctx.block("body"), ctx.block("done")
     b.branch(head)
@@ -56,24 +61,25 @@ def _host_loop_module(tile_op: TileOp, in_dtypes: list[DType], out: DType) -> st
     b.ret_void()
     text = str(mod)
     for k, (name, exact) in enumerate(HOST_APPROX.items()):
-        params, exact = exact if isinstance(exact, tuple) else ("float %x", exact)
-        text = re.sub(rf'declare float @"{re.escape(name)}"\(.*\)\n', "", text)
+        params, exact, ret = (exact + ("float",))[:3] if isinstance(exact, tuple) else ("float %x", exact, "float")
+        text = re.sub(rf'declare {ret} @"{re.escape(name)}"\(.*\)\n', "", text)
         text = text.replace(f'@"{name}"', f'@"host{k}"')
-        text += f'\ndefine internal float @"host{k}"({params}) {{\n  {exact}\n  ret float %r\n}}\n'
+        text += f'\ndefine internal {ret} @"host{k}"({params}) {{\n  {exact}\n  ret {ret} %r\n}}\n'
     return text
 
 
-def host_eval(tile_op: TileOp, in_dtype, *arrays, out: DType | None = None) -> np.ndarray:
+def host_eval(tile_op: TileOp, in_dtype, *arrays, out: DType | None = None, inline_division: bool = False) -> np.ndarray:
     """NumPy arrays in, the codegen's answer for ``tile_op`` computed on the host out.
     ``in_dtype`` is one DType for every operand, or a list of one per operand (``where``'s
-    bool condition, a comparison or cast between dtypes)."""
+    bool condition, a comparison or cast between dtypes).  ``inline_division``: float32 division as
+    codegen emits it for one-register ops (``Ctx.ieee_div_f32``)."""
     in_dtypes = list(in_dtype) if isinstance(in_dtype, (list, tuple)) else [in_dtype] * len(arrays)
     out = out or in_dtypes[-1]
     if any(d.is_float and d.bits < 32 for d in (*in_dtypes, out)):
         raise ValueError(f"host_eval runs float32/int/bool only, not {in_dtypes} -> {out}")
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    module = llvm.parse_assembly(_host_loop_module(tile_op, in_dtypes, out))
+    module = llvm.parse_assembly(_host_loop_module(tile_op, in_dtypes, out, inline_division))
     module.verify()
     engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine())
     engine.finalize_object()          # the engine owns the code: it lives until we return

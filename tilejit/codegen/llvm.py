@@ -251,9 +251,11 @@ class KernelEmitter:
         operands = [self.get(v) for v in op.operands]
         dtypes = [v.type.dtype for v in op.operands]
         regs = []
+        self.ctx.inline_division = out.n == 1
         for i in range(out.n):
             args = [o[i] if len(o) > 1 else o[0] for o in operands]
             regs.append(elementwise(self.ctx, op.attrs.op, args, dtypes, out.dtype))
+        self.ctx.inline_division = False
         self.set(op.result, regs)
 
     # --- warp shuffles
