@@ -39,6 +39,7 @@ class Lowering:
         self.values: dict[ir.Value, ir.Value] = {}
         self.scopes: list[dict] = [{}]
         self.geometry: dict = {}              # prologue values, keyed by what they compute
+        self.lane_bits = 0                   # lane-id bits that place data (SimtMeta.lane_bits)
         self.next_buffer = 0
         self.params: list[simt.ParamDesc] = []
         self.param_index: dict[tuple, int] = {}
@@ -155,7 +156,12 @@ class Lowering:
             self.geometry[key] = make()
         return self.geometry[key]
 
-    def thread_id(self, src: str) -> ir.Value:
+    def thread_id(self, src: str, placing: bool = True) -> ir.Value:
+        """The thread's ``tid``, ``lane`` or ``warp`` (i32).  Unless ``placing`` is False (a replica
+        test), a caller that reads the lane places data by it: every lane bit counts as used
+        (``SimtMeta.lane_bits``; ``_bitfield_sum`` records the bits it reads itself)."""
+        if placing and src != "warp":
+            self.lane_bits = 31
         p = self.prologue
         tid = self.geo("tid", lambda: self.emit(SimtOp.THREAD_ID, [], RegType(I32), builder=p).result)
         if src == "tid":
@@ -173,7 +179,9 @@ class Lowering:
         p = self.prologue
         total = None
         for t in terms:
-            v = self.thread_id(t.src)
+            v = self.thread_id(t.src, placing=False)
+            if t.src == "lane":
+                self.lane_bits |= ((1 << t.bits) - 1) << t.shift
             if t.shift:
                 v = self.ew(TileOp.SHR, [v, self.const(I32, [t.shift], p)], I32, p)
             v = self.ew(TileOp.AND, [v, self.const(I32, [(1 << t.bits) - 1], p)], I32, p)
@@ -202,7 +210,7 @@ class Lowering:
             ok = None
             for src, bits in (("lane", rl), ("warp", rw)):
                 if bits:
-                    masked = self.ew(TileOp.AND, [self.thread_id(src), self.const(I32, [bits], p)], I32, p)
+                    masked = self.ew(TileOp.AND, [self.thread_id(src, placing=False), self.const(I32, [bits], p)], I32, p)
                     test = self.ew(TileOp.EQ, [masked, zero], D.bool_, p)
                     ok = test if ok is None else self.ew(TileOp.AND, [ok, test], D.bool_, p)
             return ok
@@ -551,6 +559,7 @@ class Lowering:
         body = ir.Block([], self.prologue.block.ops + self.b.block.ops)
         meta = simt.SimtMeta(self.fn.name, self.params, self.num_warps, sorted(self.writes),
                              self.fn.meta.get("loc", ir.UNKNOWN_LOC), self.self_synced)
+        meta.lane_bits = self.lane_bits
         return ir.Function(self.fn.name, body, list(self.fn.arg_names), meta)
 
 

@@ -12,6 +12,10 @@ exactly as before: this SIMT pass, the last of the pipeline, rewrites only the g
   passes ``grid0`` as one more scalar parameter after the runtime arguments (the backends'
   ``launch_geometry``), which is
   ``num_programs(0)``; the programs past it (the last CTA's spare groups) store nothing;
+- a one-warp program whose layouts place data on only 16 or 8 lanes (``program_lanes``: the
+  other lanes would replicate it) shares its warp: its group is ``lanes`` threads, ``THREAD_ID``
+  becomes ``tid % lanes``, and its barriers are the warp's (named barrier ``1 + warp`` over 32
+  threads: the warp's programs run in step);
 - each group gets its own ``shared_bytes`` (rounded to 128) of shared memory, every shared
   address is moved by ``group * that``, and each ``BARRIER`` syncs only its group (named
   barrier ``1 + group`` over ``32 * num_warps`` threads).
@@ -59,9 +63,28 @@ def packable(fn: ir.Function) -> bool:
     return True
 
 
-def choose_programs(fn: ir.Function, pack: bool) -> int:
-    """Programs per CTA for ``fn`` when the launch does not say: CTAs of 8 warps for packable
-    programs of one or two warps, else 1.  ``pack`` is off unless ``warps.small_program`` holds
+def program_lanes(fn: ir.Function) -> int:
+    """The lanes one program of a one-warp ``fn`` needs: the lanes its layouts place data on
+    (``SimtMeta.lane_bits``) and its shuffles reach, at least 8 (32 for wider kernels).  A 128-
+    column bf16 row is 16 lanes of 16 bytes; the other 16 lanes would only replicate them."""
+    if fn.meta.num_warps != 1:
+        return WARP
+    reach = fn.meta.lane_bits
+    for o in fn.walk():
+        if o.op is SimtOp.SHUFFLE_XOR:
+            reach |= o.attrs.mask
+        elif o.op is SimtOp.SHUFFLE_IDX:
+            reach = WARP - 1
+    lanes = 8
+    while lanes < WARP and reach >= lanes:
+        lanes *= 2
+    return lanes
+
+
+def choose_programs(fn: ir.Function, pack: bool) -> tuple[int, int]:
+    """(programs per CTA, lanes per program) for ``fn`` when the launch does not say: CTAs of 8
+    warps for packable programs of one or two warps, each warp holding 32 / ``program_lanes``
+    one-warp programs, else (1, 32).  ``pack`` is off unless ``warps.small_program`` holds
     (``compile_to_simt`` decides from the tile IR: tiles of at most 1 KiB for one warp, 512 bytes
     for two, and at most 1024 values loaded).  On the
     H200 (2026-12-03, 2**26 elements, ratio to copy, unpacked -> 4 packed 2-warp programs):
@@ -71,16 +94,21 @@ def choose_programs(fn: ir.Function, pack: bool) -> int:
     moves a kilobyte.  One-warp programs of 1 KiB gain instead (fp32 256 columns 0.80 -> 0.97,
     bf16 512 0.80 -> 0.93 softmax): their reductions need no shared memory or barrier."""
     if not pack or fn.meta.num_warps > 2 or not packable(fn):
-        return 1
-    return 8 // fn.meta.num_warps
+        return 1, WARP
+    lanes = program_lanes(fn)
+    return 8 // fn.meta.num_warps * (WARP // lanes), lanes
 
 
-def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
-    """``programs`` programs of ``fn`` per CTA (see the module docstring)."""
+def pack_programs(fn: ir.Function, programs: int, lanes: int = WARP) -> ir.Function:
+    """``programs`` programs of ``fn`` per CTA (see the module docstring), each on ``lanes``
+    lanes of one warp when ``lanes`` < 32 (``program_lanes``)."""
     if programs == 1:
         return fn
-    threads = WARP * fn.meta.num_warps
-    if not 1 < programs <= MAX_PROGRAMS or threads * programs > 1024 or not packable(fn):
+    threads = WARP * fn.meta.num_warps if lanes == WARP else lanes
+    if lanes != WARP and (fn.meta.num_warps != 1 or program_lanes(fn) > lanes):
+        raise ValueError(f"kernel '{fn.meta.name}' needs more than {lanes} lanes per program")
+    barriers = programs if lanes == WARP else -(-programs * lanes // WARP)
+    if not 1 < programs or barriers > MAX_PROGRAMS or threads * programs > 1024 or not packable(fn):
         raise ValueError(f"cannot pack {programs} programs of {fn.meta.num_warps} warps of kernel "
                          f"'{fn.meta.name}' into one CTA")
     loc, prologue = fn.meta.loc, []
@@ -105,7 +133,9 @@ def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
     real = emit(SimtOp.ELEMENTWISE, [pid, count], simt.EwAttrs(TileOp.LT), dtype=D.bool_)
     per_program = -(-fn.meta.shared_bytes // 128) * 128
     base = ew(TileOp.MUL, group, const(per_program))
-    barrier = ew(TileOp.ADD, group, const(1))
+    # a named barrier per program, or per warp for programs that share one (they run in step)
+    barrier = ew(TileOp.ADD, group if lanes == WARP else ew(TileOp.SHR, tid, const(5)), const(1))
+    synced = threads if lanes == WARP else WARP
     splats: dict[tuple, ir.Value] = {}
 
     def splat_of(x: ir.Value, n: int) -> ir.Value:
@@ -142,7 +172,7 @@ def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
                 ops.append(both)
                 o.operands[at] = both.result
             elif o.op is SimtOp.BARRIER:
-                o.operands, o.attrs = [barrier], simt.BarrierAttrs(threads)
+                o.operands, o.attrs = [barrier], simt.BarrierAttrs(synced)
             ops.append(o)
             for r in o.regions:
                 rewrite(r)
@@ -150,5 +180,6 @@ def pack_programs(fn: ir.Function, programs: int) -> ir.Function:
     rewrite(fn.body)
     fn.body.ops = prologue + fn.body.ops
     fn.meta.programs_per_cta = programs
+    fn.meta.lanes_per_program = lanes
     fn.meta.shared_bytes = per_program * programs if fn.meta.shared_bytes else 0
     return fn

@@ -75,8 +75,8 @@ PIPELINE = [
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
-    Stage("pack_programs", lambda fn, opt: pack_programs(fn, opt.programs_per_cta or choose_programs(fn, opt.pack)),
-          "simt"),
+    Stage("pack_programs", lambda fn, opt: pack_programs(fn, *((opt.programs_per_cta,) if opt.programs_per_cta
+                                                            else choose_programs(fn, opt.pack))), "simt"),
 ]
 
 

@@ -137,7 +137,7 @@ def test_spare_programs_of_a_packed_cta_do_not_report(backend, monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     x = np.ones((10, 4), np.float32)
     y = np.zeros_like(x)
-    assert in_range.inspect(x, y, B=2, num_warps=1).programs_per_cta == 8
+    assert in_range.inspect(x, y, B=2, num_warps=1).programs_per_cta >= 8
     in_range[(5,)](x, y, B=2, num_warps=1, debug=True)
     np.testing.assert_array_equal(y, x)
     with pytest.raises(tj.DeviceAssertError, match=r"program \(5, 0, 0\): a program past the rows"):

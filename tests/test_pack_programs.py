@@ -224,3 +224,76 @@ def test_other_spellings_of_a_short_row_are_packed_too(spelling, monkeypatch):
         softmax_two_rows[(tj.cdiv(rows, 2),)](x, y, BLOCK=64)
     assert (found.num_warps, found.programs_per_cta) == (1, 8)
     np.testing.assert_allclose(y.reshape(rows, n), want, rtol=1e-5, atol=1e-7)
+
+
+# --- sub-warp programs: a one-warp program whose layouts place data on 16 or 8 lanes shares its warp
+@tj.kernel
+def scan_rows(x, y, BLOCK: tj.constexpr):
+    r = tj.program_id(0)
+    tj.store(y, (r, 0), tj.cumsum(tj.load(x, (r, 0), (1, BLOCK)), axis=1))
+
+
+@tj.kernel
+def sort_rows(x, y, BLOCK: tj.constexpr):
+    r = tj.program_id(0)
+    tj.store(y, (r, 0), tj.sort(tj.load(x, (r, 0), (1, BLOCK), other=tj.inf), axis=1))
+
+
+SUBWARP = dict(CASES, scan=(scan_rows, CASES["softmax"][1], CASES["softmax"][2]),
+               sort=(sort_rows, CASES["softmax"][1], CASES["softmax"][2]))
+
+
+@pytest.mark.parametrize("name", sorted(SUBWARP))
+@pytest.mark.parametrize("dtype, block, lanes", [(D.bfloat16, 128, 16), (D.bfloat16, 64, 8), (D.float32, 64, 16),
+                                                 (D.float32, 128, 32)])
+def test_sub_warp_programs_match_the_unpacked_kernel_bit_for_bit(name, dtype, block, lanes):
+    """A 128-column bf16 row is 16 lanes of 16 bytes: two programs per warp, 16 per CTA (8 lanes:
+    four per warp); shuffles stay inside a program, shared memory is the program's own, and
+    barriers are per warp (its programs run in step)."""
+    kernel, specs, inputs = SUBWARP[name]
+    tile = kernel.tile_ir(specs(dtype), {"BLOCK": block})
+    one = compile_to_simt(tile, num_warps=1)
+    packed = compile_to_simt(tile, num_warps=1, pack=True)
+    programs = 8 * 32 // lanes
+    assert (packed.meta.programs_per_cta, packed.meta.lanes_per_program) == (programs, lanes)
+    assert packed.meta.cta_threads == 256
+    if lanes < 32:
+        assert f"lanes_per_program={lanes}" in packed.meta.summary()
+        assert all(o.attrs.mask < lanes for o in packed.walk() if o.op is SimtOp.SHUFFLE_XOR)
+        assert all(o.attrs.threads == 32 for o in packed.walk() if o.op is SimtOp.BARRIER and o.operands)
+    rows, cols = 3 * programs - 1, block - 8
+    rng = np.random.default_rng(block + lanes)
+    x = rng.standard_normal((rows, cols)).astype(dtype.np)
+    w = rng.standard_normal(cols).astype(dtype.np)
+    want = run(one, inputs(x, w), x.shape, dtype.np, rows)
+    got = run(packed, inputs(x, w), x.shape, dtype.np, rows)
+    assert not np.isnan(want.astype(np.float32)).any()
+    np.testing.assert_array_equal(got.view(f"u{dtype.itemsize}"), want.view(f"u{dtype.itemsize}"))
+    simt.verify(packed)
+    ptx = codegen.compile_ptx(packed, "sm_90a")
+    assert ".maxntid 256" in ptx
+    assert assemble_or_skip(ptx, "sm_90a").spills == 0
+
+
+def test_a_kernel_that_shuffles_across_replica_lanes_keeps_whole_warps():
+    """An atomic whose old values are used ORs them across the replica lanes (shuffle xor 16):
+    its programs need the whole warp."""
+    @tj.kernel
+    def bump(x, y, BLOCK: tj.constexpr):
+        r = tj.program_id(0)
+        tj.store(y, (r, 0), tj.atomic_add(x, (r, 0), tj.full((1, BLOCK), 1, tj.int32)))
+    tile = bump.tile_ir((ArraySpec(D.int32, 2, True, True, False),) * 2, {"BLOCK": 16})
+    fn = compile_to_simt(tile, num_warps=1, pack=True)
+    assert fn.meta.lanes_per_program == 32 and fn.meta.programs_per_cta == 8
+    x = np.arange(5 * 16, dtype=np.int32).reshape(5, 16)
+    y = np.zeros_like(x)
+    emulate.run(fn, *backends.launch_geometry(8, (5, 1, 1), [x, y]))
+    np.testing.assert_array_equal(y, np.arange(5 * 16).reshape(5, 16))
+    np.testing.assert_array_equal(x, np.arange(5 * 16).reshape(5, 16) + 1)
+
+
+def test_sub_warp_packing_refuses_a_program_that_places_data_on_more_lanes():
+    tile = softmax_kernel.tile_ir((row_spec(D.float32),) * 2, {"BLOCK": 128})
+    fn = compile_to_simt(tile, num_warps=1)
+    with pytest.raises(ValueError, match="more than 16 lanes"):
+        pack_programs(fn, 16, 16)

@@ -60,12 +60,21 @@ class SimtMeta:
     min_ctas_per_sm: int = 0               # occupancy hint (ptxas caps registers to fit); 0: none
     fast_math: bool = False                # approximate sin/cos (a launch option)
     programs_per_cta: int = 1              # pack_programs: programs along grid axis 0 per CTA
+    lanes_per_program: int = 32            # pack_programs: 16 or 8 when several one-warp programs share a warp
+    lane_bits: int = 31                    # the lowering: lane-id bits that place data (the rest are replicas)
+
+    @property
+    def cta_threads(self) -> int:
+        """Threads per CTA of a launch: each program's (a sub-warp program has fewer than 32)."""
+        per_program = self.lanes_per_program if self.lanes_per_program < 32 else 32 * self.num_warps
+        return per_program * self.programs_per_cta
 
     def summary(self) -> str:
         """The line ``--emit`` of a SIMT stage prints under the IR."""
         return (f"num_warps={self.num_warps} shared_bytes={self.shared_bytes} writes={self.writes} "
                 f"barriers={self.barriers}" + (f" programs_per_cta={self.programs_per_cta}"
-                                               if self.programs_per_cta > 1 else ""))
+                                               if self.programs_per_cta > 1 else "")
+                + (f" lanes_per_program={self.lanes_per_program}" if self.lanes_per_program < 32 else ""))
 
 
 class SimtOp(enum.Enum):

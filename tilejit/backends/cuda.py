@@ -34,6 +34,11 @@ class CudaArtifact:
     spills: int | None = None
     programs_per_cta: int = 1              # programs along grid axis 0 per CTA (pack_programs)
     asserts: tuple = ()                    # (message, scalar, rank, Loc) of each tj.device_assert, by number
+    cta_threads: int = 0                   # threads per CTA (0: 32 * num_warps * programs_per_cta)
+
+    def __post_init__(self):
+        if not self.cta_threads:
+            self.cta_threads = 32 * self.num_warps * self.programs_per_cta
     loaded: dict = field(default_factory=dict, repr=False)   # device -> LoadedKernel
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -70,7 +75,7 @@ class CudaArtifact:
     def meta(self) -> dict:
         return {"name": self.name, "writes": list(self.writes), "num_warps": self.num_warps,
                 "shared_bytes": self.shared_bytes, "registers": self.registers, "spills": self.spills,
-                "programs_per_cta": self.programs_per_cta,
+                "programs_per_cta": self.programs_per_cta, "cta_threads": self.cta_threads,
                 "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name] for p in self.params]}
 
@@ -81,7 +86,8 @@ class CudaArtifact:
                    files["ptx"].decode(), files.get("cubin"), files["llvm_ir"].decode(),
                    files["simt_ir"].decode(), meta.get("registers"), meta.get("spills"),
                    int(meta.get("programs_per_cta", 1)),
-                   tuple((m, bool(s), int(r), Loc(f, ln, c, e, fn)) for m, s, r, f, ln, c, e, fn in meta.get("asserts", ())))
+                   tuple((m, bool(s), int(r), Loc(f, ln, c, e, fn)) for m, s, r, f, ln, c, e, fn in meta.get("asserts", ())),
+                   int(meta.get("cta_threads", 0)))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -174,7 +180,8 @@ class CudaBackend:
                            simt_fn.meta.num_warps, simt_fn.meta.shared_bytes, state["ptx"],
                            state.get("cubin"), state["llvm_ir"], state["simt_ir"],
                            state.get("registers"), state.get("spills"), simt_fn.meta.programs_per_cta,
-                           tuple((o.attrs.msg, o.attrs.scalar, o.attrs.rank, o.loc) for o in assert_sites(simt_fn)))
+                           tuple((o.attrs.msg, o.attrs.scalar, o.attrs.rank, o.loc) for o in assert_sites(simt_fn)),
+                           simt_fn.meta.cta_threads)
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())
@@ -186,7 +193,7 @@ class CudaBackend:
         arrays = [p.arg for p in art.params if p.kind is ParamKind.PTR]
         if not arrays or art.asserts:     # asserts are checked after every launch: the full path
             return None
-        threads, params, programs = 32 * art.num_warps * art.programs_per_cta, art.params, art.programs_per_cta
+        threads, params, programs = art.cta_threads, art.params, art.programs_per_cta
 
         def run(grid, views, stream):
             if programs > 1:
@@ -202,7 +209,7 @@ class CudaBackend:
     def launch(self, art: CudaArtifact, grid, args, stream) -> None:
         from tilejit.runtime import launch
         grid, args = backends.launch_geometry(art.programs_per_cta, tuple(grid), args)
-        launch.launch_arrays(art.kernel_for_device, grid, 32 * art.num_warps * art.programs_per_cta, args,
+        launch.launch_arrays(art.kernel_for_device, grid, art.cta_threads, args,
                              art.params, art.writes, stream)
         if art.asserts:
             check_asserts(art)

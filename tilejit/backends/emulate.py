@@ -89,7 +89,7 @@ class Machine:
 
     def __init__(self, fn: ir.Function, grid, params: list, race_check: bool = True):
         self.fn, self.grid, self.params, self.race_check = fn, tuple(grid), params, race_check
-        self.threads = WARP * fn.meta.num_warps * fn.meta.programs_per_cta
+        self.threads = fn.meta.cta_threads
         self.tid = np.arange(self.threads, dtype=np.int32)
         self.wgmma_open, self.wgmma_groups = [], []
         self.shared_bytes = -(-fn.meta.shared_bytes // 16) * 16 + 16

@@ -25,7 +25,7 @@ gives the ``struct`` code).  Every parameter is passed by value, in order, with 
 uses ``fn.meta.shared_bytes`` bytes of *dynamic* shared memory (pass it as
 ``sharedMemBytes`` at launch; above 48 KiB it also needs
 ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``) and must be launched with
-``32 * fn.meta.num_warps * fn.meta.programs_per_cta`` threads in x (``.maxntid`` in the PTX).
+``fn.meta.cta_threads`` threads in x (``.maxntid`` in the PTX).
 """
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ class KernelEmitter:
         func = ir.Function(self.module, fnty, kernel_name(fn))
         func.calling_convention = "ptx_kernel"
         func.attributes = _KernelAttributes()
-        func.attributes.add(f'"nvvm.maxntid"="{32 * fn.meta.num_warps * fn.meta.programs_per_cta}"')
+        func.attributes.add(f'"nvvm.maxntid"="{fn.meta.cta_threads}"')
         if fn.meta.min_ctas_per_sm:           # caps registers so that many CTAs fit an SM
             func.attributes.add(f'"nvvm.minctasm"="{fn.meta.min_ctas_per_sm}"')
         self.ctx = Ctx(self.module, func, TARGETS[target][2], fn.meta.name)
