@@ -47,6 +47,17 @@ def run(fn, inputs, out_shape, dtype, grid0):
     return y
 
 
+def same_rows(one, packed, inputs, dt, rows: int, block: int, seed: int) -> None:
+    """``packed`` gives ``one``'s rows bit for bit (ragged rows; 16-byte aligned, as the spec says)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, block - 8)).astype(dt.np)
+    w = rng.standard_normal(block - 8).astype(dt.np)
+    want = run(one, inputs(x, w), x.shape, dt.np, rows)
+    got = run(packed, inputs(x, w), x.shape, dt.np, rows)
+    assert not np.isnan(want.astype(np.float32)).any()
+    np.testing.assert_array_equal(got.view(f"u{dt.itemsize}"), want.view(f"u{dt.itemsize}"))
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
 @pytest.mark.parametrize("block, warps, programs", [(256, 2, 4), (128, 1, 8), (256, 1, 2), (64, 2, 3), (256, 1, 8), (512, 1, 8)])
@@ -57,14 +68,7 @@ def test_packed_rows_match_the_unpacked_kernel_bit_for_bit(name, dtype, block, w
     one = compile_to_simt(tile, num_warps=warps)
     packed = compile_to_simt(tile, num_warps=warps, programs_per_cta=programs)
     assert packed.meta.programs_per_cta == programs and packed.meta.num_warps == warps
-    rows, cols = 6 * programs - 1, block - 8          # ragged rows; 16-byte aligned, as the spec says
-    rng = np.random.default_rng(block + programs)
-    x = rng.standard_normal((rows, cols)).astype(dt.np)
-    w = rng.standard_normal(cols).astype(dt.np)
-    want = run(one, inputs(x, w), x.shape, dt.np, rows)
-    got = run(packed, inputs(x, w), x.shape, dt.np, rows)
-    assert not np.isnan(want.astype(np.float32)).any()
-    np.testing.assert_array_equal(got.view(f"u{dt.itemsize}"), want.view(f"u{dt.itemsize}"))
+    same_rows(one, packed, inputs, dt, 6 * programs - 1, block, block + programs)
 
 
 @tj.kernel
@@ -261,14 +265,7 @@ def test_sub_warp_programs_match_the_unpacked_kernel_bit_for_bit(name, dtype, bl
         assert f"lanes_per_program={lanes}" in packed.meta.summary()
         assert all(o.attrs.mask < lanes for o in packed.walk() if o.op is SimtOp.SHUFFLE_XOR)
         assert all(o.attrs.threads == 32 for o in packed.walk() if o.op is SimtOp.BARRIER and o.operands)
-    rows, cols = 3 * programs - 1, block - 8
-    rng = np.random.default_rng(block + lanes)
-    x = rng.standard_normal((rows, cols)).astype(dtype.np)
-    w = rng.standard_normal(cols).astype(dtype.np)
-    want = run(one, inputs(x, w), x.shape, dtype.np, rows)
-    got = run(packed, inputs(x, w), x.shape, dtype.np, rows)
-    assert not np.isnan(want.astype(np.float32)).any()
-    np.testing.assert_array_equal(got.view(f"u{dtype.itemsize}"), want.view(f"u{dtype.itemsize}"))
+    same_rows(one, packed, inputs, dtype, 3 * programs - 1, block, block + lanes)
     simt.verify(packed)
     ptx = codegen.compile_ptx(packed, "sm_90a")
     assert ".maxntid 256" in ptx
