@@ -369,19 +369,22 @@ def test_corrupt_cubin_on_disk_is_recompiled_and_runs():
     assert cache.info()["entries"] == 1
 
 
-@pytest.mark.parametrize("rows_, cols", [(4099, 100), (8, 128), (1, 60), (1000, 33)])
-def test_short_rows_are_packed_several_to_a_cta_and_every_row_is_right(rows_, cols):
-    """Rows of at most 128 fp32 values get one warp and run 8 programs per CTA; a grid that the
-    packing does not divide leaves spare programs in the last CTA, which store nothing. The
-    second launch goes down the re-launch fast path."""
-    host = np.random.default_rng(rows_).standard_normal((rows_, cols)).astype(np.float32)
+@pytest.mark.parametrize("rows_, cols, dtype, programs", [
+    (4099, 100, np.float32, 8), (8, 128, np.float32, 8), (1, 60, np.float32, 16), (1000, 33, np.float32, 16),
+    (777, 120, tj.bfloat16.np, 16), (45, 64, tj.bfloat16.np, 32)])
+def test_short_rows_are_packed_several_to_a_cta_and_every_row_is_right(rows_, cols, dtype, programs):
+    """Rows of at most 128 fp32 values get one warp and run 8 programs per CTA, or 16 or 32 when
+    a row fills only 16 or 8 lanes (64 fp32, 128 or 64 bf16 values: several programs per warp);
+    a grid that the packing does not divide leaves spare programs in the last CTA, which store
+    nothing. The second launch goes down the re-launch fast path."""
+    host = np.random.default_rng(rows_).standard_normal((rows_, cols)).astype(dtype)
     block = tj.next_power_of_2(cols)
     x = tj.to_device(host)
-    y = tj.to_device(np.full((rows_ + 1, cols), np.nan, np.float32))   # one row past the grid
+    y = tj.to_device(np.full((rows_ + 1, cols), np.nan, dtype))   # one row past the grid
     found = softmax_kernel.inspect(x, y, BLOCK=block)
-    assert (found.num_warps, found.programs_per_cta) == (1, 8)
+    assert (found.num_warps, found.programs_per_cta) == (1, programs)
     for _ in range(2):
         softmax_kernel[(rows_,)](x, y, BLOCK=block)
         out = y.numpy()
-        tj.testing.assert_close(out[:rows_], softmax.reference(host))
-        assert np.isnan(out[rows_]).all()
+        tj.testing.assert_close(out[:rows_], softmax.reference(host.astype(np.float32)))
+        assert np.isnan(out[rows_].astype(np.float32)).all()
