@@ -54,6 +54,11 @@ PREFETCH = False                    # each chunk loop loads the next chunk befor
 ONLINE_SOFTMAX = False              # max(x) and sum(exp(x - max)) in one loop (a running max)
 ELEMENTWISE_ACC = True              # accumulate chunk-shaped tiles, reduce once after the loop
 COUNT_LOADS = True                  # rows of several loads that fit alone but not together are split too
+# ... when they load more than this in all.  H200, 2026-12-04 (warps_probe.py --without chunk_rows,
+# with one-register divisions inline): layernorm at 8192 columns (24576 values) unsplit at 16
+# warps 0.89 / 0.61x copy (fp32 / bf16) against 0.75 / 0.45 split; RMSNorm bf16 at 16384
+# (32768 values) split 0.71 against 0.22 unsplit (spilling) at 16 warps: the budget lies between.
+LOADS_BUDGET = CHUNK_VALUES * 3 // 2
 # How a kernel split only because of its several row loads (a layernorm or RMSNorm of 8K-16K
 # columns: x, weight and bias) is run.  Measured (H200, the same run as above) against the
 # unsplit kernel that spilled: layernorm 16K 0.85 / 0.48x copy (fp32 / bf16; was 0.66 / 0.17),
@@ -91,7 +96,7 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
     size, width = big.type.numel, big.type.shape[-1]
     row_loads = sum(1 for v in tiles
                     if v.owner is not None and v.owner.op is TileOp.LOAD and v.type.shape[-1] == width)
-    if size * (max(row_loads, 1) if COUNT_LOADS else 1) <= CHUNK_VALUES or width & (width - 1):
+    if size <= CHUNK_VALUES and (not COUNT_LOADS or size * row_loads <= LOADS_BUDGET) or width & (width - 1):
         return None
     mode = {"elementwise": ELEMENTWISE_ACC, "prefetch": PREFETCH,
             "num_warps": LONG_ROW_WARPS[min(big.type.dtype.itemsize, 4)]} if size > CHUNK_VALUES else SEVERAL_LOADS

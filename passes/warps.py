@@ -5,7 +5,7 @@ IR, before the pipeline runs; ``inspect()`` shows it).
 
 Kernels with a ``tj.dot`` keep 4: their warp split comes with their tile sizes (the examples and
 their tuners give ``num_warps`` with ``BM``).  Memory-bound kernels get enough warps that their
-largest loaded or stored tile is about 64 bytes per thread: 4 vector loads of 16 bytes, enough
+largest loaded or stored tile is about 64 bytes per thread, and all they load about 64 values: 4 vector loads of 16 bytes, enough
 bytes in flight per thread without the registers that keep fewer CTAs on an SM (bf16 softmax on
 the H200, 2026-12-03: a 1024-column row 0.92x copy at 2 warps, 0.89x at 4, 0.36x at 8; an
 8192-column row 0.86x at 8, 0.66x at 16, 0.78x at 4).  At least 2 warps (one warp left the
@@ -26,6 +26,11 @@ from tilejit.passes.chunk_rows import plan_chunks
 from tilejit.passes.pack_programs import PACK_BYTES, PACK_LOADED
 
 BYTES_PER_THREAD = 64
+# ... and at most about 64 loaded values per thread in all: a layernorm's x, weight and bias are
+# each held (in float32) until its store.  H200, 2026-12-04 (benchmarks/warps_probe.py, ratio to
+# copy): bf16 layernorm at 4096 columns 0.63x at 8 warps against 0.59x at the bytes rule's 4,
+# at 8192 (not split: 24576 values) 0.61x at 16 against 0.44x at 8; bf16 RMSNorm 8192 keeps 8.
+VALUES_PER_THREAD = 64
 MIN_WARPS, MAX_WARPS, DOT_WARPS = 2, 32, 4
 
 
@@ -62,7 +67,7 @@ def choose_num_warps(fn: ir.Function) -> int:
         return plan.num_warps       # the chunks are cut for these warps
     if small_program(fn):
         return 1                    # packed 8 programs to a CTA (pack_programs)
-    size, warps = memory_tile_bytes(fn), MIN_WARPS
-    while warps < MAX_WARPS and size > warps * 32 * BYTES_PER_THREAD:
+    size, values, warps = memory_tile_bytes(fn), loaded_values(fn), MIN_WARPS
+    while warps < MAX_WARPS and (size > warps * 32 * BYTES_PER_THREAD or values > warps * 32 * VALUES_PER_THREAD):
         warps *= 2
     return warps

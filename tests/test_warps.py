@@ -25,6 +25,27 @@ def test_a_row_kernel_gets_about_64_bytes_of_its_row_per_thread(cols, dtype, war
     assert picked(softmax_kernel, x, x, BLOCK=cols) == warps
 
 
+@pytest.mark.parametrize("kernel,cols,dtype,warps,split", [
+    ("layernorm", 4096, tj.bfloat16.np, 8, False),     # 12288 values loaded: 8 warps, not the bytes' 4
+    ("layernorm", 8192, tj.bfloat16.np, 16, False),    # 24576 values: not split (LOADS_BUDGET), 16 warps
+    ("layernorm", 8192, np.float32, 16, False),
+    ("layernorm", 16384, tj.bfloat16.np, 16, True),    # 49152 values: chunks
+    ("rmsnorm", 4096, tj.bfloat16.np, 4, False), ("rmsnorm", 8192, tj.bfloat16.np, 8, False),
+    ("rmsnorm", 16384, tj.bfloat16.np, 16, True),      # 32768: past the budget (unsplit it spilled)
+])
+def test_a_norm_gets_warps_for_all_it_loads_and_is_split_past_the_budget(kernel, cols, dtype, warps, split,
+                                                                          monkeypatch):
+    import examples.layernorm as ln
+    import examples.rmsnorm as rms
+    from tilejit.passes.chunk_rows import plan_chunks
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x, w = np.zeros((2, cols), dtype), np.zeros(cols, dtype)
+    k, args = (ln.layernorm_kernel, (x, w, w, x, 1e-5)) if kernel == "layernorm" else (rms.rmsnorm_kernel, (x, w, x, 1e-5))
+    assert picked(k, *args, BLOCK=cols) == warps
+    specs, consts, _ = k.specialise(k.bind(args, {"BLOCK": cols}))
+    assert (plan_chunks(k.tile_ir(specs, consts)) is not None) == split
+
+
 def test_a_kernel_with_a_dot_keeps_four_warps_and_an_explicit_count_wins(monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     a = np.zeros((128, 128), np.float16)
