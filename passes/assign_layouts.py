@@ -97,6 +97,10 @@ class LayoutAssigner:
         spec = array_spec(self.fn, o.operands[0])
         self.set(o.result, memory_layout(o.result.type.shape, spec, self.num_warps))
 
+    def op_UNSTASH(self, o: ir.Operation) -> None:
+        # the layout of the loads whose chunks STASH kept: each thread reads back its own bytes
+        self.set(o.result, L.default_blocked(o.result.type.shape, o.result.type.dtype.itemsize, self.num_warps))
+
     def op_ATOMIC(self, o: ir.Operation) -> None:
         # one element per access (atomics are not vectorised), neighbouring lanes on neighbours
         item = o.result.type.dtype.itemsize

@@ -27,6 +27,29 @@ class ChunkPlan:
     elementwise: bool = True    # chunk-shaped accumulators (else a CTA-wide reduction per chunk)
     prefetch: bool = False      # loops with one load prefetch the next chunk
     num_warps: int = 32         # the warps passes.warps gives the kernel
+    stashes: "Stashes | None" = None    # row loads kept in shared memory for the loops after the first
+
+
+class Stashes:
+    """The wide LOADs whose chunks the first loop that loads them also STASHes (one shared
+    buffer each), so that later loops UNSTASH them instead of reading global memory again."""
+
+    def __init__(self, loads):
+        self.ids = {v: i for i, v in enumerate(loads)}
+        self.kept: set = set()                  # those a loop built so far stashed
+
+    def chunk(self, b: ir.Builder, v: ir.Value, make, iv: ir.Value, t: ir.TileType, width: int, loc) -> ir.Value:
+        """``v``'s chunk at column ``iv``: UNSTASHed when a loop before stashed it, else made by
+        ``make()`` (the load) and STASHed when ``v`` is kept."""
+        if v not in self.ids:
+            return make()
+        attrs = ir.StashAttrs(self.ids[v], width)
+        if v in self.kept:
+            return b.create(TileOp.UNSTASH, [iv], [t], attrs, loc=loc).result
+        new = make()
+        b.create(TileOp.STASH, [new, iv], [], attrs, loc=loc)
+        self.kept.add(v)
+        return new
 
 
 def _wide_loads(v: ir.Value, wide: frozenset, found: list) -> list:
@@ -90,9 +113,12 @@ class _Chunk:
         o, b = v.owner, self.b
         t = ir.TileType(v.type.shape[:-1] + (self.plan.chunk,), v.type.dtype)
         if o.op is TileOp.LOAD:
-            operands = [self.remap(x) for x in o.operands]
-            operands[-1] = self.offset(operands[-1], o.loc)
-            new = b.create(TileOp.LOAD, operands, [t], o.attrs, loc=o.loc).result
+            def load():
+                operands = [self.remap(x) for x in o.operands]
+                operands[-1] = self.offset(operands[-1], o.loc)
+                return b.create(TileOp.LOAD, operands, [t], o.attrs, loc=o.loc).result
+            stashes = self.plan.stashes
+            new = stashes.chunk(b, v, load, self.iv, t, self.plan.width, o.loc) if stashes else load()
         elif o.op is TileOp.ARANGE:
             r = b.create(TileOp.ARANGE, [], [t], o.attrs, loc=o.loc).result
             step = b.create(TileOp.SPLAT, [self.iv], [ir.TileType(t.shape, self.iv.type.dtype)], loc=o.loc).result

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from tilejit import ir
 from tilejit.ir import ConstAttrs, TileOp
-from tilejit.passes.chunk_loops import (_COMBINE, ChunkPlan, online_softmax_loop, reduce_loop, softmax_pairs,
-                                         store_loop)
+from tilejit.passes.chunk_loops import (_COMBINE, ChunkPlan, Stashes, _wide_loads, online_softmax_loop, reduce_loop,
+                                         softmax_pairs, store_loop)
 
 CHUNK_VALUES = 32 * 32 * 16         # a row tile of more values is split: 16 per thread at 32 warps
 CHUNK_BUDGET = CHUNK_VALUES         # the values of all the loads of one chunk (with PREFETCH, twice),
@@ -74,6 +74,11 @@ SEVERAL_LOADS = {"elementwise": False, "prefetch": True, "num_warps": 16}
 # fp32 keeps 32: softmax at 16 warps 32K 0.56 / 0.66, 64K 0.45 / 0.63.  One-byte types are
 # unmeasured and take 16.
 LONG_ROW_WARPS = {1: 16, 2: 16, 4: 32}
+# Long rows (past CHUNK_VALUES) read by several chunk loops are kept in shared memory by the first
+# loop that loads them (STASH), and the later loops read them there (UNSTASH) instead of from L2
+# or DRAM, while the kept rows of one program fit STASH_BYTES (a 65,536-column bf16 row).
+STASH = True
+STASH_BYTES = 128 * 1024
 
 
 # ops that make a wide value from wide operands (or from nothing)
@@ -141,7 +146,26 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
     parts = 1
     while (size // parts * loads > CHUNK_BUDGET or size // parts > most) and parts < width:
         parts *= 2
-    return ChunkPlan(width, width // parts, frozenset(wide), **mode)
+    stashes = _stashes(top, wide) if STASH and size > CHUNK_VALUES and not mode["prefetch"] else None
+    return ChunkPlan(width, width // parts, frozenset(wide), **mode, stashes=stashes)
+
+
+def _stashes(top: list, wide: set) -> Stashes | None:
+    """The row loads that more than one chunk loop reads, kept in shared memory while their
+    rows fit ``STASH_BYTES`` together (the first loop's reads, in program order, first)."""
+    uses: dict[ir.Value, int] = {}
+    for o in top:
+        root = o.operands[0] if o.op is TileOp.REDUCE else o.operands[-1] if o.op is TileOp.STORE else None
+        if root is not None and root in wide:
+            for v in _wide_loads(root, frozenset(wide), []):
+                uses[v] = uses.get(v, 0) + 1
+    kept, total = [], 0
+    for v, n in uses.items():
+        size = v.type.numel * v.type.dtype.itemsize
+        if n > 1 and total + size <= STASH_BYTES:
+            kept.append(v)
+            total += size
+    return Stashes(kept) if kept else None
 
 
 def _unit_reshape(o: ir.Operation, width: int) -> bool:

@@ -240,11 +240,17 @@ class Lowering:
         return self.geo(("param", index), lambda: self.emit(
             SimtOp.PARAM, [], rtype, ir.AxisAttrs(index), builder=self.prologue).result)
 
-    def alloc_shared(self, size: int, align: int = 16) -> tuple[ir.Value, int]:
+    def alloc_shared(self, size: int, align: int = 16, builder=None) -> tuple[ir.Value, int]:
         buf = self.next_buffer
         self.next_buffer += 1
-        base = self.emit(SimtOp.SHARED_ALLOC, [], RegType(I32), simt.AllocAttrs(buf, max(size, 1), align)).result
+        base = self.emit(SimtOp.SHARED_ALLOC, [], RegType(I32), simt.AllocAttrs(buf, max(size, 1), align),
+                         builder=builder).result
         return base, buf
+
+    def shared_once(self, key, size: int) -> tuple[ir.Value, int]:
+        """The buffer ``key`` names, allocated in the prologue by the first caller (loops that
+        write and read it share it)."""
+        return self.geo(("shared", key), lambda: self.alloc_shared(size, builder=self.prologue))
 
     # --- values ------------------------------------------------------------------------------
     def layout_of(self, v: ir.Value) -> L.Layout:
@@ -398,6 +404,12 @@ class Lowering:
 
     def op_ATOMIC(self, o):
         self.values[o.result] = lower_memory.atomic(self, o)
+
+    def op_STASH(self, o):
+        lower_shared.stash(self, o)
+
+    def op_UNSTASH(self, o):
+        self.values[o.result] = lower_shared.unstash(self, o)
 
     def op_REDUCE(self, o):
         self.values[o.result] = lower_reduce.reduce(self, o)

@@ -53,6 +53,36 @@ def exchange(lw, sv, src: L.Layout, src_strides, dst: L.Layout, dst_strides, dty
                    simt.SharedAttrs(vec, buf)).result
 
 
+def _stash_addresses(lw, o: ir.Operation, tile_type, layout: L.Layout):
+    """The stash buffer of ``o`` (allocated once, in the prologue: the loops that write and read it
+    share it) and each register's byte address in it: the whole row tile row-major, this chunk
+    at column ``col``."""
+    a, item = o.attrs, tile_type.dtype.itemsize
+    rows = int(np.prod(tile_type.shape[:-1], dtype=np.int64))
+    base, buf = lw.shared_once(("stash", a.buffer), rows * a.width * item)
+    col = lw.get(o.operands[-1])
+    start = lw.ew(TileOp.ADD, [base, lw.ew(TileOp.MUL, [col, lw.const(D.int32, [item])], D.int32)], D.int32)
+    strides = rowmajor(tile_type.shape[:-1] + (a.width,))
+    addr, vec = addresses(lw, start, layout, strides, item)
+    return addr, vec, buf
+
+
+def stash(lw, o: ir.Operation) -> None:
+    """STASH: each register of the chunk into the stash buffer (the reads of a later loop come
+    from here instead of global memory)."""
+    tile = o.operands[0]
+    layout = lw.layout_of(tile)
+    addr, vec, buf = _stash_addresses(lw, o, tile.type, layout)
+    lw.emit(simt.SimtOp.STORE_SHARED, [addr, lw.get(tile, layout)], None, simt.SharedAttrs(vec, buf))
+
+
+def unstash(lw, o: ir.Operation) -> ir.Value:
+    layout = lw.layout_of(o.result)
+    addr, vec, buf = _stash_addresses(lw, o, o.result.type, layout)
+    return lw.emit(simt.SimtOp.LOAD_SHARED, [addr], simt.RegType(o.result.type.dtype, layout.n),
+                   simt.SharedAttrs(vec, buf)).result
+
+
 def _along_axis(lw, o: ir.Operation):
     """What SCAN's lowerings share: (attrs, layout, dtype, n, step in bytes along the axis, the
     shared buffer, each register's address in it and vector width, each register's coordinate

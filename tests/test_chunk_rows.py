@@ -50,7 +50,7 @@ def plain_loops(monkeypatch):
     monkeypatch.setattr(chunk_rows_module, "ELEMENTWISE_ACC", True)
 
 
-VARIANTS = {"default": {}, "per-chunk reduce": {"ELEMENTWISE_ACC": False},
+VARIANTS = {"default": {}, "per-chunk reduce": {"ELEMENTWISE_ACC": False}, "no stash": {"STASH": False},
             "online, prefetched": {"ONLINE_SOFTMAX": True, "PREFETCH": True},
             "online, prefetched, per-chunk": {"ONLINE_SOFTMAX": True, "PREFETCH": True, "ELEMENTWISE_ACC": False}}
 
@@ -171,6 +171,39 @@ def test_long_row_kernels_match_numpy_on_emulate(dtype, cols, variant, monkeypat
     tj.testing.assert_close(softmax.run(x), softmax.reference(x).astype(dtype))
     tj.testing.assert_close(layernorm.run(x, w, b), layernorm.reference(x, w, b).astype(dtype))
     tj.testing.assert_close(rmsnorm.run(x, w), rmsnorm.reference(x, w).astype(dtype))
+
+
+@pytest.mark.parametrize("kernel,cols,dtype,stashed", [
+    ("softmax", 65536, BF16, 1), ("softmax", 32768, np.float32, 1),
+    ("softmax", 65536, np.float32, 0),         # 256 KiB: past STASH_BYTES, read three times
+    ("layernorm", 65536, BF16, 1),             # x (read by three loops); weight and bias once each
+    ("rmsnorm", 32768, BF16, 1)])
+def test_a_long_row_read_by_several_loops_is_stashed_once(kernel, cols, dtype, stashed, plain_loops):
+    """The first loop that loads a row chunk STASHes it; the later loops UNSTASH it instead of
+    loading it again; the SIMT program has one shared buffer of the whole row for it."""
+    x, w = np.zeros((2, cols), dtype), np.zeros(cols, dtype)
+    args = {"softmax": (x, x), "layernorm": (x, w, w, x, 1e-5), "rmsnorm": (x, w, x, 1e-5)}[kernel]
+    k = {"softmax": softmax.softmax_kernel, "layernorm": layernorm.layernorm_kernel, "rmsnorm": rmsnorm.rmsnorm_kernel}[kernel]
+    fn = chunk_rows(tile_ir(k, *args, BLOCK=cols))
+    ops = [o.op for o in fn.walk()]
+    loads = sum(1 for o in fn.walk() if o.op is TileOp.LOAD and o.operands[0] is fn.args[0])
+    assert ops.count(TileOp.STASH) == stashed and loads == (1 if stashed else len(loops_of(fn)))
+    assert ops.count(TileOp.UNSTASH) == (len(loops_of(fn)) - 1 if stashed else 0)
+    simt = pipeline.compile_to_simt(tile_ir(k, *args, BLOCK=cols), num_warps=16)
+    assert (simt.meta.shared_bytes >= cols * np.dtype(dtype).itemsize) == bool(stashed)
+    text = ir.print_function(fn)
+    assert ir.print_function(ir.parse_function(text)) == text
+
+
+def test_a_strided_row_goes_through_the_stash_across_threads(monkeypatch):
+    """A row with a non-unit column stride is loaded one element per thread but read back from
+    the stash 16 bytes per thread: other threads' bytes, after a barrier (the emulator's race
+    check would catch a missing one)."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(7)
+    big = (rng.standard_normal((2, 2 * 20000)) * 3).astype(np.float32)
+    x = big[:, ::2]
+    tj.testing.assert_close(softmax.run(x), softmax.reference(x).astype(np.float32))
 
 
 def test_several_rows_per_program_and_the_in_place_softmax(variant, monkeypatch):

@@ -175,6 +175,12 @@ def print_line(pid, index, prefix: str, values) -> str:
 
 
 @dataclass(frozen=True)
+class StashAttrs(Attrs):
+    buffer: int                          # which stash (one per row load chunk_rows keeps)
+    width: int                           # the whole row's last-axis size (the buffer holds rows x width)
+
+
+@dataclass(frozen=True)
 class AssertAttrs(Attrs):
     msg: str                             # the user's message (may be empty)
     scalar: bool = False                 # a scalar condition (as a (1,) tile): no element index
@@ -255,6 +261,8 @@ class TileOp(enum.Enum):
     REDUCE = enum.auto()        # (x) -> reduced tile or scalar              ReduceAttrs
     SCAN = enum.auto()          # (x) -> running sums or products, or the sorted values, along attrs.axis  ScanAttrs
     PRINT = enum.auto()         # (pid0, pid1, pid2, *values) -> (): one line per element   PrintAttrs
+    STASH = enum.auto()         # (tile, col: int32) -> (): the tile into the CTA's stash buffer at column col   StashAttrs
+    UNSTASH = enum.auto()       # (col: int32) -> the tile STASH put there (chunk_rows: a row read again)       StashAttrs
     ASSERT = enum.auto()        # (pid0, pid1, pid2, cond: bool) -> (): DeviceAssertError where cond is false
     #                             (removed by strip_asserts unless the kernel is compiled with debug)  AssertAttrs
     DOT = enum.auto()           # (a: MxK, b: KxN, acc: MxN f32/i32) -> MxN  DotAttrs
@@ -589,4 +597,4 @@ def parse_function(text: str, dialect: Dialect | None = None) -> Function:
 
 
 TILE_DIALECT = Dialect(TileOp, parse_type, (ConstAttrs, AxisAttrs, LoadAttrs, PermAttrs, ReduceAttrs, DotAttrs,
-                                            ForAttrs, StoreAttrs, AtomicAttrs, ScanAttrs, PrintAttrs, AssertAttrs), {"ReduceKind": ReduceKind})
+                                            ForAttrs, StoreAttrs, AtomicAttrs, ScanAttrs, PrintAttrs, AssertAttrs, StashAttrs), {"ReduceKind": ReduceKind})

@@ -10,7 +10,7 @@ from tilejit.errors import CompileError
 from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, PREDICATE_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
                         PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType, StoreAttrs, store_mask, stored_tile,
-                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AssertAttrs, AtomicAttrs, PrintAttrs, ScanAttrs, atomic_compare)
+                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AssertAttrs, AtomicAttrs, PrintAttrs, ScanAttrs, StashAttrs, atomic_compare)
 
 
 class VerifyError(CompileError):
@@ -186,6 +186,24 @@ def _assert(op):
     _need(op.operands[3].type.dtype == dtypes.bool_, op, "the condition is a bool tile")
 
 
+def _stash(op):
+    _need(isinstance(op.attrs, StashAttrs) and not op.results and len(op.operands) == 2, op,
+          "stash(tile, col) with StashAttrs and no results")
+    t, col = op.operands[0].type, op.operands[1]
+    _need(isinstance(t, TileType) and t.shape and _scalar(col) and col.type.dtype == dtypes.int32, op,
+          "stash takes a tile and an int32 column")
+    _need(op.attrs.width % t.shape[-1] == 0, op, "the row width is a multiple of the tile's")
+
+
+def _unstash(op):
+    _arity(op, 1, 1)
+    _need(isinstance(op.attrs, StashAttrs) and _scalar(op.operands[0]) and op.operands[0].type.dtype == dtypes.int32,
+          op, "unstash(col: int32) with StashAttrs")
+    t = op.result.type
+    _need(isinstance(t, TileType) and t.shape and op.attrs.width % t.shape[-1] == 0, op,
+          "unstash makes a tile whose width divides the row's")
+
+
 def _scan(op):
     _arity(op, 1, 1)
     _need(isinstance(op.attrs, ScanAttrs) and op.attrs.kind in ("sum", "prod", "sort"), op, "attrs must be ScanAttrs")
@@ -254,6 +272,7 @@ def _while(op):
 SPEC = {TileOp.PROGRAM_ID: _grid, TileOp.NUM_PROGRAMS: _grid, TileOp.DIM: _dim,
         TileOp.CONSTANT: _constant, TileOp.SPLAT: _splat, TileOp.ARANGE: _arange,
         TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic, TileOp.SCAN: _scan, TileOp.PRINT: _print, TileOp.ASSERT: _assert,
+        TileOp.STASH: _stash, TileOp.UNSTASH: _unstash,
         **{o: _elementwise for o in BINARY_OPS | COMPARE_OPS | UNARY_OPS},
         TileOp.FMA: _elementwise, TileOp.WHERE: _elementwise, TileOp.CAST: _elementwise, TileOp.BITCAST: _elementwise,
         TileOp.BROADCAST: _broadcast, TileOp.RESHAPE: _reshape, TileOp.TRANS: _trans,
