@@ -22,10 +22,9 @@ How the loops run is the plan's ``mode`` (``ChunkPlan``): for rows past ``CHUNK_
 reduction loop carries a chunk-shaped accumulator, combined elementwise (each thread keeps its
 own partial results, so the loop has no barrier), reduced once after the loop, at 32 warps
 (16 for 16-bit types, ``LONG_ROW_WARPS``); for rows split only for their several loads
-(``SEVERAL_LOADS``) each chunk is reduced across the CTA, one-load loops prefetch the next
-chunk, at 16 warps.  Softmax thus reads its row three times
-(max, sum, then the store), the later times mostly from L2: one program per SM keeps 132 rows of
-at most 256 KB in flight.  Module switches, measured in ``benchmarks/chunk_variants.py``, select
+(``SEVERAL_LOADS``) the same, at 16 warps.  A row load that several loops read is kept in
+shared memory by the first (``STASH``) while it fits, and read there by the others; otherwise
+softmax reads its row three times (max, sum, then the store), the later times mostly from L2.  Module switches, measured in ``benchmarks/chunk_variants.py``, select
 the alternatives (the figures are in the comments below), among them softmax's ``max`` and
 ``sum(exp(x - m))`` in one loop with a running max (online softmax).
 
@@ -64,7 +63,11 @@ LOADS_BUDGET = CHUNK_VALUES * 3 // 2
 # unsplit kernel that spilled: layernorm 16K 0.85 / 0.48x copy (fp32 / bf16; was 0.66 / 0.17),
 # RMSNorm bf16 16K 0.74 (was 0.51), layernorm bf16 8K 0.48 (was 0.36); RMSNorm fp32 16K 0.90
 # (was 0.91).
-SEVERAL_LOADS = {"elementwise": False, "prefetch": True, "num_warps": 16}
+# With the row stashed (H200, 2026-12-04, switch_probe.py, 16384 columns, ratio to copy): a
+# chunk-shaped accumulator and no prefetch gave layernorm 0.56 / 0.77 (bf16 / fp32) and RMSNorm
+# 0.69 / 0.95, against 0.38 / 0.63 and 0.70 / 0.89 for the per-chunk reduction with prefetch
+# (which keeps no stash) and 0.58 / 0.70, 0.70 / 0.94 for a per-chunk reduction with the stash.
+SEVERAL_LOADS = {"elementwise": True, "prefetch": False, "num_warps": 16}
 # The warps of a row past CHUNK_VALUES, by the itemsize of its widest memory tile (64 bytes per
 # thread of a 16384-value chunk: 32 warps in float32, 16 in 16-bit floats); a chunk loop's loads
 # share CHUNK_BUDGET and each holds at most 16 values per thread.  Measured (H200,
@@ -154,7 +157,7 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
         parts *= 2
     ctas = max(1, 1024 // (32 * mode["num_warps"]))          # the CTAs pipeline.occupancy_hint asks an SM for
     budget = min(STASH_BYTES, STASH_SM_BYTES // ctas)        # ... which a stash must not cut
-    stashes = _stashes(top, wide, budget) if STASH and size > CHUNK_VALUES and not mode["prefetch"] else None
+    stashes = _stashes(top, wide, budget) if STASH and not mode["prefetch"] else None
     return ChunkPlan(width, width // parts, frozenset(wide), **mode, stashes=stashes)
 
 

@@ -284,14 +284,18 @@ def test_the_chunked_kernels_do_not_spill():
 
 def test_rows_of_several_loads_that_fit_alone_are_split_too():
     """layernorm (x, weight, bias) and RMSNorm (x, weight) of 16K columns: each load fits, all
-    together do not; they are split with a reduction per chunk, the one-load loops prefetching,
-    at 16 warps.  softmax's one load of 16K and RMSNorm's two of 8K are left alone."""
+    together do not; they are split with chunk-shaped accumulators at 16 warps, x kept in
+    shared memory by the first loop.  softmax's one load of 16K and RMSNorm's two of 8K are
+    left alone."""
     for dtype in (np.float32, BF16):
         x, w = np.zeros((2, 16384), dtype), np.zeros(16384, dtype)
         ln = plan_chunks(tile_ir(layernorm.layernorm_kernel, x, w, w, x, 1e-5, BLOCK=16384))
         rms = plan_chunks(tile_ir(rmsnorm.rmsnorm_kernel, x, w, x, 1e-6, BLOCK=16384))
-        assert (ln.chunk, ln.elementwise, ln.prefetch, ln.num_warps) == (4096, False, True, 16)
+        assert (ln.chunk, ln.elementwise, ln.prefetch, ln.num_warps) == (4096, True, False, 16)
         assert (rms.chunk, rms.num_warps) == (8192, 16)
+        for plan in (ln, rms):      # x only: the weight and bias are read by the last loop alone
+            (kept,) = plan.stashes.ids
+            assert kept.owner.op is TileOp.LOAD and kept.owner.operands[1].owner.op is TileOp.PROGRAM_ID
         assert layernorm.layernorm_kernel.inspect(x, w, w, x, 1e-5, BLOCK=16384).num_warps == 16
         assert plan_chunks(tile_ir(softmax.softmax_kernel, x, x, BLOCK=16384)) is None
         x8, w8 = np.zeros((2, 8192), dtype), np.zeros(8192, dtype)
