@@ -117,3 +117,41 @@ def test_bitonic_sorts_match_numpy(backend, r, c, axis, warps, dtype, seed):
 def test_a_bad_sort_is_an_error_at_the_users_line():
     body_error("tj.store(y, (0, 0), tj.sort(t, descending=1))", "descending must be a compile-time bool",
                [ArraySpec(tj.float32, 2)] * 2, {"B": 4}, head="    t = tj.load(x, (0, 0), (B, B))\n")
+
+
+@tj.kernel
+def counts(x, out, N: tj.constexpr, BINS: tj.constexpr):
+    t = tj.load(x, (tj.program_id(0) * N,), (N,), other=BINS)    # past the end: not counted
+    tj.store(out, (tj.program_id(0), 0), tj.histogram(t, BINS)[None, :])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(n=st.sampled_from([1, 8, 64, 256]), bins=st.sampled_from([1, 3, 16, 64]), total=st.integers(1, 600),
+       warps=st.sampled_from([1, 4]), dtype=st.sampled_from([np.int32, np.int8, np.uint16, np.int64]),
+       seed=st.integers(0, 99))
+def test_histograms_match_numpy(backend, n, bins, total, warps, dtype, seed):
+    """Counts of 0..bins-1 per program (values outside the bins and past the array are not
+    counted), against NumPy, for every program of a ragged grid."""
+    if n * bins > 1 << 16:
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TILEJIT_BACKEND", backend)
+        lo = 0 if np.dtype(dtype).kind == "u" else -2
+        x = np.random.default_rng(seed).integers(lo, bins + 2, total).astype(dtype)
+        programs = -(-total // n)
+        out = np.full((programs, bins), -7, np.int32)
+        counts[(programs,)](x, out, N=n, BINS=bins, num_warps=warps)
+    for p in range(programs):
+        part = x[p * n:(p + 1) * n].astype(np.int64)
+        np.testing.assert_array_equal(out[p], [np.sum(part == k) for k in range(bins)])
+
+
+@pytest.mark.parametrize("body, message", [
+    ("tj.histogram(t, 4)", "must be integers"),
+    ("tj.histogram(t.to(tj.int32), 0)", "bins must be a positive compile-time int"),
+    ("tj.histogram(t.to(tj.int32), x.shape[0])", "bins must be a positive compile-time int"),
+    ("tj.histogram(t.to(tj.int32)[None, :], 4)", "expected a 1-D tile"),
+    ("tj.histogram(t.to(tj.int32), 1024)", "over 65536 compares"),
+])
+def test_bad_histograms_are_errors_at_the_users_line(body, message):
+    body_error(body, message, [ArraySpec(tj.float32, 1)] * 2, {"B": 128}, head="    t = tj.load(x, (0,), (B,))\n")

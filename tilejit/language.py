@@ -196,6 +196,12 @@ def sort(x, axis=-1, descending=False):
     """The values of ``x`` sorted along ``axis`` (``np.sort``; ``descending=True`` largest first),
     by a bitonic network: the order of NaNs is not specified."""
 @builtin
+def histogram(x, bins):
+    """int32 counts of the values 0, 1, ..., ``bins - 1`` in the 1-D integer tile ``x``
+    (``np.bincount(x, minlength=bins)[:bins]`` without the values outside ``[0, bins)``);
+    ``bins`` is a compile-time int.  Computed as one compare per (value, bin) and a sum, so at
+    most 65,536 of them: count larger inputs chunk by chunk, or with ``tj.atomic_add``."""
+@builtin
 def dot(a, b, acc=None, allow_tf32=False): ...
 @builtin
 def dot_scaled(a, a_scale, b, b_scale, acc=None):

@@ -681,6 +681,23 @@ def atomic(b: Builder, kind: str, x, offsets, tile, mask=None, sem="relaxed", sc
     return b.create(TileOp.ATOMIC, operands, [value.type], attrs).result
 
 
+def histogram(b: Builder, x, bins) -> Value:
+    """``tj.histogram``: int32 counts of each value 0..bins-1 in the 1-D integer tile ``x``
+    (values outside are not counted), as one compare of ``x`` against every bin and a sum."""
+    if not (isinstance(x, Value) and isinstance(x.type, TileType) and len(x.type.shape) == 1):
+        fail(b, f"histogram: expected a 1-D tile, got {describe(x)}")
+    if not (x.type.dtype.is_int and not x.type.dtype.is_bool):
+        fail(b, f"histogram: the values must be integers, got {x.type.dtype.name}")
+    if isinstance(bins, Value) or not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
+        fail(b, f"histogram: bins must be a positive compile-time int, got {describe(bins)}")
+    n = x.type.shape[0]
+    if n * bins > 1 << 16:
+        fail(b, f"histogram: {n} values x {bins} bins is over 65536 compares; histogram chunks of "
+                f"the values and add the counts (or use tj.atomic_add into an array)")
+    hits = binary(b, "==", expand_dims(b, x, 1), expand_dims(b, arange(b, 0, bins), 0))      # (n, bins)
+    return reduce(b, ReduceKind.SUM, cast(b, hits, dtypes.int32), 0)
+
+
 def device_print(b: Builder, prefix, *values) -> None:
     """``tj.device_print``: a PRINT of the values broadcast to one shape, with the program id."""
     if not isinstance(prefix, str):
@@ -764,7 +781,7 @@ BUILTINS = {
     "device_assert": device_assert,
     "cumsum": lambda b, x, axis=0, reverse=False: scan(b, "sum", x, axis, reverse),
     "cumprod": lambda b, x, axis=0, reverse=False: scan(b, "prod", x, axis, reverse),
-    "sort": sort,
+    "sort": sort, "histogram": histogram,
     **{f"atomic_{kind}": (lambda kind: lambda b, x, offsets, tile, mask=None, sem="relaxed", scope="gpu":
                           atomic(b, kind, x, offsets, tile, mask, sem, scope))(kind)
        for kind in ir.ATOMIC_KINDS if kind != "cas"},
