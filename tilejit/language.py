@@ -196,6 +196,17 @@ def sort(x, axis=-1, descending=False):
     """The values of ``x`` sorted along ``axis`` (``np.sort``; ``descending=True`` largest first),
     by a bitonic network: the order of NaNs is not specified."""
 @builtin
+def reduce(x, axis, combine, keepdims=False):
+    """Reduce ``x`` along ``axis`` with ``combine``, a ``@tj.func`` of two tiles returning one
+    of their shape (elementwise, and associative: neighbouring elements are combined pairwise,
+    the left one first, log2(n) times, so the order of the elements is kept and ``combine`` need
+    not commute; the axis length is a power of two).  ``tj.sum``/``max``/``min`` are faster for those operations.
+
+        @tj.func
+        def first_nonzero(a, b):
+            return tj.where(a != 0, a, b)
+        tj.reduce(t, 1, first_nonzero)"""
+@builtin
 def histogram(x, bins):
     """int32 counts of the values 0, 1, ..., ``bins - 1`` in the 1-D integer tile ``x``
     (``np.bincount(x, minlength=bins)[:bins]`` without the values outside ``[0, bins)``);

@@ -185,7 +185,50 @@ class Calls:
         bound.apply_defaults()
         if name in ("range", "static_range"):
             return self.make_range(frame, name, *bound.args, **bound.kwargs)
+        if name == "reduce":
+            return self.generic_reduce(frame, *bound.args, **bound.kwargs)
         return BUILTINS[name](frame.b, *bound.args, **bound.kwargs)
+
+    def generic_reduce(self, frame, x, axis, combine, keepdims=False):
+        """``tj.reduce``: halve ``axis`` log2(n) times, combining each even element with the odd
+        one after it by inlining ``combine`` (a tree that keeps left-to-right order, so an
+        associative ``combine`` need not commute).  Each side of a pair is picked exactly: the
+        other side is masked to the dtype's lowest value and a max over the size-2 axis keeps the
+        picked one (-0.0 and NaN included)."""
+        b = frame.b
+        if not (isinstance(x, Value) and isinstance(x.type, TileType) and x.type.shape):
+            raise CompileError(f"reduce: expected a tile, got {semantics.describe(x)}", b.loc)
+        if not (isinstance(combine, TjFunc) or getattr(combine, "__tilejit_func__", False)):
+            raise CompileError(f"reduce: combine must be a @tj.func of two tiles, got {semantics.describe(combine)}",
+                               b.loc)
+        if not isinstance(keepdims, bool):
+            raise CompileError("reduce: keepdims must be True or False", b.loc)
+        axis = semantics.normalize_axis(b, axis, len(x.type.shape), "reduce")
+        t = x
+        while t.type.shape[axis] > 1:
+            shape, n = t.type.shape, t.type.shape[axis]
+            if n % 2:
+                raise CompileError(f"reduce: the reduced axis has {x.type.shape[axis]} elements; a combine "
+                                   "function reduces a power-of-two axis", b.loc)
+            pair = semantics.reshape(b, t, shape[:axis] + (n // 2, 2) + shape[axis + 1:])
+            halves = [self._half(b, pair, axis + 1, k) for k in (0, 1)]
+            self._record_dep(frame, combine.fn.__qualname__, combine)
+            t = self.inline(frame, combine.fn, halves, {})
+            want = halves[0].type.shape
+            if not (isinstance(t, Value) and isinstance(t.type, TileType) and t.type.shape == want):
+                raise CompileError(f"reduce: combine '{combine.fn.__name__}' must return one tile of its "
+                                   f"arguments' shape {want}, got {semantics.describe(t)}", b.loc)
+        return t if keepdims else semantics.reduce(b, ReduceKind.MAX, t, axis)
+
+    @staticmethod
+    def _half(b, pair: Value, axis: int, k: int) -> Value:
+        """Side ``k`` of ``pair`` along its size-2 dim ``axis``, exactly."""
+        dt = pair.type.dtype
+        lowest = False if dt.is_bool else -math.inf if dt.is_float else int(np.iinfo(dt.np).min)
+        index = semantics.arange(b, 0, 2)
+        index = semantics.reshape(b, index, tuple(2 if d == axis else 1 for d in range(len(pair.type.shape))))
+        keep = semantics.binary(b, "==", index, k)
+        return semantics.reduce(b, ReduceKind.MAX, semantics.where(b, keep, pair, lowest), axis)
 
     def call_method(self, frame, method: BoundMethod, args, kwargs):
         b, obj, name = frame.b, method.obj, method.name
