@@ -24,6 +24,7 @@ from tilejit.ir import TileOp
 from tilejit.passes.assign_layouts import assign_layouts, layouts_text
 from tilejit.passes.canonicalize import canonicalize
 from tilejit.passes.chunk_rows import chunk_rows
+from tilejit.passes import coarsen_programs as coarsen
 from tilejit.passes.dce import dce
 from tilejit.passes.fold_exp import fold_exp
 from tilejit.passes.hoist_loads import hoist_loads
@@ -73,10 +74,13 @@ PIPELINE = [
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
+    Stage("coarsen_programs", lambda fn, opt: coarsen.coarsen_programs(fn, 1 if opt.pack or opt.programs_per_cta
+                                                                        else coarsen.COARSEN), "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
-    Stage("pack_programs", lambda fn, opt: pack_programs(fn, *((opt.programs_per_cta,) if opt.programs_per_cta
-                                                            else choose_programs(fn, opt.pack))), "simt"),
+    Stage("pack_programs", lambda fn, opt: fn if fn.meta.serial_programs else
+          pack_programs(fn, *((opt.programs_per_cta,) if opt.programs_per_cta else choose_programs(fn, opt.pack))),
+          "simt"),
 ]
 
 

@@ -294,3 +294,34 @@ def test_sub_warp_packing_refuses_a_program_that_places_data_on_more_lanes():
     fn = compile_to_simt(tile, num_warps=1)
     with pytest.raises(ValueError, match="more than 16 lanes"):
         pack_programs(fn, 16, 16)
+
+
+# --- coarsen_programs (a switch, off by default: measured below the uncoarsened kernels)
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm"])
+@pytest.mark.parametrize("dtype, block, warps, k", [(D.bfloat16, 1024, 2, 2), (D.float32, 4096, 8, 3),
+                                                    (D.float32, 512, 4, 4)])
+def test_coarsened_programs_match_the_kernel_bit_for_bit(name, dtype, block, warps, k, monkeypatch):
+    """k programs one after another per CTA, their loads first: the same rows bit for bit,
+    ragged grids included (the copies past the grid store nothing), own shared buffers."""
+    from tilejit.passes import coarsen_programs as coarsen
+    kernel, specs, inputs = CASES[name]
+    tile = kernel.tile_ir(specs(dtype), {"BLOCK": block})
+    one = compile_to_simt(tile, num_warps=warps)
+    monkeypatch.setattr(coarsen, "COARSEN", k)
+    co = compile_to_simt(tile, num_warps=warps)
+    assert (co.meta.programs_per_cta, co.meta.serial_programs, co.meta.cta_threads) == (k, True, 32 * warps)
+    loads = [i for i, o in enumerate(co.body.ops) if o.op is SimtOp.LOAD_GLOBAL]
+    first_write = min(i for i, o in enumerate(co.body.ops) if o.op in (SimtOp.STORE_GLOBAL, SimtOp.BARRIER,
+                                                                          SimtOp.SHUFFLE_XOR))
+    assert len(loads) >= k and max(loads) < first_write          # every copy's loads come first
+    same_rows(one, co, inputs, dtype, 3 * k + 1, block, block + k)
+    simt.verify(co)
+    assert ".maxntid %d" % (32 * warps) in codegen.compile_ptx(co, "sm_90a")
+
+
+def test_kernels_with_branches_are_not_coarsened(monkeypatch):
+    from tilejit.passes import coarsen_programs as coarsen
+    monkeypatch.setattr(coarsen, "COARSEN", 2)
+    kernel, specs, _ = CASES["layernorm"]           # uniform_masks puts its edge test in an IF
+    fn = compile_to_simt(kernel.tile_ir(specs(D.float32), {"BLOCK": 1024}), num_warps=2)
+    assert any(o.op is SimtOp.IF for o in fn.walk()) and fn.meta.programs_per_cta == 1

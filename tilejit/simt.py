@@ -62,12 +62,13 @@ class SimtMeta:
     programs_per_cta: int = 1              # pack_programs: programs along grid axis 0 per CTA
     lanes_per_program: int = 32            # pack_programs: 16 or 8 when several one-warp programs share a warp
     lane_bits: int = 31                    # the lowering: lane-id bits that place data (the rest are replicas)
+    serial_programs: bool = False          # coarsen_programs: the CTA's programs run one after another
 
     @property
     def cta_threads(self) -> int:
         """Threads per CTA of a launch: each program's (a sub-warp program has fewer than 32)."""
         per_program = self.lanes_per_program if self.lanes_per_program < 32 else 32 * self.num_warps
-        return per_program * self.programs_per_cta
+        return per_program * (1 if self.serial_programs else self.programs_per_cta)
 
     def summary(self) -> str:
         """The line ``--emit`` of a SIMT stage prints under the IR."""
