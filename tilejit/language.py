@@ -207,6 +207,12 @@ def reduce(x, axis, combine, keepdims=False):
             return tj.where(a != 0, a, b)
         tj.reduce(t, 1, first_nonzero)"""
 @builtin
+def associative_scan(x, axis, combine, reverse=False):
+    """The inclusive scan of ``x`` along ``axis`` with ``combine``, a ``@tj.func`` of two tiles
+    returning one of their shape and dtype (elementwise and associative; it need not commute):
+    ``out[i] = x[0] ⊕ ... ⊕ x[i]`` (``reverse=True``: ``x[i] ⊕ ... ⊕ x[n-1]``), over a
+    power-of-two axis, in O(log² n) rounds of tile reshapes.  ``tj.cumsum``/``cumprod`` are faster."""
+@builtin
 def histogram(x, bins):
     """int32 counts of the values 0, 1, ..., ``bins - 1`` in the 1-D integer tile ``x``
     (``np.bincount(x, minlength=bins)[:bins]`` without the values outside ``[0, bins)``);

@@ -187,6 +187,8 @@ class Calls:
             return self.make_range(frame, name, *bound.args, **bound.kwargs)
         if name == "reduce":
             return self.generic_reduce(frame, *bound.args, **bound.kwargs)
+        if name == "associative_scan":
+            return self.generic_scan(frame, *bound.args, **bound.kwargs)
         return BUILTINS[name](frame.b, *bound.args, **bound.kwargs)
 
     def generic_reduce(self, frame, x, axis, combine, keepdims=False):
@@ -196,29 +198,96 @@ class Calls:
         other side is masked to the dtype's lowest value and a max over the size-2 axis keeps the
         picked one (-0.0 and NaN included)."""
         b = frame.b
-        if not (isinstance(x, Value) and isinstance(x.type, TileType) and x.type.shape):
-            raise CompileError(f"reduce: expected a tile, got {semantics.describe(x)}", b.loc)
-        if not (isinstance(combine, TjFunc) or getattr(combine, "__tilejit_func__", False)):
-            raise CompileError(f"reduce: combine must be a @tj.func of two tiles, got {semantics.describe(combine)}",
-                               b.loc)
+        self._combine_check(frame, "reduce", x, combine)
         if not isinstance(keepdims, bool):
             raise CompileError("reduce: keepdims must be True or False", b.loc)
         axis = semantics.normalize_axis(b, axis, len(x.type.shape), "reduce")
         t = x
         while t.type.shape[axis] > 1:
-            shape, n = t.type.shape, t.type.shape[axis]
-            if n % 2:
+            if t.type.shape[axis] % 2:
                 raise CompileError(f"reduce: the reduced axis has {x.type.shape[axis]} elements; a combine "
                                    "function reduces a power-of-two axis", b.loc)
-            pair = semantics.reshape(b, t, shape[:axis] + (n // 2, 2) + shape[axis + 1:])
-            halves = [self._half(b, pair, axis + 1, k) for k in (0, 1)]
-            self._record_dep(frame, combine.fn.__qualname__, combine)
-            t = self.inline(frame, combine.fn, halves, {})
-            want = halves[0].type.shape
-            if not (isinstance(t, Value) and isinstance(t.type, TileType) and t.type.shape == want):
-                raise CompileError(f"reduce: combine '{combine.fn.__name__}' must return one tile of its "
-                                   f"arguments' shape {want}, got {semantics.describe(t)}", b.loc)
+            t = self._combined(frame, "reduce", combine, *self._pairs(b, t, axis))
         return t if keepdims else semantics.reduce(b, ReduceKind.MAX, t, axis)
+
+    def _combine_check(self, frame, what: str, x, combine):
+        b = frame.b
+        if not (isinstance(x, Value) and isinstance(x.type, TileType) and x.type.shape):
+            raise CompileError(f"{what}: expected a tile, got {semantics.describe(x)}", b.loc)
+        if not (isinstance(combine, TjFunc) or getattr(combine, "__tilejit_func__", False)):
+            raise CompileError(f"{what}: combine must be a @tj.func of two tiles, got {semantics.describe(combine)}",
+                               b.loc)
+        self._record_dep(frame, combine.fn.__qualname__, combine)
+
+    def _combined(self, frame, what: str, combine, a: Value, c: Value) -> Value:
+        t = self.inline(frame, combine.fn, [a, c], {})
+        if not (isinstance(t, Value) and isinstance(t.type, TileType) and t.type.shape == a.type.shape
+                and t.type.dtype == a.type.dtype):
+            raise CompileError(f"{what}: combine '{combine.fn.__name__}' must return one tile of its arguments' "
+                               f"shape {a.type.shape} and dtype {a.type.dtype.name}, got {semantics.describe(t)}",
+                               frame.b.loc)
+        return t
+
+    def generic_scan(self, frame, x, axis, combine, reverse=False):
+        """``tj.associative_scan``: the inclusive scan of ``x`` along a power-of-two ``axis`` with
+        ``combine`` (associative; it need not commute): neighbours are combined, the pairs are
+        scanned (recursively), and each even element takes the previous pair's prefix, shifted
+        one pair along by interleaving (log2(n) rounds each)."""
+        b = frame.b
+        self._combine_check(frame, "associative_scan", x, combine)
+        if not isinstance(reverse, bool):
+            raise CompileError("associative_scan: reverse must be True or False", b.loc)
+        axis = semantics.normalize_axis(b, axis, len(x.type.shape), "associative_scan")
+        n = x.type.shape[axis]
+        if n & (n - 1):
+            raise CompileError(f"associative_scan: the scanned axis has {n} elements; a combine function "
+                               "scans a power-of-two axis", b.loc)
+        return self._scan(frame, x, axis, combine, reverse)
+
+    def _scan(self, frame, x: Value, axis: int, combine, reverse: bool) -> Value:
+        b, n = frame.b, x.type.shape[axis]
+        if n == 1:
+            return x
+        even, odd = self._pairs(b, x, axis)
+        sums = self._scan(frame, self._combined(frame, "associative_scan", combine, even, odd), axis, combine, reverse)
+        # forward: out[2i+1] = sums[i], out[2i] = sums[i-1] + x[2i] (x[0] at i = 0)
+        # reverse: out[2i] = sums[i], out[2i+1] = x[2i+1] + sums[i+1] (x[n-1] at the last i)
+        near = self._shift(b, sums, axis, -1 if not reverse else 1)
+        lone = odd if reverse else even
+        joined = self._combined(frame, "associative_scan", combine, *((near, lone) if not reverse else (lone, near)))
+        index = semantics.arange(b, 0, n // 2)
+        index = semantics.reshape(b, index, tuple(n // 2 if d == axis else 1 for d in range(len(x.type.shape))))
+        edge = semantics.binary(b, "==", index, n // 2 - 1 if reverse else 0)
+        part = semantics.where(b, edge, lone, joined)
+        return self._interleave(b, sums, part, axis) if reverse else self._interleave(b, part, sums, axis)
+
+    def _pairs(self, b, x: Value, axis: int) -> tuple[Value, Value]:
+        """(x[..., 0::2, ...], x[..., 1::2, ...]) along ``axis``."""
+        shape, n = x.type.shape, x.type.shape[axis]
+        pair = semantics.reshape(b, x, shape[:axis] + (n // 2, 2) + shape[axis + 1:])
+        return self._half(b, pair, axis + 1, 0), self._half(b, pair, axis + 1, 1)
+
+    def _shift(self, b, x: Value, axis: int, by: int) -> Value:
+        """``x`` moved one place along ``axis``: ``out[i] = x[i - 1]`` (``by`` = -1) or ``x[i + 1]``
+        (1); the place left empty holds some element of ``x`` (the caller masks it)."""
+        if x.type.shape[axis] == 1:
+            return x
+        even, odd = self._pairs(b, x, axis)
+        if by < 0:          # out[2j+1] = x[2j], out[2j] = x[2j-1] = odd shifted back
+            return self._interleave(b, self._shift(b, odd, axis, by), even, axis)
+        return self._interleave(b, odd, self._shift(b, even, axis, by), axis)    # out[2j] = x[2j+1]
+
+    @staticmethod
+    def _interleave(b, first: Value, second: Value, axis: int) -> Value:
+        """The tile whose even places along ``axis`` are ``first`` and odd ones ``second``."""
+        shape, n = first.type.shape, first.type.shape[axis]
+        wide = shape[:axis + 1] + (2,) + shape[axis + 1:]
+        a = semantics.broadcast_to(b, semantics.expand_dims(b, first, axis + 1), wide)
+        c = semantics.broadcast_to(b, semantics.expand_dims(b, second, axis + 1), wide)
+        index = semantics.arange(b, 0, 2)
+        index = semantics.reshape(b, index, tuple(2 if d == axis + 1 else 1 for d in range(len(wide))))
+        both = semantics.where(b, semantics.binary(b, "==", index, 0), a, c)
+        return semantics.reshape(b, both, shape[:axis] + (2 * n,) + shape[axis + 1:])
 
     @staticmethod
     def _half(b, pair: Value, axis: int, k: int) -> Value:
