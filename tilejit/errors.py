@@ -88,6 +88,7 @@ class PerformanceWarning(UserWarning):
 
 
 def outside_kernel(what: str):
+    """Raise the error for a ``tj`` in-kernel operation called from host code."""
     raise TilejitError(f"{what} can only be used inside a @tj.kernel or @tj.func")
 
 

@@ -35,25 +35,41 @@ def builtin(fn):
 
 # --- program ----------------------------------------------------------------------------------
 @builtin
-def program_id(axis): ...
+def program_id(axis):
+    """The index (int32 scalar) of this program along grid ``axis`` (0, 1 or 2): ``kernel[(g0, g1)](...)``
+    runs programs ``(0..g0-1, 0..g1-1)``."""
 @builtin
-def num_programs(axis): ...
+def num_programs(axis):
+    """The number of programs (int32 scalar) along grid ``axis`` (the launch grid's size there)."""
 
 
 # --- creation ---------------------------------------------------------------------------------
 @builtin
-def arange(start, end): ...
+def arange(start, end):
+    """The int32 tile ``[start, start + 1, ..., end - 1]`` (``tj.arange(0, BLOCK)``); ``start`` and ``end``
+    are compile-time ints and the length ``end - start`` a positive int."""
 @builtin
-def zeros(shape, dtype=float32): ...
+def zeros(shape, dtype=float32):
+    """A tile of ``shape`` (compile-time ints) filled with 0 of ``dtype`` (default float32)."""
 @builtin
-def full(shape, value, dtype=None): ...
+def full(shape, value, dtype=None):
+    """A tile of ``shape`` filled with ``value`` (a number or a scalar): ``dtype`` default is the value's
+    (int32 for ints, float32 for floats)."""
 
 
 # --- memory -----------------------------------------------------------------------------------
 @builtin
-def load(x, offsets, shape, other=0, mask=None): ...
+def load(x, offsets, shape, other=0, mask=None):
+    """The ``shape`` tile of array ``x`` starting at element ``offsets`` (one per dim, in elements, not
+    blocks: ``tj.load(x, (row, 0), (1, BLOCK))``).  Elements past the array's edge, or where the
+    boolean ``mask`` (broadcast to ``shape``) is False, read ``other`` (default 0).  An offset may
+    also be a 1-D integer tile of length ``shape[d]``: row i of dim d comes from that index (a
+    gather; indices outside the array read ``other``)."""
 @builtin
-def store(x, offsets, tile, mask=None): ...
+def store(x, offsets, tile, mask=None):
+    """Write ``tile`` into array ``x`` at element ``offsets`` (as ``load``'s).  Elements past the edge, or
+    where ``mask`` is False, are not written; an integer-tile offset scatters (one writer of
+    duplicate indices wins, as on the GPU).  Values are cast to the array's dtype."""
 
 
 # --- atomics: each element of ``tile`` is combined into ``x`` at the block starting at
@@ -91,51 +107,74 @@ def atomic_xchg(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
 
 # --- elementwise ------------------------------------------------------------------------------
 @builtin
-def exp(x): ...
+def exp(x):
+    """``e**x`` elementwise (float32 math for float16/bfloat16/integers; within 1 ulp in float32)."""
 @builtin
-def exp2(x): ...
+def exp2(x):
+    """``2**x`` elementwise (float32 math for narrower floats and integers)."""
 @builtin
-def log(x): ...
+def log(x):
+    """The natural logarithm elementwise (float32 math for narrower floats and integers)."""
 @builtin
-def log2(x): ...
+def log2(x):
+    """The base-2 logarithm elementwise (float32 math for narrower floats and integers)."""
 @builtin
-def sqrt(x): ...
+def sqrt(x):
+    """The correctly rounded square root elementwise."""
 @builtin
-def rsqrt(x): ...
+def rsqrt(x):
+    """``1 / sqrt(x)`` elementwise, by the GPU's approximate ``rsqrt`` (about 2 ulp in float32)."""
 @builtin
-def sin(x): ...
+def sin(x):
+    """The sine elementwise (within 1 ulp over the whole float32 range; ``fast_math=True`` launches
+    take the approximate instruction)."""
 @builtin
-def cos(x): ...
+def cos(x):
+    """The cosine elementwise (as ``sin``)."""
 @builtin
-def tanh(x): ...
+def tanh(x):
+    """The hyperbolic tangent elementwise (within 1 ulp in float32)."""
 @builtin
-def sigmoid(x): ...
+def sigmoid(x):
+    """``1 / (1 + exp(-x))`` elementwise."""
 @builtin
 def erf(x):
     """The error function 2/sqrt(pi) * integral of exp(-t**2) from 0 to x, elementwise on floats
     (``math.erf`` in a kernel means the same); within an ulp of float32 on the GPU."""
 @builtin
-def floor(x): ...
+def floor(x):
+    """The largest integer not above ``x``, elementwise, in ``x``'s float dtype (integers unchanged)."""
 @builtin
-def ceil(x): ...
+def ceil(x):
+    """The smallest integer not below ``x``, elementwise (as ``floor``)."""
 @builtin
-def trunc(x): ...
+def trunc(x):
+    """``x`` rounded toward zero, elementwise (as ``floor``)."""
 @builtin
-def round(x): ...
+def round(x):
+    """``x`` rounded to the nearest integer, ties to even (``np.round``), elementwise."""
 @builtin
-def isnan(x): ...
+def isnan(x):
+    """A bool tile: where ``x`` is NaN (False for integers)."""
 @builtin
-def isinf(x): ...
+def isinf(x):
+    """A bool tile: where ``x`` is +inf or -inf (False for integers)."""
 @builtin
-def isfinite(x): ...
+def isfinite(x):
+    """A bool tile: where ``x`` is neither NaN nor infinite (True for integers)."""
 @builtin
-def abs(x): ...
+def abs(x):
+    """The absolute value elementwise (``np.abs``; the most negative integer stays itself)."""
 @builtin
-def maximum(x, y): ...
+def maximum(x, y):
+    """The elementwise maximum with NumPy broadcasting and promotion; a NaN operand gives NaN."""
 @builtin
-def minimum(x, y): ...
+def minimum(x, y):
+    """The elementwise minimum (as ``maximum``)."""
 @builtin
-def where(cond, x, y): ...
+def where(cond, x, y):
+    """``x`` where the bool tile ``cond`` holds, else ``y``, elementwise with NumPy broadcasting and
+    promotion (``np.where``)."""
 @builtin
 def unpack(t, dtype):
     """The 4-bit values packed two per byte in the uint8 tile ``t`` (low nibble first), with the
@@ -151,9 +190,13 @@ def clamp(x, lo, hi):
     """``x`` limited to ``[lo, hi]`` elementwise, as ``np.clip`` (NaN stays NaN); ``lo`` and ``hi``
     broadcast like any operand."""
 @builtin
-def fma(x, y, z): ...
+def fma(x, y, z):
+    """``x * y + z`` elementwise with one rounding (a fused multiply-add; floats)."""
 @builtin
-def cast(x, dtype, bitcast=False): ...
+def cast(x, dtype, bitcast=False):
+    """``x`` converted to ``dtype`` (also ``x.to(dtype)``): floats to integers truncate toward zero
+    (NaN and values out of the integer's range give backend-dependent results, as in C), to bool
+    is ``!= 0``; ``bitcast=True`` reinterprets the bits (``tj.bitcast``)."""
 @builtin
 def bitcast(x, dtype):
     """``x``'s bits as ``dtype``, which must have the same width and neither be bool
@@ -162,28 +205,40 @@ def bitcast(x, dtype):
 
 # --- shape ------------------------------------------------------------------------------------
 @builtin
-def trans(x, *perm): ...
+def trans(x, *perm):
+    """``x`` with its dims permuted (``perm``, default: reversed), as ``np.transpose``; ``x.T`` and
+    ``tj.trans(k)`` reach the same tensor-core paths in ``tj.dot``."""
 @builtin
-def permute(x, *dims): ...
+def permute(x, *dims):
+    """``x`` with its dims in the order ``dims`` (``np.transpose(x, dims)``)."""
 @builtin
-def reshape(x, shape): ...
+def reshape(x, shape):
+    """The same elements in row-major order in ``shape`` (also ``x.reshape(shape)``)."""
 @builtin
-def broadcast_to(x, shape): ...
+def broadcast_to(x, shape):
+    """``x`` broadcast to ``shape`` by NumPy's rules (``np.broadcast_to``)."""
 @builtin
-def expand_dims(x, axis): ...
+def expand_dims(x, axis):
+    """``x`` with a new unit dim at ``axis`` (``np.expand_dims``; also ``x[None, :]``)."""
 
 
 # --- reductions and matmul --------------------------------------------------------------------
 @builtin
-def sum(x, axis=None, keepdims=False): ...
+def sum(x, axis=None, keepdims=False):
+    """The sum along ``axis`` (all axes when None; ``keepdims`` as NumPy; also ``x.sum(axis)``):
+    integers under 32 bits and bool sum in int32, floats in their own dtype."""
 @builtin
-def max(x, axis=None, keepdims=False): ...
+def max(x, axis=None, keepdims=False):
+    """The maximum along ``axis`` (as ``sum``'s axes); NaN propagates."""
 @builtin
-def min(x, axis=None, keepdims=False): ...
+def min(x, axis=None, keepdims=False):
+    """The minimum along ``axis`` (as ``max``)."""
 @builtin
-def argmax(x, axis, keepdims=False): ...
+def argmax(x, axis, keepdims=False):
+    """The int32 index of the (first) maximum along ``axis``."""
 @builtin
-def argmin(x, axis, keepdims=False): ...
+def argmin(x, axis, keepdims=False):
+    """The int32 index of the (first) minimum along ``axis``."""
 @builtin
 def cumsum(x, axis=0, reverse=False):
     """Running sums along ``axis`` (``np.cumsum``; ``reverse=True`` sums from the end).  bool and
@@ -219,7 +274,10 @@ def histogram(x, bins):
     ``bins`` is a compile-time int.  Computed as one compare per (value, bin) and a sum, so at
     most 65,536 of them: count larger inputs chunk by chunk, or with ``tj.atomic_add``."""
 @builtin
-def dot(a, b, acc=None, allow_tf32=False): ...
+def dot(a, b, acc=None, allow_tf32=False):
+    """``a @ b (+ acc)`` for 2-D tiles (M, K) @ (K, N), accumulated in float32 (int32 for int8):
+    tensor cores (wgmma on sm_90a, mma.sync on sm_80) for float16/bfloat16/float8/int8 and
+    tf32 when ``allow_tf32``, FMAs otherwise.  ``acc`` is the (M, N) accumulator."""
 @builtin
 def dot_scaled(a, a_scale, b, b_scale, acc=None):
     """``acc + (a @ b) * a_scale * b_scale`` in float32, for one K block of block-scaled
@@ -229,9 +287,13 @@ def dot_scaled(a, a_scale, b, b_scale, acc=None):
 
 # --- loops ------------------------------------------------------------------------------------
 @builtin
-def range(start, stop=None, step=1, stages=None): ...
+def range(start, stop=None, step=1, stages=None):
+    """A loop ``for i in tj.range(start, stop, step, stages=N)``: like ``range``, and ``stages`` sets how
+    many iterations ahead its loads are issued (software pipelining; plain ``range`` loops get
+    the compiler's depth, ``stages=1`` turns it off)."""
 @builtin
-def static_range(start, stop=None, step=1): ...
+def static_range(start, stop=None, step=1):
+    """A loop unrolled at compile time: ``start``, ``stop`` and ``step`` are compile-time ints."""
 
 
 # --- compile-time debugging --------------------------------------------------------------------
