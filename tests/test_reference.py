@@ -20,3 +20,19 @@ def test_every_public_operation_has_a_docstring():
                if len((inspect.getdoc(obj) or "").strip()) < 20]
     assert missing == [], f"public names without a docstring: {missing}"
 
+
+
+def test_docs_language_md_is_generated_from_the_docstrings_and_up_to_date():
+    """``docs/language.md`` lists every public operation with its docstring (regenerate it with
+    ``python3 scripts/make_reference.py`` after changing one)."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(root, "scripts", "make_reference.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = open(os.path.join(root, "docs", "language.md")).read()
+    for name, _ in public_callables():
+        if name not in ("builtin", "outside_kernel", "DType"):
+            assert f"### `tj.{name}" in text, name

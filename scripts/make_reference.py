@@ -1,0 +1,101 @@
+"""Write ``docs/language.md``, the language reference, from the docstrings of the public ``tj``
+names (``python3 scripts/make_reference.py``; ``--check`` exits 1 when the file is out of date).
+A test runs the check, so a public name without an entry, or an entry older than its docstring,
+fails the suite."""
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+
+import tilejit as tj
+
+SECTIONS = [
+    ("Kernels, device functions and launching", ["kernel", "func", "constexpr", "Kernel", "autotune", "Config",
+                                                 "to_device", "empty", "DeviceArray"]),
+    ("Program geometry", ["program_id", "num_programs"]),
+    ("Making tiles", ["arange", "zeros", "full"]),
+    ("Memory", ["load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
+                "atomic_xchg", "atomic_cas"]),
+    ("Elementwise math", ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf",
+                          "floor", "ceil", "trunc", "round", "abs", "maximum", "minimum", "clamp", "fma", "where",
+                          "isnan", "isinf", "isfinite"]),
+    ("Casts and packed types", ["cast", "bitcast", "unpack", "pack"]),
+    ("Shapes", ["reshape", "trans", "permute", "broadcast_to", "expand_dims"]),
+    ("Reductions, scans and sorting", ["sum", "max", "min", "argmax", "argmin", "reduce", "cumsum", "cumprod",
+                                       "associative_scan", "sort", "histogram"]),
+    ("Matrix multiplication", ["dot", "dot_scaled"]),
+    ("Loops", ["range", "static_range"]),
+    ("Debugging", ["static_assert", "static_print", "device_print", "device_assert"]),
+    ("Host helpers", ["cdiv", "next_power_of_2"]),
+    ("Errors", ["TilejitError", "CompileError", "LaunchError", "DeviceError", "DeviceAssertError",
+                "PerformanceWarning"]),
+]
+INTERNAL = {"builtin", "outside_kernel", "DType"}     # public for the package's own modules
+
+
+def public_names() -> list[str]:
+    """The documented public callables: not modules, dtypes, constants or internals."""
+    out = []
+    for name in sorted(n for n in dir(tj) if not n.startswith("_")):
+        obj = getattr(tj, name)
+        if inspect.ismodule(obj) or isinstance(obj, tj.dtypes.DType) or not callable(obj) or name in INTERNAL:
+            continue
+        out.append(name)
+    return out
+
+
+def _signature(name: str, obj) -> str:
+    try:
+        sig = str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        sig = ""
+    return f"tj.{name}{sig}" if not inspect.isclass(obj) else f"tj.{name}"
+
+
+def render() -> str:
+    names = public_names()
+    placed = [n for _, group in SECTIONS for n in group]
+    lines = ["# The tilejit language", "",
+             "Generated from the docstrings by `scripts/make_reference.py`; `help(tj.NAME)` shows the same text.",
+             "A kernel is a Python function decorated with `@tj.kernel`; inside it, the names below operate on",
+             "*tiles* (fixed-shape blocks of values held by the program's threads) and on array arguments.", ""]
+    dtypes = ", ".join(f"`tj.{'bool_' if d.name == 'bool' else d.name}`" for d in tj.dtypes.ALL)
+    lines += ["Tile dtypes: " + dtypes + ". Packed 4-bit storage types (`tj.int4`, `tj.uint4`, `tj.float4e2m1`)",
+              "live two to a byte in uint8 arrays; `tj.unpack` / `tj.pack` convert them.  Constants: `tj.inf`,",
+              "`tj.nan`, `tj.pi`.", ""]
+    for title, group in SECTIONS + [("Other", [n for n in names if n not in placed])]:
+        group = [n for n in group if n in names]
+        if not group:
+            continue
+        lines += [f"## {title}", ""]
+        for name in group:
+            obj = getattr(tj, name)
+            lines += [f"### `{_signature(name, obj)}`", "", inspect.getdoc(obj) or "", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def path() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "language.md")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/language.md is out of date")
+    args = parser.parse_args()
+    text = render()
+    if args.check:
+        current = open(path()).read() if os.path.exists(path()) else ""
+        if current != text:
+            print("docs/language.md is out of date: run python3 scripts/make_reference.py", file=sys.stderr)
+            return 1
+        return 0
+    os.makedirs(os.path.dirname(path()), exist_ok=True)
+    with open(path(), "w") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
