@@ -1,5 +1,5 @@
 """FlashAttention forward (``examples/attention.py``) on torch CUDA tensors against torch SDPA
-with the flash (FlashAttention-2) and cuDNN backends, measured in the same run. Issue 5 target:
+with the flash (FlashAttention-2) and cuDNN backends, measured in the same run. Target:
 ≥ 1.0× SDPA flash on all four configurations.
 
     python3 benchmarks/bench_attention.py [--configs 4x32x4096x128,16x16x1024x64] [--reps 20]

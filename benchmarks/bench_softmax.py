@@ -1,6 +1,6 @@
 """Fused row softmax (``examples/softmax.py``) on torch CUDA tensors (zero copy), against
 ``torch.softmax`` and the device copy bandwidth (torch ``copy_`` of an equal-size tensor)
-measured in the same run. Issue 3 target: tilejit ≥ 0.90× copy bandwidth on all four cases.
+measured in the same run. Target: tilejit ≥ 0.90× copy bandwidth on all four cases.
 
     python3 benchmarks/bench_softmax.py [--shapes 32768x1024,8192x8192] [--dtypes float32,bfloat16]
                                         [--num-warps 8,16] [--reps 100] [--warmup 10]
