@@ -211,23 +211,27 @@ def softmax_two_rows(x, y, BLOCK: tj.constexpr):
 
 
 @pytest.mark.parametrize("spelling", ["flat", "two_rows"])
-def test_other_spellings_of_a_short_row_are_packed_too(spelling, monkeypatch):
-    """512-byte programs either way (a 128-value flat row, or two rows of 64): one warp, 8 per CTA."""
+@pytest.mark.parametrize("dtype, programs", [(np.float32, 8), (tj.bfloat16.np, 16)])
+def test_other_spellings_of_a_short_row_are_packed_too(spelling, dtype, programs, monkeypatch):
+    """512-byte programs either way (a 128-value flat row, or two rows of 64): one warp, 8 per CTA;
+    in bf16 the same spellings fill 16 lanes, and two programs share each warp."""
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     rows, n = 21, (100 if spelling == "flat" else 60)
-    x = np.random.default_rng(5).standard_normal((rows, n)).astype(np.float32)
-    want = np.exp(x - x.max(1, keepdims=True))
+    x = np.random.default_rng(5).standard_normal((rows, n)).astype(dtype)
+    xf = x.astype(np.float32)
+    want = np.exp(xf - xf.max(1, keepdims=True))
     want /= want.sum(1, keepdims=True)
     if spelling == "flat":
-        y = np.full(rows * n, np.nan, np.float32)
+        y = np.full(rows * n, np.nan, dtype)
         found = softmax_flat.inspect(x.ravel(), y, n, BLOCK=128)
         softmax_flat[(rows,)](x.ravel(), y, n, BLOCK=128)
     else:
         y = np.full_like(x, np.nan)
         found = softmax_two_rows.inspect(x, y, BLOCK=64)
         softmax_two_rows[(tj.cdiv(rows, 2),)](x, y, BLOCK=64)
-    assert (found.num_warps, found.programs_per_cta) == (1, 8)
-    np.testing.assert_allclose(y.reshape(rows, n), want, rtol=1e-5, atol=1e-7)
+    assert (found.num_warps, found.programs_per_cta) == (1, programs)
+    tight = {"rtol": 1e-5, "atol": 1e-7} if dtype == np.float32 else {}     # float32: as before
+    tj.testing.assert_close(y.reshape(rows, n), want.astype(dtype), **tight)
 
 
 # --- sub-warp programs: a one-warp program whose layouts place data on 16 or 8 lanes shares its warp
