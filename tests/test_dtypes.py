@@ -62,9 +62,10 @@ def test_from_numpy_maps_every_supported_dtype(dt, want):
     assert D.from_numpy(dt) is want and D.lookup(np.dtype(dt)) is want
 
 
-def test_from_numpy_refuses_float64():
-    with pytest.raises(TypeError, match="float64 is not supported"):
-        D.from_numpy(np.float64)
+def test_from_numpy_maps_float64_and_refuses_what_tiles_cannot_hold():
+    assert D.from_numpy(np.float64) is D.float64 and D.lookup("torch.float64") is D.float64
+    with pytest.raises(TypeError, match="complex128 is not supported"):
+        D.from_numpy(np.complex128)
 
 
 def test_itemsize_and_kinds():
@@ -91,7 +92,7 @@ def test_promotion_of_pairs_at_the_branch_edges(a, b, want):
 
 
 def test_lookup_refuses_names_tiles_cannot_hold():
-    for name in ("float64", "torch.complex64", "numpy.float128", "int4"):
+    for name in ("torch.complex64", "numpy.float128", "int4"):
         with pytest.raises(TypeError, match="not supported"):
             D.lookup(name)
     assert D.lookup("numpy.uint64") is D.uint64 and D.lookup("torch.uint16") is D.uint16

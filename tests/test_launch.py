@@ -59,7 +59,7 @@ def test_launch_runs_and_binds_keywords_and_defaults():
     (lambda out: fill[1]([0.0] * 16, 1.0), ["argument 'out' must be an array or a scalar, got list"]),
     (lambda out: fill[1](out, "1.0"), ["argument 'value' must be an array or a scalar, got str"]),
     (lambda out: fill[1](out, 1.0, BLOCK=np.zeros(2)), ["constexpr parameter 'BLOCK'", "ndarray"]),
-    (lambda out: fill[1](np.zeros(16), 1.0), ["dtype float64", "not support"]),
+    (lambda out: fill[1](np.zeros(16, np.complex64), 1.0), ["dtype complex64", "not support"]),
     (lambda out: fill[1](out, 2**70), ["does not fit in int64"]),
     (lambda out: fill[1](out, 1.0, num_warps=3), ["num_warps"]),
     (lambda out: fill(out, 1.0), ["fill[grid]"]),

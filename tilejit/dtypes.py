@@ -1,7 +1,7 @@
 """Tile dtypes and the type-promotion rules shared by the frontend, interpreter and codegen.
 
-Promotion follows NumPy 2 (NEP 50: Python scalars are *weak*) with two documented deviations,
-because float64 is not a tile dtype:
+Promotion follows NumPy 2 (NEP 50: Python scalars are *weak*) with documented deviations that
+keep integer data out of float64 (which tiles hold when the data is float64):
   * integer (or bool) with float -> that float (NumPy would widen to float64);
   * float math on integers (``/``, ``exp``, ...) yields float32, not float64;
   * a weak Python float meeting an integer tile gives float32.
@@ -57,6 +57,7 @@ bool_ = DType("bool", "b", 1)
 int8, int16, int32, int64 = (DType(f"int{b}", "i", b) for b in (8, 16, 32, 64))
 uint8, uint16, uint32, uint64 = (DType(f"uint{b}", "u", b) for b in (8, 16, 32, 64))
 float16, bfloat16, float32 = DType("float16", "f", 16), DType("bfloat16", "f", 16), DType("float32", "f", 32)
+float64 = DType("float64", "f", 64)
 float8e4m3, float8e5m2 = DType("float8e4m3", "f", 8), DType("float8e5m2", "f", 8)
 
 # 4-bit storage formats: two per byte, the low nibble first, held in uint8 arrays and tiles.  They
@@ -64,14 +65,14 @@ float8e4m3, float8e5m2 = DType("float8e4m3", "f", 8), DType("float8e5m2", "f", 8
 int4, uint4, float4e2m1 = DType("int4", "i", 4), DType("uint4", "u", 4), DType("float4e2m1", "f", 4)
 PACKED = (int4, uint4, float4e2m1)
 
-ALL = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float8e4m3,
-       float8e5m2)
+ALL = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64,
+       float8e4m3, float8e5m2)
 BY_NAME = {d.name: d for d in ALL}
 _NUMPY = {
     "bool": np.dtype(np.bool_), "int8": np.dtype(np.int8), "int16": np.dtype(np.int16),
     "int32": np.dtype(np.int32), "int64": np.dtype(np.int64), "uint8": np.dtype(np.uint8),
     "uint16": np.dtype(np.uint16), "uint32": np.dtype(np.uint32), "uint64": np.dtype(np.uint64),
-    "float16": np.dtype(np.float16), "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16), "float32": np.dtype(np.float32), "float64": np.dtype(np.float64),
 }
 _FROM_NUMPY = {v: BY_NAME[k] for k, v in _NUMPY.items()}
 _ML_NAMES = {"bfloat16": "bfloat16", "float8e4m3": "float8_e4m3fn", "float8e5m2": "float8_e5m2"}

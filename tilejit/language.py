@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 
-from tilejit.dtypes import (bfloat16, bool_, float8e4m3, float8e5m2, float16, float32, int8,  # noqa: F401
+from tilejit.dtypes import (bfloat16, bool_, float8e4m3, float8e5m2, float16, float32, float64, int8,  # noqa: F401
                             int16, int32, int64, uint8, uint16, uint32, uint64, int4, uint4, float4e2m1)
 from tilejit.errors import outside_kernel
 

@@ -71,7 +71,10 @@ def _cast_fn(src: DType, dst: DType):
     out = dst.np
     if dst.is_bool:
         return lambda x: _to(_to(x, _compute_dtype(src)) != 0, out)
-    via = F32 if src.is_float else (F64 if dst.is_float and dst.bits < 32 else None)
+    if src == dtypes.float64:           # one rounding (to float8 through float32, as codegen's converters)
+        via = F32 if dst.is_float and dst.bits == 8 else None
+    else:
+        via = F32 if src.is_float else (F64 if dst.is_float and dst.bits < 32 else None)
     if via is None:
         return lambda x: _to(x, out)     # float -> int truncates toward zero (NumPy astype)
     return lambda x: _to(_to(x, via), out)
@@ -114,7 +117,7 @@ def elementwise_fn(op: Op, result: DType, operands: list[DType]):
 def _reduce_fn(kind: ReduceKind, axis: int, keepdims: bool, src: DType, result: DType):
     out, ct = result.np, _compute_dtype(src)
     if kind is ReduceKind.SUM:
-        acc = F32 if src.is_float else out       # fp16/bf16 sums accumulate in float32
+        acc = (F64 if src == dtypes.float64 else F32) if src.is_float else out   # fp16/bf16 sums in float32
         return lambda x: _to(np.sum(_to(x, ct), axis=axis, keepdims=keepdims, dtype=acc), out)
     f = {ReduceKind.MAX: np.max, ReduceKind.MIN: np.min,
          ReduceKind.ARGMAX: np.argmax, ReduceKind.ARGMIN: np.argmin}[kind]

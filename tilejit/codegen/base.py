@@ -44,7 +44,7 @@ class BFloatType(ir.Type):
 BF16 = BFloatType()
 FP8_DTYPES = (D.float8e4m3, D.float8e5m2)
 _REG_TYPES = {"bool": I1, "int8": I8, "uint8": I8, "int16": I16, "uint16": I16, "int32": I32, "uint32": I32,
-              "int64": I64, "uint64": I64, "float16": F16, "bfloat16": BF16, "float32": F32,
+              "int64": I64, "uint64": I64, "float16": F16, "bfloat16": BF16, "float32": F32, "float64": F64,
               "float8e4m3": I8, "float8e5m2": I8}
 
 
@@ -162,9 +162,10 @@ class Ctx:
 
 # ------------------------------------------------------------------------------------ float helpers
 def to_f32(ctx: Ctx, x: ir.Value, dt: DType) -> ir.Value:
-    """Widen a float register to f32 (f16/bf16 exactly; fp8 through the sm_89+ converters)."""
+    """Widen a float register to f32 (f16/bf16 exactly; fp8 through the sm_89+ converters);
+    float64 stays float64 (its math is done in double)."""
     b = ctx.builder
-    if dt == D.float32:
+    if dt in (D.float32, D.float64):
         return x
     if dt in FP8_DTYPES:
         ctx.need_sm(89, f"{dt.name} arithmetic")
@@ -203,12 +204,17 @@ def convert(ctx: Ctx, x: ir.Value, src: DType, dst: DType) -> ir.Value:
     if dst.is_bool:
         if src.is_int:
             return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
-        return b.fcmp_unordered("!=", to_f32(ctx, x, src), ir.Constant(F32, 0.0))   # nan -> True
+        wide = to_f32(ctx, x, src)
+        return b.fcmp_unordered("!=", wide, ir.Constant(wide.type, 0.0))   # nan -> True
     if src.is_bool or src.is_int:
         if dst.is_int:
             return _int_to_int(b, x, src, dst)
         return _int_to_float(ctx, x, src, dst)
     if dst.is_float:
+        if src == D.float64:             # one rounding (fp8 through float32: it has no f64 converter)
+            return from_f32(ctx, b.fptrunc(x, F32), dst) if dst in FP8_DTYPES else b.fptrunc(x, reg_type(dst))
+        if dst == D.float64:
+            return b.fpext(to_f32(ctx, x, src), F64)
         if is_llvm_float(src) and is_llvm_float(dst) and (src == D.float32 or dst == D.float32):
             return b.fpext(x, F32) if dst == D.float32 else b.fptrunc(x, reg_type(dst))
         return from_f32(ctx, to_f32(ctx, x, src), dst)
@@ -241,15 +247,15 @@ def _float_to_int(ctx: Ctx, x32, dst: DType):
     and wrap; uint64 also converts [2**63, 2**64) exactly."""
     b = ctx.builder
     wide = D.int64 if dst in (D.int64, D.uint32, D.uint64) else D.int32
-    wide_ty = reg_type(wide)
-    lo = ir.Constant(F32, -float(2 ** (wide.bits - 1)))
-    hi = ir.Constant(F32, float(2 ** (wide.bits - 1)))
+    wide_ty, fty = reg_type(wide), x32.type          # float32, or float64 for float64 data
+    lo = ir.Constant(fty, -float(2 ** (wide.bits - 1)))
+    hi = ir.Constant(fty, float(2 ** (wide.bits - 1)))
     in_range = b.and_(b.fcmp_ordered(">=", x32, lo), b.fcmp_ordered("<", x32, hi))
     # fptosi is poison out of range; the select below never picks it there
     value = b.select(in_range, b.fptosi(x32, wide_ty), ir.Constant(wide_ty, -(2 ** (wide.bits - 1))))
     if dst == D.uint64:                 # [2**63, 2**64): convert x - 2**63 and set the top bit
-        top = ir.Constant(F32, float(2 ** 63))
-        upper = b.and_(b.fcmp_ordered(">=", x32, top), b.fcmp_ordered("<", x32, ir.Constant(F32, float(2 ** 64))))
+        top = ir.Constant(fty, float(2 ** 63))
+        upper = b.and_(b.fcmp_ordered(">=", x32, top), b.fcmp_ordered("<", x32, ir.Constant(fty, float(2 ** 64))))
         shifted = b.xor(b.fptosi(b.fsub(x32, top), wide_ty), ir.Constant(wide_ty, -(2 ** 63)))
         value = b.select(upper, shifted, value)
     return value if wide.bits == dst.bits else b.trunc(value, reg_type(dst))

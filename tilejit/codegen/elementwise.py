@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from tilejit.codegen.base import F32, I1, Ctx, convert, from_f32, reg_type, to_f32
+from tilejit.codegen.base import F32, F64, I1, Ctx, convert, from_f32, reg_type, to_f32
 from tilejit.codegen.floatmath import FLOAT_BINARY, FLOAT_UNARY, NARROW_BINARY, NARROW_UNARY
+from tilejit import dtypes as D
 from tilejit.dtypes import DType
 from tilejit.ir import COMPARE_OPS, PREDICATE_OPS, TileOp
 
@@ -36,6 +37,8 @@ def elementwise(ctx: Ctx, op: TileOp, args: list, arg_dtypes: list[DType], out: 
         return _predicate(ctx, op, to_f32(ctx, args[0], arg_dtypes[0]))
     # float math on integers (``/``, exp, ...) converts the operands to the float result first
     args = [convert(ctx, v, dt, out) for v, dt in zip(args, arg_dtypes)]
+    if out == D.float64:
+        return _double_op(ctx, op, args)
     if out.is_float:
         if op in FLOAT_UNARY or op in FLOAT_BINARY or op == TileOp.FMA:
             wide = [to_f32(ctx, v, out) for v in args]
@@ -52,6 +55,24 @@ def elementwise(ctx: Ctx, op: TileOp, args: list, arg_dtypes: list[DType], out: 
     elif op in INT_UNARY:
         return INT_UNARY[op](ctx, args[0], out)
     raise ctx.error(f"{op.name.lower()} is not defined for {out.name}")
+
+
+_DOUBLE = {TileOp.ADD: "fadd", TileOp.SUB: "fsub", TileOp.MUL: "fmul", TileOp.TRUEDIV: "fdiv"}
+_DOUBLE_CALLS = {TileOp.ABS: "llvm.fabs.f64", TileOp.SQRT: "llvm.sqrt.f64", TileOp.FLOOR: "llvm.floor.f64",
+                 TileOp.CEIL: "llvm.ceil.f64", TileOp.TRUNC: "llvm.trunc.f64", TileOp.ROUND: "llvm.rint.f64",
+                 TileOp.MAXIMUM: "llvm.maximum.f64", TileOp.MINIMUM: "llvm.minimum.f64"}
+
+
+def _double_op(ctx: Ctx, op: TileOp, args: list) -> ir.Value:
+    """float64 arithmetic: IEEE ops and the exact intrinsics (the frontend refuses the others)."""
+    b = ctx.builder
+    if op in _DOUBLE:
+        return getattr(b, _DOUBLE[op])(*args)
+    if op == TileOp.NEG:
+        return b.fneg(args[0])
+    if op in _DOUBLE_CALLS:
+        return ctx.call(_DOUBLE_CALLS[op], F64, args)
+    raise ctx.error(f"{op.name.lower()} is not supported for float64")
 
 
 def _float_op(ctx: Ctx, op: TileOp, wide: list) -> ir.Value:
@@ -79,8 +100,9 @@ def _predicate(ctx: Ctx, op: TileOp, x) -> ir.Value:
     bld = ctx.builder
     if op == TileOp.ISNAN:
         return bld.fcmp_unordered("uno", x, x)
-    magnitude = ctx.call("llvm.fabs.f32", F32, [x])
-    return bld.fcmp_ordered("==" if op == TileOp.ISINF else "<", magnitude, ir.Constant(F32, float("inf")))
+    name = "llvm.fabs.f64" if x.type == F64 else "llvm.fabs.f32"
+    magnitude = ctx.call(name, x.type, [x])
+    return bld.fcmp_ordered("==" if op == TileOp.ISINF else "<", magnitude, ir.Constant(x.type, float("inf")))
 
 
 # ------------------------------------------------------------------------------------ integer ops

@@ -264,7 +264,8 @@ class KernelEmitter:
         if dt.bits == 64:
             halves = [b.trunc(b.lshr(b.bitcast(x, I64), ir.Constant(I64, s)), I32) for s in (0, 32)]
             lo, hi = (b.zext(self._shfl(kind, h, lane), I64) for h in halves)
-            return b.or_(lo, b.shl(hi, ir.Constant(I64, 32)))
+            word = b.or_(lo, b.shl(hi, ir.Constant(I64, 32)))
+            return b.bitcast(word, reg_type(dt)) if dt.is_float else word
         width = ir.IntType(max(dt.bits, 1))
         bits = b.bitcast(x, width) if dt.is_float and dt.bits >= 16 else x
         word = bits if dt.bits == 32 else b.zext(bits, I32)

@@ -188,6 +188,8 @@ def binary(b: Builder, op: str, x, y) -> Value:
                 "use a float base, e.g. x.to(tj.float32) ** " + str(y))
     if op == "/":
         dt = dtypes.float_result(dt)
+    if dt == dtypes.float64 and op in ("**", "//", "%"):
+        _no_float64(b, f"operator {op}")
     xv, yv = convert(b, x, dt, shape), convert(b, y, dt, shape)
     if op in COMPARE:
         return b.create(COMPARE[op], [xv, yv], [TileType(shape, dtypes.bool_)]).result
@@ -233,8 +235,21 @@ def unary(b: Builder, op: str, x) -> Value:
     if op == "abs":
         return x if dt.is_bool else b.create(TileOp.ABS, [x], [x.type]).result
     out = dtypes.float_result(dt)
+    if out == dtypes.float64 and op not in _FLOAT64_UNARY:
+        _no_float64(b, f"tj.{op}")
     x = convert(b, x, out, shape)
     return b.create(FLOAT_UNARY[op], [x], [TileType(shape, out)]).result
+
+
+# float64 tiles have IEEE arithmetic, comparisons, casts, reductions and these exact functions;
+# the transcendental ones (float32 polynomials in codegen) are not written for float64 yet
+_FLOAT64_UNARY = {"sqrt", "floor", "ceil", "trunc", "round"}
+
+
+def _no_float64(b: Builder, what: str):
+    fail(b, f"{what} is not supported for float64 tiles yet (float64 has + - * /, comparisons, "
+            f"sqrt, abs, floor/ceil/trunc/round, maximum/minimum, reductions and casts); "
+            f"compute it in float32 with .to(tj.float32)")
 
 
 def clamp(b: Builder, x, lo, hi) -> Value:
@@ -269,6 +284,8 @@ def fma(b: Builder, x, y, z) -> Value:
         _check_operand(b, v, "fma")
     shape = _broadcast(b, shape_of(x), shape_of(y), shape_of(z))
     dt = result_dtype(b, [x, y, z])
+    if dt == dtypes.float64:
+        _no_float64(b, "tj.fma")
     args = [convert(b, v, dt, shape) for v in (x, y, z)]
     return b.create(TileOp.FMA, args, [TileType(shape, dt)]).result
 
@@ -506,7 +523,7 @@ def dot(b: Builder, a, bm, acc=None, allow_tf32=False) -> Value:
         fail(b, f"dot: operand dtypes differ ({da} and {db}); cast one of them")
     if da.is_int and da.bits == 8:
         acc_dt = dtypes.int32
-    elif da.is_float:
+    elif da.is_float and da != dtypes.float64:
         acc_dt = dtypes.float32
     else:
         fail(b, f"dot: {da} operands are not supported (use float16, bfloat16, float32 or int8)")

@@ -1,0 +1,139 @@
+"""float64 tiles: NumPy's default dtype works in kernels for IEEE arithmetic, comparisons,
+``where``, ``sqrt``/``abs``/rounding, ``maximum``/``minimum``, reductions and casts, on interpret
+and emulate against NumPy (cuda under ``-m gpu``); the float32-only math is refused at the
+user's line instead of being computed in float32."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tilejit as tj
+from tilejit.specs import ArraySpec
+
+from conftest import assemble_or_skip, body_error
+
+BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
+OPS = ["add", "sub", "mul", "div", "max", "min", "where", "sqrt", "abs", "floor", "ceil", "trunc", "round", "neg"]
+
+
+@tj.kernel
+def f64_ops(x, y, z, s, B: tj.constexpr, OP: tj.constexpr):
+    t = tj.load(x, (0,), (B,))
+    u = tj.load(y, (0,), (B,))
+    if OP == "add":
+        r = t + u
+    elif OP == "sub":
+        r = t - u * 0.1
+    elif OP == "mul":
+        r = t * u
+    elif OP == "div":
+        r = t / u
+    elif OP == "max":
+        r = tj.maximum(t, u)
+    elif OP == "min":
+        r = tj.minimum(t, u)
+    elif OP == "where":
+        r = tj.where(t > u, t, u + 1)
+    elif OP == "sqrt":
+        r = tj.sqrt(tj.abs(t))
+    elif OP == "abs":
+        r = tj.abs(t)
+    elif OP == "floor":
+        r = tj.floor(t * 3.0)
+    elif OP == "ceil":
+        r = tj.ceil(t * 3.0)
+    elif OP == "trunc":
+        r = tj.trunc(t * 3.0)
+    elif OP == "round":
+        r = tj.round(t * 3.0)
+    else:
+        r = -t
+    tj.store(z, (0,), r)
+    tj.store(s, (0,), tj.sum(t * u, axis=0, keepdims=True))
+    tj.store(s, (1,), tj.max(t, axis=0, keepdims=True))
+    tj.store(s, (2,), tj.argmax(t, axis=0, keepdims=True).to(tj.float64))
+
+
+def reference(op, t, u):
+    with np.errstate(all="ignore"):
+        return {"add": t + u, "sub": t - u * 0.1, "mul": t * u, "div": t / u, "max": np.maximum(t, u),
+                "min": np.minimum(t, u), "where": np.where(t > u, t, u + 1), "sqrt": np.sqrt(np.abs(t)),
+                "abs": np.abs(t), "floor": np.floor(t * 3.0), "ceil": np.ceil(t * 3.0),
+                "trunc": np.trunc(t * 3.0), "round": np.round(t * 3.0), "neg": -t}[op]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=20, deadline=None)
+@given(op=st.sampled_from(OPS), n=st.sampled_from([1, 16, 128]), warps=st.sampled_from([1, 4]),
+       scale=st.sampled_from([1e-300, 1.0, 1e200]), seed=st.integers(0, 99))
+def test_float64_ops_match_numpy_bit_for_bit(backend, op, n, warps, scale, seed):
+    """Elementwise results are NumPy's to the bit (IEEE double, also far outside float32's range);
+    the sum agrees to reassociation and max/argmax exactly."""
+    rng = np.random.default_rng(seed)
+    t, u = rng.standard_normal(n) * scale, rng.standard_normal(n) * scale + scale / 3
+    z, s = np.zeros(n), np.zeros(3)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TILEJIT_BACKEND", backend)
+        f64_ops[(1,)](t, u, z, s, B=n, OP=op, num_warps=warps)
+    want = reference(op, t, u)
+    assert np.array_equal(z, want, equal_nan=True), (z[:4], want[:4])
+    with np.errstate(all="ignore"):           # 1e200 * 1e200 overflows to inf, as on the device
+        total = np.sum(t * u)
+    np.testing.assert_allclose(s[0], total, rtol=1e-12, atol=1e-300 * n)
+    assert s[1] == t.max() and s[2] == np.argmax(t)
+
+
+@tj.kernel
+def f64_casts(x, f32, bf, i64, u8, back, B: tj.constexpr):
+    t = tj.load(x, (0,), (B,))
+    tj.store(f32, (0,), t.to(tj.float32))
+    tj.store(bf, (0,), t.to(tj.bfloat16))
+    tj.store(i64, (0,), t.to(tj.int64))
+    tj.store(u8, (0,), (t > 0).to(tj.uint8))
+    tj.store(back, (0,), t.to(tj.float32).to(tj.float64) + tj.load(i64, (0,), (B,)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float64_casts_round_once_like_numpy(backend, monkeypatch):
+    """float64 -> float32 / bfloat16 round once (no float32 step for bfloat16), -> int64 truncates
+    exactly past 2**24 (no float32 step), and ints and floats promote to float64."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(60) * 1e6, [2.0 ** 40 + 1.5, -(2.0 ** 50) - 0.5, 1 + 2.0 ** -9 + 2.0 ** -30,
+                                                        -0.0]])
+    f32, bf, i64, u8, back = (np.zeros(64, d) for d in (np.float32, tj.bfloat16.np, np.int64, np.uint8, np.float64))
+    f64_casts[(1,)](x, f32, bf, i64, u8, back, B=64)
+    np.testing.assert_array_equal(f32, x.astype(np.float32))
+    np.testing.assert_array_equal(bf.view(np.uint16), x.astype(tj.bfloat16.np).view(np.uint16))
+    np.testing.assert_array_equal(i64, x.astype(np.int64))
+    np.testing.assert_array_equal(u8, (x > 0).astype(np.uint8))
+    np.testing.assert_array_equal(back, x.astype(np.float32).astype(np.float64) + x.astype(np.int64))
+
+
+def test_promotion_to_float64_follows_numpy():
+    D = tj.dtypes
+    assert D.promote(D.float32, D.float64) is D.float64 and D.promote(D.bfloat16, D.float64) is D.float64
+    assert D.promote(D.int64, D.float64) is D.float64 and D.weak_promote(D.float64, 1.5) is D.float64
+    assert D.from_numpy(np.float64) is D.float64
+
+
+@pytest.mark.parametrize("body, message", [
+    ("tj.exp(t)", "tj.exp is not supported for float64"),
+    ("tj.sin(t)", "tj.sin is not supported for float64"),
+    ("t ** 2.0", "operator \\*\\* is not supported for float64"),
+    ("t // 2.0", "operator // is not supported for float64"),
+    ("tj.fma(t, t, t)", "tj.fma is not supported for float64"),
+    ("tj.dot(t[None, :], t[:, None])", "float64 operands are not supported"),
+])
+def test_float32_only_math_on_float64_is_an_error_at_the_users_line(body, message):
+    body_error(body, message, [ArraySpec(tj.float64, 1)] * 2, {"B": 16}, head="    t = tj.load(x, (0,), (B,))\n")
+
+
+def test_the_float64_ptx_computes_in_double_and_assembles(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    x = np.zeros(128)
+    specs, consts, _ = f64_ops.specialise(f64_ops.bind((x, x, x, x), {"B": 128, "OP": "div"}))
+    ptx = f64_ops.compile(specs, consts, 4, "cuda").artifact.ptx
+    assert "div.rn.f64" in ptx and "add.rn.f64" in ptx and "cvt.rn.f32.f64" not in ptx
+    assemble_or_skip(ptx, "sm_90a")
