@@ -36,3 +36,9 @@ def test_docs_language_md_is_generated_from_the_docstrings_and_up_to_date():
     for name, _ in public_callables():
         if name not in ("builtin", "outside_kernel", "DType"):
             assert f"### `tj.{name}" in text, name
+
+
+def test_the_tj_namespace_holds_no_stray_imports():
+    """``dir(tj)`` shows the language, not the modules the package happens to import."""
+    import tilejit as tj_
+    assert not [n for n in ("math", "functools", "annotations") if hasattr(tj_, n)]

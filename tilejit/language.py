@@ -8,16 +8,16 @@ compile-time values.
 """
 from __future__ import annotations
 
-import functools
-import math
+import functools as _functools
+import math as _math
 
 from tilejit.dtypes import (bfloat16, bool_, float8e4m3, float8e5m2, float16, float32, float64, int8,  # noqa: F401
                             int16, int32, int64, uint8, uint16, uint32, uint64, int4, uint4, float4e2m1)
 from tilejit.errors import outside_kernel
 
-inf = math.inf
-nan = math.nan
-pi = math.pi
+inf = _math.inf
+nan = _math.nan
+pi = _math.pi
 
 
 class constexpr:
@@ -26,7 +26,7 @@ class constexpr:
 
 def builtin(fn):
     """Mark ``fn`` as an in-kernel operation named ``fn.__name__``."""
-    @functools.wraps(fn)
+    @_functools.wraps(fn)
     def marker(*args, **kwargs):
         outside_kernel(f"tj.{fn.__name__}()")
     marker.__tilejit_builtin__ = fn.__name__
@@ -329,3 +329,6 @@ def cdiv(a: int, b: int) -> int:
 def next_power_of_2(n: int) -> int:
     """Smallest power of two >= n (1 for n <= 1)."""
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+del annotations          # the __future__ import: not a tj name (``from tilejit.language import *``)
