@@ -1,10 +1,12 @@
 """Write ``docs/language.md``, the language reference, from the docstrings of the public ``tj``
-names (``python3 scripts/make_reference.py``; ``--check`` exits 1 when the file is out of date).
-A test runs the check, so a public name without an entry, or an entry older than its docstring,
-fails the suite."""
+names, and ``docs/compiler.md``, the compiler's stages in ``PIPELINE`` order from their modules'
+docstrings (``python3 scripts/make_reference.py``; ``--check`` exits 1 when a file is out of
+date).  A test runs the check, so a public name without an entry, or an entry older than its
+docstring, fails the suite."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import os
 import sys
@@ -76,24 +78,62 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def path() -> str:
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "language.md")
+# the module of each PIPELINE stage whose name is not its module's
+STAGE_MODULES = {"lower_to_simt": "lower", "plan_shared_memory": "shared_memory", "insert_barriers": "shared_memory"}
+
+
+def render_compiler() -> str:
+    from tilejit.passes.pipeline import PIPELINE
+    lines = ["# The tilejit compiler, stage by stage", "",
+             "Generated from the modules' docstrings by `scripts/make_reference.py`.  A kernel goes:",
+             "", "1. **frontend** (`tilejit/frontend/`): the function's bytecode becomes SSA *tile IR* for one",
+             "   specialisation (dtypes, ranks, alignment and constexpr values);",
+             "2. **passes** (`passes/`, installed as `tilejit.passes`): `PIPELINE` below, in order: tile IR to",
+             "   tile IR, then the lowering to *SIMT IR* (one thread's registers) and the SIMT passes;",
+             "3. **codegen** (`tilejit/codegen/`): SIMT IR to LLVM IR (llvmlite, NVPTX) to PTX, and nvJitLink",
+             "   to a cubin;",
+             "4. **runtime** (`runtime/`): the on-disk cache, module loading and launches.", "",
+             "`tilejit compile FILE::KERNEL --emit STAGE` prints the IR after any stage named below; the",
+             "interpret backend runs the tile IR, the emulate backend the SIMT IR.", ""]
+    seen = set()
+    for i, stage in enumerate(PIPELINE, 1):
+        module = STAGE_MODULES.get(stage.name, stage.name)
+        lines += [f"## {i}. `{stage.name}` (out: {stage.level} IR; `passes/{module}.py`)", ""]
+        if module in seen:
+            lines += [f"See `{module}` above.", ""]
+            continue
+        seen.add(module)
+        doc = inspect.getdoc(importlib.import_module(f"tilejit.passes.{module}")) or ""
+        lines += [doc, ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def docs_dir() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+
+
+def outputs() -> dict[str, str]:
+    return {"language.md": render(), "compiler.md": render_compiler()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/language.md is out of date")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a file in docs/ is out of date")
     args = parser.parse_args()
-    text = render()
-    if args.check:
-        current = open(path()).read() if os.path.exists(path()) else ""
-        if current != text:
-            print("docs/language.md is out of date: run python3 scripts/make_reference.py", file=sys.stderr)
-            return 1
-        return 0
-    os.makedirs(os.path.dirname(path()), exist_ok=True)
-    with open(path(), "w") as f:
-        f.write(text)
+    stale = []
+    for name, text in outputs().items():
+        target = os.path.join(docs_dir(), name)
+        if args.check:
+            current = open(target).read() if os.path.exists(target) else ""
+            if current != text:
+                stale.append(name)
+            continue
+        os.makedirs(docs_dir(), exist_ok=True)
+        with open(target, "w") as f:
+            f.write(text)
+    if stale:
+        print(f"docs/{', docs/'.join(stale)} out of date: run python3 scripts/make_reference.py", file=sys.stderr)
+        return 1
     return 0
 
 

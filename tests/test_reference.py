@@ -23,8 +23,9 @@ def test_every_public_operation_has_a_docstring():
 
 
 def test_docs_language_md_is_generated_from_the_docstrings_and_up_to_date():
-    """``docs/language.md`` lists every public operation with its docstring (regenerate it with
-    ``python3 scripts/make_reference.py`` after changing one)."""
+    """``docs/language.md`` lists every public operation with its docstring, and
+    ``docs/compiler.md`` every PIPELINE stage with its module's (regenerate both with
+    ``python3 scripts/make_reference.py`` after changing a docstring)."""
     import os
     import subprocess
     import sys
@@ -36,6 +37,9 @@ def test_docs_language_md_is_generated_from_the_docstrings_and_up_to_date():
     for name, _ in public_callables():
         if name not in ("builtin", "outside_kernel", "DType"):
             assert f"### `tj.{name}" in text, name
+    from tilejit.passes.pipeline import PIPELINE
+    compiler = open(os.path.join(root, "docs", "compiler.md")).read()
+    assert all(f"`{stage.name}`" in compiler for stage in PIPELINE)
 
 
 def test_the_tj_namespace_holds_no_stray_imports():
