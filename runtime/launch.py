@@ -7,7 +7,7 @@ import weakref
 
 import numpy as np
 
-from tilejit.abi import ParamKind
+from tilejit.abi import ASSERT_SYMBOL, ASSERT_WORDS, ParamKind
 from tilejit.errors import DeviceError, LaunchError
 from tilejit.runtime import driver
 from tilejit.runtime.arrays import as_kernel_array
@@ -123,7 +123,6 @@ def load(image: bytes, kernel_name: str, shared_bytes: int, device: int) -> Load
     return kernel
 
 
-ASSERT_SYMBOL, ASSERT_WORDS = "tilejit_assert_record", 16      # codegen.memory.device_assert's record
 
 
 def take_assert_record(kernel: LoadedKernel) -> list[int] | None:

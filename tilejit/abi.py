@@ -9,6 +9,13 @@ from dataclasses import dataclass
 from tilejit.dtypes import DType
 
 
+# A kernel with ``tj.device_assert`` checks has a global record of ASSERT_WORDS int32s: the failed
+# assert's number + 1 (0: none failed), the program id (3) and the element's coordinates.  Codegen
+# fills it (``codegen.memory.device_assert``); the runtime reads and clears it after a launch.
+ASSERT_SYMBOL = "tilejit_assert_record"
+ASSERT_WORDS = 16
+
+
 class ParamKind(enum.Enum):
     """What a kernel parameter carries (its value is the name the artifact cache stores)."""
     PTR = "ptr"                  # the data pointer of array argument ``arg``

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from tilejit.abi import ASSERT_SYMBOL, ASSERT_WORDS
 from tilejit.codegen import mma
 from tilejit.codegen.base import I8, I32, I64, SHARED, Ctx, const, mem_type, reg_type
 from tilejit.dtypes import DType
@@ -216,8 +217,6 @@ def device_print(ctx: Ctx, pids: list, coords: list, values: list, masks: list, 
         _if_else(ctx, mask, emit, lambda: [], "print")
 
 
-ASSERT_SYMBOL = "tilejit_assert_record"     # the module's failed-assert record (runtime reads it)
-ASSERT_WORDS = 16                            # i32s: assert id + 1, program id (3), element coordinates
 
 
 def device_assert(ctx: Ctx, ident: int, pids: list, coords: list, failed: list) -> None:
