@@ -329,6 +329,10 @@ def test_the_1d_tutorial_spelling_is_split_alike_and_matches_numpy(monkeypatch):
     want = plan_chunks(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536))
     got = plan_chunks(tile_ir(softmax_1d, x, x, BLOCK=65536))
     assert (got.chunk, got.num_warps, got.elementwise) == (want.chunk, want.num_warps, want.elementwise)
+    x32 = np.zeros((2, 32768), np.float32)          # a row that fits the stash: kept in both spellings
+    for kernel in (softmax.softmax_kernel, softmax_1d):
+        stashed = plan_chunks(tile_ir(kernel, x32, x32, BLOCK=32768)).stashes
+        assert stashed is not None and len(stashed.ids) == 1, kernel
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     x = np.random.default_rng(7).standard_normal((2, 50000)).astype(np.float32)
     y = np.full_like(x, np.nan)
