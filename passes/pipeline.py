@@ -31,6 +31,7 @@ from tilejit.passes.hoist_loads import hoist_loads
 from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.mma_tiling import DEFAULT_STAGES
 from tilejit.passes.pack_programs import choose_programs, pack_programs
+from tilejit.passes.persist_programs import persist_programs
 from tilejit.passes.plan_dots import dot_plans_text, plan_dots
 from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
@@ -52,6 +53,7 @@ class Options:
     pack: bool = False          # several short programs per CTA where it applies (TILEJIT_PACK=0: off)
     programs_per_cta: int | None = None     # programs along grid axis 0 per CTA (None: pack decides)
     debug: bool = False         # keep tj.device_assert checks (launch option debug=True, TILEJIT_DEBUG=1)
+    persist: bool = True        # persistent programs with the next one's loads in flight, where it applies
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,11 @@ PIPELINE = [
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("coarsen_programs", lambda fn, opt: coarsen.coarsen_programs(fn, 1 if opt.pack or opt.programs_per_cta
                                                                         else coarsen.COARSEN), "simt"),
+    Stage("persist_programs", lambda fn, opt: persist_programs(fn) if opt.persist and not (
+        opt.pack or opt.programs_per_cta or fn.meta.serial_programs) else fn, "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
-    Stage("pack_programs", lambda fn, opt: fn if fn.meta.serial_programs else
+    Stage("pack_programs", lambda fn, opt: fn if fn.meta.serial_programs or fn.meta.persistent else
           pack_programs(fn, *((opt.programs_per_cta,) if opt.programs_per_cta else choose_programs(fn, opt.pack))),
           "simt"),
 ]
@@ -99,12 +103,13 @@ def stage_text(fn: ir.Function, level: str) -> str:
 def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_90a",
                     dump: Callable[[str, str], None] | None = None, *, wgmma: bool = True,
                     verify: bool = False, num_stages: int | None = None, fast_math: bool = False,
-                    pack: bool = False, programs_per_cta: int | None = None, debug: bool = False) -> ir.Function:
+                    pack: bool = False, programs_per_cta: int | None = None, debug: bool = False,
+                    persist: bool = True) -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
     pack = pack and small_program(tile_fn, num_warps)               # several tiny programs per CTA
-    options = Options(num_warps, target, wgmma, verify, num_stages, pack, programs_per_cta, debug)
+    options = Options(num_warps, target, wgmma, verify, num_stages, pack, programs_per_cta, debug, persist)
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))

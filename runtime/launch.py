@@ -50,6 +50,18 @@ class LoadedKernel:
             self._last = (params, packer)
         self._launch_fn(self, grid, block_threads, stream, packer.pack(args))
 
+    def resident_ctas(self, block_threads: int) -> int:
+        """CTAs of ``block_threads`` threads that the device runs at once (SMs times the driver's
+        occupancy for this function), queried once per block size: a persistent kernel's grid."""
+        cached = getattr(self, "_resident", {})
+        if block_threads not in cached:
+            cu = driver.cuda()
+            driver.check(cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+            per_sm = driver.check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                self.function, block_threads, self.shared_bytes), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            self._resident = {**cached, block_threads: max(1, int(per_sm)) * driver.device_properties(self.device).sm_count}
+        return self._resident[block_threads]
+
     def _packer_for(self, params) -> ArgPacker:
         key = tuple(params)
         if key not in self._packers:

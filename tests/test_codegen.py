@@ -185,7 +185,7 @@ def test_tile_kernels_through_the_pass_pipeline():
     cases = [(softmax, [ArraySpec(D.bfloat16, 2)] * 2, ("shfl.sync.bfly", "bar.sync", "ex2.approx")),
              (axpy, [ArraySpec(f32, 1)] * 2 + [ScalarSpec(f32)], ())]
     for pyfn, specs, expected in cases:
-        fn = compile_to_simt(compile_tile_ir(pyfn, specs, {"BLOCK": 1024}), num_warps=4)
+        fn = compile_to_simt(compile_tile_ir(pyfn, specs, {"BLOCK": 1024}), num_warps=4, persist=False)
         for target in TARGETS:
             ptx, rep = ptx_and_report(fn, target)
             assert re.search(r"ld\.global\.v4\.b32", ptx) and re.search(r"st\.global\.v4\.b32", ptx)

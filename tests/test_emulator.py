@@ -19,10 +19,10 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 warps = st.sampled_from([1, 4, 8])
 
 
-def emulate(pyfn, args, grid, num_warps=4, **consts):
+def emulate(pyfn, args, grid, num_warps=4, persist=True, **consts):
     """Compile ``pyfn`` for ``args`` through frontend + pipeline and run it in the emulator."""
     specs = [classify_argument(f"a{i}", a)[0] for i, a in enumerate(args)]
-    fn = compile_to_simt(compile_tile_ir(pyfn, specs, consts), num_warps)
+    fn = compile_to_simt(compile_tile_ir(pyfn, specs, consts), num_warps, persist=persist)
     emulator.run(fn, grid, args)
     return fn
 
@@ -240,7 +240,7 @@ def test_fallback_dot_on_ragged_shapes(dtype, m, n, k, nw):
 def test_missing_barrier_is_reported_as_a_race():
     x = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)
     specs = [classify_argument("x", x)[0]] * 2
-    fn = compile_to_simt(compile_tile_ir(transpose, specs, {"BM": 32, "BN": 32}), 4)
+    fn = compile_to_simt(compile_tile_ir(transpose, specs, {"BM": 32, "BN": 32}), 4, persist=False)
     emulator.run(fn, (1, 1), [x, np.zeros_like(x)])                    # fine as compiled
     fn.body.ops = [o for o in fn.body.ops if o.op is not SimtOp.BARRIER]
     with pytest.raises(emulator.EmulatorError, match="race"):
@@ -404,7 +404,7 @@ def test_bias_row_is_loaded_in_the_broadcast_layout_without_shared_memory(nw):
     x = np.arange(40 * 24, dtype=np.float32).reshape(40, 24)
     bias = np.arange(24, dtype=np.float16) * 100        # 16-bit: its own layout would differ
     y = np.zeros_like(x)
-    fn = emulate(add_bias, [x, bias, y], (3,), nw, BM=16, BN=32)
+    fn = emulate(add_bias, [x, bias, y], (3,), nw, persist=False, BM=16, BN=32)
     np.testing.assert_array_equal(y, x + bias)
     assert fn.meta.shared_bytes == 0
 

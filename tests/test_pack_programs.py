@@ -95,7 +95,7 @@ def test_program_ids_and_their_count_keep_their_meaning(grid):
 
 def test_groups_own_their_shared_memory_and_named_barriers():
     tile = softmax_kernel.tile_ir((row_spec(D.float32),) * 2, {"BLOCK": 512})
-    one = compile_to_simt(tile, num_warps=4)
+    one = compile_to_simt(tile, num_warps=4, persist=False)
     fn = compile_to_simt(tile, num_warps=4, programs_per_cta=2)
     assert one.meta.shared_bytes > 0
     assert fn.meta.shared_bytes == 2 * -(-one.meta.shared_bytes // 128) * 128
@@ -134,7 +134,8 @@ def test_loops_and_tensor_cores_are_not_packed():
     assert not packable(mm)
     with pytest.raises(ValueError, match="cannot pack 2 programs of 4 warps of kernel 'matmul_kernel'"):
         pack_programs(mm, 2)
-    sm = compile_to_simt(softmax_kernel.tile_ir((row_spec(D.float32),) * 2, {"BLOCK": 256}), num_warps=2)
+    sm = compile_to_simt(softmax_kernel.tile_ir((row_spec(D.float32),) * 2, {"BLOCK": 256}), num_warps=2,
+                         persist=False)
     assert packable(sm)
     with pytest.raises(ValueError, match="cannot pack 16 programs"):
         pack_programs(sm, 16)

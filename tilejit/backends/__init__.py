@@ -46,9 +46,16 @@ def switch_options(options: dict) -> dict:
     return {k: options[k] for k in ("wgmma", "pack", "verify", "num_stages", "fast_math", "debug") if k in options}
 
 
-def launch_geometry(programs: int, grid: tuple, args: list) -> tuple[tuple, list]:
+def launch_geometry(programs: int, grid: tuple, args: list, resident: int | None = None) -> tuple[tuple, list]:
     """The CTA grid and the arguments (with grid axis 0 appended) of a launch of ``grid``
-    programs of a kernel packed ``programs`` to a CTA."""
+    programs of a kernel packed ``programs`` to a CTA.  ``resident``: a persistent kernel's
+    CTAs (``persist_programs``; each loops over the programs along axis 0), at most that many in
+    all and never more than there are programs."""
+    if resident is not None:
+        others = 1
+        for g in grid[1:]:
+            others *= g
+        return (min(grid[0], max(1, resident // max(1, others))),) + tuple(grid[1:]), list(args) + [grid[0]]
     if programs == 1:
         return grid, args
     return (-(-grid[0] // programs),) + tuple(grid[1:]), list(args) + [grid[0]]

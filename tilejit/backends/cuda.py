@@ -35,6 +35,7 @@ class CudaArtifact:
     programs_per_cta: int = 1              # programs along grid axis 0 per CTA (pack_programs)
     asserts: tuple = ()                    # (message, scalar, rank, Loc) of each tj.device_assert, by number
     cta_threads: int = 0                   # threads per CTA (0: 32 * num_warps * programs_per_cta)
+    persistent: bool = False               # each CTA loops over programs (persist_programs)
 
     def __post_init__(self):
         if not self.cta_threads:
@@ -76,6 +77,7 @@ class CudaArtifact:
         return {"name": self.name, "writes": list(self.writes), "num_warps": self.num_warps,
                 "shared_bytes": self.shared_bytes, "registers": self.registers, "spills": self.spills,
                 "programs_per_cta": self.programs_per_cta, "cta_threads": self.cta_threads,
+                "persistent": self.persistent,
                 "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name] for p in self.params]}
 
@@ -87,7 +89,7 @@ class CudaArtifact:
                    files["simt_ir"].decode(), meta.get("registers"), meta.get("spills"),
                    int(meta.get("programs_per_cta", 1)),
                    tuple((m, bool(s), int(r), Loc(f, ln, c, e, fn)) for m, s, r, f, ln, c, e, fn in meta.get("asserts", ())),
-                   int(meta.get("cta_threads", 0)))
+                   int(meta.get("cta_threads", 0)), bool(meta.get("persistent", False)))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -181,7 +183,7 @@ class CudaBackend:
                            state.get("cubin"), state["llvm_ir"], state["simt_ir"],
                            state.get("registers"), state.get("spills"), simt_fn.meta.programs_per_cta,
                            tuple((o.attrs.msg, o.attrs.scalar, o.attrs.rank, o.loc) for o in assert_sites(simt_fn)),
-                           simt_fn.meta.cta_threads)
+                           simt_fn.meta.cta_threads, simt_fn.meta.persistent)
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())
@@ -196,7 +198,10 @@ class CudaBackend:
         threads, params, programs = art.cta_threads, art.params, art.programs_per_cta
 
         def run(grid, views, stream):
-            if programs > 1:
+            if art.persistent:
+                kernel = art.kernel_for_device(views[arrays[0]].device)
+                grid, views = backends.launch_geometry(programs, grid, views, kernel.resident_ctas(threads))
+            elif programs > 1:
                 grid, views = backends.launch_geometry(programs, grid, views)
             if stream is None:      # the full path's rule: the first array that has a stream
                 for i in arrays:
@@ -208,7 +213,11 @@ class CudaBackend:
 
     def launch(self, art: CudaArtifact, grid, args, stream) -> None:
         from tilejit.runtime import launch
-        grid, args = backends.launch_geometry(art.programs_per_cta, tuple(grid), args)
+        resident = None
+        if art.persistent:
+            from tilejit.runtime import driver
+            resident = art.kernel_for_device(driver.current_device()).resident_ctas(art.cta_threads)
+        grid, args = backends.launch_geometry(art.programs_per_cta, tuple(grid), args, resident)
         launch.launch_arrays(art.kernel_for_device, grid, art.cta_threads, args,
                              art.params, art.writes, stream)
         if art.asserts:

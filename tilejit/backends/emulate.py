@@ -17,6 +17,8 @@ flight is an error, so a missing or too-weak wait is caught.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tilejit.abi import ParamKind
@@ -195,6 +197,20 @@ class Machine:
         ptr, offs, mask = f[o.operands[0]], f[o.operands[1]], f[o.operands[2]]
         self.check_vector(o, ptr, offs, mask)
         out = self.full(f, o.attrs.other, o.result.type.dtype.np, o.result.type.n)
+        if len(o.operands) > 3:                  # whole 16-byte groups: the thread's own cp.async copies
+            dt = o.result.type.dtype.np
+            per = 16 // dt.itemsize
+            whole = np.repeat(mask.reshape(mask.shape[:2] + (-1, per)).all(axis=-1), per, axis=-1)
+            addr = f[o.operands[3]].astype(np.int64)
+            rows, at = self.shared_index(o, f, addr, dt.itemsize)
+            rows, at = rows[whole], at[whole]
+            self.check_landed(o, rows, at)
+            tid = np.broadcast_to(self.tid[None, :, None], addr.shape)[whole]
+            if self.race_check and ((self.writer[rows, at] != -1) & (self.writer[rows, at] != tid)).any():
+                raise EmulatorError("shared-memory race: a staged LOAD_GLOBAL reads bytes another "
+                                    "thread copied")
+            out[whole] = self.shared.view(dt)[rows, at // dt.itemsize]
+            mask = mask & ~whole
         out[mask] = ptr.flat[ptr.index(offs[mask])]
         return out
 
@@ -528,6 +544,9 @@ def run(fn: ir.Function, grid, args: list, race_check: bool = True) -> None:
     """Run SIMT function ``fn`` over ``grid`` (int or tuple of up to 3 ints) on host ``args``
     (NumPy arrays, written in place, and scalars, in the kernel's runtime-argument order)."""
     grid = (grid,) if isinstance(grid, int) else tuple(grid)
+    if fn.meta.persistent and len(args) == len(fn.arg_names):
+        # CTAs for half the programs along axis 0, so that each runs its loop (and prefetch) twice
+        grid, args = backends.launch_geometry(1, grid, args, -(-grid[0] // 2) * math.prod(grid[1:]))
     Machine(fn, grid + (1,) * (3 - len(grid)), bind_params(fn, list(args)), race_check).run()
 
 
@@ -555,7 +574,10 @@ class EmulateBackend:
         return EmulatedKernel(fn)
 
     def launch(self, artifact: EmulatedKernel, grid, args: list, stream=None) -> None:
-        run(artifact.fn, *backends.launch_geometry(artifact.fn.meta.programs_per_cta, tuple(grid), args))
+        if artifact.fn.meta.persistent:
+            run(artifact.fn, grid, args)
+        else:
+            run(artifact.fn, *backends.launch_geometry(artifact.fn.meta.programs_per_cta, tuple(grid), args))
 
 
 backends.register("emulate", EmulateBackend())

@@ -1,0 +1,221 @@
+"""Persistent programs with the next program's loads in flight.  A row kernel (one row per
+program, straight-line code) exposes each row's load latency: a CTA starts the next row only
+when it is done with this one, and holding a second row in registers (``coarsen_programs``)
+halves the CTAs an SM holds.  This SIMT pass makes every CTA loop over the programs along grid
+axis 0 and copies the next program's rows into shared memory with ``cp.async`` while this one
+computes:
+
+    prologue:  cp.async program blockIdx.x's loads into slot 0; commit
+    for i in range(trips):              # trips = ceil(grid0 / gridDim.x): the same in every CTA
+        pid = blockIdx.x + i * gridDim.x
+        cp.async program pid + gridDim.x's loads into slot (i + 1) % 2; commit   (none past grid0)
+        wait_group(1)                   # program pid's copies have landed
+        the body, with program_id(0) = pid and num_programs(0) = grid0: each staged load reads
+        its whole 16-byte groups from slot i % 2 (a group with a masked-off element reads global
+        memory as before); writes, prints and asserts only when pid < grid0
+    wait_group(0)
+
+    persist_programs(fn, budget=SLOT_BYTES) -> fn          stageable_loads(fn) -> list
+
+Every thread copies and reads back only its own bytes (its group ``g`` of the slot at
+``slot + (g * threads + tid) * 16``: a warp's 16-byte accesses are consecutive), so no barrier
+orders the slots: the copy into a slot is issued after the same thread's last read of it has
+been used.  A load is staged when its offsets and mask depend on ``program_id(0)`` through
+address arithmetic only and its groups are 16 bytes; loads that do not depend on the program
+(a layernorm's weights) stay in the body.  The launch runs ``min(grid0, CTAs the device holds at
+once)`` CTAs (the emulator: half of ``grid0``, so that its loop runs) and passes ``grid0`` as one
+more parameter (``backends.launch_geometry``).  Programs run in no set order on a GPU, so a
+later program's loads may pass an earlier one's stores.  Only straight-line kernels without
+tensor cores or async copies, and not packed, are made persistent.
+"""
+from __future__ import annotations
+
+from tilejit import dtypes as D
+from tilejit import ir, simt
+from tilejit.abi import ParamDesc, ParamKind
+from tilejit.ir import TileOp
+from tilejit.passes.coarsen_programs import _AHEAD, _REFUSED, _WRITES
+from tilejit.simt import RegType, SimtOp
+
+I32 = D.int32
+COPY = 16                       # bytes of one cp.async
+# Both slots of a CTA take at most this many bytes of shared memory (two CTAs per SM keep room).
+SLOT_BYTES = 96 * 1024
+PERSIST = True                  # the switch (benchmarks/switch_probe.py)
+_PURE = tuple(op for op in _AHEAD if op not in (SimtOp.LOAD_GLOBAL, SimtOp.SHARED_ALLOC))
+
+
+def _slice(ops: list, roots: list) -> list | None:
+    """The ops of ``ops`` (top level, in order) that ``roots`` depend on; None when one of them
+    is not address arithmetic."""
+    made = {r: o for o in ops for r in o.results}
+    need, seen = list(roots), set()
+    while need:
+        v = need.pop()
+        o = made.get(v)
+        if o is None or o in seen:
+            continue
+        if o.op not in _PURE:
+            return None
+        seen.add(o)
+        need += o.operands
+    return [o for o in ops if o in seen]
+
+
+def _reads_program(sl: list) -> bool:
+    return any(o.op in (SimtOp.BLOCK_ID, SimtOp.GRID_DIM) and o.attrs.axis == 0 for o in sl)
+
+
+def persistable(fn: ir.Function) -> bool:
+    """Code without loops, tensor cores or async copies (IFs are fine), not packed or
+    coarsened."""
+    return (fn.meta.programs_per_cta == 1 and not fn.meta.serial_programs
+            and not any(o.op in _REFUSED and o.op is not SimtOp.IF for o in fn.walk()))
+
+
+def _rewrite(block: ir.Block, program: dict, real, loc) -> None:
+    """In place: uses of the program's id and count become the loop's (``program``), and every
+    write, print and assert of ``block`` (and the blocks inside it) holds only when ``real``."""
+    out = []
+    for o in block.ops:
+        o.operands = [program.get(x, x) for x in o.operands]
+        for r in o.regions:
+            _rewrite(r, program, real, loc)
+        if o.op in _WRITES or o.op in (SimtOp.PRINT, SimtOp.ASSERT):
+            at = 3 if o.op in _WRITES else len(o.operands) - 1
+            mask = o.operands[at]
+            n = mask.type.n
+            if n > 1:
+                splat = ir.Operation(SimtOp.SPLAT, [real], [RegType(D.bool_, n)], None, loc=loc)
+                out.append(splat)
+            both = ir.Operation(SimtOp.ELEMENTWISE, [mask, splat.result if n > 1 else real], [mask.type],
+                                simt.EwAttrs(TileOp.AND), loc=loc)
+            out.append(both)
+            o.operands[at] = both.result
+        out.append(o)
+    block.ops[:] = out
+
+
+def stageable_loads(fn: ir.Function) -> list:
+    """The top-level LOAD_GLOBAL ops of ``fn`` whose 16-byte groups can be copied ahead."""
+    ops, out = fn.body.ops, []
+    for o in ops:
+        if o.op is not SimtOp.LOAD_GLOBAL or len(o.operands) != 3:
+            continue
+        dt, n = o.result.type.dtype, o.result.type.n
+        per = COPY // dt.itemsize if dt.itemsize <= COPY else 0
+        if not per or o.attrs.vec % per or n % per or dt.bits < 8:
+            continue
+        sl = _slice(ops, o.operands[1:3])
+        if sl is not None and _reads_program(sl):
+            out.append(o)
+    return out
+
+
+def persist_programs(fn: ir.Function, budget: int = SLOT_BYTES) -> ir.Function:
+    """``fn`` as a persistent loop over its programs (see the module docstring); unchanged when
+    it has nothing to stage or its slots would take more than ``budget`` bytes."""
+    if not PERSIST or not persistable(fn):
+        return fn
+    loads = stageable_loads(fn)
+    threads = fn.meta.cta_threads
+    slot = sum(o.result.type.n * o.result.type.dtype.itemsize for o in loads) * threads
+    if not loads or 2 * slot > budget:
+        return fn
+    loc, head = fn.meta.loc, []
+
+    def emit(block, op, operands, attrs=None, dtype=I32, n=1):
+        o = ir.Operation(op, operands, [RegType(dtype, n)] if dtype is not None else [], attrs, loc=loc)
+        block.append(o)
+        return o.result if o.results else None
+
+    def const(block, values, dtype=I32):
+        return emit(block, SimtOp.CONSTANT, [], simt.VectorConstAttrs(tuple(values)), dtype, len(values))
+
+    def ew(block, op, xs, dtype=I32):
+        return emit(block, SimtOp.ELEMENTWISE, xs, simt.EwAttrs(op), dtype, xs[0].type.n)
+
+    fn.meta.params = list(fn.meta.params) + [ParamDesc(ParamKind.SCALAR, len(fn.arg_names), None, I32)]
+    count = emit(head, SimtOp.PARAM, [], ir.AxisAttrs(len(fn.meta.params) - 1))
+    cta = emit(head, SimtOp.BLOCK_ID, [], ir.AxisAttrs(0))
+    ctas = emit(head, SimtOp.GRID_DIM, [], ir.AxisAttrs(0))
+    trips = ew(head, TileOp.FLOORDIV, [ew(head, TileOp.SUB, [ew(head, TileOp.ADD, [count, ctas]), const(head, [1])]), ctas])
+    buffer = 1 + max((o.attrs.buffer for o in fn.walk() if o.op is SimtOp.SHARED_ALLOC), default=-1)
+    base = emit(head, SimtOp.SHARED_ALLOC, [], simt.AllocAttrs(buffer, 2 * slot, COPY))
+    tid = emit(head, SimtOp.THREAD_ID, [])
+    mine = ew(head, TileOp.ADD, [base, ew(head, TileOp.MUL, [tid, const(head, [COPY])])])
+    first = {}              # load -> index of its first 16-byte group in the slot
+    groups = 0
+    for o in loads:
+        first[o] = groups
+        groups += o.result.type.n * o.result.type.dtype.itemsize // COPY
+    slice_ops = _slice(fn.body.ops, [x for o in loads for x in o.operands[:3]])
+    synced = fn.meta.self_synced_ops
+
+    def prefetch(block: list, pid, at) -> None:
+        """cp.async program ``pid``'s staged groups into the slot at byte ``at`` (+ ``mine``);
+        nothing is read for a program past the grid or a group with a masked-off element."""
+        real = ew(block, TileOp.LT, [pid, count], D.bool_)
+        values: dict = {}
+        for o in slice_ops:
+            if o.op in (SimtOp.BLOCK_ID, SimtOp.GRID_DIM) and o.attrs.axis == 0:
+                values[o.result] = pid if o.op is SimtOp.BLOCK_ID else count
+                continue
+            new = ir.Operation(o.op, [values.get(x, x) for x in o.operands], [r.type for r in o.results],
+                               o.attrs, [], o.loc)
+            values[o.result] = new.result
+            block.append(new)
+        where = ew(block, TileOp.ADD, [mine, at])
+        for o in loads:
+            dt, n = o.result.type.dtype, o.result.type.n
+            per, k = COPY // dt.itemsize, n * dt.itemsize // COPY
+            ptr, offs, mask = (values.get(x, x) for x in o.operands[:3])
+            full = None
+            for j in range(per):
+                m = emit(block, SimtOp.GATHER, [mask], simt.IndicesAttrs(tuple(range(j, n, per))), D.bool_, k)
+                full = m if full is None else ew(block, TileOp.AND, [full, m], D.bool_)
+            full = ew(block, TileOp.AND, [full, emit(block, SimtOp.SPLAT, [real], None, D.bool_, k) if k > 1 else real],
+                      D.bool_)
+            src = ew(block, TileOp.WHERE, [full, const(block, [COPY] * k), const(block, [0] * k)])
+            starts = emit(block, SimtOp.GATHER, [offs], simt.IndicesAttrs(tuple(range(0, n, per))), offs.type.dtype, k)
+            addr = ew(block, TileOp.ADD, [emit(block, SimtOp.SPLAT, [where], None, I32, k) if k > 1 else where,
+                                          const(block, [(first[o] + g) * threads * COPY for g in range(k)])])
+            cp = ir.Operation(SimtOp.CP_ASYNC, [ptr, starts, addr, src], [], simt.SharedAttrs(1, buffer), loc=loc)
+            synced.add(cp)
+            block.append(cp)
+        block.append(ir.Operation(SimtOp.CP_ASYNC_COMMIT, loc=loc))
+
+    prefetch(head, cta, const(head, [0]))
+    body = ir.Block([ir.Value(RegType(I32, 1), "i")], [])
+    ops = body.ops
+    i = body.args[0]
+    pid = ew(ops, TileOp.ADD, [cta, ew(ops, TileOp.MUL, [i, ctas])])
+    cur = ew(ops, TileOp.MUL, [ew(ops, TileOp.AND, [i, const(ops, [1])]), const(ops, [slot])])
+    prefetch(ops, ew(ops, TileOp.ADD, [pid, ctas]), ew(ops, TileOp.SUB, [const(ops, [slot]), cur]))
+    ops.append(ir.Operation(SimtOp.CP_ASYNC_WAIT, attrs=simt.WaitAttrs(1), loc=loc))
+    real = ew(ops, TileOp.LT, [pid, count], D.bool_)
+    here = ew(ops, TileOp.ADD, [mine, cur])
+    for o in loads:
+        dt, n = o.result.type.dtype, o.result.type.n
+        per = COPY // dt.itemsize
+        within = [(first[o] + r // per) * threads * COPY + (r % per) * dt.itemsize for r in range(n)]
+        addr = ew(ops, TileOp.ADD, [emit(ops, SimtOp.SPLAT, [here], None, I32, n) if n > 1 else here,
+                                    const(ops, within)])
+        o.operands.append(addr)
+        o.attrs = simt.StagedAttrs(o.attrs.vec, o.attrs.other, buffer)
+        synced.add(o)
+    program = {}
+    kept = []
+    for o in fn.body.ops:
+        if o.op in (SimtOp.BLOCK_ID, SimtOp.GRID_DIM) and o.attrs.axis == 0:
+            program[o.result] = pid if o.op is SimtOp.BLOCK_ID else count
+        else:
+            kept.append(o)
+    rest = ir.Block([], kept)
+    _rewrite(rest, program, real, loc)
+    ops += rest.ops
+    ops.append(ir.Operation(SimtOp.YIELD, loc=loc))
+    loop = ir.Operation(SimtOp.FOR, [const(head, [0]), trips, const(head, [1])], [], None, [body], loc=loc)
+    fn.body.ops = head + [loop, ir.Operation(SimtOp.CP_ASYNC_WAIT, attrs=simt.WaitAttrs(0), loc=loc)]
+    fn.meta.persistent = True
+    return fn

@@ -1,0 +1,113 @@
+"""persist_programs: each CTA loops over the programs along grid axis 0 and copies the next
+program's rows into shared memory (cp.async) while this one computes.  The persistent kernel
+must give bit for bit what the plain one gives on the emulator (ragged rows, an odd number of
+programs, every dtype), its staged loads must read only bytes whose copies have landed (the
+emulator checks), the PTX must assemble, and the launch geometry must cap the CTAs."""
+import re
+
+import numpy as np
+import pytest
+
+from tilejit import backends, codegen, ir, simt
+from tilejit import dtypes as D
+from tilejit.backends import emulate
+from tilejit.examples.matmul import matmul_kernel
+from tilejit.passes import persist_programs as persist
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.simt import SimtOp
+from tilejit.specs import ArraySpec
+
+from conftest import assemble_or_skip
+from test_pack_programs import CASES, row_spec
+
+
+BF16 = D.from_numpy(np.dtype(__import__("ml_dtypes").bfloat16))
+
+
+def compiled(name, dt, block, warps, persist_on=True):
+    kernel, specs, _ = CASES[name]
+    return compile_to_simt(kernel.tile_ir(specs(dt), {"BLOCK": block}), num_warps=warps, persist=persist_on)
+
+
+def run(fn, inputs, out_shape, dtype, grid0, ctas=None):
+    """``grid0`` programs of ``fn`` on the emulator; a persistent ``fn`` on ``ctas`` CTAs."""
+    y = np.full(out_shape, np.nan, dtype)
+    args = inputs + [y] + ([1e-5] if len(inputs) > 1 else [])
+    if fn.meta.persistent:
+        emulate.run(fn, *backends.launch_geometry(1, (grid0, 1, 1), args, ctas or -(-grid0 // 2)))
+    else:
+        emulate.run(fn, (grid0, 1, 1), args)
+    return y
+
+
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "layernorm"])
+@pytest.mark.parametrize("dt,block,warps,rows,ctas", [
+    (D.float32, 1024, 4, 7, 3), (BF16, 2048, 4, 5, 2), (D.float16, 4096, 8, 9, 4), (D.float32, 2048, 8, 3, 1),
+    (BF16, 1024, 2, 6, 6)])
+def test_persistent_rows_match_the_plain_kernel_bit_for_bit(name, dt, block, warps, rows, ctas):
+    one, per = compiled(name, dt, block, warps, False), compiled(name, dt, block, warps)
+    assert per.meta.persistent and not one.meta.persistent
+    rng = np.random.default_rng(block + rows)
+    x = rng.standard_normal((rows, block - 8)).astype(dt.np)        # ragged: the last groups read global memory
+    w = rng.standard_normal(block - 8).astype(dt.np)
+    inputs = CASES[name][2](x, w)
+    want = run(one, inputs, x.shape, dt.np, rows)
+    got = run(per, inputs, x.shape, dt.np, rows, ctas)
+    assert not np.isnan(want.astype(np.float32)).any()
+    np.testing.assert_array_equal(got.view(f"u{dt.itemsize}"), want.view(f"u{dt.itemsize}"))
+
+
+def test_the_loop_copies_the_next_program_before_waiting_for_this_one():
+    fn = compiled("layernorm", BF16, 4096, 8)
+    loop = next(o for o in fn.body.ops if o.op is SimtOp.FOR)
+    body = [o.op for o in loop.regions[0].ops]
+    head = [o.op for o in fn.body.ops]
+    assert head.count(SimtOp.CP_ASYNC) == 1 and head[-1] is SimtOp.CP_ASYNC_WAIT   # prologue, drain
+    assert body.index(SimtOp.CP_ASYNC_COMMIT) < body.index(SimtOp.CP_ASYNC_WAIT)
+    assert next(o for o in loop.regions[0].ops if o.op is SimtOp.CP_ASYNC_WAIT).attrs.n == 1
+    loads = [o for o in loop.regions[0].ops if o.op is SimtOp.LOAD_GLOBAL]
+    staged = [o for o in loads if isinstance(o.attrs, simt.StagedAttrs)]
+    # x is staged; the weights and biases (the same for every program) are read as before
+    assert len(staged) == 1 and len(loads) == 3
+    assert fn.meta.params[-1].kind.value == "scalar" and "persistent" in fn.meta.summary()
+    simt.verify(fn)
+    assert simt.parse_function(ir.print_function(fn)) is not None        # the staged attrs read back
+
+
+def test_a_missing_wait_is_caught_by_the_emulator():
+    """Mutation: wait for no group at all before reading the slot (n=2 leaves this program's
+    copies in flight): the emulator must refuse to read bytes that have not landed."""
+    fn = compiled("softmax", D.float32, 1024, 4)
+    loop = next(o for o in fn.body.ops if o.op is SimtOp.FOR)
+    wait = next(o for o in loop.regions[0].ops if o.op is SimtOp.CP_ASYNC_WAIT)
+    wait.attrs = simt.WaitAttrs(2)
+    x = np.random.default_rng(0).standard_normal((4, 1024)).astype(np.float32)
+    with pytest.raises(emulate.EmulatorError, match="has not landed"):
+        run(fn, [x], x.shape, np.float32, 4)
+
+
+def test_kernels_with_loops_big_rows_or_nothing_to_stage_stay_as_they_are():
+    spec = ArraySpec(D.float16, 2, True, True, False)
+    mm = compile_to_simt(matmul_kernel.kernel.tile_ir((spec, spec, row_spec(D.float32)),
+                                                      {"BM": 32, "BN": 32, "BK": 16, "STAGES": 3}), num_warps=4)
+    assert not mm.meta.persistent
+    assert not compiled("softmax", D.float32, 16384, 32).meta.persistent          # 2 x 64 KiB > the budget
+    plain = compiled("softmax", D.float32, 1024, 4, False)
+    assert persist.persist_programs(plain, budget=1024) is plain and not plain.meta.persistent
+
+
+def test_launch_geometry_caps_the_ctas_and_passes_the_program_count():
+    assert backends.launch_geometry(1, (1000, 1, 1), ["x"], 264) == ((264, 1, 1), ["x", 1000])
+    assert backends.launch_geometry(1, (10, 1, 1), ["x"], 264) == ((10, 1, 1), ["x", 10])
+    assert backends.launch_geometry(1, (1000, 4, 2), ["x"], 264) == ((33, 4, 2), ["x", 1000])
+    assert backends.launch_geometry(1, (1000, 400, 1), ["x"], 264) == ((1, 400, 1), ["x", 1000])
+    assert backends.launch_geometry(1, (0, 1, 1), ["x"], 264) == ((0, 1, 1), ["x", 0])
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_the_persistent_kernel_assembles_with_copies_and_shared_reads(target):
+    fn = compiled("rmsnorm", BF16, 8192, 16)
+    ptx = codegen.compile_ptx(fn, target)
+    assert "cp.async.cg.shared.global" in ptx and re.search(r"cp\.async\.wait_group\s+1;", ptx)
+    assert "ld.shared.v4" in ptx
+    assert assemble_or_skip(ptx, target).spills == 0
