@@ -70,6 +70,8 @@ def test_the_loop_copies_the_next_program_before_waiting_for_this_one():
     # x is staged; the weights and biases (the same for every program) are read as before
     assert len(staged) == 1 and len(loads) == 3
     assert fn.meta.params[-1].kind.value == "scalar" and "persistent" in fn.meta.summary()
+    x = np.ones((3, 4000), np.float32)
+    assert CASES["softmax"][0].inspect(x, x, BLOCK=4096).persistent
     simt.verify(fn)
     assert simt.parse_function(ir.print_function(fn)) is not None        # the staged attrs read back
 
@@ -111,3 +113,29 @@ def test_the_persistent_kernel_assembles_with_copies_and_shared_reads(target):
     assert "cp.async.cg.shared.global" in ptx and re.search(r"cp\.async\.wait_group\s+1;", ptx)
     assert "ld.shared.v4" in ptx
     assert assemble_or_skip(ptx, target).spills == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "layernorm"])
+@pytest.mark.parametrize("dtype,cols,rows", [("float32", 1000, 5000), ("bfloat16", 4000, 3001), ("float16", 8190, 700)])
+def test_persistent_row_kernels_on_the_gpu(name, dtype, cols, rows):
+    """More programs than resident CTAs (each CTA loops), ragged rows: the plain-NumPy reference."""
+    import importlib
+    import tilejit as tj
+    module = importlib.import_module(f"tilejit.examples.{name}")
+    rng = np.random.default_rng(cols)
+    dt = np.dtype(getattr(__import__("ml_dtypes"), dtype)) if dtype == "bfloat16" else np.dtype(dtype)
+    x = rng.standard_normal((rows, cols)).astype(dt)
+    w, b = rng.standard_normal(cols).astype(dt), rng.standard_normal(cols).astype(dt)
+    inputs = CASES[name][2](x, w)
+    if name == "layernorm":
+        inputs = [x, w, b]
+    y = np.full_like(x, np.nan)
+    kernel = CASES[name][0]
+    args = inputs + [y] + ([1e-5] if name != "softmax" else [])
+    kernel[(rows,)](*args, BLOCK=tj.next_power_of_2(cols))
+    assert kernel.inspect(*args, BLOCK=tj.next_power_of_2(cols)).persistent
+    ref = module.reference(*[a.astype(np.float32) if isinstance(a, np.ndarray) else a for a in args[:len(inputs)]],
+                           *([1e-5] if name != "softmax" else []))
+    tj.testing.assert_close(y.astype(np.float32), ref, rtol=2e-2 if dt.itemsize == 2 else 1e-5,
+                            atol=2e-2 if dt.itemsize == 2 else 1e-5)

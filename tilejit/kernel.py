@@ -83,6 +83,7 @@ class Inspection:
     shared_bytes: int | None = None
     num_warps: int | None = None         # the launch's warps (the compiler's choice when none was given)
     programs_per_cta: int | None = None  # programs along grid axis 0 that share one CTA (pack_programs)
+    persistent: bool | None = None       # each CTA loops over programs, the next one's rows copied ahead (persist_programs)
 
 
 @dataclass
@@ -349,6 +350,7 @@ class Kernel:
             found = {s: getattr(entry.artifact, s, None) for s in _STAGES}
             found["num_warps"] = artifact_warps(entry.artifact)
             found["programs_per_cta"] = getattr(entry.artifact, "programs_per_cta", None)
+            found["persistent"] = getattr(entry.artifact, "persistent", None)
             if hasattr(entry.artifact, "registers_per_thread"):    # never a silent 0 or None on a GPU
                 found["registers"] = entry.artifact.registers_per_thread()
             text = entry.tile_text or ir.print_function(self.tile_ir(specs, consts))

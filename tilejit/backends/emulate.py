@@ -558,6 +558,7 @@ class EmulatedKernel:
         self.simt_ir = ir.print_function(fn)
         self.shared_bytes = fn.meta.shared_bytes
         self.programs_per_cta = fn.meta.programs_per_cta
+        self.persistent = fn.meta.persistent
         self.writes = tuple(fn.meta.writes)     # runtime arguments it stores to
 
 
