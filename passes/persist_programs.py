@@ -41,7 +41,9 @@ I32 = D.int32
 COPY = 16                       # bytes of one cp.async
 # Both slots of a CTA take at most this many bytes of shared memory (two CTAs per SM keep room).
 SLOT_BYTES = 96 * 1024
-PERSIST = True                  # the switch (benchmarks/switch_probe.py)
+# The switch (benchmarks/switch_probe.py): True applies the pass where ``worth_it`` holds, "always"
+# wherever it can, False nowhere.
+PERSIST = True
 _PURE = tuple(op for op in _AHEAD if op not in (SimtOp.LOAD_GLOBAL, SimtOp.SHARED_ALLOC))
 
 
@@ -112,12 +114,26 @@ def stageable_loads(fn: ir.Function) -> list:
     return out
 
 
-def persist_programs(fn: ir.Function, budget: int = SLOT_BYTES) -> ir.Function:
+def worth_it(fn: ir.Function, loads: list) -> bool:
+    """Where the persistent loop was measured faster: 16-bit rows staged, and at least two loads
+    that every program makes alike (a layernorm's weights and biases).  H200, 2026-12-04, 2**26
+    elements, GB/s persistent / plain in one run (``scripts/persist_probe.sh``): layernorm bf16
+    1K / 4K / 8K columns +3 / +17 / +27%, fp32 -5 / +10 / -3%; RMSNorm bf16 -4 / +2 / +1%, fp32
+    -7 / -12 / -11%; softmax bf16 -10 / -9 / -2%, fp32 -9 / -11 / -12%.  The loop costs 16-40
+    registers (ptxas), which the kernels that already reach 0.9x copy pay for in occupancy."""
+    invariant = [o for o in fn.body.ops if o.op is SimtOp.LOAD_GLOBAL and o not in loads]
+    return all(o.result.type.dtype.bits == 16 for o in loads) and len(invariant) >= 2
+
+
+def persist_programs(fn: ir.Function, budget: int = SLOT_BYTES, always: bool | None = None) -> ir.Function:
     """``fn`` as a persistent loop over its programs (see the module docstring); unchanged when
-    it has nothing to stage or its slots would take more than ``budget`` bytes."""
+    it has nothing to stage, its slots would take more than ``budget`` bytes, or (unless
+    ``always``, default: ``PERSIST == "always"``) ``worth_it`` does not hold."""
     if not PERSIST or not persistable(fn):
         return fn
     loads = stageable_loads(fn)
+    if not (PERSIST == "always" if always is None else always) and not worth_it(fn, loads):
+        return fn
     threads = fn.meta.cta_threads
     slot = sum(o.result.type.n * o.result.type.dtype.itemsize for o in loads) * threads
     if not loads or 2 * slot > budget:
@@ -211,6 +227,9 @@ def persist_programs(fn: ir.Function, budget: int = SLOT_BYTES) -> ir.Function:
             program[o.result] = pid if o.op is SimtOp.BLOCK_ID else count
         else:
             kept.append(o)
+    for o in kept:
+        if o.op is SimtOp.THREAD_ID:    # read in the loop: LLVM would hoist every column index and
+            o.attrs = simt.VolatileAttrs(True)      # mask computed from it and hold them in registers
     rest = ir.Block([], kept)
     _rewrite(rest, program, real, loc)
     ops += rest.ops

@@ -53,7 +53,8 @@ class Options:
     pack: bool = False          # several short programs per CTA where it applies (TILEJIT_PACK=0: off)
     programs_per_cta: int | None = None     # programs along grid axis 0 per CTA (None: pack decides)
     debug: bool = False         # keep tj.device_assert checks (launch option debug=True, TILEJIT_DEBUG=1)
-    persist: bool = True        # persistent programs with the next one's loads in flight, where it applies
+    persist: bool | str = True  # persistent programs with the next one's rows copied ahead where measured
+                                # faster ("always": wherever it applies; False: never)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ PIPELINE = [
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("coarsen_programs", lambda fn, opt: coarsen.coarsen_programs(fn, 1 if opt.pack or opt.programs_per_cta
                                                                         else coarsen.COARSEN), "simt"),
-    Stage("persist_programs", lambda fn, opt: persist_programs(fn) if opt.persist and not (
+    Stage("persist_programs", lambda fn, opt: persist_programs(fn, always=True if opt.persist == "always" else None)
+          if opt.persist and not (
         opt.pack or opt.programs_per_cta or fn.meta.serial_programs) else fn, "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
@@ -104,7 +106,7 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
                     dump: Callable[[str, str], None] | None = None, *, wgmma: bool = True,
                     verify: bool = False, num_stages: int | None = None, fast_math: bool = False,
                     pack: bool = False, programs_per_cta: int | None = None, debug: bool = False,
-                    persist: bool = True) -> ir.Function:
+                    persist: bool | str = True) -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")

@@ -82,7 +82,8 @@ class SimtMeta:
 
 class SimtOp(enum.Enum):
     # thread geometry (all i32, n=1)
-    THREAD_ID = enum.auto()      # threadIdx.x in [0, 32*num_warps)
+    THREAD_ID = enum.auto()      # threadIdx.x in [0, 32*num_warps); with VolatileAttrs(True) read
+    #                              anew where it stands (LLVM may not hoist what is computed from it)
     BLOCK_ID = enum.auto()       # blockIdx along attrs.axis                   AxisAttrs
     GRID_DIM = enum.auto()       # gridDim along attrs.axis                    AxisAttrs
     PARAM = enum.auto()          # () -> the value of kernel parameter attrs.axis (index)  AxisAttrs
@@ -186,6 +187,11 @@ class GlobalAttrs(Attrs):
 
 
 @dataclass(frozen=True)
+class VolatileAttrs(Attrs):
+    volatile: bool = True
+
+
+@dataclass(frozen=True)
 class StagedAttrs(GlobalAttrs):
     """A staged LOAD_GLOBAL's: its whole 16-byte groups come from shared ``buffer``."""
     buffer: int = -1
@@ -261,7 +267,7 @@ def assert_sites(fn: Function) -> list:
 
 
 DIALECT = Dialect(SimtOp, parse_type,
-                  (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, StagedAttrs, SharedAttrs,
+                  (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, StagedAttrs, VolatileAttrs, SharedAttrs,
                    LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 

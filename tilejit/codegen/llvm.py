@@ -215,6 +215,10 @@ class KernelEmitter:
         return self.ctx.call(f"llvm.nvvm.read.ptx.sreg.{name}", I32, [])
 
     def op_THREAD_ID(self, op):
+        if op.attrs is not None and op.attrs.volatile:     # read here: loop-invariant code stays in the loop
+            fnty = ir.FunctionType(I32, [])
+            self.set(op.result, [self.b.asm(fnty, "mov.u32 $0, %tid.x;", "=r", [], side_effect=True)])
+            return
         self.set(op.result, [self._sreg("tid.x")])
 
     def op_BLOCK_ID(self, op):
