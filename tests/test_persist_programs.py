@@ -149,3 +149,17 @@ def test_persistent_row_kernels_on_the_gpu(name, dtype, cols, rows):
                            *([1e-5] if name != "softmax" else []))
     tj.testing.assert_close(y.astype(np.float32), ref, rtol=2e-2 if dt.itemsize == 2 else 1e-5,
                             atol=2e-2 if dt.itemsize == 2 else 1e-5)
+
+
+def test_tilejit_persist_switches_it_per_launch_and_is_part_of_the_cache_key(monkeypatch, tmp_path):
+    import tilejit as tj
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    kernel = CASES["layernorm"][0]
+    x, w = np.ones((3, 4000), np.float16), np.ones(4000, np.float16)
+    seen = {}
+    for value in ("0", "1", "always"):
+        monkeypatch.setenv("TILEJIT_PERSIST", value)
+        seen[value] = kernel.inspect(x, w, w, x, 1e-5, BLOCK=4096).persistent
+    assert seen == {"0": False, "1": True, "always": True}
+    monkeypatch.setenv("TILEJIT_PERSIST", "always")
+    assert CASES["softmax"][0].inspect(x, x, BLOCK=4096).persistent

@@ -98,14 +98,15 @@ def test_the_env_switch_is_read_at_the_api_edge_and_keys_both_caches(monkeypatch
     out = ArraySpec(D.float32, 2, True, True, False)
     consts = {"BM": 64, "BN": 64, "BK": 32, "STAGES": 2}
     monkeypatch.delenv("TILEJIT_PACK", raising=False)
-    assert compile_switches() == (("wgmma", True), ("pack", True))
+    monkeypatch.delenv("TILEJIT_PERSIST", raising=False)
+    assert compile_switches() == (("wgmma", True), ("pack", True), ("persist", True))
     KERNEL.compile((spec, spec, out), consts, 4, "spy")
     monkeypatch.setenv("TILEJIT_WGMMA", "0")
-    assert compile_switches() == (("wgmma", False), ("pack", True))
+    assert compile_switches() == (("wgmma", False), ("pack", True), ("persist", True))
     KERNEL.compile((spec, spec, out), consts, 4, "spy")          # not the first compile's entry
     KERNEL.compile((spec, spec, out), consts, 4, "spy")          # the second's, from memory
-    assert seen == [("key", {"wgmma": True, "pack": True}), ("compile", True),
-                    ("key", {"wgmma": False, "pack": True}), ("compile", False)]
+    assert seen == [("key", {"wgmma": True, "pack": True, "persist": True}), ("compile", True),
+                    ("key", {"wgmma": False, "pack": True, "persist": True}), ("compile", False)]
 
 
 def test_b_atoms_are_128_byte_swizzled_rows_of_64_columns():

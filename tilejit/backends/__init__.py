@@ -41,9 +41,10 @@ _notice_printed = False
 
 
 def switch_options(options: dict) -> dict:
-    """The ``compile_to_simt`` keyword options (``wgmma``, ``pack``, ``verify``, ``num_stages``, ``debug``) in a
+    """The ``compile_to_simt`` keyword options (``wgmma``, ``pack``, ``verify``, ``num_stages``, ``debug``, ``persist``) in a
     backend's ``options``."""
-    return {k: options[k] for k in ("wgmma", "pack", "verify", "num_stages", "fast_math", "debug") if k in options}
+    return {k: options[k] for k in ("wgmma", "pack", "verify", "num_stages", "fast_math", "debug", "persist")
+            if k in options}
 
 
 def launch_geometry(programs: int, grid: tuple, args: list, resident: int | None = None) -> tuple[tuple, list]:
