@@ -11,8 +11,8 @@ computes:
         cp.async program pid + gridDim.x's loads into slot (i + 1) % 2; commit   (none past grid0)
         wait_group(1)                   # program pid's copies have landed
         the body, with program_id(0) = pid and num_programs(0) = grid0: each staged load reads
-        its whole 16-byte groups from slot i % 2 (a group with a masked-off element reads global
-        memory as before); writes, prints and asserts only when pid < grid0
+        its values back from slot i % 2 (``other`` where its mask is false); writes, prints and
+        asserts only when pid < grid0
     wait_group(0)
 
     persist_programs(fn, budget=SLOT_BYTES) -> fn          stageable_loads(fn) -> list
@@ -22,13 +22,19 @@ Every thread copies and reads back only its own bytes (its group ``g`` of the sl
 orders the slots: the copy into a slot is issued after the same thread's last read of it has
 been used.  A load is staged when its offsets and mask depend on ``program_id(0)`` through
 address arithmetic only and its groups are 16 bytes; loads that do not depend on the program
-(a layernorm's weights) stay in the body.  The launch runs ``min(grid0, CTAs the device holds at
+(a layernorm's weights) stay in the body.  A copy reads only a group's elements in bounds and
+zero-fills the rest: the lowering's mask of a load grouped along its last dim is the product of
+its bounds checks, and a group starts at a multiple of its size, so ``idx >= 0`` holds for all of
+a group or none and ``idx < n`` for a prefix of it; the in-bounds elements are a prefix whose
+length the copy is given.  The launch runs ``min(grid0, CTAs the device holds at
 once)`` CTAs (the emulator: half of ``grid0``, so that its loop runs) and passes ``grid0`` as one
 more parameter (``backends.launch_geometry``).  Programs run in no set order on a GPU, so a
 later program's loads may pass an earlier one's stores.  Only straight-line kernels without
 tensor cores or async copies, and not packed, are made persistent.
 """
 from __future__ import annotations
+
+import math
 
 from tilejit import dtypes as D
 from tilejit import ir, simt
@@ -44,6 +50,10 @@ SLOT_BYTES = 96 * 1024
 # The switch (benchmarks/switch_probe.py): True applies the pass where ``worth_it`` holds, "always"
 # wherever it can, False nowhere.
 PERSIST = True
+# Threads per SM that a persistent kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: no
+# hint beyond the pipeline's).  Without one, ptxas (nvJitLink 13.5) gives the loop 16-47 more
+# registers than the plain kernel, which it trades for occupancy.
+THREADS_PER_SM = None
 _PURE = tuple(op for op in _AHEAD if op not in (SimtOp.LOAD_GLOBAL, SimtOp.SHARED_ALLOC))
 
 
@@ -165,8 +175,21 @@ def persist_programs(fn: ir.Function, budget: int = SLOT_BYTES, always: bool | N
     for o in loads:
         first[o] = groups
         groups += o.result.type.n * o.result.type.dtype.itemsize // COPY
+    for o in fn.body.ops:
+        if o.op is SimtOp.THREAD_ID:    # read in the loop: LLVM would hoist every column index and
+            o.attrs = simt.VolatileAttrs(True)      # mask computed from it and hold them in registers
     slice_ops = _slice(fn.body.ops, [x for o in loads for x in o.operands[:3]])
     synced = fn.meta.self_synced_ops
+
+    def in_bounds(block: list, mask, per: int):
+        """Per 16-byte group of ``mask``'s registers: how many are true (i32, one per group)."""
+        n = mask.type.n
+        size = None
+        for j in range(per):
+            m = emit(block, SimtOp.GATHER, [mask], simt.IndicesAttrs(tuple(range(j, n, per))), D.bool_, n // per)
+            m = ew(block, TileOp.CAST, [m], I32)
+            size = m if size is None else ew(block, TileOp.ADD, [size, m])
+        return size
 
     def prefetch(block: list, pid, at) -> None:
         """cp.async program ``pid``'s staged groups into the slot at byte ``at`` (+ ``mine``);
@@ -186,13 +209,10 @@ def persist_programs(fn: ir.Function, budget: int = SLOT_BYTES, always: bool | N
             dt, n = o.result.type.dtype, o.result.type.n
             per, k = COPY // dt.itemsize, n * dt.itemsize // COPY
             ptr, offs, mask = (values.get(x, x) for x in o.operands[:3])
-            full = None
-            for j in range(per):
-                m = emit(block, SimtOp.GATHER, [mask], simt.IndicesAttrs(tuple(range(j, n, per))), D.bool_, k)
-                full = m if full is None else ew(block, TileOp.AND, [full, m], D.bool_)
-            full = ew(block, TileOp.AND, [full, emit(block, SimtOp.SPLAT, [real], None, D.bool_, k) if k > 1 else real],
-                      D.bool_)
-            src = ew(block, TileOp.WHERE, [full, const(block, [COPY] * k), const(block, [0] * k)])
+            # the elements in bounds are a prefix of each group (see the module docstring): copy them
+            size = ew(block, TileOp.MUL, [in_bounds(block, mask, per), const(block, [dt.itemsize] * k)])
+            src = ew(block, TileOp.WHERE, [emit(block, SimtOp.SPLAT, [real], None, D.bool_, k) if k > 1 else real,
+                                           size, const(block, [0] * k)])
             starts = emit(block, SimtOp.GATHER, [offs], simt.IndicesAttrs(tuple(range(0, n, per))), offs.type.dtype, k)
             addr = ew(block, TileOp.ADD, [emit(block, SimtOp.SPLAT, [where], None, I32, k) if k > 1 else where,
                                           const(block, [(first[o] + g) * threads * COPY for g in range(k)])])
@@ -211,25 +231,36 @@ def persist_programs(fn: ir.Function, budget: int = SLOT_BYTES, always: bool | N
     ops.append(ir.Operation(SimtOp.CP_ASYNC_WAIT, attrs=simt.WaitAttrs(1), loc=loc))
     real = ew(ops, TileOp.LT, [pid, count], D.bool_)
     here = ew(ops, TileOp.ADD, [mine, cur])
+    staged = {}
     for o in loads:
         dt, n = o.result.type.dtype, o.result.type.n
         per = COPY // dt.itemsize
         within = [(first[o] + r // per) * threads * COPY + (r % per) * dt.itemsize for r in range(n)]
-        addr = ew(ops, TileOp.ADD, [emit(ops, SimtOp.SPLAT, [here], None, I32, n) if n > 1 else here,
-                                    const(ops, within)])
-        o.operands.append(addr)
-        o.attrs = simt.StagedAttrs(o.attrs.vec, o.attrs.other, buffer)
-        synced.add(o)
+        staged[o] = ew(ops, TileOp.ADD, [emit(ops, SimtOp.SPLAT, [here], None, I32, n) if n > 1 else here,
+                                         const(ops, within)])
     program = {}
     kept = []
     for o in fn.body.ops:
         if o.op in (SimtOp.BLOCK_ID, SimtOp.GRID_DIM) and o.attrs.axis == 0:
             program[o.result] = pid if o.op is SimtOp.BLOCK_ID else count
+        elif o in staged:               # the slot's copy, ``other`` where the mask is false
+            dt, n = o.result.type.dtype, o.result.type.n
+            per = COPY // dt.itemsize
+            zero = o.attrs.other == 0 and math.copysign(1, o.attrs.other) > 0    # what copies zero-fill
+            if not zero:
+                # element r of its group is in bounds when r < the group's count, counted before
+                # the read: one integer per group, not every element's mask, stays live across it
+                counts = in_bounds(kept, o.operands[2], per)
+            read = emit(kept, SimtOp.LOAD_SHARED, [staged[o]], simt.SharedAttrs(per, buffer), dt, n)
+            synced.add(kept[-1])
+            if zero:
+                program[o.result] = read
+                continue
+            counts = emit(kept, SimtOp.GATHER, [counts], simt.IndicesAttrs(tuple(r // per for r in range(n))), I32, n)
+            keep = ew(kept, TileOp.LT, [const(kept, [r % per for r in range(n)]), counts], D.bool_)
+            program[o.result] = ew(kept, TileOp.WHERE, [keep, read, const(kept, [o.attrs.other] * n, dt)], dt)
         else:
             kept.append(o)
-    for o in kept:
-        if o.op is SimtOp.THREAD_ID:    # read in the loop: LLVM would hoist every column index and
-            o.attrs = simt.VolatileAttrs(True)      # mask computed from it and hold them in registers
     rest = ir.Block([], kept)
     _rewrite(rest, program, real, loc)
     ops += rest.ops

@@ -31,6 +31,7 @@ from tilejit.passes.hoist_loads import hoist_loads
 from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.mma_tiling import DEFAULT_STAGES
 from tilejit.passes.pack_programs import choose_programs, pack_programs
+from tilejit.passes import persist_programs as persist_module
 from tilejit.passes.persist_programs import persist_programs
 from tilejit.passes.plan_dots import dot_plans_text, plan_dots
 from tilejit.passes.plan_loops import plan_loops, plans_text
@@ -126,6 +127,8 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
             dump(stage.name, stage_text(fn, stage.level))
     fn.meta.target = target
     fn.meta.min_ctas_per_sm = occupancy_hint(tile_fn, num_warps)
+    if fn.meta.persistent and persist_module.THREADS_PER_SM:
+        fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)
     fn.meta.fast_math = fast_math             # codegen: approximate sin/cos (a launch option)
     return fn
 

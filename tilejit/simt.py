@@ -105,9 +105,6 @@ class SimtOp(enum.Enum):
     # may be touched (emit the vector access when the whole group is in bounds, else per element).
     # global memory; offsets are element offsets (i32 or i64) from the pointer
     LOAD_GLOBAL = enum.auto()    # (ptr, offsets, mask: bool) -> n values; masked-off read attrs.other  GlobalAttrs
-    #   StagedAttrs: (ptr, offsets, mask, addr: i32 n) -> the 16-byte groups whose mask is all true
-    #   are read from shared byte addresses ``addr`` instead (the thread's own cp.async copies of
-    #   them, retired before; ``persist_programs``), the others from global memory as above
     STORE_GLOBAL = enum.auto()   # (ptr, offsets, value, mask: bool) -> ()                   GlobalAttrs
     PRINT = enum.auto()          # (pid0, pid1, pid2, *coords, *values, mask) -> (): one line per
     #                              register where mask holds (vprintf)        ir.PrintAttrs
@@ -192,12 +189,6 @@ class VolatileAttrs(Attrs):
 
 
 @dataclass(frozen=True)
-class StagedAttrs(GlobalAttrs):
-    """A staged LOAD_GLOBAL's: its whole 16-byte groups come from shared ``buffer``."""
-    buffer: int = -1
-
-
-@dataclass(frozen=True)
 class BarrierAttrs(Attrs):
     threads: int                  # the threads a named barrier waits for (a multiple of 32)
 
@@ -267,7 +258,7 @@ def assert_sites(fn: Function) -> list:
 
 
 DIALECT = Dialect(SimtOp, parse_type,
-                  (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, StagedAttrs, VolatileAttrs, SharedAttrs,
+                  (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, VolatileAttrs, SharedAttrs,
                    LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 
@@ -296,8 +287,6 @@ def _check_memory(o) -> str | None:
         ok = isinstance(o.attrs, AtomicAttrs) and isinstance(o.operands[0].type, PtrType) \
             and all(_n(x) == n for x in o.operands[1:]) and o.results[0].type.dtype == o.operands[2].type.dtype
         return None if ok else "ATOMIC_GLOBAL: (ptr, offsets, value, mask), one register each per old value"
-    if o.op is SimtOp.LOAD_GLOBAL and len(o.operands) != (4 if isinstance(o.attrs, StagedAttrs) else 3):
-        return "LOAD_GLOBAL takes (ptr, offsets, mask), and shared addresses when staged"
     regs = {SimtOp.LOAD_GLOBAL: o.operands[1:], SimtOp.STORE_GLOBAL: o.operands[1:],
             SimtOp.LOAD_SHARED: o.operands[:1], SimtOp.STORE_SHARED: o.operands}[o.op]
     if any(_n(x) != n for x in regs):

@@ -197,20 +197,6 @@ class Machine:
         ptr, offs, mask = f[o.operands[0]], f[o.operands[1]], f[o.operands[2]]
         self.check_vector(o, ptr, offs, mask)
         out = self.full(f, o.attrs.other, o.result.type.dtype.np, o.result.type.n)
-        if len(o.operands) > 3:                  # whole 16-byte groups: the thread's own cp.async copies
-            dt = o.result.type.dtype.np
-            per = 16 // dt.itemsize
-            whole = np.repeat(mask.reshape(mask.shape[:2] + (-1, per)).all(axis=-1), per, axis=-1)
-            addr = f[o.operands[3]].astype(np.int64)
-            rows, at = self.shared_index(o, f, addr, dt.itemsize)
-            rows, at = rows[whole], at[whole]
-            self.check_landed(o, rows, at)
-            tid = np.broadcast_to(self.tid[None, :, None], addr.shape)[whole]
-            if self.race_check and ((self.writer[rows, at] != -1) & (self.writer[rows, at] != tid)).any():
-                raise EmulatorError("shared-memory race: a staged LOAD_GLOBAL reads bytes another "
-                                    "thread copied")
-            out[whole] = self.shared.view(dt)[rows, at // dt.itemsize]
-            mask = mask & ~whole
         out[mask] = ptr.flat[ptr.index(offs[mask])]
         return out
 

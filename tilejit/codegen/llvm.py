@@ -293,9 +293,8 @@ class KernelEmitter:
     def op_LOAD_GLOBAL(self, op):
         ptr, offsets = self.get(op.operands[0])[0], self.get(op.operands[1])
         masks = self.get(op.operands[2]) if len(op.operands) > 2 else None
-        staged = self.get(op.operands[3]) if len(op.operands) > 3 else None
         dt = op.result.type.dtype
-        self.set(op.result, load_global(self.ctx, ptr, offsets, masks, dt, op.attrs.vec, op.attrs.other, staged))
+        self.set(op.result, load_global(self.ctx, ptr, offsets, masks, dt, op.attrs.vec, op.attrs.other))
 
     def op_STORE_GLOBAL(self, op):
         ptr, offsets, values = (self.get(v) for v in op.operands[:3])

@@ -91,11 +91,8 @@ def _masked_load(ctx: Ctx, ptr, mask, dt: DType, other):
     return _if_else(ctx, mask, lambda: _vector_load(ctx, ptr, dt, 1), lambda: [other], "ld")[0]
 
 
-def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, vec: int, other,
-                staged: list | None = None) -> list:
-    """Registers read from ``base[offsets[i]]``; where ``masks[i]`` is false, ``other``.
-    ``staged``: shared byte addresses (one per register) that whole groups are read from instead
-    (the thread's own cp.async copies of them)."""
+def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, vec: int, other) -> list:
+    """Registers read from ``base[offsets[i]]``; where ``masks[i]`` is false, ``other``."""
     other_value = const(dt, other)
     out = []
     for first, size in _groups(len(offsets), vec, dt):
@@ -115,9 +112,7 @@ def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, ve
         # the next group's load from being issued until this one lands
         vty = ir.VectorType(mem_type(dt), size)
 
-        def fast(ptr=ptrs[0], vty=vty, size=size, first=first):
-            if staged is not None:
-                ptr = _shared_ptr(ctx, staged[first])
+        def fast(ptr=ptrs[0], vty=vty, size=size):
             return [ctx.builder.load(ptr, typ=vty, align=size * dt.itemsize)]
 
         def slow_vector(slow=slow, vty=vty):
