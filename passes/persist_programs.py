@@ -108,8 +108,9 @@ def _rewrite(block: ir.Block, program: dict, real, loc) -> None:
     block.ops[:] = out
 
 
-def stageable_loads(fn: ir.Function) -> list:
-    """The top-level LOAD_GLOBAL ops of ``fn`` whose 16-byte groups can be copied ahead."""
+def stageable_loads(fn: ir.Function, of_program: bool = True) -> list:
+    """The top-level LOAD_GLOBAL ops of ``fn`` whose 16-byte groups can be copied ahead: those
+    whose address depends on ``program_id(0)`` (``of_program``), else those whose does not."""
     ops, out = fn.body.ops, []
     for o in ops:
         if o.op is not SimtOp.LOAD_GLOBAL or len(o.operands) != 3:
@@ -119,7 +120,7 @@ def stageable_loads(fn: ir.Function) -> list:
         if not per or o.attrs.vec % per or n % per or dt.bits < 8:
             continue
         sl = _slice(ops, o.operands[1:3])
-        if sl is not None and _reads_program(sl):
+        if sl is not None and _reads_program(sl) == of_program:
             out.append(o)
     return out
 
@@ -148,128 +149,206 @@ def persist_programs(fn: ir.Function, budget: int = SLOT_BYTES, always: bool | N
     loads = stageable_loads(fn)
     if not (PERSIST == "always" if always is None else always) and not worth_it(fn, loads):
         return fn
+    fixed = stageable_loads(fn, of_program=False)
     threads = fn.meta.cta_threads
-    slot = sum(o.result.type.n * o.result.type.dtype.itemsize for o in loads) * threads
-    if not loads or 2 * slot > budget:
-        return fn
-    loc, head = fn.meta.loc, []
 
-    def emit(block, op, operands, attrs=None, dtype=I32, n=1):
-        o = ir.Operation(op, operands, [RegType(dtype, n)] if dtype is not None else [], attrs, loc=loc)
+    def size(group):
+        return sum(o.result.type.n * o.result.type.dtype.itemsize for o in group) * threads
+    slot = size(loads)
+    if not loads or 2 * slot + size(fixed) > budget:
+        return fn
+    return _Persist(fn, loads, fixed, threads, slot).run()
+
+
+class _Persist:
+    """The rewrite (one instance per kernel): ``loads`` are copied per program into a 2-slot
+    ring, ``fixed`` (program-invariant loads) once per CTA; the body reads each value back from
+    shared memory where it is used, and again after each cross-warp exchange, so that no
+    loaded tile stays in registers across a reduction."""
+
+    def __init__(self, fn, loads, fixed, threads, slot):
+        self.fn, self.loads, self.fixed, self.threads, self.slot = fn, loads, fixed, threads, slot
+        self.loc = fn.meta.loc
+        self.synced = fn.meta.self_synced_ops
+        self.first, groups = {}, 0              # load -> index of its first 16-byte group in its region
+        for group in (loads, fixed):
+            groups = 0
+            for o in group:
+                self.first[o] = groups
+                groups += o.result.type.n * o.result.type.dtype.itemsize // COPY
+        self.buffer = 1 + max((o.attrs.buffer for o in fn.walk() if o.op is SimtOp.SHARED_ALLOC), default=-1)
+
+    # --- op builders
+    def emit(self, block, op, operands, attrs=None, dtype=I32, n=1):
+        o = ir.Operation(op, operands, [RegType(dtype, n)] if dtype is not None else [], attrs, loc=self.loc)
         block.append(o)
         return o.result if o.results else None
 
-    def const(block, values, dtype=I32):
-        return emit(block, SimtOp.CONSTANT, [], simt.VectorConstAttrs(tuple(values)), dtype, len(values))
+    def const(self, block, values, dtype=I32):
+        return self.emit(block, SimtOp.CONSTANT, [], simt.VectorConstAttrs(tuple(values)), dtype, len(values))
 
-    def ew(block, op, xs, dtype=I32):
-        return emit(block, SimtOp.ELEMENTWISE, xs, simt.EwAttrs(op), dtype, xs[0].type.n)
+    def ew(self, block, op, xs, dtype=I32):
+        return self.emit(block, SimtOp.ELEMENTWISE, xs, simt.EwAttrs(op), dtype, xs[0].type.n)
 
-    fn.meta.params = list(fn.meta.params) + [ParamDesc(ParamKind.SCALAR, len(fn.arg_names), None, I32)]
-    count = emit(head, SimtOp.PARAM, [], ir.AxisAttrs(len(fn.meta.params) - 1))
-    cta = emit(head, SimtOp.BLOCK_ID, [], ir.AxisAttrs(0))
-    ctas = emit(head, SimtOp.GRID_DIM, [], ir.AxisAttrs(0))
-    trips = ew(head, TileOp.FLOORDIV, [ew(head, TileOp.SUB, [ew(head, TileOp.ADD, [count, ctas]), const(head, [1])]), ctas])
-    buffer = 1 + max((o.attrs.buffer for o in fn.walk() if o.op is SimtOp.SHARED_ALLOC), default=-1)
-    base = emit(head, SimtOp.SHARED_ALLOC, [], simt.AllocAttrs(buffer, 2 * slot, COPY))
-    tid = emit(head, SimtOp.THREAD_ID, [])
-    mine = ew(head, TileOp.ADD, [base, ew(head, TileOp.MUL, [tid, const(head, [COPY])])])
-    first = {}              # load -> index of its first 16-byte group in the slot
-    groups = 0
-    for o in loads:
-        first[o] = groups
-        groups += o.result.type.n * o.result.type.dtype.itemsize // COPY
-    for o in fn.body.ops:
-        if o.op is SimtOp.THREAD_ID:    # read in the loop: LLVM would hoist every column index and
-            o.attrs = simt.VolatileAttrs(True)      # mask computed from it and hold them in registers
-    slice_ops = _slice(fn.body.ops, [x for o in loads for x in o.operands[:3]])
-    synced = fn.meta.self_synced_ops
+    def splat(self, block, x, n):
+        return self.emit(block, SimtOp.SPLAT, [x], None, x.type.dtype, n) if n > 1 else x
 
-    def in_bounds(block: list, mask, per: int):
+    def in_bounds(self, block, mask, per: int):
         """Per 16-byte group of ``mask``'s registers: how many are true (i32, one per group)."""
         n = mask.type.n
-        size = None
+        total = None
         for j in range(per):
-            m = emit(block, SimtOp.GATHER, [mask], simt.IndicesAttrs(tuple(range(j, n, per))), D.bool_, n // per)
-            m = ew(block, TileOp.CAST, [m], I32)
-            size = m if size is None else ew(block, TileOp.ADD, [size, m])
-        return size
+            m = self.emit(block, SimtOp.GATHER, [mask], simt.IndicesAttrs(tuple(range(j, n, per))), D.bool_, n // per)
+            m = self.ew(block, TileOp.CAST, [m], I32)
+            total = m if total is None else self.ew(block, TileOp.ADD, [total, m])
+        return total
 
-    def prefetch(block: list, pid, at) -> None:
-        """cp.async program ``pid``'s staged groups into the slot at byte ``at`` (+ ``mine``);
-        nothing is read for a program past the grid or a group with a masked-off element."""
-        real = ew(block, TileOp.LT, [pid, count], D.bool_)
+    # --- copies
+    def copy(self, block, loads, pid, at, real) -> None:
+        """cp.async ``loads`` (of program ``pid``) into the region at byte ``at`` (+ this thread's
+        16 bytes); nothing is read for a program past the grid (``real`` false) and only the
+        in-bounds prefix of a group (see the module docstring)."""
         values: dict = {}
-        for o in slice_ops:
+        for o in _slice(self.fn.body.ops, [x for ld in loads for x in ld.operands[:3]]):
             if o.op in (SimtOp.BLOCK_ID, SimtOp.GRID_DIM) and o.attrs.axis == 0:
-                values[o.result] = pid if o.op is SimtOp.BLOCK_ID else count
+                values[o.result] = pid if o.op is SimtOp.BLOCK_ID else self.count
                 continue
             new = ir.Operation(o.op, [values.get(x, x) for x in o.operands], [r.type for r in o.results],
                                o.attrs, [], o.loc)
             values[o.result] = new.result
             block.append(new)
-        where = ew(block, TileOp.ADD, [mine, at])
+        where = self.ew(block, TileOp.ADD, [self.mine, at])
         for o in loads:
             dt, n = o.result.type.dtype, o.result.type.n
             per, k = COPY // dt.itemsize, n * dt.itemsize // COPY
             ptr, offs, mask = (values.get(x, x) for x in o.operands[:3])
-            # the elements in bounds are a prefix of each group (see the module docstring): copy them
-            size = ew(block, TileOp.MUL, [in_bounds(block, mask, per), const(block, [dt.itemsize] * k)])
-            src = ew(block, TileOp.WHERE, [emit(block, SimtOp.SPLAT, [real], None, D.bool_, k) if k > 1 else real,
-                                           size, const(block, [0] * k)])
-            starts = emit(block, SimtOp.GATHER, [offs], simt.IndicesAttrs(tuple(range(0, n, per))), offs.type.dtype, k)
-            addr = ew(block, TileOp.ADD, [emit(block, SimtOp.SPLAT, [where], None, I32, k) if k > 1 else where,
-                                          const(block, [(first[o] + g) * threads * COPY for g in range(k)])])
-            cp = ir.Operation(SimtOp.CP_ASYNC, [ptr, starts, addr, src], [], simt.SharedAttrs(1, buffer), loc=loc)
-            synced.add(cp)
+            src = self.ew(block, TileOp.MUL, [self.in_bounds(block, mask, per), self.const(block, [dt.itemsize] * k)])
+            if real is not None:
+                src = self.ew(block, TileOp.WHERE, [self.splat(block, real, k), src, self.const(block, [0] * k)])
+            starts = self.emit(block, SimtOp.GATHER, [offs], simt.IndicesAttrs(tuple(range(0, n, per))), offs.type.dtype, k)
+            addr = self.ew(block, TileOp.ADD, [self.splat(block, where, k),
+                                               self.const(block, [(self.first[o] + g) * self.threads * COPY for g in range(k)])])
+            cp = ir.Operation(SimtOp.CP_ASYNC, [ptr, starts, addr, src], [], simt.SharedAttrs(1, self.buffer), loc=self.loc)
+            self.synced.add(cp)
             block.append(cp)
-        block.append(ir.Operation(SimtOp.CP_ASYNC_COMMIT, loc=loc))
 
-    prefetch(head, cta, const(head, [0]))
-    body = ir.Block([ir.Value(RegType(I32, 1), "i")], [])
-    ops = body.ops
-    i = body.args[0]
-    pid = ew(ops, TileOp.ADD, [cta, ew(ops, TileOp.MUL, [i, ctas])])
-    cur = ew(ops, TileOp.MUL, [ew(ops, TileOp.AND, [i, const(ops, [1])]), const(ops, [slot])])
-    prefetch(ops, ew(ops, TileOp.ADD, [pid, ctas]), ew(ops, TileOp.SUB, [const(ops, [slot]), cur]))
-    ops.append(ir.Operation(SimtOp.CP_ASYNC_WAIT, attrs=simt.WaitAttrs(1), loc=loc))
-    real = ew(ops, TileOp.LT, [pid, count], D.bool_)
-    here = ew(ops, TileOp.ADD, [mine, cur])
-    staged = {}
-    for o in loads:
+    # --- reads
+    def read(self, block, o, base):
+        """``o``'s values from its copy at ``base`` (+ this thread's bytes), ``other`` where its mask is false."""
         dt, n = o.result.type.dtype, o.result.type.n
         per = COPY // dt.itemsize
-        within = [(first[o] + r // per) * threads * COPY + (r % per) * dt.itemsize for r in range(n)]
-        staged[o] = ew(ops, TileOp.ADD, [emit(ops, SimtOp.SPLAT, [here], None, I32, n) if n > 1 else here,
-                                         const(ops, within)])
-    program = {}
-    kept = []
-    for o in fn.body.ops:
-        if o.op in (SimtOp.BLOCK_ID, SimtOp.GRID_DIM) and o.attrs.axis == 0:
-            program[o.result] = pid if o.op is SimtOp.BLOCK_ID else count
-        elif o in staged:               # the slot's copy, ``other`` where the mask is false
-            dt, n = o.result.type.dtype, o.result.type.n
-            per = COPY // dt.itemsize
-            zero = o.attrs.other == 0 and math.copysign(1, o.attrs.other) > 0    # what copies zero-fill
-            if not zero:
-                # element r of its group is in bounds when r < the group's count, counted before
-                # the read: one integer per group, not every element's mask, stays live across it
-                counts = in_bounds(kept, o.operands[2], per)
-            read = emit(kept, SimtOp.LOAD_SHARED, [staged[o]], simt.SharedAttrs(per, buffer), dt, n)
-            synced.add(kept[-1])
-            if zero:
-                program[o.result] = read
+        within = [(self.first[o] + r // per) * self.threads * COPY + (r % per) * dt.itemsize for r in range(n)]
+        addr = self.ew(block, TileOp.ADD, [self.splat(block, base, n), self.const(block, within)])
+        value = self.emit(block, SimtOp.LOAD_SHARED, [addr], simt.SharedAttrs(per, self.buffer), dt, n)
+        self.synced.add(block[-1])
+        if o.attrs.other == 0 and math.copysign(1, o.attrs.other) > 0:    # what copies zero-fill
+            return value
+        if o not in self.counts:    # element r is in bounds when r < its group's count: one integer
+            self.counts[o] = self.in_bounds(block, o.operands[2], per)      # per group stays live
+        counts = self.emit(block, SimtOp.GATHER, [self.counts[o]], simt.IndicesAttrs(tuple(r // per for r in range(n))),
+                           I32, n)
+        keep = self.ew(block, TileOp.LT, [self.const(block, [r % per for r in range(n)]), counts], D.bool_)
+        return self.ew(block, TileOp.WHERE, [keep, value, self.const(block, [o.attrs.other] * n, dt)], dt)
+
+    def body_ops(self, base_of: dict) -> list:
+        """The body with each copied load read back where it is used: again after each shared
+        access (a cross-warp exchange, so a barrier) since the last read, and through a CAST of it."""
+        remat: dict = {}            # value -> (load, casts applied: tuple of (attrs, type))
+        cache: dict = {}            # value -> (read value, epoch)
+        out, epoch = [], 0
+
+        def need(x):
+            load, casts = remat[x]
+            got = cache.get(x)
+            if got is None or got[1] != epoch:
+                v = self.read(out, load, base_of[load])
+                for attrs, type_ in casts:
+                    v = self.emit(out, SimtOp.ELEMENTWISE, [v], attrs, type_.dtype, type_.n)
+                cache[x] = got = (v, epoch)
+            return got[0]
+
+        def used(o) -> set:
+            found = {x for x in o.operands if x in remat}
+            for r in o.regions:
+                for inner in r.ops:
+                    found |= used(inner)
+            return found
+
+        def substitute(o, m) -> None:
+            o.operands = [m.get(x, x) for x in o.operands]
+            for r in o.regions:
+                for inner in r.ops:
+                    substitute(inner, m)
+
+        def touches_shared(o) -> bool:
+            return o.op in (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED) or any(
+                touches_shared(inner) for r in o.regions for inner in r.ops)
+
+        for o in self.fn.body.ops:
+            if o in base_of:
+                remat[o.result] = (o, ())
                 continue
-            counts = emit(kept, SimtOp.GATHER, [counts], simt.IndicesAttrs(tuple(r // per for r in range(n))), I32, n)
-            keep = ew(kept, TileOp.LT, [const(kept, [r % per for r in range(n)]), counts], D.bool_)
-            program[o.result] = ew(kept, TileOp.WHERE, [keep, read, const(kept, [o.attrs.other] * n, dt)], dt)
-        else:
-            kept.append(o)
-    rest = ir.Block([], kept)
-    _rewrite(rest, program, real, loc)
-    ops += rest.ops
-    ops.append(ir.Operation(SimtOp.YIELD, loc=loc))
-    loop = ir.Operation(SimtOp.FOR, [const(head, [0]), trips, const(head, [1])], [], None, [body], loc=loc)
-    fn.body.ops = head + [loop, ir.Operation(SimtOp.CP_ASYNC_WAIT, attrs=simt.WaitAttrs(0), loc=loc)]
-    fn.meta.persistent = True
-    return fn
+            if (o.op is SimtOp.ELEMENTWISE and o.attrs.op is TileOp.CAST and len(o.operands) == 1
+                    and o.operands[0] in remat):
+                load, casts = remat[o.operands[0]]
+                remat[o.result] = (load, casts + ((o.attrs, o.result.type),))
+                continue
+            wanted = used(o)
+            if wanted:
+                substitute(o, {x: need(x) for x in wanted})
+            out.append(o)
+            if touches_shared(o):
+                epoch += 1
+        return out
+
+    def run(self) -> ir.Function:
+        fn, loc, head = self.fn, self.loc, []
+        emit, const, ew = self.emit, self.const, self.ew
+        self.counts = {}
+        fn.meta.params = list(fn.meta.params) + [ParamDesc(ParamKind.SCALAR, len(fn.arg_names), None, I32)]
+        self.count = emit(head, SimtOp.PARAM, [], ir.AxisAttrs(len(fn.meta.params) - 1))
+        cta = emit(head, SimtOp.BLOCK_ID, [], ir.AxisAttrs(0))
+        ctas = emit(head, SimtOp.GRID_DIM, [], ir.AxisAttrs(0))
+        trips = ew(head, TileOp.FLOORDIV, [ew(head, TileOp.SUB, [ew(head, TileOp.ADD, [self.count, ctas]),
+                                                                 const(head, [1])]), ctas])
+        fixed_bytes = sum(o.result.type.n * o.result.type.dtype.itemsize for o in self.fixed) * self.threads
+        base = emit(head, SimtOp.SHARED_ALLOC, [], simt.AllocAttrs(self.buffer, 2 * self.slot + fixed_bytes, COPY))
+        tid = emit(head, SimtOp.THREAD_ID, [])
+        self.mine = ew(head, TileOp.ADD, [base, ew(head, TileOp.MUL, [tid, const(head, [COPY])])])
+        for o in fn.body.ops:
+            if o.op is SimtOp.THREAD_ID:    # read in the loop: LLVM would hoist every column index and
+                o.attrs = simt.VolatileAttrs(True)      # mask computed from it and hold them in registers
+        fixed_at = const(head, [2 * self.slot])
+        if self.fixed:                      # once per CTA, landing with the first program's rows
+            self.copy(head, self.fixed, cta, fixed_at, None)
+        self.copy(head, self.loads, cta, const(head, [0]), ew(head, TileOp.LT, [cta, self.count], D.bool_))
+        head.append(ir.Operation(SimtOp.CP_ASYNC_COMMIT, loc=loc))
+        body = ir.Block([ir.Value(RegType(I32, 1), "i")], [])
+        ops = body.ops
+        i = body.args[0]
+        pid = ew(ops, TileOp.ADD, [cta, ew(ops, TileOp.MUL, [i, ctas])])
+        cur = ew(ops, TileOp.MUL, [ew(ops, TileOp.AND, [i, const(ops, [1])]), const(ops, [self.slot])])
+        nxt = ew(ops, TileOp.ADD, [pid, ctas])
+        self.copy(ops, self.loads, nxt, ew(ops, TileOp.SUB, [const(ops, [self.slot]), cur]),
+                  ew(ops, TileOp.LT, [nxt, self.count], D.bool_))
+        ops.append(ir.Operation(SimtOp.CP_ASYNC_COMMIT, loc=loc))
+        ops.append(ir.Operation(SimtOp.CP_ASYNC_WAIT, attrs=simt.WaitAttrs(1), loc=loc))
+        real = ew(ops, TileOp.LT, [pid, self.count], D.bool_)
+        here = ew(ops, TileOp.ADD, [self.mine, cur])
+        there = ew(ops, TileOp.ADD, [self.mine, fixed_at])
+        base_of = {o: here for o in self.loads} | {o: there for o in self.fixed}
+        program = {}
+        kept = []
+        for o in self.body_ops(base_of):
+            if o.op in (SimtOp.BLOCK_ID, SimtOp.GRID_DIM) and o.attrs.axis == 0:
+                program[o.result] = pid if o.op is SimtOp.BLOCK_ID else self.count
+            else:
+                kept.append(o)
+        rest = ir.Block([], kept)
+        _rewrite(rest, program, real, loc)
+        ops += rest.ops
+        ops.append(ir.Operation(SimtOp.YIELD, loc=loc))
+        loop = ir.Operation(SimtOp.FOR, [const(head, [0]), trips, const(head, [1])], [], None, [body], loc=loc)
+        fn.body.ops = head + [loop, ir.Operation(SimtOp.CP_ASYNC_WAIT, attrs=simt.WaitAttrs(0), loc=loc)]
+        fn.meta.persistent = True
+        return fn
