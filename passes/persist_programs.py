@@ -125,19 +125,17 @@ def stageable_loads(fn: ir.Function, of_program: bool = True) -> list:
     return out
 
 
-def worth_it(fn: ir.Function, loads: list) -> bool:
-    """Where the persistent loop was measured faster: kernels with at least two loads that every
-    program makes alike (a layernorm's weights and biases), which the plain kernel re-reads
-    behind each row's own load.  H200, 2026-12-04, 2**26 elements, ratio to copy, persistent
-    (``PERSIST="always"``) / plain in one run (``scripts/persist_probe.sh``) at 1K / 4K / 8K
-    columns: layernorm bf16 0.79 / 0.75 / 0.71 against 0.77 / 0.64 / 0.61, fp32 0.91 / 0.90 /
-    0.87 against 0.94 / 0.78 / 0.88; but RMSNorm bf16 0.88 / 0.80 / 0.78 against 0.95 / 0.85 /
-    0.78, fp32 0.92 / 0.91 / 0.90 against 0.98 / 0.99 / 0.98, softmax bf16 0.65 / 0.62 / 0.58
-    against 0.96 / 0.92 / 0.87 (its ``other=-inf`` costs a select per element), fp32 0.88 / 0.87
-    / 0.83 against 0.98 / 0.98 / 0.96.  An occupancy hint (1024 or 768 threads per SM) changed
-    little (RMSNorm bf16 8K 0.82 at 768; 4K 0.51 at 1024, spilled)."""
-    invariant = [o for o in fn.body.ops if o.op is SimtOp.LOAD_GLOBAL and o not in loads]
-    return len(invariant) >= 2
+def worth_it(loads: list, fixed: list) -> bool:
+    """Where the persistent loop was measured faster: kernels that also load tiles every program
+    reads alike (``fixed``: a norm's weight and bias, copied once per CTA instead of re-read
+    behind each row), two of them or one with 16-bit rows.  H200, 2026-12-04, 2**26 elements,
+    ratio to copy at 1K / 4K / 8K columns, persistent (``PERSIST="always"``) against plain in one
+    run (``scripts/persist_probe.sh``): layernorm bf16 0.86 / 0.76 / 0.74 against 0.77 / 0.63 /
+    0.60, fp32 0.93 / 0.89 / 0.87 against 0.94 / 0.78 / 0.88; RMSNorm bf16 0.92 / 0.87 / 0.88
+    against 0.95 / 0.85 / 0.79; not taken: RMSNorm fp32 0.94 / 0.91 / 0.90 against 0.99 / 0.99 /
+    0.98, softmax bf16 0.60 / 0.58 / 0.54 against 0.94 / 0.91 / 0.87 and fp32 0.86 / 0.84 / 0.84
+    against 0.99 / 0.99 / 0.96 (its ``other=-inf`` costs a select per element at every read)."""
+    return len(fixed) >= 2 or (len(fixed) == 1 and all(o.result.type.dtype.bits == 16 for o in loads))
 
 
 def persist_programs(fn: ir.Function, budget: int = SLOT_BYTES, always: bool | None = None) -> ir.Function:
@@ -146,10 +144,9 @@ def persist_programs(fn: ir.Function, budget: int = SLOT_BYTES, always: bool | N
     ``always``, default: ``PERSIST == "always"``) ``worth_it`` does not hold."""
     if not PERSIST or not persistable(fn):
         return fn
-    loads = stageable_loads(fn)
-    if not (PERSIST == "always" if always is None else always) and not worth_it(fn, loads):
+    loads, fixed = stageable_loads(fn), stageable_loads(fn, of_program=False)
+    if not (PERSIST == "always" if always is None else always) and not worth_it(loads, fixed):
         return fn
-    fixed = stageable_loads(fn, of_program=False)
     threads = fn.meta.cta_threads
 
     def size(group):

@@ -99,7 +99,8 @@ def test_by_default_only_where_it_was_measured_faster():
     assert compiled("layernorm", D.float16, 1024, 2, True).meta.persistent
     assert compiled("layernorm", D.float32, 4096, 8, True).meta.persistent
     assert not compiled("softmax", BF16, 4096, 4, True).meta.persistent
-    assert not compiled("rmsnorm", BF16, 4096, 4, True).meta.persistent
+    assert compiled("rmsnorm", BF16, 4096, 4, True).meta.persistent
+    assert not compiled("rmsnorm", D.float32, 4096, 8, True).meta.persistent
     assert not compiled("layernorm", BF16, 4096, 8, False).meta.persistent
 
 
@@ -151,7 +152,7 @@ def test_persistent_row_kernels_on_the_gpu(name, dtype, cols, rows):
     kernel[(rows,)](*args, BLOCK=tj.next_power_of_2(cols))
     always = os.environ.get("TILEJIT_PERSIST") == "always"      # scripts/persist_probe.sh runs both
     assert kernel.inspect(*args, BLOCK=tj.next_power_of_2(cols)).persistent == (
-        always or name == "layernorm")
+        always or name == "layernorm" or (name == "rmsnorm" and dt.itemsize == 2))
     ref = module.reference(*[a.astype(np.float32) if isinstance(a, np.ndarray) else a for a in args[:len(inputs)]],
                            *([1e-5] if name != "softmax" else []))
     tj.testing.assert_close(y.astype(np.float32), ref, rtol=2e-2 if dt.itemsize == 2 else 1e-5,
