@@ -50,6 +50,9 @@ SLOT_BYTES = 96 * 1024
 # The switch (benchmarks/switch_probe.py): True applies the pass where ``worth_it`` holds, "always"
 # wherever it can, False nowhere.
 PERSIST = True
+# Read a load whose ``other`` is not zero again after a cross-warp exchange (True), or keep its
+# first read in registers (False: its select per element is paid once; softmax's -inf)
+REREAD_OTHER = True
 # Threads per SM that a persistent kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: no
 # hint beyond the pipeline's).  Without one, ptxas (nvJitLink 13.5) gives the loop 16-47 more
 # registers than the plain kernel, which it trades for occupancy.
@@ -257,7 +260,8 @@ class _Persist:
         def need(x):
             load, casts = remat[x]
             got = cache.get(x)
-            if got is None or got[1] != epoch:
+            zero = load.attrs.other == 0 and math.copysign(1, load.attrs.other) > 0
+            if got is None or (got[1] != epoch and (zero or REREAD_OTHER)):
                 v = self.read(out, load, base_of[load])
                 for attrs, type_ in casts:
                     v = self.emit(out, SimtOp.ELEMENTWISE, [v], attrs, type_.dtype, type_.n)

@@ -171,3 +171,30 @@ def test_tilejit_persist_switches_it_per_launch_and_is_part_of_the_cache_key(mon
     assert seen == {"0": False, "1": True, "always": True}
     monkeypatch.setenv("TILEJIT_PERSIST", "always")
     assert CASES["softmax"][0].inspect(x, x, BLOCK=4096).persistent
+
+
+def test_a_two_axis_grid_with_num_programs_and_int_rows_on_the_emulator():
+    """Axis 1 stays one CTA per program (its weights are 'fixed' per CTA), axis 0 loops;
+    num_programs(0) keeps its meaning; integer rows with a nonzero ``other``."""
+    import tilejit as tj
+    from tilejit.frontend import compile_tile_ir
+    from tilejit.kernel import classify_argument
+
+    def affine_rows(x, w, b, y, BLOCK: tj.constexpr):
+        row, col = tj.program_id(0), tj.program_id(1) * BLOCK
+        t = tj.load(x, (row, col), (1, BLOCK), other=-7)
+        u = tj.load(w, (col,), (BLOCK,))[None, :] * t + tj.load(b, (col,), (BLOCK,))[None, :]
+        tj.store(y, (row, col), u + tj.max(t, axis=1, keepdims=True) + tj.num_programs(0))
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(-50, 50, (9, 252)).astype(np.int32)
+    w, b = rng.integers(-3, 3, 252).astype(np.int32), rng.integers(-9, 9, 252).astype(np.int32)
+    args = [x, w, b, np.zeros_like(x)]
+    specs = [classify_argument(f"a{i}", a)[0] for i, a in enumerate(args)]
+    fn = compile_to_simt(compile_tile_ir(affine_rows, specs, {"BLOCK": 128}), 4, persist="always")
+    assert fn.meta.persistent
+    emulate.run(fn, *backends.launch_geometry(1, (9, 2, 1), args, 4 * 2))
+    pad = np.concatenate([x, np.full((9, 4), -7, np.int32)], axis=1)
+    expect = w * x + b + np.concatenate([np.repeat(pad[:, :128].max(1, keepdims=True), 128, 1),
+                                         np.repeat(pad[:, 128:].max(1, keepdims=True), 124, 1)], axis=1) + 9
+    np.testing.assert_array_equal(args[3], expect)
