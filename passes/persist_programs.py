@@ -176,6 +176,7 @@ class _Persist:
             for o in group:
                 self.first[o] = groups
                 groups += o.result.type.n * o.result.type.dtype.itemsize // COPY
+        self.defs = {r: o for o in fn.body.ops for r in o.results}
         self.buffer = 1 + max((o.attrs.buffer for o in fn.walk() if o.op is SimtOp.SHARED_ALLOC), default=-1)
 
     # --- op builders
@@ -193,9 +194,52 @@ class _Persist:
     def splat(self, block, x, n):
         return self.emit(block, SimtOp.SPLAT, [x], None, x.type.dtype, n) if n > 1 else x
 
-    def in_bounds(self, block, mask, per: int):
-        """Per 16-byte group of ``mask``'s registers: how many are true (i32, one per group)."""
+    def column_bound(self, mask, per: int):
+        """(idx, lim) when ``mask`` (a load's, before any cloning) is an AND of terms one of which
+        is ``idx < lim`` with ``idx = SPLAT(start) + CONSTANT`` consecutive inside each group of
+        ``per`` registers (the lowering's bounds test of the last dim); else None."""
+        defs = self.defs
+        todo = [mask]
+        while todo:
+            o = defs.get(todo.pop())
+            if o is None or o.op is not SimtOp.ELEMENTWISE:
+                continue
+            if o.attrs.op is TileOp.AND:
+                todo += o.operands
+                continue
+            if o.attrs.op is not TileOp.LT:
+                continue
+            idx, lim = o.operands
+            add = defs.get(idx)
+            if add is None or add.op is not SimtOp.ELEMENTWISE or add.attrs.op is not TileOp.ADD:
+                continue
+            kinds = [defs.get(x) for x in add.operands]
+            consts = [k for k in kinds if k is not None and k.op is SimtOp.CONSTANT]
+            if len(consts) == 1 and all(k is not None and k.op in (SimtOp.CONSTANT, SimtOp.SPLAT) for k in kinds):
+                c = consts[0].attrs.values
+                if all(c[g + j] == c[g] + j for g in range(0, len(c), per) for j in range(per)):
+                    return idx, lim
+        return None
+
+    def in_bounds(self, block, mask, per: int, values: dict | None = None, original=None):
+        """Per 16-byte group of ``mask``'s registers: how many are true (i32, one per group).
+        ``original``: the load's own mask that ``mask`` was cloned from (``values``: the clones):
+        where it bounds the last dim (``column_bound``), a group's count is ``min(lim - idx,
+        per)`` at its first element when that one is in bounds (the rest are a prefix), four ops
+        per group instead of two per register."""
         n = mask.type.n
+        bound = self.column_bound(original if original is not None else mask, per)
+        if bound is not None:
+            starts = simt.IndicesAttrs(tuple(range(0, n, per)))
+            idx, lim = ((values or {}).get(x, x) for x in bound)
+            dt = idx.type.dtype
+            first = self.emit(block, SimtOp.GATHER, [mask], starts, D.bool_, n // per)
+            room = self.ew(block, TileOp.SUB, [self.emit(block, SimtOp.GATHER, [lim], starts, dt, n // per),
+                                               self.emit(block, SimtOp.GATHER, [idx], starts, dt, n // per)], dt)
+            room = self.ew(block, TileOp.MINIMUM, [room, self.const(block, [per] * (n // per), dt)], dt)
+            if dt != I32:
+                room = self.ew(block, TileOp.CAST, [room], I32)
+            return self.ew(block, TileOp.WHERE, [first, room, self.const(block, [0] * (n // per))])
         total = None
         for j in range(per):
             m = self.emit(block, SimtOp.GATHER, [mask], simt.IndicesAttrs(tuple(range(j, n, per))), D.bool_, n // per)
@@ -222,7 +266,8 @@ class _Persist:
             dt, n = o.result.type.dtype, o.result.type.n
             per, k = COPY // dt.itemsize, n * dt.itemsize // COPY
             ptr, offs, mask = (values.get(x, x) for x in o.operands[:3])
-            src = self.ew(block, TileOp.MUL, [self.in_bounds(block, mask, per), self.const(block, [dt.itemsize] * k)])
+            src = self.ew(block, TileOp.MUL, [self.in_bounds(block, mask, per, values, o.operands[2]),
+                                              self.const(block, [dt.itemsize] * k)])
             if real is not None:
                 src = self.ew(block, TileOp.WHERE, [self.splat(block, real, k), src, self.const(block, [0] * k)])
             starts = self.emit(block, SimtOp.GATHER, [offs], simt.IndicesAttrs(tuple(range(0, n, per))), offs.type.dtype, k)
