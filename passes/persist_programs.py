@@ -132,12 +132,14 @@ def worth_it(loads: list, fixed: list) -> bool:
     """Where the persistent loop was measured faster: kernels that also load tiles every program
     reads alike (``fixed``: a norm's weight and bias, copied once per CTA instead of re-read
     behind each row), two of them or one with 16-bit rows.  H200, 2026-12-04, 2**26 elements,
-    ratio to copy at 1K / 4K / 8K columns, persistent (``PERSIST="always"``) against plain in one
-    run (``scripts/persist_probe.sh``): layernorm bf16 0.86 / 0.76 / 0.74 against 0.77 / 0.63 /
-    0.60, fp32 0.93 / 0.89 / 0.87 against 0.94 / 0.78 / 0.88; RMSNorm bf16 0.92 / 0.87 / 0.88
-    against 0.95 / 0.85 / 0.79; not taken: RMSNorm fp32 0.94 / 0.91 / 0.90 against 0.99 / 0.99 /
-    0.98, softmax bf16 0.60 / 0.58 / 0.54 against 0.94 / 0.91 / 0.87 and fp32 0.86 / 0.84 / 0.84
-    against 0.99 / 0.99 / 0.96 (its ``other=-inf`` costs a select per element at every read)."""
+    ratio to copy at 1K / 4K / 8K / 16K columns, persistent (``PERSIST="always"``) against plain
+    in one run (``scripts/persist_probe.sh``): layernorm bf16 0.91 / 0.79 / 0.83 / 0.56 against
+    0.77 / 0.63 / 0.60 / 0.56, fp32 0.94 / 0.89 / 0.87 / 0.77 against 0.94 / 0.77 / 0.87 / 0.77;
+    RMSNorm bf16 0.92 / 0.89 / 0.89 / 0.68 against 0.94 / 0.84 / 0.79 / 0.69 (16K: chunk loops,
+    never persistent).  Not taken: RMSNorm fp32 0.93 / 0.90 / 0.91 against 0.99 / 0.98 / 0.97;
+    softmax bf16 0.77 / 0.74 / 0.66 against 0.96 / 0.91 / 0.87, fp32 0.86 / 0.84 / 0.84 against
+    0.99 / 0.98 / 0.96, although its loop has fewer registers (70 against 80 at bf16 4K) and 9%
+    more instructions than the plain kernel: not yet profiled."""
     return len(fixed) >= 2 or (len(fixed) == 1 and all(o.result.type.dtype.bits == 16 for o in loads))
 
 
