@@ -198,3 +198,62 @@ def test_a_two_axis_grid_with_num_programs_and_int_rows_on_the_emulator():
     expect = w * x + b + np.concatenate([np.repeat(pad[:, :128].max(1, keepdims=True), 128, 1),
                                          np.repeat(pad[:, 128:].max(1, keepdims=True), 124, 1)], axis=1) + 9
     np.testing.assert_array_equal(args[3], expect)
+
+
+@pytest.mark.parametrize("warps", [1, 4])
+def test_a_failed_assert_in_a_persistent_kernel_names_its_own_program(warps, monkeypatch):
+    """The loop's program id reaches tj.device_assert: program 5 of 7 (CTAs loop twice or more)."""
+    import tilejit as tj
+    from test_device_assert import checked_copy
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    monkeypatch.setenv("TILEJIT_PERSIST", "always")
+    monkeypatch.setenv("TILEJIT_PACK", "0")                # a tiny program would be packed instead
+    x = np.ones((14, 4), np.float32)
+    x[11, 3] = -1                    # program 5 (rows 10, 11), element (1, 3)
+    monkeypatch.setenv("TILEJIT_DEBUG", "1")              # asserts compiled in for inspect() too
+    assert checked_copy.inspect(x, x, B=2, num_warps=warps).persistent
+    with pytest.raises(tj.DeviceAssertError, match=r"program \(5, 0, 0\), element \(1, 3\)"):
+        checked_copy[(7,)](x, np.zeros_like(x), B=2, num_warps=warps, debug=True)
+    x[11, 3] = 1
+    y = np.zeros_like(x)
+    checked_copy[(7,)](x, y, B=2, num_warps=warps, debug=True)
+    np.testing.assert_array_equal(y, 2 * x)
+
+
+def test_programs_past_the_grid_store_nothing():
+    """Rows past grid0 exist in the array but belong to no program: the loop's spare iterations
+    (a CTA whose next program is past the grid) must not write them."""
+    fn = compiled("rmsnorm", BF16, 1024, 2)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((11, 1016)).astype(BF16.np)
+    w = rng.standard_normal(1016).astype(BF16.np)
+    y = np.full(x.shape, np.nan, BF16.np)
+    emulate.run(fn, *backends.launch_geometry(1, (7, 1, 1), [x, w, y, 1e-5], 3))     # 3 CTAs, 7 programs
+    assert not np.isnan(y[:7].astype(np.float32)).any() and np.isnan(y[7:].astype(np.float32)).all()
+
+
+@pytest.mark.parametrize("dtype,other", [(np.float32, 5.0), (np.float32, 0.0), (np.int16, -3), (np.uint8, 0)])
+def test_a_partial_group_at_the_end_of_a_1d_array(dtype, other):
+    """A 1-D array whose length is no multiple of 16 bytes: its last 16-byte group is partly in
+    bounds, so the copy must read only that prefix and the body see ``other`` past it."""
+    import tilejit as tj
+    from tilejit.frontend import compile_tile_ir
+    from tilejit.kernel import classify_argument
+
+    def shifted(x, y, BLOCK: tj.constexpr, OTHER: tj.constexpr):
+        i = tj.program_id(0) * BLOCK
+        t = tj.load(x, (i,), (BLOCK,), other=OTHER)
+        tj.store(y, (i,), t + tj.sum(t.to(tj.float32)).to(t.dtype))
+
+    n = 1003
+    x = np.arange(n).astype(dtype) % 7
+    x_big = np.concatenate([x, np.full(64, 99, dtype)])      # bytes after the end that must not be read
+    args = [x_big[:n], np.zeros(n, dtype)]
+    specs = [classify_argument(f"a{i}", a)[0] for i, a in enumerate(args)]
+    tile = compile_tile_ir(shifted, specs, {"BLOCK": 256, "OTHER": other})
+    want = np.zeros(n, dtype)
+    emulate.run(compile_to_simt(tile, 2, persist=False), (4, 1, 1), [args[0], want])
+    fn = compile_to_simt(tile, 2, persist="always")
+    assert fn.meta.persistent
+    emulate.run(fn, *backends.launch_geometry(1, (4, 1, 1), args, 3))
+    np.testing.assert_array_equal(args[1], want)
