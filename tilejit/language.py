@@ -142,6 +142,35 @@ def erf(x):
     """The error function 2/sqrt(pi) * integral of exp(-t**2) from 0 to x, elementwise on floats
     (``math.erf`` in a kernel means the same); within an ulp of float32 on the GPU."""
 @builtin
+def log1p(x):
+    """``log(1 + x)`` elementwise, accurate for tiny ``x`` (Kahan's form from ``log``; float32 math;
+    ``math.log1p`` in a kernel means the same)."""
+@builtin
+def expm1(x):
+    """``exp(x) - 1`` elementwise, accurate for tiny ``x`` (Kahan's form from ``exp`` and ``log``)."""
+@builtin
+def sinh(x):
+    """The hyperbolic sine elementwise (from ``expm1`` below |x| = 1, ``exp(|x| / 2)`` above)."""
+@builtin
+def cosh(x):
+    """The hyperbolic cosine elementwise (from ``exp(|x| / 2)``: finite wherever float32's is)."""
+@builtin
+def atan(x):
+    """The arc tangent elementwise, in radians (Cephes' reduction and polynomial in float32)."""
+@builtin
+def atan2(y, x):
+    """The angle of the point ``(x, y)``, in ``[-pi, pi]``, elementwise with NumPy broadcasting
+    (``np.arctan2``'s results for infinities; the signs of zeros are not told apart)."""
+@builtin
+def asin(x):
+    """The arc sine elementwise (``atan2(x, sqrt((1 - x) * (1 + x)))``); NaN outside [-1, 1]."""
+@builtin
+def acos(x):
+    """The arc cosine elementwise (``atan2(sqrt((1 - x) * (1 + x)), x)``); NaN outside [-1, 1]."""
+@builtin
+def pow(x, y):
+    """``x ** y`` elementwise with NumPy broadcasting and promotion (as the operator)."""
+@builtin
 def floor(x):
     """The largest integer not above ``x``, elementwise, in ``x``'s float dtype (integers unchanged)."""
 @builtin

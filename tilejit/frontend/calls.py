@@ -15,7 +15,7 @@ import types
 import numpy as np
 
 from tilejit import dtypes, language
-from tilejit.frontend import packed, semantics
+from tilejit.frontend import mathlib, packed, semantics
 from tilejit.dtypes import DType
 from tilejit.errors import CompileError
 from tilejit.frontend.cfg import CodeInfo
@@ -24,14 +24,16 @@ from tilejit.frontend.values import (ArrayShape, BoundMethod, RangeSpec, StaticI
 from tilejit.ir import ReduceKind, TileOp, TileType, Value, Operation, AxisAttrs
 from tilejit.frontend.semantics import ArrayHandle
 
-BUILTINS = {**semantics.BUILTINS, **packed.BUILTINS}     # tj builtin name -> its builder
+BUILTINS = {**semantics.BUILTINS, **packed.BUILTINS, **mathlib.BUILTINS}     # tj builtin name -> its builder
 
 _HOST_HELPERS = (language.cdiv, language.next_power_of_2)
 _TILE_METHODS = {"to", "reshape", "trans", "permute", "sum", "max", "min", "argmax", "argmin", "broadcast_to",
                  "expand_dims", "astype"}
 _MATH_UNARY = {math.exp: "exp", math.log: "log", math.log2: "log2", math.sqrt: "sqrt",
                math.sin: "sin", math.cos: "cos", math.tanh: "tanh", math.erf: "erf",
-               math.fabs: "abs"}
+               math.fabs: "abs", math.log1p: "log1p", math.expm1: "expm1", math.sinh: "sinh",
+               math.cosh: "cosh", math.atan: "atan", math.asin: "asin", math.acos: "acos",
+               math.atan2: "atan2", math.pow: "pow"}
 if hasattr(math, "exp2"):
     _MATH_UNARY[math.exp2] = "exp2"
 _PY_BUILTINS = ("range", "len", "min", "max", "abs", "float", "int", "bool", "isinstance", "tuple",
@@ -170,7 +172,10 @@ class Calls:
         if py_builtin is not None:
             return getattr(self, "builtin_" + py_builtin)(frame, all_const, *args, **kwargs)
         if isinstance(fn, types.BuiltinFunctionType) and fn in _MATH_UNARY and not all_const:
-            return semantics.unary(b, _MATH_UNARY[fn], *args)
+            name = _MATH_UNARY[fn]
+            if name in mathlib.BUILTINS:
+                return mathlib.BUILTINS[name](b, *args)
+            return semantics.unary(b, name, *args)
         if all_const and _is_pure_constant_call(fn):
             return _fold(b, fn, args, kwargs)
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)

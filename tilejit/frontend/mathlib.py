@@ -1,0 +1,139 @@
+"""Math functions built from the compiler's primitives (exp, log, sqrt, arithmetic, where): every
+backend runs the same composition, so there is nothing to add to the IR, the interpreter, the
+emulator or codegen.  Each computes in float32 (16-bit and integer inputs are widened, the
+result has ``dtypes.float_result`` of the input, as ``tj.exp``'s does) and is refused for
+float64, whose transcendental primitives are not written yet.
+
+    log1p expm1 sinh cosh atan atan2 asin acos pow
+
+Accuracy in float32 (``tests/test_mathlib.py`` measures it against NumPy in float64 on the CPU
+backends, whose primitives are correctly rounded): log1p and expm1 by Kahan's
+``x * log(u) / (u - 1)`` forms, sinh from expm1 below |x| = 1 and from ``exp(|x| / 2)`` squared
+above (no overflow before float32's own), cosh from ``exp(|x| / 2)``, atan by Cephes' reduction
+to |x| <= tan(pi/8) and its cubic polynomial, atan2 / asin / acos from atan with the quadrant
+(NumPy's results for infinities; signed zeros are not distinguished), and pow is ``x ** y``.
+"""
+from __future__ import annotations
+
+import math
+
+from tilejit import dtypes
+from tilejit.frontend.semantics import (_broadcast, _check_operand, _no_float64, binary, convert, predicate,
+                                       result_dtype, shape_of, unary, where)
+from tilejit.ir import Value
+
+PI, PIO2, PIO4, LN2 = math.pi, math.pi / 2, math.pi / 4, math.log(2)
+
+
+def _widen(b, x, name: str):
+    """(x as float32, the result dtype) for a math function of ``x``."""
+    _check_operand(b, x, f"{name}()")
+    if not isinstance(x, Value):
+        x = convert(b, x, dtypes.python_scalar_dtype(x), ())
+    out = dtypes.float_result(x.type.dtype)
+    if out == dtypes.float64:
+        _no_float64(b, f"tj.{name}")
+    return convert(b, x, dtypes.float32, x.type.shape), out
+
+
+def _done(b, r: Value, out) -> Value:
+    return convert(b, r, out, r.type.shape)
+
+
+def _log1p(b, x):
+    u = binary(b, "+", x, 1.0)
+    d = binary(b, "-", u, 1.0)
+    kahan = binary(b, "*", unary(b, "log", u), binary(b, "/", x, d))
+    r = where(b, binary(b, "==", d, 0.0), x, kahan)
+    return where(b, binary(b, "==", x, math.inf), x, r)          # inf / inf would be NaN
+
+
+def _expm1(b, x):
+    u = unary(b, "exp", x)
+    d = binary(b, "-", u, 1.0)
+    kahan = binary(b, "*", d, binary(b, "/", x, unary(b, "log", u)))
+    r = where(b, binary(b, "==", u, 1.0), x, kahan)
+    r = where(b, binary(b, "==", d, -1.0), -1.0, r)
+    return where(b, binary(b, "==", u, math.inf), u, r)
+
+
+def _half_exp(b, a):
+    """(h, h * h / 2) with h = exp(a / 2): e**a / 2 without overflow below float32's own."""
+    h = unary(b, "exp", binary(b, "*", a, 0.5))
+    return h, binary(b, "*", binary(b, "*", h, 0.5), h)
+
+
+def _sinh(b, x):
+    a = unary(b, "abs", x)
+    m = _expm1(b, a)
+    small = binary(b, "*", binary(b, "+", m, binary(b, "/", m, binary(b, "+", m, 1.0))), 0.5)
+    h, half = _half_exp(b, a)
+    large = binary(b, "-", half, binary(b, "/", binary(b, "/", 0.5, h), h))
+    r = where(b, binary(b, "<", a, 1.0), small, large)
+    return where(b, binary(b, "<", x, 0.0), unary(b, "-", r), r)
+
+
+def _cosh(b, x):
+    h, half = _half_exp(b, unary(b, "abs", x))
+    return binary(b, "+", half, binary(b, "/", binary(b, "/", 0.5, h), h))
+
+
+def _atan(b, x):
+    """Cephes ``atanf``: |x| > tan(3pi/8): pi/2 - atan(1/|x|); > tan(pi/8): pi/4 + atan((|x|-1)/(|x|+1))."""
+    a = unary(b, "abs", x)
+    far, mid = binary(b, ">", a, 2.414213562373095), binary(b, ">", a, 0.4142135623730950)
+    z = where(b, far, unary(b, "-", binary(b, "/", 1.0, a)),
+              where(b, mid, binary(b, "/", binary(b, "-", a, 1.0), binary(b, "+", a, 1.0)), a))
+    base = where(b, far, PIO2, where(b, mid, PIO4, 0.0))
+    zz = binary(b, "*", z, z)
+    p = 8.05374449538e-2
+    for c in (-1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1):
+        p = binary(b, "+", binary(b, "*", p, zz), c)
+    r = binary(b, "+", base, binary(b, "+", binary(b, "*", binary(b, "*", p, zz), z), z))
+    r = where(b, predicate(b, "isnan", x), x, r)
+    return where(b, binary(b, "<", x, 0.0), unary(b, "-", r), r)
+
+
+def _atan2(b, y, x):
+    base = _atan(b, binary(b, "/", y, x))
+    toward = where(b, binary(b, "<", y, 0.0), -PI, PI)
+    r = where(b, binary(b, "<", x, 0.0), binary(b, "+", base, toward), base)
+    r = where(b, binary(b, "==", x, 0.0), where(b, binary(b, "==", y, 0.0), 0.0,
+                                                 where(b, binary(b, "<", y, 0.0), -PIO2, PIO2)), r)
+    both = binary(b, "&", predicate(b, "isinf", x), predicate(b, "isinf", y))
+    corner = where(b, binary(b, "<", x, 0.0), 3 * PIO4, PIO4)
+    r = where(b, both, where(b, binary(b, "<", y, 0.0), unary(b, "-", corner), corner), r)
+    nan = binary(b, "|", predicate(b, "isnan", x), predicate(b, "isnan", y))
+    return where(b, nan, binary(b, "+", x, y), r)
+
+
+def _side(b, x):
+    """sqrt((1 - x) * (1 + x)): the other leg for asin and acos, exact-ish near |x| = 1."""
+    return unary(b, "sqrt", binary(b, "*", binary(b, "-", 1.0, x), binary(b, "+", 1.0, x)))
+
+
+def _unary(fn, name):
+    def build(b, x):
+        xf, out = _widen(b, x, name)
+        return _done(b, fn(b, xf), out)
+    return build
+
+
+def atan2(b, y, x):
+    for v in (y, x):
+        _check_operand(b, v, "atan2()")
+    out = dtypes.float_result(result_dtype(b, [y, x]))
+    if out == dtypes.float64:
+        _no_float64(b, "tj.atan2")
+    shape = _broadcast(b, shape_of(y), shape_of(x))
+    return _done(b, _atan2(b, convert(b, y, dtypes.float32, shape), convert(b, x, dtypes.float32, shape)), out)
+
+
+BUILTINS = {
+    "log1p": _unary(_log1p, "log1p"), "expm1": _unary(_expm1, "expm1"),
+    "sinh": _unary(_sinh, "sinh"), "cosh": _unary(_cosh, "cosh"), "atan": _unary(_atan, "atan"),
+    "asin": _unary(lambda b, x: _atan2(b, x, _side(b, x)), "asin"),
+    "acos": _unary(lambda b, x: _atan2(b, _side(b, x), x), "acos"),
+    "atan2": atan2,
+    "pow": lambda b, x, y: binary(b, "**", x, y),
+}
