@@ -108,13 +108,15 @@ def atomic_xchg(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
 # --- elementwise ------------------------------------------------------------------------------
 @builtin
 def exp(x):
-    """``e**x`` elementwise (float32 math for float16/bfloat16/integers; within 1 ulp in float32)."""
+    """``e**x`` elementwise (float32 math for float16/bfloat16/integers; within 1 ulp in float32;
+    float64 by a series after an exact range reduction, within 1.5 ulp)."""
 @builtin
 def exp2(x):
     """``2**x`` elementwise (float32 math for narrower floats and integers)."""
 @builtin
 def log(x):
-    """The natural logarithm elementwise (float32 math for narrower floats and integers)."""
+    """The natural logarithm elementwise (float32 math for narrower floats and integers; float64 by
+    the atanh series of the mantissa, within 1.5 ulp)."""
 @builtin
 def log2(x):
     """The base-2 logarithm elementwise (float32 math for narrower floats and integers)."""

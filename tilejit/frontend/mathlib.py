@@ -4,7 +4,8 @@ emulator or codegen.  Each computes in float32 (16-bit and integer inputs are wi
 result has ``dtypes.float_result`` of the input, as ``tj.exp``'s does) and is refused for
 float64, whose transcendental primitives are not written yet.
 
-    log1p expm1 sinh cosh atan atan2 asin acos pow
+    log1p expm1 sinh cosh atan atan2 asin acos pow          (float32)
+    exp exp2 log log2 of float64 tiles                     (the primitives serve the other dtypes)
 
 Accuracy in float32 (``tests/test_mathlib.py`` measures it against NumPy in float64 on the CPU
 backends, whose primitives are correctly rounded): log1p and expm1 by Kahan's
@@ -129,6 +130,91 @@ def atan2(b, y, x):
     return _done(b, _atan2(b, convert(b, y, dtypes.float32, shape), convert(b, x, dtypes.float32, shape)), out)
 
 
+# --- float64 exp and log (every backend: arithmetic, round, bitcast and integer shifts only)
+LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10     # LN2_HI * k exact for |k| < 2**11
+F64 = dtypes.float64
+I64 = dtypes.int64
+
+
+def _pow2(b, k):
+    """2.0**k for an int64 tile ``k`` in [-1022, 1023], from its bits."""
+    return _bits_f64(b, binary(b, "<<", binary(b, "+", k, 1023), 52))
+
+
+def _bits_f64(b, bits):
+    from tilejit.frontend.semantics import bitcast_to
+    return bitcast_to(b, bits, F64)
+
+
+def _f64_bits(b, x):
+    from tilejit.frontend.semantics import bitcast_to
+    return bitcast_to(b, x, I64)
+
+
+def _exp64(b, x, base2: bool = False):
+    """e**x (2**x when ``base2``): x = k ln 2 + r with |r| <= 0.35 (k = round(x / ln 2), r in two
+    parts; for 2**x, k = round(x) and r = (x - k) ln 2), e**r by Taylor to r**13 (the next term is
+    below 2**-60 of the result), scaled by 2**k in two steps so that subnormal and
+    near-overflow results are reached."""
+    if base2:
+        k = unary(b, "round", x)
+        k = where(b, predicate(b, "isfinite", k), k, 0.0)
+        f = binary(b, "-", x, k)
+        r = binary(b, "+", binary(b, "*", f, LN2_HI), binary(b, "*", f, LN2_LO))
+        top, bottom = 1024.0, -1075.0
+    else:
+        k = unary(b, "round", binary(b, "*", x, 1 / math.log(2)))
+        k = where(b, predicate(b, "isfinite", k), k, 0.0)
+        r = binary(b, "-", binary(b, "-", x, binary(b, "*", k, LN2_HI)), binary(b, "*", k, LN2_LO))
+        top, bottom = 709.782712893384, -745.2
+    p = 1.0 / math.factorial(13)
+    for n in range(12, -1, -1):
+        p = binary(b, "+", binary(b, "*", p, r), 1.0 / math.factorial(n))
+    ki = convert(b, binary(b, "minimum", binary(b, "maximum", k, -2000.0), 2000.0), I64, x.type.shape)
+    half = binary(b, ">>", ki, 1)                                  # floor(k / 2)
+    e = binary(b, "*", binary(b, "*", p, _pow2(b, half)), _pow2(b, binary(b, "-", ki, half)))
+    e = where(b, binary(b, ">=" if base2 else ">", x, top), math.inf, e)
+    e = where(b, binary(b, "<", x, bottom), 0.0, e)
+    return where(b, predicate(b, "isnan", x), x, e)
+
+
+def _log64(b, x, base2: bool = False):
+    """ln x (log2 x when ``base2``): x = 2**e * m with m in [sqrt(1/2), sqrt(2)) from the bits (subnormals scaled by 2**54
+    first), ln m = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, by its series to s**25."""
+    tiny = binary(b, "<", x, 2.2250738585072014e-308)
+    y = where(b, tiny, binary(b, "*", x, 2.0 ** 54), x)
+    bits = _f64_bits(b, y)
+    e = binary(b, "-", binary(b, "&", binary(b, ">>", bits, 52), 2047), 1023)
+    e = where(b, tiny, binary(b, "-", e, 54), e)
+    m = _bits_f64(b, binary(b, "|", binary(b, "&", bits, (1 << 52) - 1), 1023 << 52))
+    big = binary(b, ">", m, math.sqrt(2))
+    m = where(b, big, binary(b, "*", m, 0.5), m)
+    e = where(b, big, binary(b, "+", e, 1), e)
+    s = binary(b, "/", binary(b, "-", m, 1.0), binary(b, "+", m, 1.0))
+    ss = binary(b, "*", s, s)
+    p = 1.0 / 25
+    for n in range(23, 0, -2):
+        p = binary(b, "+", binary(b, "*", p, ss), 1.0 / n)
+    ef = convert(b, e, F64, x.type.shape)
+    part = binary(b, "*", binary(b, "*", p, s), 2.0)             # ln m
+    if base2:
+        r = binary(b, "+", ef, binary(b, "*", part, 1 / math.log(2)))
+    else:
+        r = binary(b, "+", binary(b, "*", ef, LN2_HI), binary(b, "+", part, binary(b, "*", ef, LN2_LO)))
+    r = where(b, binary(b, "==", x, 0.0), -math.inf, r)
+    r = where(b, binary(b, "==", x, math.inf), x, r)
+    return where(b, binary(b, "|", binary(b, "<", x, 0.0), predicate(b, "isnan", x)), math.nan, r)
+
+
+def _wide_or(name, fn64):
+    """``tj.<name>``: the float64 composition ``fn64`` for float64 tiles, the primitive otherwise."""
+    def build(b, x):
+        if isinstance(x, Value) and x.type.dtype == F64:
+            return fn64(b, x)
+        return unary(b, name, x)
+    return build
+
+
 BUILTINS = {
     "log1p": _unary(_log1p, "log1p"), "expm1": _unary(_expm1, "expm1"),
     "sinh": _unary(_sinh, "sinh"), "cosh": _unary(_cosh, "cosh"), "atan": _unary(_atan, "atan"),
@@ -136,4 +222,7 @@ BUILTINS = {
     "acos": _unary(lambda b, x: _atan2(b, _side(b, x), x), "acos"),
     "atan2": atan2,
     "pow": lambda b, x, y: binary(b, "**", x, y),
+    "exp": _wide_or("exp", _exp64), "log": _wide_or("log", _log64),
+    "exp2": _wide_or("exp2", lambda b, x: _exp64(b, x, True)),
+    "log2": _wide_or("log2", lambda b, x: _log64(b, x, True)),
 }
