@@ -172,7 +172,7 @@ class _Persist:
         self.fn, self.loads, self.fixed, self.threads, self.slot = fn, loads, fixed, threads, slot
         self.loc = fn.meta.loc
         self.synced = fn.meta.self_synced_ops
-        self.first, groups = {}, 0              # load -> index of its first 16-byte group in its region
+        self.first = {}                         # load -> index of its first 16-byte group in its region
         for group in (loads, fixed):
             groups = 0
             for o in group:
