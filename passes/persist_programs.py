@@ -111,16 +111,47 @@ def _rewrite(block: ir.Block, program: dict, real, loc) -> None:
     block.ops[:] = out
 
 
+def column_bound(defs: dict, mask, per: int):
+    """(idx, lim) when ``mask`` (a load's; ``defs``: value -> its op) is an AND of terms one of which
+    is ``idx < lim`` with ``idx = SPLAT(start) + CONSTANT`` consecutive inside each group of
+    ``per`` registers (the lowering's bounds test of the last dim); else None."""
+    todo = [mask]
+    while todo:
+        o = defs.get(todo.pop())
+        if o is None or o.op is not SimtOp.ELEMENTWISE:
+            continue
+        if o.attrs.op is TileOp.AND:
+            todo += o.operands
+            continue
+        if o.attrs.op is not TileOp.LT:
+            continue
+        idx, lim = o.operands
+        add = defs.get(idx)
+        if add is None or add.op is not SimtOp.ELEMENTWISE or add.attrs.op is not TileOp.ADD:
+            continue
+        kinds = [defs.get(x) for x in add.operands]
+        consts = [k for k in kinds if k is not None and k.op is SimtOp.CONSTANT]
+        if len(consts) == 1 and all(k is not None and k.op in (SimtOp.CONSTANT, SimtOp.SPLAT) for k in kinds):
+            c = consts[0].attrs.values
+            if all(c[g + j] == c[g] + j for g in range(0, len(c), per) for j in range(per)):
+                return idx, lim
+    return None
+
+
+
 def stageable_loads(fn: ir.Function, of_program: bool = True) -> list:
-    """The top-level LOAD_GLOBAL ops of ``fn`` whose 16-byte groups can be copied ahead: those
-    whose address depends on ``program_id(0)`` (``of_program``), else those whose does not."""
+    """The top-level LOAD_GLOBAL ops of ``fn`` whose 16-byte groups can be copied ahead (their mask
+    bounds the last dim, ``column_bound``): those whose address depends on ``program_id(0)``
+    (``of_program``), else those whose does not."""
     ops, out = fn.body.ops, []
+    defs = {r: o for o in ops for r in o.results}
     for o in ops:
         if o.op is not SimtOp.LOAD_GLOBAL or len(o.operands) != 3:
             continue
         dt, n = o.result.type.dtype, o.result.type.n
         per = COPY // dt.itemsize if dt.itemsize <= COPY else 0
-        if not per or o.attrs.vec % per or n % per or dt.bits < 8:
+        # whole 16-byte groups (the lowering never groups more), bounded by the last dim's test
+        if not per or o.attrs.vec != per or n % per or dt.bits < 8 or column_bound(defs, o.operands[2], per) is None:
             continue
         sl = _slice(ops, o.operands[1:3])
         if sl is not None and _reads_program(sl) == of_program:
@@ -196,58 +227,24 @@ class _Persist:
     def splat(self, block, x, n):
         return self.emit(block, SimtOp.SPLAT, [x], None, x.type.dtype, n) if n > 1 else x
 
-    def column_bound(self, mask, per: int):
-        """(idx, lim) when ``mask`` (a load's, before any cloning) is an AND of terms one of which
-        is ``idx < lim`` with ``idx = SPLAT(start) + CONSTANT`` consecutive inside each group of
-        ``per`` registers (the lowering's bounds test of the last dim); else None."""
-        defs = self.defs
-        todo = [mask]
-        while todo:
-            o = defs.get(todo.pop())
-            if o is None or o.op is not SimtOp.ELEMENTWISE:
-                continue
-            if o.attrs.op is TileOp.AND:
-                todo += o.operands
-                continue
-            if o.attrs.op is not TileOp.LT:
-                continue
-            idx, lim = o.operands
-            add = defs.get(idx)
-            if add is None or add.op is not SimtOp.ELEMENTWISE or add.attrs.op is not TileOp.ADD:
-                continue
-            kinds = [defs.get(x) for x in add.operands]
-            consts = [k for k in kinds if k is not None and k.op is SimtOp.CONSTANT]
-            if len(consts) == 1 and all(k is not None and k.op in (SimtOp.CONSTANT, SimtOp.SPLAT) for k in kinds):
-                c = consts[0].attrs.values
-                if all(c[g + j] == c[g] + j for g in range(0, len(c), per) for j in range(per)):
-                    return idx, lim
-        return None
-
     def in_bounds(self, block, mask, per: int, values: dict | None = None, original=None):
         """Per 16-byte group of ``mask``'s registers: how many are true (i32, one per group).
-        ``original``: the load's own mask that ``mask`` was cloned from (``values``: the clones):
-        where it bounds the last dim (``column_bound``), a group's count is ``min(lim - idx,
-        per)`` at its first element when that one is in bounds (the rest are a prefix), four ops
-        per group instead of two per register."""
+        ``original``: the load's own mask that ``mask`` was cloned from (``values``: the clones).
+        The mask bounds the last dim (``column_bound``, checked by ``stageable_loads``), so a
+        group's count is ``min(lim - idx, per)`` at its first element when that one is in bounds
+        (the rest are a prefix): four ops per group."""
         n = mask.type.n
-        bound = self.column_bound(original if original is not None else mask, per)
-        if bound is not None:
-            starts = simt.IndicesAttrs(tuple(range(0, n, per)))
-            idx, lim = ((values or {}).get(x, x) for x in bound)
-            dt = idx.type.dtype
-            first = self.emit(block, SimtOp.GATHER, [mask], starts, D.bool_, n // per)
-            room = self.ew(block, TileOp.SUB, [self.emit(block, SimtOp.GATHER, [lim], starts, dt, n // per),
-                                               self.emit(block, SimtOp.GATHER, [idx], starts, dt, n // per)], dt)
-            room = self.ew(block, TileOp.MINIMUM, [room, self.const(block, [per] * (n // per), dt)], dt)
-            if dt != I32:
-                room = self.ew(block, TileOp.CAST, [room], I32)
-            return self.ew(block, TileOp.WHERE, [first, room, self.const(block, [0] * (n // per))])
-        total = None
-        for j in range(per):
-            m = self.emit(block, SimtOp.GATHER, [mask], simt.IndicesAttrs(tuple(range(j, n, per))), D.bool_, n // per)
-            m = self.ew(block, TileOp.CAST, [m], I32)
-            total = m if total is None else self.ew(block, TileOp.ADD, [total, m])
-        return total
+        starts = simt.IndicesAttrs(tuple(range(0, n, per)))
+        idx, lim = ((values or {}).get(x, x) for x in column_bound(self.defs, original if original is not None
+                                                                    else mask, per))
+        dt = idx.type.dtype
+        first = self.emit(block, SimtOp.GATHER, [mask], starts, D.bool_, n // per)
+        room = self.ew(block, TileOp.SUB, [self.emit(block, SimtOp.GATHER, [lim], starts, dt, n // per),
+                                           self.emit(block, SimtOp.GATHER, [idx], starts, dt, n // per)], dt)
+        room = self.ew(block, TileOp.MINIMUM, [room, self.const(block, [per] * (n // per), dt)], dt)
+        if dt != I32:
+            room = self.ew(block, TileOp.CAST, [room], I32)
+        return self.ew(block, TileOp.WHERE, [first, room, self.const(block, [0] * (n // per))])
 
     # --- copies
     def copy(self, block, loads, pid, at, real) -> None:

@@ -257,3 +257,44 @@ def test_a_partial_group_at_the_end_of_a_1d_array(dtype, other):
     assert fn.meta.persistent
     emulate.run(fn, *backends.launch_geometry(1, (4, 1, 1), args, 3))
     np.testing.assert_array_equal(args[1], want)
+
+
+def test_the_budget_counts_the_fixed_copies_and_short_groups_are_not_staged():
+    plain = compiled("layernorm", D.float32, 1024, 2, False)
+    loads, fixed = persist.stageable_loads(plain), persist.stageable_loads(plain, of_program=False)
+    assert len(loads) == 1 and len(fixed) == 2
+    threads = plain.meta.cta_threads
+    slot = 1024 * 4                                            # one row of x, all threads together
+    assert sum(o.result.type.n * 4 for o in loads) * threads == slot
+    # the ring (2 slots) fits, the weight and bias (2 more rows) do not: nothing changes
+    assert not persist.persist_programs(plain, budget=2 * slot + slot, always=True).meta.persistent
+    assert persist.persist_programs(compiled("layernorm", D.float32, 1024, 2, False),
+                                    budget=4 * slot, always=True).meta.persistent
+    # rows not 16-byte aligned: no 16-byte groups to copy, the kernel stays as it is
+    spec = ArraySpec(D.float32, 2, True, False, False)
+    tile = CASES["softmax"][0].tile_ir((spec, spec), {"BLOCK": 1024})
+    short = compile_to_simt(tile, num_warps=4, persist=False)
+    assert {o.attrs.vec for o in short.walk() if o.op is SimtOp.LOAD_GLOBAL} == {1}
+    assert persist.stageable_loads(short) == [] and not compile_to_simt(tile, 4, persist="always").meta.persistent
+
+
+def test_a_negative_zero_other_is_not_the_copies_zero_fill():
+    """``other=-0.0`` must read back as -0.0 past the end (1 / -0.0 is -inf), not as the +0.0
+    that a copy zero-fills."""
+    import tilejit as tj
+    from tilejit.frontend import compile_tile_ir
+    from tilejit.kernel import classify_argument
+
+    def reciprocal_max(x, y, BLOCK: tj.constexpr):
+        i = tj.program_id(0) * BLOCK
+        t = tj.load(x, (i,), (BLOCK,), other=-0.0)
+        tj.store(y, (i,), t + tj.max(1.0 / t))
+
+    x = np.linspace(-3, -1, 1001).astype(np.float32)
+    args = [x, np.zeros_like(x)]
+    specs = [classify_argument(f"a{i}", a)[0] for i, a in enumerate(args)]
+    fn = compile_to_simt(compile_tile_ir(reciprocal_max, specs, {"BLOCK": 256}), 2, persist="always")
+    assert fn.meta.persistent
+    with np.errstate(divide="ignore"):
+        emulate.run(fn, *backends.launch_geometry(1, (4, 1, 1), args, 2))
+    assert np.isfinite(args[1]).all()
