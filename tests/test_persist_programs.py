@@ -298,3 +298,34 @@ def test_a_negative_zero_other_is_not_the_copies_zero_fill():
     with np.errstate(divide="ignore"):
         emulate.run(fn, *backends.launch_geometry(1, (4, 1, 1), args, 2))
     assert np.isfinite(args[1]).all()
+
+
+def test_a_layernorm_spelled_with_several_rows_per_program_takes_the_same_path():
+    """Triton users write two rows per program and load the weights last: the same loop, the
+    same result bit for bit."""
+    import tilejit as tj
+    from tilejit.frontend import compile_tile_ir
+    from tilejit.kernel import classify_argument
+
+    def layernorm_rows(x, w, b, y, eps, ROWS: tj.constexpr, BLOCK: tj.constexpr):
+        r0 = tj.program_id(0) * ROWS
+        n = x.shape[1]
+        t = tj.load(x, (r0, 0), (ROWS, BLOCK)).to(tj.float32)
+        mean = tj.sum(t, axis=1, keepdims=True) / n
+        c = tj.where(tj.arange(0, BLOCK)[None, :] < n, t - mean, 0.0)
+        rstd = tj.rsqrt(tj.sum(c * c, axis=1, keepdims=True) / n + eps)
+        out = c * rstd * tj.load(w, (0,), (BLOCK,)).to(tj.float32)[None, :] + tj.load(b, (0,), (BLOCK,)).to(tj.float32)
+        tj.store(y, (r0, 0), out.to(y.dtype))
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((7, 1016)).astype(BF16.np)
+    w, b = rng.standard_normal(1016).astype(BF16.np), rng.standard_normal(1016).astype(BF16.np)
+    args = [x, w, b, np.zeros_like(x), 1e-5]
+    specs = [classify_argument(f"a{i}", a)[0] for i, a in enumerate(args)]
+    tile = compile_tile_ir(layernorm_rows, specs, {"ROWS": 2, "BLOCK": 1024})
+    plain, per = compile_to_simt(tile, 4, persist=False), compile_to_simt(tile, 4)
+    assert per.meta.persistent and len(persist.stageable_loads(plain, of_program=False)) == 2
+    want = np.zeros_like(x)
+    emulate.run(plain, (4, 1, 1), [x, w, b, want, 1e-5])
+    emulate.run(per, *backends.launch_geometry(1, (4, 1, 1), args, 3))
+    np.testing.assert_array_equal(args[3].view(np.uint16), want.view(np.uint16))
