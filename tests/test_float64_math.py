@@ -38,14 +38,15 @@ def test_float64_exp_and_log_within_an_ulp_or_two(backend, monkeypatch):
     x = np.concatenate([rng.uniform(-760, 720, N // 2),
                         rng.choice([-1, 1], N // 2) * 10.0 ** rng.uniform(-320, 308, N // 2)])
     x[:12] = [0, 1, -1, 709.78, -745.1, 1e-310, -1e-320, np.nan, np.inf, -np.inf, 0.5, 1024]
+    x[12:76] = 1 + np.arange(-32, 32) * 2.0 ** -52            # log near 1: every mantissa bit counts
     outs = [np.full(N, -7.0) for _ in range(4)]
     exp_log[(1,)](x, *outs)
     e, e2, lg, lg2 = outs
     xl, al = x.astype(np.longdouble), np.abs(x).astype(np.longdouble)
     with np.errstate(all="ignore"):
-        # measured on the CPU backends over 6 seeds: 1.04 / 1.08 / 0.91 / 1.24 ulp
+        # measured on the CPU backends (6 seeds; log near 1 too): 1.04 / 1.08 / 0.56 / 1.31 ulp
         assert ulps(e, np.exp(xl)) <= 1.5 and ulps(e2, np.exp2(xl)) <= 1.5
-        assert ulps(lg, np.log(al)) <= 1.5 and ulps(lg2, np.log2(al)) <= 1.5
+        assert ulps(lg, np.log(al)) <= 1 and ulps(lg2, np.log2(al)) <= 1.5
         for got, ref in ((e, np.exp(x)), (e2, np.exp2(x)), (lg, np.log(np.abs(x))), (lg2, np.log2(np.abs(x)))):
             special = ~np.isfinite(ref) | (ref == 0)
             np.testing.assert_array_equal(got[special], ref[special])

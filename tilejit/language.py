@@ -116,7 +116,7 @@ def exp2(x):
 @builtin
 def log(x):
     """The natural logarithm elementwise (float32 math for narrower floats and integers; float64 by
-    the atanh series of the mantissa, within 1.5 ulp)."""
+    fdlibm's form of the mantissa's atanh series, within an ulp)."""
 @builtin
 def log2(x):
     """The base-2 logarithm elementwise (float32 math for narrower floats and integers)."""

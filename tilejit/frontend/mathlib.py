@@ -179,8 +179,9 @@ def _exp64(b, x, base2: bool = False):
 
 
 def _log64(b, x, base2: bool = False):
-    """ln x (log2 x when ``base2``): x = 2**e * m with m in [sqrt(1/2), sqrt(2)) from the bits (subnormals scaled by 2**54
-    first), ln m = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, by its series to s**25."""
+    """ln x (log2 x when ``base2``): x = 2**e * m with m in [sqrt(1/2), sqrt(2)) from the bits
+    (subnormals scaled by 2**54 first); with f = m - 1 (exact) and s = f / (2 + f), |s| < 0.172,
+    ln m = f - (f²/2 - s (f²/2 + R)) as fdlibm writes it, R = 2s²/3 + 2s⁴/5 + ... to s**24."""
     tiny = binary(b, "<", x, 2.2250738585072014e-308)
     y = where(b, tiny, binary(b, "*", x, 2.0 ** 54), x)
     bits = _f64_bits(b, y)
@@ -190,17 +191,22 @@ def _log64(b, x, base2: bool = False):
     big = binary(b, ">", m, math.sqrt(2))
     m = where(b, big, binary(b, "*", m, 0.5), m)
     e = where(b, big, binary(b, "+", e, 1), e)
-    s = binary(b, "/", binary(b, "-", m, 1.0), binary(b, "+", m, 1.0))
+    f = binary(b, "-", m, 1.0)                                     # exact
+    s = binary(b, "/", f, binary(b, "+", f, 2.0))                  # ln(1 + f) = 2 atanh(s)
     ss = binary(b, "*", s, s)
-    p = 1.0 / 25
-    for n in range(23, 0, -2):
-        p = binary(b, "+", binary(b, "*", p, ss), 1.0 / n)
+    p = 2.0 / 25
+    for n in range(23, 2, -2):
+        p = binary(b, "+", binary(b, "*", p, ss), 2.0 / n)
+    big_r = binary(b, "*", p, ss)                                   # 2s²/3 + 2s⁴/5 + ...
+    hfsq = binary(b, "*", binary(b, "*", f, f), 0.5)
+    tail = binary(b, "*", s, binary(b, "+", hfsq, big_r))            # fdlibm: ln(1+f) = f - (hfsq - tail)
     ef = convert(b, e, F64, x.type.shape)
-    part = binary(b, "*", binary(b, "*", p, s), 2.0)             # ln m
     if base2:
+        part = binary(b, "-", f, binary(b, "-", hfsq, tail))
         r = binary(b, "+", ef, binary(b, "*", part, 1 / math.log(2)))
     else:
-        r = binary(b, "+", binary(b, "*", ef, LN2_HI), binary(b, "+", part, binary(b, "*", ef, LN2_LO)))
+        r = binary(b, "-", binary(b, "*", ef, LN2_HI),
+                   binary(b, "-", binary(b, "-", hfsq, binary(b, "+", tail, binary(b, "*", ef, LN2_LO))), f))
     r = where(b, binary(b, "==", x, 0.0), -math.inf, r)
     r = where(b, binary(b, "==", x, math.inf), x, r)
     return where(b, binary(b, "|", binary(b, "<", x, 0.0), predicate(b, "isnan", x)), math.nan, r)
