@@ -114,3 +114,11 @@ def test_float64_is_refused_naming_the_function():
     x = np.zeros(16, np.float64)
     with pytest.raises(CompileError, match=r"tj.asin is not supported for float64"):
         wide.inspect(x, x)
+
+
+@pytest.mark.parametrize("call", ["tj.atan2(x, 1.0)", "tj.atan2(1.0, x)", "tj.sinh(x)", "tj.pow(x, 2.0)"])
+def test_an_array_argument_is_refused_at_the_users_line(call):
+    from conftest import body_error
+    from tilejit.specs import ArraySpec
+    body_error(f"tj.store(y, (0,), {call})", "load a tile from it first", [ArraySpec(tj.float32, 1)] * 2, {"B": 4},
+               line=2)
