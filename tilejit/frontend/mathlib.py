@@ -4,8 +4,8 @@ emulator or codegen.  Each computes in float32 (16-bit and integer inputs are wi
 result has ``dtypes.float_result`` of the input, as ``tj.exp``'s does) and is refused for
 float64, whose transcendental primitives are not written yet.
 
-    log1p expm1 sinh cosh atan atan2 asin acos pow          (float32)
-    exp exp2 log log2 of float64 tiles                     (the primitives serve the other dtypes)
+    log1p expm1 sinh cosh atan atan2 asin acos pow          (float32; the first four float64 too)
+    exp exp2 log log2 tanh sigmoid of float64 tiles        (the primitives serve the other dtypes)
 
 Accuracy in float32 (``tests/test_mathlib.py`` measures it against NumPy in float64 on the CPU
 backends, whose primitives are correctly rounded): log1p and expm1 by Kahan's
@@ -26,15 +26,26 @@ from tilejit.ir import Value
 PI, PIO2, PIO4, LN2 = math.pi, math.pi / 2, math.pi / 4, math.log(2)
 
 
-def _widen(b, x, name: str):
-    """(x as float32, the result dtype) for a math function of ``x``."""
+def _widen(b, x, name: str, wide: bool = False):
+    """(x as float32, the result dtype) for a math function of ``x``; float64 stays float64 when
+    the function is ``wide`` (built on exp and log alone), else it is refused."""
     _check_operand(b, x, f"{name}()")
     if not isinstance(x, Value):
         x = convert(b, x, dtypes.python_scalar_dtype(x), ())
     out = dtypes.float_result(x.type.dtype)
     if out == dtypes.float64:
+        if wide:
+            return convert(b, x, out, x.type.shape), out
         _no_float64(b, f"tj.{name}")
     return convert(b, x, dtypes.float32, x.type.shape), out
+
+
+def _exp(b, x):
+    return _exp64(b, x) if x.type.dtype == dtypes.float64 else unary(b, "exp", x)
+
+
+def _log(b, x):
+    return _log64(b, x) if x.type.dtype == dtypes.float64 else unary(b, "log", x)
 
 
 def _done(b, r: Value, out) -> Value:
@@ -44,15 +55,15 @@ def _done(b, r: Value, out) -> Value:
 def _log1p(b, x):
     u = binary(b, "+", x, 1.0)
     d = binary(b, "-", u, 1.0)
-    kahan = binary(b, "*", unary(b, "log", u), binary(b, "/", x, d))
+    kahan = binary(b, "*", _log(b, u), binary(b, "/", x, d))
     r = where(b, binary(b, "==", d, 0.0), x, kahan)
     return where(b, binary(b, "==", x, math.inf), x, r)          # inf / inf would be NaN
 
 
 def _expm1(b, x):
-    u = unary(b, "exp", x)
+    u = _exp(b, x)
     d = binary(b, "-", u, 1.0)
-    kahan = binary(b, "*", d, binary(b, "/", x, unary(b, "log", u)))
+    kahan = binary(b, "*", d, binary(b, "/", x, _log(b, u)))
     r = where(b, binary(b, "==", u, 1.0), x, kahan)
     r = where(b, binary(b, "==", d, -1.0), -1.0, r)
     return where(b, binary(b, "==", u, math.inf), u, r)
@@ -60,7 +71,7 @@ def _expm1(b, x):
 
 def _half_exp(b, a):
     """(h, h * h / 2) with h = exp(a / 2): e**a / 2 without overflow below float32's own."""
-    h = unary(b, "exp", binary(b, "*", a, 0.5))
+    h = _exp(b, binary(b, "*", a, 0.5))
     return h, binary(b, "*", binary(b, "*", h, 0.5), h)
 
 
@@ -113,11 +124,23 @@ def _side(b, x):
     return unary(b, "sqrt", binary(b, "*", binary(b, "-", 1.0, x), binary(b, "+", 1.0, x)))
 
 
-def _unary(fn, name):
+def _unary(fn, name, wide: bool = False):
     def build(b, x):
-        xf, out = _widen(b, x, name)
+        xf, out = _widen(b, x, name, wide)
         return _done(b, fn(b, xf), out)
     return build
+
+
+def _tanh64(b, x):
+    """tanh from expm1 of -2|x| (no overflow, no cancellation): -m / (m + 2), sign restored."""
+    m = _expm1(b, binary(b, "*", unary(b, "abs", x), -2.0))
+    r = binary(b, "/", unary(b, "-", m), binary(b, "+", m, 2.0))
+    r = where(b, binary(b, "<", x, 0.0), unary(b, "-", r), r)
+    return where(b, binary(b, "==", x, 0.0), x, r)
+
+
+def _sigmoid64(b, x):
+    return binary(b, "/", 1.0, binary(b, "+", 1.0, _exp64(b, unary(b, "-", x))))
 
 
 def atan2(b, y, x):
@@ -222,8 +245,8 @@ def _wide_or(name, fn64):
 
 
 BUILTINS = {
-    "log1p": _unary(_log1p, "log1p"), "expm1": _unary(_expm1, "expm1"),
-    "sinh": _unary(_sinh, "sinh"), "cosh": _unary(_cosh, "cosh"), "atan": _unary(_atan, "atan"),
+    "log1p": _unary(_log1p, "log1p", True), "expm1": _unary(_expm1, "expm1", True),
+    "sinh": _unary(_sinh, "sinh", True), "cosh": _unary(_cosh, "cosh", True), "atan": _unary(_atan, "atan"),
     "asin": _unary(lambda b, x: _atan2(b, x, _side(b, x)), "asin"),
     "acos": _unary(lambda b, x: _atan2(b, _side(b, x), x), "acos"),
     "atan2": atan2,
@@ -231,4 +254,5 @@ BUILTINS = {
     "exp": _wide_or("exp", _exp64), "log": _wide_or("log", _log64),
     "exp2": _wide_or("exp2", lambda b, x: _exp64(b, x, True)),
     "log2": _wide_or("log2", lambda b, x: _log64(b, x, True)),
+    "tanh": _wide_or("tanh", _tanh64), "sigmoid": _wide_or("sigmoid", _sigmoid64),
 }

@@ -248,8 +248,8 @@ _FLOAT64_UNARY = {"sqrt", "floor", "ceil", "trunc", "round"}
 
 def _no_float64(b: Builder, what: str):
     fail(b, f"{what} is not supported for float64 tiles yet (float64 has + - * /, comparisons, "
-            f"sqrt, exp, exp2, log, log2, abs, floor/ceil/trunc/round, maximum/minimum, reductions "
-            f"and casts); "
+            f"sqrt, exp, exp2, log, log2, log1p, expm1, sinh, cosh, tanh, sigmoid, abs, "
+            f"floor/ceil/trunc/round, maximum/minimum, reductions and casts); "
             f"compute it in float32 with .to(tj.float32)")
 
 
