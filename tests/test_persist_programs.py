@@ -160,7 +160,6 @@ def test_persistent_row_kernels_on_the_gpu(name, dtype, cols, rows):
 
 
 def test_tilejit_persist_switches_it_per_launch_and_is_part_of_the_cache_key(monkeypatch, tmp_path):
-    import tilejit as tj
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
     kernel = CASES["layernorm"][0]
     x, w = np.ones((3, 4000), np.float16), np.ones(4000, np.float16)
