@@ -32,6 +32,7 @@ class LoadedKernel:
         self.context = None                 # set by load(): the device's primary context
         self._last = (None, None)           # (params list last seen, its packer): one attribute,
         self._packers: dict[tuple, ArgPacker] = {}      # so threads read a consistent pair
+        self._resident: dict[int, int] = {}             # block threads -> resident CTAs (resident_ctas)
 
     def launch(self, grid, block_threads: int, args, params, stream: int | None = None) -> None:
         """Launch on ``grid`` (3 ints) with ``block_threads`` threads per block.
@@ -53,13 +54,12 @@ class LoadedKernel:
     def resident_ctas(self, block_threads: int) -> int:
         """CTAs of ``block_threads`` threads that the device runs at once (SMs times the driver's
         occupancy for this function), queried once per block size: a persistent kernel's grid."""
-        cached = getattr(self, "_resident", {})
-        if block_threads not in cached:
+        if block_threads not in self._resident:
             cu = driver.cuda()
             driver.check(cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
             per_sm = driver.check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
                 self.function, block_threads, self.shared_bytes), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-            self._resident = {**cached, block_threads: max(1, int(per_sm)) * driver.device_properties(self.device).sm_count}
+            self._resident[block_threads] = max(1, int(per_sm)) * driver.device_properties(self.device).sm_count
         return self._resident[block_threads]
 
     def _packer_for(self, params) -> ArgPacker:
