@@ -196,14 +196,16 @@ def select_device(devices, default) -> int:
 
 
 def launch_arrays(kernel_for_device, grid, block_threads: int, args, params, writes=(),
-                  stream: int | None = None, array_args=None) -> None:
+                  stream: int | None = None, array_args=None, geometry=None) -> None:
     """Launch with user arguments: arrays become device views (NumPy copied in), the kernel
     runs, and the NumPy arrays at indices ``writes`` get the results copied back.
 
     ``kernel_for_device(device) -> LoadedKernel`` loads the kernel where the arrays live.
     ``array_args`` lists which arguments are arrays (default: those ``params`` read from).
     The stream is ``stream``, else the first array's own (torch's current stream, a CUDA Array
-    Interface stream), else the legacy default stream."""
+    Interface stream), else the legacy default stream. ``geometry(kernel, grid, views) -> (grid,
+    views)``, if given, reshapes the launch once the device is known (a persistent kernel's grid
+    comes from the occupancy of the device the arrays live on)."""
     if array_args is None:
         array_args = sorted({p.arg for p in params if p.kind is not ParamKind.SCALAR})
     for i in writes:
@@ -217,7 +219,10 @@ def launch_arrays(kernel_for_device, grid, block_threads: int, args, params, wri
     views = list(args)
     for i in array_args:
         views[i] = resident[i] if i in resident else as_kernel_array(args[i], device, stream)
-    kernel_for_device(device).launch(grid, block_threads, views, params, stream)
+    kernel = kernel_for_device(device)
+    if geometry is not None:
+        grid, views = geometry(kernel, grid, views)
+    kernel.launch(grid, block_threads, views, params, stream)
     copied = [i for i in array_args if i not in resident]
     for i in copied:
         if i in writes:

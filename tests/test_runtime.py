@@ -231,6 +231,25 @@ def test_launch_arrays_runs_on_the_device_and_stream_of_the_arrays(monkeypatch):
         launch.launch_arrays(kernel_for_device, (1, 1, 1), 32, [x, z], params)
 
 
+def test_launch_arrays_shapes_the_grid_on_the_kernel_of_the_arrays_device(monkeypatch):
+    # a persistent kernel's grid comes from the occupancy of the device the arrays live on,
+    # not from the current device
+    monkeypatch.setattr(driver, "current_device", lambda: 0)
+    rec = Recorder([8, 4, 4])
+    kernels = {d: fake_kernel(rec) for d in (0, 1)}
+    seen = []
+
+    def geometry(kernel, grid, views):
+        seen.append(kernel)
+        return (3, 1, 1), list(views) + [grid[0]]
+    y = DeviceArray((10,), tj.float32, ptr=0x2000, device=1)
+    launch.launch_arrays(kernels.__getitem__, (40, 1, 1), 32, [y], ADD_ONE_PARAMS + [P("scalar", 1, dtype=tj.int32)],
+                         geometry=geometry)
+    assert seen == [kernels[1]]
+    assert rec.calls[0][0] == (3, 1, 1)
+    assert rec.calls[0][3][-1] == struct.pack("<i", 40)
+
+
 # --- arrays --------------------------------------------------------------------------------------
 class FakeInterfaceArray:
     """An object exposing ``__cuda_array_interface__`` the way CuPy and numba do."""

@@ -213,13 +213,12 @@ class CudaBackend:
 
     def launch(self, art: CudaArtifact, grid, args, stream) -> None:
         from tilejit.runtime import launch
-        resident = None
-        if art.persistent:
-            from tilejit.runtime import driver
-            resident = art.kernel_for_device(driver.current_device()).resident_ctas(art.cta_threads)
-        grid, args = backends.launch_geometry(art.programs_per_cta, tuple(grid), args, resident)
+
+        def geometry(kernel, grid, views):      # on the device the arrays live on
+            resident = kernel.resident_ctas(art.cta_threads) if art.persistent else None
+            return backends.launch_geometry(art.programs_per_cta, tuple(grid), views, resident)
         launch.launch_arrays(art.kernel_for_device, grid, art.cta_threads, args,
-                             art.params, art.writes, stream)
+                             art.params, art.writes, stream, geometry=geometry)
         if art.asserts:
             check_asserts(art)
 
