@@ -283,16 +283,20 @@ class _Persist:
         per = COPY // dt.itemsize
         within = [(self.first[o] + r // per) * self.threads * COPY + (r % per) * dt.itemsize for r in range(n)]
         addr = self.ew(block, TileOp.ADD, [self.splat(block, base, n), self.const(block, within)])
-        value = self.emit(block, SimtOp.LOAD_SHARED, [addr], simt.SharedAttrs(per, self.buffer), dt, n)
-        self.synced.add(block[-1])
         if o.attrs.other == 0 and math.copysign(1, o.attrs.other) > 0:    # what copies zero-fill
+            value = self.emit(block, SimtOp.LOAD_SHARED, [addr], simt.SharedAttrs(per, self.buffer), dt, n)
+            self.synced.add(block[-1])
             return value
         if o not in self.counts:    # element r is in bounds when r < its group's count: one integer
             self.counts[o] = self.in_bounds(block, o.operands[2], per)      # per group stays live
         counts = self.emit(block, SimtOp.GATHER, [self.counts[o]], simt.IndicesAttrs(tuple(r // per for r in range(n))),
                            I32, n)
         keep = self.ew(block, TileOp.LT, [self.const(block, [r % per for r in range(n)]), counts], D.bool_)
-        return self.ew(block, TileOp.WHERE, [keep, value, self.const(block, [o.attrs.other] * n, dt)], dt)
+        # a masked read: one branch skips the selects when the thread's groups are all in bounds
+        value = self.emit(block, SimtOp.LOAD_SHARED, [addr, keep],
+                          simt.MaskedSharedAttrs(per, self.buffer, o.attrs.other), dt, n)
+        self.synced.add(block[-1])
+        return value
 
     def body_ops(self, base_of: dict) -> list:
         """The body with each copied load read back where it is used: again after each shared

@@ -328,3 +328,36 @@ def test_a_layernorm_spelled_with_several_rows_per_program_takes_the_same_path()
     emulate.run(plain, (4, 1, 1), [x, w, b, want, 1e-5])
     emulate.run(per, *backends.launch_geometry(1, (4, 1, 1), args, 3))
     np.testing.assert_array_equal(args[3].view(np.uint16), want.view(np.uint16))
+
+
+def test_a_read_back_with_a_nonzero_other_is_one_masked_shared_load():
+    """softmax's ``other=-inf``: the read-back is a masked LOAD_SHARED (no WHERE per element),
+    which the PTX turns into one branch per read that skips the selects when the thread's groups
+    are all in bounds."""
+    fn = compiled("softmax", BF16, 4096, 4)
+    masked = [o for o in fn.walk() if o.op is SimtOp.LOAD_SHARED and len(o.operands) == 2]
+    assert masked and all(o.attrs.other == float("-inf") and o.attrs.vec == 8 for o in masked)
+    assert not any(o.op is SimtOp.ELEMENTWISE and o.attrs.op is ir.TileOp.WHERE
+                   and o.result.type.dtype == BF16 for o in fn.walk())
+    ptx = codegen.compile_ptx(fn, "sm_90a")
+    body = ptx[re.search(r"cp\.async\.wait_group\s+1;", ptx).end():]
+    first = body[:body.index("max.NaN.f32")]       # up to the first use of the row
+    assert re.search(r"ld\.shared\.v4\.b32.*\n(.*\n){0,12}?\s*@%p\d+ bra", first), first[-1500:]
+    assert "selp" not in first[first.rindex("ld.shared.v4"):first.index(" bra")]
+    assert assemble_or_skip(ptx, "sm_90a").spills == 0
+
+
+def test_a_masked_shared_load_reads_other_where_its_mask_is_false():
+    text = """func @f() {
+  %0 = constant {values=(0, 4, 8, 12)} : <4xint32>
+  %1 = constant {values=(True, False, True, False)} : <4xbool>
+  %2 = load_shared %0, %1 {vec=4, buffer=0, other=-inf} : <4xfloat32>
+}"""
+    fn = simt.parse_function(text)
+    load = fn.body.ops[-1]
+    assert isinstance(load.attrs, simt.MaskedSharedAttrs) and load.attrs.other == float("-inf")
+    assert ir.print_function(fn).strip() == text
+    simt.verify(fn)
+    bad = simt.parse_function(text.replace("{vec=4, buffer=0, other=-inf}", "{vec=4, buffer=0}"))
+    with pytest.raises(simt.SimtVerifyError, match="masked LOAD_SHARED"):
+        simt.verify(bad)

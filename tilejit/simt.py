@@ -113,7 +113,8 @@ class SimtOp(enum.Enum):
     ATOMIC_GLOBAL = enum.auto()  # (ptr, offsets, value, mask: bool[, cmp]) -> n old values (0 where
     #                              masked off): one atomic read-modify-write per element (cmp: cas)  ir.AtomicAttrs
     # shared memory; addresses are byte offsets into the CTA's one shared buffer (i32)
-    LOAD_SHARED = enum.auto()    # (addr) -> n values of the result dtype                     SharedAttrs
+    LOAD_SHARED = enum.auto()    # (addr[, mask]) -> n values of the result dtype; every address is
+    #   read, and with a mask, masked-off registers hold attrs.other  SharedAttrs / MaskedSharedAttrs
     STORE_SHARED = enum.auto()   # (addr, value) -> ()                                          SharedAttrs
     BARRIER = enum.auto()        # bar.sync 0 across the CTA; or (id: i32 n=1) -> (): named barrier
     #   ``id`` over attrs.threads threads (one program's warps when a CTA holds several)  BarrierAttrs
@@ -200,6 +201,11 @@ class SharedAttrs(Attrs):
 
 
 @dataclass(frozen=True)
+class MaskedSharedAttrs(SharedAttrs):
+    other: bool | int | float = 0  # a masked LOAD_SHARED's value where its mask is false
+
+
+@dataclass(frozen=True)
 class LdmatrixAttrs(Attrs):
     num: int                      # 1, 2 or 4 8x8 matrices
     trans: bool = False
@@ -259,7 +265,7 @@ def assert_sites(fn: Function) -> list:
 
 DIALECT = Dialect(SimtOp, parse_type,
                   (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, VolatileAttrs, SharedAttrs,
-                   LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
+                   MaskedSharedAttrs, LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 
 
@@ -288,9 +294,12 @@ def _check_memory(o) -> str | None:
             and all(_n(x) == n for x in o.operands[1:]) and o.results[0].type.dtype == o.operands[2].type.dtype
         return None if ok else "ATOMIC_GLOBAL: (ptr, offsets, value, mask), one register each per old value"
     regs = {SimtOp.LOAD_GLOBAL: o.operands[1:], SimtOp.STORE_GLOBAL: o.operands[1:],
-            SimtOp.LOAD_SHARED: o.operands[:1], SimtOp.STORE_SHARED: o.operands}[o.op]
+            SimtOp.LOAD_SHARED: o.operands, SimtOp.STORE_SHARED: o.operands}[o.op]
     if any(_n(x) != n for x in regs):
         return "offsets/addresses, mask and value must have one register each per element"
+    if o.op is SimtOp.LOAD_SHARED and len(o.operands) > 1 and not (
+            len(o.operands) == 2 and o.operands[1].type.dtype.is_bool and isinstance(o.attrs, MaskedSharedAttrs)):
+        return "a masked LOAD_SHARED takes (addr, mask: bool) and MaskedSharedAttrs"
     if o.op in (SimtOp.LOAD_GLOBAL, SimtOp.STORE_GLOBAL) and not isinstance(o.operands[0].type, PtrType):
         return "the first operand must be a pointer PARAM"
     if n % o.attrs.vec:

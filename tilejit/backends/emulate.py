@@ -276,7 +276,10 @@ class Machine:
         self.check_landed(o, rows, addr)
         self.race(o, f, rows, addr, self.writer, "written by")
         self.mark(self.reader, rows, addr)
-        return self.shared.view(dt)[rows, addr // dt.itemsize]
+        value = self.shared.view(dt)[rows, addr // dt.itemsize]
+        if len(o.operands) > 1:         # every address is read; masked-off registers hold other
+            value = np.where(f[o.operands[1]], value, self.full(f, o.attrs.other, dt, value.shape[-1]))
+        return value
 
     def op_STORE_SHARED(self, o, f):
         addr, value = f[o.operands[0]].astype(np.int64), f[o.operands[1]]

@@ -324,7 +324,9 @@ class KernelEmitter:
     def op_LOAD_SHARED(self, op):
         rt: RegType = op.result.type
         vec = op.attrs.vec if op.attrs is not None else 1
-        self.set(op.result, load_shared(self.ctx, self.get(op.operands[0]), rt.n, rt.dtype, vec))
+        masks = self.get(op.operands[1]) if len(op.operands) > 1 else None
+        self.set(op.result, load_shared(self.ctx, self.get(op.operands[0]), rt.n, rt.dtype, vec, masks,
+                                        getattr(op.attrs, "other", 0)))
 
     def op_STORE_SHARED(self, op):
         vec = op.attrs.vec if op.attrs is not None else 1

@@ -269,11 +269,38 @@ def shared_pointer(ctx: Ctx, addr):
     return _shared_ptr(ctx, addr)
 
 
-def load_shared(ctx: Ctx, addrs: list, n: int, dt: DType, vec: int) -> list:
-    """Registers read from shared byte addresses ``addrs`` (one per register)."""
+def load_shared(ctx: Ctx, addrs: list, n: int, dt: DType, vec: int, masks: list | None = None,
+                other=0) -> list:
+    """Registers read from shared byte addresses ``addrs`` (one per register); with ``masks``,
+    ``other`` where a mask is false.  Every address is read whatever its mask; one branch per
+    access skips the selects when all of the thread's masks hold."""
+    if masks is None:
+        out = []
+        for first, size in _groups(n, vec, dt):
+            out += _vector_load(ctx, _shared_ptr(ctx, addrs[first]), dt, size)
+        return out
+    b, groups = ctx.builder, _groups(n, vec, dt)
+    types = [ir.VectorType(mem_type(dt), size) if size > 1 else mem_type(dt) for _, size in groups]
+    raw = [b.load(_shared_ptr(ctx, addrs[first]), typ=ty, align=size * dt.itemsize)
+           for (first, size), ty in zip(groups, types)]
+    fill = to_mem(ctx, const(dt, other), dt)
+
+    def selected():
+        out = []
+        for (first, size), v in zip(groups, raw):
+            if size == 1:
+                out.append(b.select(masks[first], v, fill))
+                continue
+            for j in range(size):
+                e = b.select(masks[first + j], b.extract_element(v, ir.Constant(I32, j)), fill)
+                v = b.insert_element(v, e, ir.Constant(I32, j))
+            out.append(v)
+        return out
+    merged = _if_else(ctx, _all_true(ctx, masks), lambda: raw, selected, "lds")
     out = []
-    for first, size in _groups(n, vec, dt):
-        out += _vector_load(ctx, _shared_ptr(ctx, addrs[first]), dt, size)
+    for (first, size), v in zip(groups, merged):
+        out += [to_reg(ctx, v, dt)] if size == 1 else \
+            [to_reg(ctx, b.extract_element(v, ir.Constant(I32, j)), dt) for j in range(size)]
     return out
 
 
