@@ -6,7 +6,8 @@
 
 ``attention``: B4 H32 S<size> D128 bf16 (``--causal``), config BMxBNxwarps (default 128x64x4);
 ``softmax``, ``layernorm``, ``rmsnorm``: the examples over 2**26 values in rows of ``--columns``
-(``--dtype``, default bfloat16), as ``bench_sweep`` runs them (no num_warps);
+(``--dtype``, default bfloat16), as ``bench_sweep`` runs them (no num_warps unless ``--num-warps``;
+``--triton``: Triton's tutorial kernel from ``triton_kernels.py``);
 ``matmul``: <size>³ bf16, config BMxBNxBKxSTAGESxwarps (default 256x128x64x3x8); ``--size``
 defaults to 4096 (use a small one under ``compute-sanitizer``).  The first launch
 compiles; three more follow, so ``-c 1`` after a warm-up skip (``-s 1``) sees a steady one.
@@ -27,6 +28,8 @@ def main() -> int:
     parser.add_argument("--config", default=None)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--size", type=int, default=4096, help="GEMM M = N = K, attention seq")
+    parser.add_argument("--triton", action="store_true", help="row kernels: Triton's tutorial kernel instead")
+    parser.add_argument("--num-warps", type=int, default=None, help="row kernels: the warps (default: the compiler's)")
     args = parser.parse_args()
     torch = common.cuda_torch()
     if torch is None:
@@ -53,7 +56,12 @@ def main() -> int:
         outputs = (y,) + ((1e-5,) if args.kernel != "softmax" else ())
 
         def launch():
-            kernel[(x.shape[0],)](x, *extra, *outputs, BLOCK=tj.next_power_of_2(C))
+            kernel[(x.shape[0],)](x, *extra, *outputs, BLOCK=tj.next_power_of_2(C), num_warps=args.num_warps)
+        if args.triton:
+            import triton_kernels
+            launch = {"softmax": lambda: triton_kernels.softmax(x, y),
+                      "layernorm": lambda: triton_kernels.layernorm(x, w, b, y, 1e-5),
+                      "rmsnorm": lambda: triton_kernels.rmsnorm(x, w, y, 1e-5)}[args.kernel]
     else:
         BM, BN, BK, S, nw = (int(x) for x in (args.config or "256x128x64x3x8").split("x"))
         size = args.size

@@ -154,3 +154,22 @@ def test_a_batched_gemm_with_unit_leading_dims_takes_the_tensor_core_path(target
     gemm_batched[(2, 2, 2)](a, b, c, BM=32, BN=32, BK=32, num_warps=4)
     want = np.einsum("zmk,zkn->zmn", a.astype(np.float32), b.astype(np.float32))
     tj.testing.assert_close(c, want.astype(tj.bfloat16.np))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_benchmarked_plain_attention_matches_numpy(causal, monkeypatch):
+    """``benchmarks/bench_spelling.py``'s Triton-style attention (plain ``range``, ``k.T``, causal
+    by a ``where``) computes attention on the emulator, so its GPU figures time the right thing."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from bench_spelling import attention_plain
+    rng = np.random.default_rng(3)
+    B, H, S, D = 1, 2, 96, 32
+    q, k, v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(3))
+    o = np.zeros_like(q)
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    attention_plain[(S // 32, B * H)](q, k, v, o, D ** -0.5, BM=32, BN=16, BD=D, CAUSAL=causal)
+    s = q @ k.transpose(0, 1, 3, 2) * D ** -0.5
+    if causal:
+        s = np.where(np.tril(np.ones((S, S), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(o, (p / p.sum(-1, keepdims=True)) @ v, atol=2e-5)
