@@ -35,6 +35,7 @@ from tilejit.passes import persist_programs as persist_module
 from tilejit.passes.persist_programs import persist_programs
 from tilejit.passes.plan_dots import dot_plans_text, plan_dots
 from tilejit.passes.plan_loops import plan_loops, plans_text
+from tilejit.passes import remat_indices as remat_module
 from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.strip_asserts import strip_asserts
 from tilejit.passes.uniform_masks import uniform_masks
@@ -78,6 +79,7 @@ PIPELINE = [
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
+    Stage("remat_indices", lambda fn, opt: remat_module.remat_indices(fn) if remat_module.REMAT else fn, "simt"),
     Stage("coarsen_programs", lambda fn, opt: coarsen.coarsen_programs(fn, 1 if opt.pack or opt.programs_per_cta
                                                                         else coarsen.COARSEN), "simt"),
     Stage("persist_programs", lambda fn, opt: persist_programs(fn, always=True if opt.persist == "always" else None)
