@@ -79,12 +79,12 @@ PIPELINE = [
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
-    Stage("remat_indices", lambda fn, opt: remat_module.remat_indices(fn) if remat_module.REMAT else fn, "simt"),
     Stage("coarsen_programs", lambda fn, opt: coarsen.coarsen_programs(fn, 1 if opt.pack or opt.programs_per_cta
                                                                         else coarsen.COARSEN), "simt"),
     Stage("persist_programs", lambda fn, opt: persist_programs(fn, always=True if opt.persist == "always" else None)
           if opt.persist and not (
         opt.pack or opt.programs_per_cta or fn.meta.serial_programs) else fn, "simt"),
+    Stage("remat_indices", lambda fn, opt: remat_module.remat_indices(fn) if remat_module.REMAT else fn, "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
     Stage("pack_programs", lambda fn, opt: fn if fn.meta.serial_programs or fn.meta.persistent else

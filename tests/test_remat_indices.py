@@ -1,0 +1,95 @@
+"""passes/remat_indices.py: a global store's thread-derived indices and mask are recomputed next
+to it from a fresh (volatile) thread-id read, so they need not stay in registers from the loads
+to the store; IR text in and out, the values unchanged on the emulator, fewer registers in ptxas."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tilejit import codegen, ir, simt
+from tilejit.passes import pipeline
+from tilejit.passes import remat_indices as remat
+from tilejit.simt import SimtOp
+
+from conftest import assemble_or_skip
+from examples import layernorm, softmax
+
+KERNEL = """func @f() {
+  %0 = param {axis=0} : ptr<float32>
+  %1 = param {axis=1} : int32
+  %2 = thread_id : int32
+  %3 = splat %2 : <4xint32>
+  %4 = constant {values=(0, 1, 2, 3)} : <4xint32>
+  %5 = elementwise %3, %4 {op=add} : <4xint32>
+  %6 = splat %1 : <4xint32>
+  %7 = elementwise %5, %6 {op=lt} : <4xbool>
+  %8 = load_global %0, %5, %7 {vec=4, other=0} : <4xfloat32>
+  %9 = elementwise %8, %8 {op=mul} : <4xfloat32>
+  store_global %0, %5, %9, %7 {vec=4, other=0}
+}"""
+
+
+def test_the_store_gets_its_own_indices_from_a_fresh_thread_id():
+    fn = remat.remat_indices(simt.parse_function(KERNEL))
+    ops = fn.body.ops
+    store = ops[-1]
+    tids = [o for o in ops if o.op is SimtOp.THREAD_ID]
+    assert len(tids) == 2 and tids[1].attrs == simt.VolatileAttrs(True)
+    assert ops.index(tids[1]) > [o.op for o in ops].index(SimtOp.LOAD_GLOBAL)
+    # the offsets and the mask are clones after the fresh read; the value and the pointer are not
+    load = next(o for o in ops if o.op is SimtOp.LOAD_GLOBAL)
+    square = next(o for o in ops if o.op is SimtOp.ELEMENTWISE and o.operands[0] is load.result)
+    assert store.operands[0] is load.operands[0] and store.operands[2] is square.result
+    assert store.operands[1] is not load.operands[1] and store.operands[3] is not load.operands[2]
+    text = ir.print_function(fn)
+    assert text.count("op=add") == 2 and text.count("op=lt") == 2 and text.count("splat %1") == 2
+    simt.verify(fn)
+
+
+def test_stores_that_need_no_thread_id_and_crowded_kernels_are_left_alone():
+    plain = KERNEL.replace("%2 = thread_id : int32", "%2 = param {axis=2} : int32")
+    assert ir.print_function(remat.remat_indices(simt.parse_function(plain))) == \
+        ir.print_function(simt.parse_function(plain))
+    x, w = np.zeros((4, 8192), np.float32), np.zeros(8192, np.float32)
+    specs, consts, _ = layernorm.layernorm_kernel.specialise(
+        layernorm.layernorm_kernel.bind((x, w, w, x, 1e-5), {"BLOCK": 8192}))
+    fn = pipeline.compile_to_simt(layernorm.layernorm_kernel.tile_ir(specs, consts), 16, persist=False)
+    assert sum(o.op is SimtOp.THREAD_ID for o in fn.walk()) == 1        # x, weight and bias in registers
+
+
+@pytest.mark.parametrize("persist", [False, "always"])
+def test_the_values_do_not_change_on_the_emulator(persist, monkeypatch):
+    from tilejit import backends
+    from tilejit.backends import emulate
+    x = np.random.default_rng(1).standard_normal((6, 1000)).astype(np.float32)
+    specs, consts, _ = softmax.softmax_kernel.specialise(softmax.softmax_kernel.bind((x, x), {"BLOCK": 1024}))
+    tile = softmax.softmax_kernel.tile_ir(specs, consts)
+    got, reads = {}, {}
+    for on in (False, True):
+        monkeypatch.setattr(remat, "REMAT", on)
+        fn = pipeline.compile_to_simt(tile, 4, persist=persist)
+        assert fn.meta.persistent == bool(persist)
+        reads[on] = sum(o.op is SimtOp.THREAD_ID for o in fn.walk())
+        y = np.full_like(x, np.nan)
+        if fn.meta.persistent:
+            emulate.run(fn, *backends.launch_geometry(1, (6, 1, 1), [x, y], 3))
+        else:
+            emulate.run(fn, (6, 1, 1), [x, y])
+        got[on] = y
+    assert reads[True] == reads[False] + 1                      # the store's own read
+    np.testing.assert_array_equal(got[True], got[False])
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(got[True], e / e.sum(1, keepdims=True), rtol=2e-6)
+
+
+def test_softmax_keeps_fewer_registers(monkeypatch):
+    import ml_dtypes
+    x = np.zeros((4, 8192), ml_dtypes.bfloat16)
+    specs, consts, _ = softmax.softmax_kernel.specialise(softmax.softmax_kernel.bind((x, x), {"BLOCK": 8192}))
+    tile = softmax.softmax_kernel.tile_ir(specs, consts)
+    registers = {}
+    for on in (False, True):
+        monkeypatch.setattr(remat, "REMAT", on)
+        fn = pipeline.compile_to_simt(tile, 8, persist=False)
+        registers[on] = assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a").registers
+    assert registers[True] <= registers[False] - 16, registers
