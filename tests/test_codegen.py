@@ -568,3 +568,20 @@ def test_rounding_ops_lower_to_one_cvt_each():
 def pipeline_simt(tile_fn):
     from tilejit.passes.pipeline import compile_to_simt
     return compile_to_simt(tile_fn, num_warps=2)
+
+
+def test_shared_memory_is_addressed_with_32_bit_registers():
+    """``--nvptx-short-ptr``: a shared address is one 32-bit register (no ``cvt.u64.u32`` and
+    64-bit add before each access, two registers per address held across a loop)."""
+    import sys
+    from pathlib import Path
+    import ml_dtypes
+    from tilejit.passes.pipeline import compile_to_simt
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    from layernorm import layernorm_kernel
+    x, w = np.zeros((4, 8192), ml_dtypes.bfloat16), np.zeros(8192, ml_dtypes.bfloat16)
+    specs, consts, _ = layernorm_kernel.specialise(layernorm_kernel.bind((x, w, w, x, 1e-5), {"BLOCK": 8192}))
+    ptx = codegen.compile_ptx(compile_to_simt(layernorm_kernel.tile_ir(specs, consts), 16), "sm_90a")
+    accesses = re.findall(r"(?:ld|st)\.shared\S*\s+[^;]*", ptx) + re.findall(r"cp\.async\.cg\.shared\.global \[[^\]]*\]", ptx)
+    assert len(accesses) > 10
+    assert not [a for a in accesses if "[%rd" in a]
