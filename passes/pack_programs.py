@@ -148,8 +148,13 @@ def pack_programs(fn: ir.Function, programs: int, lanes: int = WARP) -> ir.Funct
     def base_of(n: int) -> ir.Value:
         return splat_of(base, n)
     renamed: dict[ir.Value, ir.Value] = {}
+    fresh: dict[ir.Operation, ir.Operation] = {}    # a volatile THREAD_ID (remat_indices) -> its own local id
     for o in fn.walk():
-        if o.op is SimtOp.THREAD_ID:
+        if o.op is SimtOp.THREAD_ID and getattr(o.attrs, "volatile", False):
+            fresh[o] = ir.Operation(SimtOp.ELEMENTWISE, [o.result, const(threads - 1)], [o.result.type],
+                                    simt.EwAttrs(TileOp.AND), loc=o.loc)
+            renamed[o.result] = fresh[o].result
+        elif o.op is SimtOp.THREAD_ID:
             renamed[o.result] = local
         elif o.op in (SimtOp.BLOCK_ID, SimtOp.GRID_DIM) and o.attrs.axis == 0:
             renamed[o.result] = new[(o.op, 0)]
@@ -157,6 +162,9 @@ def pack_programs(fn: ir.Function, programs: int, lanes: int = WARP) -> ir.Funct
     def rewrite(block: ir.Block) -> None:
         ops = []
         for o in block.ops:
+            if o in fresh:                  # read again here, so its values need not be kept
+                ops += [o, fresh[o]]
+                continue
             o.operands = [renamed.get(x, x) for x in o.operands]
             if o.op in (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED):
                 addr = o.operands[0]

@@ -93,3 +93,24 @@ def test_softmax_keeps_fewer_registers(monkeypatch):
         fn = pipeline.compile_to_simt(tile, 8, persist=False)
         registers[on] = assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a").registers
     assert registers[True] <= registers[False] - 16, registers
+
+
+def test_packed_programs_keep_the_stores_own_thread_id_read(monkeypatch):
+    """pack_programs turns every thread id into the program-local one; the store's fresh read
+    stays a read of its own (masked to the program's lanes), or LLVM would merge it with the first."""
+    import ml_dtypes
+    x = np.zeros((64, 512), ml_dtypes.bfloat16)
+    specs, consts, _ = softmax.softmax_kernel.specialise(softmax.softmax_kernel.bind((x, x), {"BLOCK": 512}))
+    tile = softmax.softmax_kernel.tile_ir(specs, consts)
+    fn = pipeline.compile_to_simt(tile, 1, pack=True)
+    assert fn.meta.programs_per_cta > 1
+    fresh = [o for o in fn.walk() if o.op is SimtOp.THREAD_ID and o.attrs == simt.VolatileAttrs(True)]
+    assert len(fresh) == 1
+    users = [o for o in fn.walk() if fresh[0].result in o.operands]
+    assert [(o.op, o.attrs.op) for o in users] == [(SimtOp.ELEMENTWISE, ir.TileOp.AND)]
+    registers = {}
+    for on in (False, True):
+        monkeypatch.setattr(remat, "REMAT", on)
+        fn = pipeline.compile_to_simt(tile, 1, pack=True)
+        registers[on] = assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a").registers
+    assert registers[True] < registers[False], registers
