@@ -7,7 +7,8 @@ exactly as before: this SIMT pass, the last of the pipeline, rewrites only the g
     packable(fn) -> bool
 
 - ``THREAD_ID`` becomes the thread's index inside its group (``tid % (32 * num_warps)``), so
-  every layout, shuffle and replica test is unchanged;
+  every layout, shuffle and replica test is unchanged; a volatile one (a store's fresh read,
+  ``remat_indices``) stays where it is, masked the same way, so it is still read afresh;
 - ``program_id(0)`` is ``blockIdx.x * P + group``; the launch runs ``ceil(grid0 / P)`` CTAs and
   passes ``grid0`` as one more scalar parameter after the runtime arguments (the backends'
   ``launch_geometry``), which is
