@@ -34,6 +34,7 @@ def main() -> int:
     ap.add_argument("--long-rows-at-32", action="store_true",
                     help="also measure rows past chunk_rows.CHUNK_VALUES at 32 warps whatever their dtype")
     ap.add_argument("--cpu", action="store_true", help="only compile and report registers and spills")
+    ap.add_argument("--variants", default="hint,none", help="which of hint and none to run")
     opts = ap.parse_args()
     torch = None if opts.cpu else common.require_cuda_torch()
     base = tempfile.mkdtemp()
@@ -53,7 +54,7 @@ def main() -> int:
                 k = getattr(kernel, "kernel", kernel)
                 kargs = args(x, w, b, y)
                 for warps in [int(v) or None for v in opts.warps.split(",")]:
-                    for variant in (["hint", "none"] + ([f"no-{opts.without}"] if opts.without else [])
+                    for variant in (opts.variants.split(",") + ([f"no-{opts.without}"] if opts.without else [])
                                     + (["long32"] if opts.long_rows_at_32 else [])):
                         chunk_rows.LONG_ROW_WARPS = {1: 32, 2: 32, 4: 32} if variant == "long32" else LONG
                         pipeline.occupancy_hint = (lambda fn, num_warps: 0) if variant == "none" else HINT
