@@ -5,7 +5,7 @@ IR, before the pipeline runs; ``inspect()`` shows it).
 
 Kernels with a ``tj.dot`` keep 4: their warp split comes with their tile sizes (the examples and
 their tuners give ``num_warps`` with ``BM``).  Memory-bound kernels get enough warps that their
-largest loaded or stored tile is about 64 bytes per thread, and all they load about 64 values: 4 vector loads of 16 bytes, enough
+largest loaded or stored tile is about 64 bytes per thread (128 for 32-bit elements), and all they load about 64 values: 4 vector loads of 16 bytes, enough
 bytes in flight per thread without the registers that keep fewer CTAs on an SM (bf16 softmax on
 the H200, 2026-12-03: a 1024-column row 0.92x copy at 2 warps, 0.89x at 4, 0.36x at 8; an
 8192-column row 0.86x at 8, 0.66x at 16, 0.78x at 4).  At least 2 warps (one warp left the
@@ -26,6 +26,12 @@ from tilejit.passes.chunk_rows import plan_chunks
 from tilejit.passes.pack_programs import PACK_BYTES, PACK_LOADED
 
 BYTES_PER_THREAD = 64
+# ... and 128 for tiles of 32-bit (or wider) elements: about 32 values per thread either way.
+# H200, 2026-12-04 (warps_probe.py, after remat_indices, ratio to copy): float32 softmax at
+# 16384 columns 0.96x at 16 warps against 0.79x at the 64-byte rule's 32; at 4096 / 8192 the
+# same within 1% (0.97 at 4 or 8 warps, 0.97 / 0.96 at 8 or 16); float32 RMSNorm 4096 / 8192
+# 0.96 / 0.98 either way; bf16 softmax at 8192 0.96x at 8 warps against 0.95x at 4.
+WIDE_BYTES_PER_THREAD = 128
 # ... and at most about 64 loaded values per thread in all: a layernorm's x, weight and bias are
 # each held (in float32) until its store.  H200, 2026-12-04 (benchmarks/warps_probe.py, ratio to
 # copy): bf16 layernorm at 4096 columns 0.63x at 8 warps against 0.59x at the bytes rule's 4,
@@ -34,14 +40,25 @@ VALUES_PER_THREAD = 64
 MIN_WARPS, MAX_WARPS, DOT_WARPS = 2, 32, 4
 
 
-def memory_tile_bytes(fn: ir.Function) -> int:
-    """The bytes of the largest tile ``fn`` loads or stores."""
-    sizes = [0]
+def memory_tiles(fn: ir.Function) -> list:
+    """The tile types ``fn`` loads or stores."""
+    found = []
     for o in fn.walk():
         v = o.result if o.op is TileOp.LOAD else ir.stored_tile(o) if o.op is TileOp.STORE else None
         if v is not None and isinstance(v.type, ir.TileType):
-            sizes.append(v.type.numel * v.type.dtype.itemsize)
-    return max(sizes)
+            found.append(v.type)
+    return found
+
+
+def memory_tile_bytes(fn: ir.Function) -> int:
+    """The bytes of the largest tile ``fn`` loads or stores."""
+    return max([t.numel * t.dtype.itemsize for t in memory_tiles(fn)], default=0)
+
+
+def memory_threads(fn: ir.Function) -> int:
+    """Threads that hold ``fn``'s loaded and stored tiles at the bytes per thread of their width."""
+    return max([-(-t.numel * t.dtype.itemsize // (WIDE_BYTES_PER_THREAD if t.dtype.itemsize >= 4 else
+                                                   BYTES_PER_THREAD)) for t in memory_tiles(fn)], default=0)
 
 
 def loaded_values(fn: ir.Function) -> int:
@@ -67,7 +84,7 @@ def choose_num_warps(fn: ir.Function) -> int:
         return plan.num_warps       # the chunks are cut for these warps
     if small_program(fn):
         return 1                    # packed 8 programs to a CTA (pack_programs)
-    size, values, warps = memory_tile_bytes(fn), loaded_values(fn), MIN_WARPS
-    while warps < MAX_WARPS and (size > warps * 32 * BYTES_PER_THREAD or values > warps * 32 * VALUES_PER_THREAD):
+    threads, values, warps = memory_threads(fn), loaded_values(fn), MIN_WARPS
+    while warps < MAX_WARPS and (threads > warps * 32 or values > warps * 32 * VALUES_PER_THREAD):
         warps *= 2
     return warps

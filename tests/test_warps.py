@@ -17,9 +17,11 @@ def picked(kernel, *args, **consts) -> int:
 
 @pytest.mark.parametrize("cols,dtype,warps", [
     (128, np.float32, 1), (256, tj.bfloat16.np, 1), (256, np.float32, 1),   # up to 1 KiB: 1 warp, packed
-    (512, tj.bfloat16.np, 1), (512, np.float32, 2), (1024, tj.bfloat16.np, 2), (1024, np.float32, 2), (2048, np.float32, 4),
-    (8192, tj.bfloat16.np, 8), (8192, np.float32, 16), (65536, np.float32, 32), (65536, tj.bfloat16.np, 16)])
-def test_a_row_kernel_gets_about_64_bytes_of_its_row_per_thread(cols, dtype, warps, monkeypatch):
+    (512, tj.bfloat16.np, 1), (512, np.float32, 2), (1024, tj.bfloat16.np, 2), (1024, np.float32, 2), (2048, np.float32, 2),
+    (4096, tj.bfloat16.np, 4), (4096, np.float32, 4),         # 64 bytes of 16-bit values per thread, 128 of 32-bit
+    (8192, tj.bfloat16.np, 8), (8192, np.float32, 8), (16384, np.float32, 16), (16384, tj.bfloat16.np, 16),
+    (65536, np.float32, 32), (65536, tj.bfloat16.np, 16)])
+def test_a_row_kernel_gets_about_32_values_of_its_row_per_thread(cols, dtype, warps, monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     x = np.zeros((2, cols), dtype)
     assert picked(softmax_kernel, x, x, BLOCK=cols) == warps
@@ -97,7 +99,7 @@ def softmax_rows(x, y, R: tj.constexpr, BLOCK: tj.constexpr):
     tj.store(y, (row, 0), t / tj.sum(t, axis=1, keepdims=True))
 
 
-@pytest.mark.parametrize("rows_per_program,warps", [(1, 2), (4, 8)])
+@pytest.mark.parametrize("rows_per_program,warps", [(1, 2), (4, 4)])   # 4 KiB, 16 KiB of float32
 def test_several_rows_per_program_get_warps_for_their_tile_and_the_same_result(rows_per_program, warps,
                                                                               monkeypatch):
     """The warp choice follows the tile a program moves, however the rows are spelled."""
