@@ -144,6 +144,11 @@ def erf(x):
     """The error function 2/sqrt(pi) * integral of exp(-t**2) from 0 to x, elementwise on floats
     (``math.erf`` in a kernel means the same); within an ulp of float32 on the GPU."""
 @builtin
+def erfc(x):
+    """``1 - erf(x)`` elementwise without the cancellation where erf is near 1 (``math.erfc`` in a
+    kernel means the same): float32 and narrower results, within 2.3 ulp of float32 down to its
+    subnormals (a Chebyshev fit evaluated in float64; float64 inputs are not supported yet)."""
+@builtin
 def log1p(x):
     """``log(1 + x)`` elementwise, accurate for tiny ``x`` (Kahan's form from ``log``; float32 math;
     ``math.log1p`` in a kernel means the same)."""

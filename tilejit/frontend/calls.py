@@ -30,7 +30,7 @@ _HOST_HELPERS = (language.cdiv, language.next_power_of_2)
 _TILE_METHODS = {"to", "reshape", "trans", "permute", "sum", "max", "min", "argmax", "argmin", "broadcast_to",
                  "expand_dims", "astype"}
 _MATH_UNARY = {math.exp: "exp", math.log: "log", math.log2: "log2", math.sqrt: "sqrt",
-               math.sin: "sin", math.cos: "cos", math.tanh: "tanh", math.erf: "erf",
+               math.sin: "sin", math.cos: "cos", math.tanh: "tanh", math.erf: "erf", math.erfc: "erfc",
                math.fabs: "abs", math.log1p: "log1p", math.expm1: "expm1", math.sinh: "sinh",
                math.cosh: "cosh", math.atan: "atan", math.asin: "asin", math.acos: "acos",
                math.atan2: "atan2", math.pow: "pow"}
