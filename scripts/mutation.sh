@@ -26,6 +26,7 @@ declare -A TESTS=(
   [tilejit/frontend/control.py]="tests/test_control_folding.py tests/test_errors.py tests/test_frontend_folding.py tests/test_frontend.py tests/test_audit_gaps.py tests/test_none_args.py tests/test_static_debug.py"
   [passes/persist_programs.py]="tests/test_persist_programs.py"
   [tilejit/frontend/mathlib.py]="tests/test_mathlib.py tests/test_float64_math.py"
+  [passes/remat_indices.py]="tests/test_remat_indices.py tests/test_pack_programs.py"
   [tilejit/fingerprint.py]="tests/test_fingerprint.py tests/test_kernel_cache.py tests/test_stale_kernels.py tests/test_cache.py"
 )
 modules=("$@")
