@@ -64,10 +64,26 @@ def remat_indices(fn: ir.Function) -> ir.Function:
 
     reads: dict = {}
 
-    def _reads_thread(v) -> bool:              # does v depend on THREAD_ID at all (through anything)?
-        if v not in reads:
-            o = defs.get(v)
-            reads[v] = o is not None and (o.op is SimtOp.THREAD_ID or any(_reads_thread(x) for x in o.operands))
+    def _reads_thread(v) -> bool:
+        """Does ``v`` depend on THREAD_ID at all (through any op)?  Iterative: a store's mask may
+        hang off a long chain of float math."""
+        stack = [v]
+        while stack:
+            x = stack[-1]
+            if x in reads:
+                stack.pop()
+                continue
+            o = defs.get(x)
+            if o is None or o.op is SimtOp.THREAD_ID:
+                reads[x] = o is not None
+                stack.pop()
+                continue
+            todo = [y for y in o.operands if y not in reads]
+            if todo:
+                stack += todo
+                continue
+            reads[x] = any(reads[y] for y in o.operands)
+            stack.pop()
         return reads[v]
 
     def rewrite(block: ir.Block) -> None:

@@ -114,3 +114,28 @@ def test_packed_programs_keep_the_stores_own_thread_id_read(monkeypatch):
         fn = pipeline.compile_to_simt(tile, 1, pack=True)
         registers[on] = assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a").registers
     assert registers[True] < registers[False], registers
+
+
+def test_a_store_mask_at_the_end_of_a_long_chain_of_math_is_fine():
+    """A mask that ANDs a thread-derived bound with a test on data at the end of thousands of ops
+    is left shared (not cheap to clone), and finding that out does not recurse through the chain."""
+    lines = ["func @f() {", "  %0 = param {axis=0} : ptr<float32>", "  %1 = thread_id : int32",
+             "  %2 = splat %1 : <4xint32>", "  %3 = constant {values=(True, True, True, True)} : <4xbool>",
+             "  %4 = load_global %0, %2, %3 {vec=1, other=0} : <4xfloat32>"]
+    last = 4
+    for i in range(5, 3005):
+        lines.append(f"  %{i} = elementwise %{last}, %{last} {{op=add}} : <4xfloat32>")
+        last = i
+    lines += [f"  %3005 = constant {{values=(0.0, 0.0, 0.0, 0.0)}} : <4xfloat32>",
+              f"  %3006 = elementwise %{last}, %3005 {{op=gt}} : <4xbool>",
+              "  %3008 = constant {values=(100, 100, 100, 100)} : <4xint32>",
+              "  %3009 = elementwise %2, %3008 {op=lt} : <4xbool>",         # thread-derived: cheap
+              "  %3007 = elementwise %3006, %3009 {op=and} : <4xbool>",     # but not with the data
+              "  store_global %0, %2, %4, %3007 {vec=1, other=0}", "}"]
+    fn = remat.remat_indices(simt.parse_function("\n".join(lines)))
+    store = fn.body.ops[-1]
+    assert store.operands[1] is not fn.body.ops[2].result             # the offsets are cloned
+    mask = next(o for o in fn.walk() if store.operands[3] in o.results)
+    assert mask.attrs.op is ir.TileOp.AND and mask.operands[0].type.dtype.is_bool
+    assert sum(o.op is SimtOp.ELEMENTWISE and o.attrs.op is ir.TileOp.AND for o in fn.walk()) == 1   # kept, not cloned
+    simt.verify(fn)
