@@ -139,3 +139,54 @@ def test_a_store_mask_at_the_end_of_a_long_chain_of_math_is_fine():
     assert mask.attrs.op is ir.TileOp.AND and mask.operands[0].type.dtype.is_bool
     assert sum(o.op is SimtOp.ELEMENTWISE and o.attrs.op is ir.TileOp.AND for o in fn.walk()) == 1   # kept, not cloned
     simt.verify(fn)
+
+
+@pytest.mark.parametrize("cols,warps,dtype,pack,fresh", [
+    (8192, 8, "float32", False, 0),     # three row loads of 32 registers: crowded, left alone
+    (2048, 4, "float32", False, 0),     # three of 16: crowded
+    (128, 1, "bfloat16", True, 1),      # three of 8: short rows, the store reads the thread id again
+])
+def test_layernorm_is_left_alone_only_when_its_three_rows_fill_the_registers(cols, warps, dtype, pack, fresh):
+    import ml_dtypes
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float32
+    x, w = np.zeros((4, cols), dt), np.zeros(cols, dt)
+    k = layernorm.layernorm_kernel
+    specs, consts, _ = k.specialise(k.bind((x, w, w, x, 1e-5), {"BLOCK": cols}))
+    fn = pipeline.compile_to_simt(k.tile_ir(specs, consts), warps, pack=pack, persist=False)
+    assert sum(o.op is SimtOp.THREAD_ID and o.attrs == simt.VolatileAttrs(True) for o in fn.walk()) == fresh
+
+
+SCATTER = """func @f() {
+  %0 = param {axis=0} : ptr<int32>
+  %1 = param {axis=1} : int32
+  %2 = thread_id : int32
+  %3 = splat %2 : <4xint32>
+  %4 = constant {values=(0, 1, 2, 3)} : <4xint32>
+  %5 = elementwise %3, %4 {op=add} : <4xint32>
+  %6 = splat %1 : <4xint32>
+  %7 = elementwise %5, %6 {op=lt} : <4xbool>
+  %8 = load_global %0, %5, %7 {vec=1, other=0} : <4xint32>
+  %9 = elementwise %5 {op=cast} : <4xfloat32>
+  %10 = constant {values=(3.5, 3.5, 3.5, 3.5)} : <4xfloat32>
+  %11 = elementwise %9, %10 {op=lt} : <4xbool>
+  store_global %0, %8, %5, %7 {vec=1, other=0}
+  store_global %0, %5, %8, %11 {vec=1, other=0}
+}"""
+
+
+def test_only_cheap_integer_index_math_is_cloned():
+    """A scatter's offsets come from a load (kept, never loaded twice) while its thread-derived
+    mask is cloned; a mask through float math (a cast and a float compare) is kept as it is."""
+    fn = remat.remat_indices(simt.parse_function(SCATTER))
+    ops = fn.body.ops
+    load = next(o for o in ops if o.op is SimtOp.LOAD_GLOBAL)
+    scatter, second = [o for o in ops if o.op is SimtOp.STORE_GLOBAL]
+    assert sum(o.op is SimtOp.LOAD_GLOBAL for o in ops) == 1
+    assert scatter.operands[1] is load.result and scatter.operands[3] is not load.operands[2]
+    clone = next(o for o in ops if scatter.operands[3] in o.results)
+    assert clone.attrs.op is ir.TileOp.LT and ops.index(clone) > ops.index(load)
+    assert sum(o.op is SimtOp.ELEMENTWISE and o.attrs.op is ir.TileOp.CAST for o in ops) == 1
+    cast_lt = [o for o in ops if o.op is SimtOp.ELEMENTWISE and o.attrs.op is ir.TileOp.LT
+               and o.operands[0].type.dtype.is_float]
+    assert len(cast_lt) == 1 and second.operands[3] is cast_lt[0].result
+    simt.verify(fn)
