@@ -111,3 +111,37 @@ def test_float64_erf_within_3_ulp_of_math_erf(backend, monkeypatch):
     assert (np.abs(y[fin] - ref[fin]) / np.spacing(np.abs(ref[fin]))).max() <= 3
     np.testing.assert_array_equal(y[:5], ref[:5])
     assert np.signbit(y[1]) and y[9] == ref[9]
+
+
+@tj.kernel
+def fma64_kernel(a, b, c, y):
+    tj.store(y, (0,), tj.fma(tj.load(a, (0,), (64,)), tj.load(b, (0,), (64,)), tj.load(c, (0,), (64,))))
+
+
+def exact_fma(a, b, c):
+    from fractions import Fraction
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_float64_fma_rounds_once(backend, monkeypatch):
+    """float64 ``tj.fma``: DFMA on the GPU; on the CPU backends ``math.fma`` (3.13) or exact
+    rationals.  a * b + c in floats rounds twice and differs on the first rows."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(9)
+    a, b, c = (rng.standard_normal(64) * 10.0 ** rng.uniform(-20, 20, 64) for _ in range(3))
+    e = 2.0 ** -30
+    rows = [(1 + e, 1 - e, -1.0), (1 + 2 ** -52, 1 + 2 ** -52, -1.0), (1e308, 1.9, -1e308),   # a * b overflows
+            (0.0, -1.0, 0.0), (-0.0, 1.0, -0.0), (1.0, 1.0, -1.0), (np.inf, 0.0, 1.0), (np.nan, 1.0, 1.0),
+            (np.inf, 1.0, -np.inf), (3.0, 1e-310, 1e-320)]
+    for i, row in enumerate(rows):
+        a[i], b[i], c[i] = row
+    y = np.zeros(64)
+    fma64_kernel[(1,)](a, b, c, y)
+    finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+    with np.errstate(all="ignore"):
+        want = np.array([exact_fma(*v) if f else v[0] * v[1] + v[2] for v, f in zip(zip(a, b, c), finite)])
+        assert np.isinf(a[2] * b[2]) and a[0] * b[0] + c[0] == 0.0
+    np.testing.assert_array_equal(y, want)
+    assert y[0] == -2.0 ** -60                                         # rounded once, not twice
+    assert y[2] == exact_fma(1e308, 1.9, -1e308) and np.signbit(y[4]) and not np.signbit(y[3]) and not np.signbit(y[5])

@@ -34,6 +34,34 @@ def _to(x, dt: np.dtype):
     return np.asarray(x).astype(dt)[()]
 
 
+def _fma1(a: float, b: float, c: float) -> float:
+    """a * b + c rounded once (IEEE fma, round to nearest even): exactly in rationals when all
+    three are finite, the zeros' signs as IEEE gives them; NaN and infinities as a * b + c."""
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        return a * b + c
+    from fractions import Fraction
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    if exact == 0:              # +0 but for (±0 * y) + ±0, whose sign is the float sum's
+        return a * b + c if (a == 0 or b == 0) and c == 0 else 0.0
+    try:
+        return float(exact)     # correctly rounded
+    except OverflowError:
+        return math.copysign(math.inf, exact)
+
+
+_fma_ufunc = np.frompyfunc(getattr(math, "fma", _fma1), 3, 1)
+
+
+def fma64(a, b, c):
+    """float64 fused multiply-add of arrays or scalars (``math.fma`` on Python 3.13, else exact
+    rational arithmetic): one Python call per element, as befits the CPU backends' debugging role."""
+    try:
+        r = _fma_ufunc(a, b, c)
+    except (ValueError, OverflowError):         # math.fma raises where IEEE gives NaN or inf
+        r = np.frompyfunc(_fma1, 3, 1)(a, b, c)
+    return np.asarray(r, dtype=F64)[()] if np.ndim(r) == 0 else np.asarray(r, dtype=F64)
+
+
 def _compute_dtype(dt: DType) -> np.dtype:
     """Where math in ``dt`` happens: narrow floats are widened to float32."""
     return F32 if dt.is_float and dt.bits < 32 else dt.np
@@ -97,6 +125,8 @@ def elementwise_fn(op: Op, result: DType, operands: list[DType]):
         return lambda a: _to(test(_to(a, ct)), out)
     ct = _compute_dtype(result)
     if op is Op.FMA:
+        if result == dtypes.float64:
+            return lambda a, b, c: _to(fma64(_to(a, F64), _to(b, F64), _to(c, F64)), out)
         wide = F64 if result.is_float else ct
         return lambda a, b, c: _to(_to(a, wide) * _to(b, wide) + _to(c, wide), out)
     if op in _FLOAT_UNARY:

@@ -70,6 +70,8 @@ def _double_op(ctx: Ctx, op: TileOp, args: list) -> ir.Value:
         return getattr(b, _DOUBLE[op])(*args)
     if op == TileOp.NEG:
         return b.fneg(args[0])
+    if op == TileOp.FMA:
+        return ctx.call("llvm.fma.f64", F64, args)
     if op in _DOUBLE_CALLS:
         return ctx.call(_DOUBLE_CALLS[op], F64, args)
     raise ctx.error(f"{op.name.lower()} is not supported for float64")

@@ -248,7 +248,7 @@ _FLOAT64_UNARY = {"sqrt", "floor", "ceil", "trunc", "round"}
 
 def _no_float64(b: Builder, what: str):
     fail(b, f"{what} is not supported for float64 tiles yet (float64 has + - * /, comparisons, "
-            f"sqrt, exp, exp2, log, log2, log1p, expm1, sinh, cosh, tanh, sigmoid, abs, "
+            f"fma, sqrt, exp, exp2, log, log2, log1p, expm1, sinh, cosh, tanh, sigmoid, erf, abs, "
             f"floor/ceil/trunc/round, maximum/minimum, reductions and casts); "
             f"compute it in float32 with .to(tj.float32)")
 
@@ -285,8 +285,6 @@ def fma(b: Builder, x, y, z) -> Value:
         _check_operand(b, v, "fma")
     shape = _broadcast(b, shape_of(x), shape_of(y), shape_of(z))
     dt = result_dtype(b, [x, y, z])
-    if dt == dtypes.float64:
-        _no_float64(b, "tj.fma")
     args = [convert(b, v, dt, shape) for v in (x, y, z)]
     return b.create(TileOp.FMA, args, [TileType(shape, dt)]).result
 
