@@ -169,7 +169,7 @@ SCATTER = """func @f() {
   %9 = elementwise %5 {op=cast} : <4xfloat32>
   %10 = constant {values=(3.5, 3.5, 3.5, 3.5)} : <4xfloat32>
   %11 = elementwise %9, %10 {op=lt} : <4xbool>
-  store_global %0, %8, %5, %7 {vec=1, other=0}
+  store_global %0, %8, %8, %7 {vec=1, other=0}
   store_global %0, %5, %8, %11 {vec=1, other=0}
 }"""
 
@@ -190,3 +190,16 @@ def test_only_cheap_integer_index_math_is_cloned():
                and o.operands[0].type.dtype.is_float]
     assert len(cast_lt) == 1 and second.operands[3] is cast_lt[0].result
     simt.verify(fn)
+
+
+def test_four_row_loads_in_registers_are_crowded_too():
+    n = remat.ROW_REGISTERS
+    lines = ["func @f() {", "  %0 = param {axis=0} : ptr<float32>", "  %1 = thread_id : int32",
+             f"  %2 = splat %1 : <{n}xint32>", f"  %3 = constant {{values=({', '.join(['True'] * n)})}} : <{n}xbool>"]
+    for i in range(4):
+        lines.append(f"  %{4 + i} = load_global %0, %2, %3 {{vec=1, other=0}} : <{n}xfloat32>")
+    lines += [f"  store_global %0, %2, %7, %3 {{vec=1, other=0}}", "}"]
+    text = "\n".join(lines)
+    assert ir.print_function(remat.remat_indices(simt.parse_function(text))) == ir.print_function(simt.parse_function(text))
+    two = "\n".join(l for l in lines if "%5 =" not in l and "%6 =" not in l)      # two loads: cloned
+    assert sum(o.op is SimtOp.THREAD_ID for o in remat.remat_indices(simt.parse_function(two)).walk()) == 2
