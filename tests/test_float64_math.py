@@ -145,3 +145,37 @@ def test_float64_fma_rounds_once(backend, monkeypatch):
     np.testing.assert_array_equal(y, want)
     assert y[0] == -2.0 ** -60                                         # rounded once, not twice
     assert y[2] == exact_fma(1e308, 1.9, -1e308) and np.signbit(y[4]) and not np.signbit(y[3]) and not np.signbit(y[5])
+
+
+@tj.kernel
+def powers64(x, p0, p1, p2, pm1, ph):
+    t = tj.load(x, (0,), (64,))
+    tj.store(p0, (0,), t ** 0)
+    tj.store(p1, (0,), t ** 1)
+    tj.store(p2, (0,), t ** 2.0)
+    tj.store(pm1, (0,), t ** -1)
+    tj.store(ph, (0,), t ** 0.5)
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_float64_constant_powers_are_numpys(backend, monkeypatch):
+    """``x ** 0 / 1 / 2 / -1 / 0.5`` on float64 tiles: one rounding each, bit for bit NumPy's
+    ``np.power`` (whose fast paths give -0 and NaN for -0 and -inf under 0.5); other exponents are
+    refused, naming these."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(10)
+    x = rng.choice([-1, 1], 64) * 10.0 ** rng.uniform(-200, 200, 64)
+    x[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-320, -4.0, 1e200]
+    outs = [np.full(64, -7.0) for _ in range(5)]
+    powers64[(1,)](x, *outs)
+    with np.errstate(all="ignore"):
+        for got, y in zip(outs, (0, 1, 2.0, -1, 0.5)):
+            np.testing.assert_array_equal(got, np.power(x, y))
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(np.power(x, y)))
+
+
+def test_other_float64_powers_name_the_supported_ones():
+    from conftest import body_error
+    from tilejit.specs import ArraySpec
+    body_error("tj.store(y, (0,), t ** 3.0)", r"operator \*\* is not supported for float64 tiles yet but for the constant exponents 0, 1, 2, -1, 0.5",
+               [ArraySpec(tj.float64, 1)] * 2, {"B": 16}, head="    t = tj.load(x, (0,), (B,))\n")

@@ -188,12 +188,37 @@ def binary(b: Builder, op: str, x, y) -> Value:
                 "use a float base, e.g. x.to(tj.float32) ** " + str(y))
     if op == "/":
         dt = dtypes.float_result(dt)
-    if dt == dtypes.float64 and op in ("**", "//", "%"):
+    if dt == dtypes.float64 and op == "**" and isinstance(y, (int, float)) and not isinstance(y, bool) \
+            and y in FLOAT64_POWERS:
+        return _float64_power(b, convert(b, x, dt, shape), y)
+    if dt == dtypes.float64 and op == "**":
+        fail(b, "operator ** is not supported for float64 tiles yet but for the constant exponents "
+                f"{', '.join(map(str, FLOAT64_POWERS))} (x * x, 1 / x, sqrt, as NumPy computes them); "
+                "compute it in float32 with .to(tj.float32)")
+    if dt == dtypes.float64 and op in ("//", "%"):
         _no_float64(b, f"operator {op}")
     xv, yv = convert(b, x, dt, shape), convert(b, y, dt, shape)
     if op in COMPARE:
         return b.create(COMPARE[op], [xv, yv], [TileType(shape, dtypes.bool_)]).result
     return b.create(BINARY[op], [xv, yv], [TileType(shape, dt)]).result
+
+
+# constant exponents float64 ``**`` has (NumPy's exact fast paths for them)
+FLOAT64_POWERS = (0, 1, 2, -1, 0.5)
+
+
+def _float64_power(b: Builder, x: Value, y) -> Value:
+    """``x ** y`` for a constant ``y`` in FLOAT64_POWERS as NumPy's ``power`` computes it (its fast
+    paths): x * x, 1 / x and sqrt (-0 for -0, NaN for -inf), each rounded once; 1 and x."""
+    if y == 0:
+        return convert(b, 1.0, dtypes.float64, x.type.shape)       # 1 for NaN too, as pow gives
+    if y == 1:
+        return x
+    if y == 2:
+        return binary(b, "*", x, x)
+    if y == -1:
+        return binary(b, "/", 1.0, x)
+    return unary(b, "sqrt", x)                                      # NumPy's power(x, 0.5) is sqrt
 
 
 def to_bool(b: Builder, x) -> Value:
