@@ -1,5 +1,5 @@
-"""Recompute a global store's per-element indices and mask next to it, from a fresh read of the
-thread id.  Lowering computes a tile's column indices once (``tid``-derived integers: one
+"""Recompute a global store's (or atomic's) per-element indices and mask next to it, from a fresh
+read of the thread id.  Lowering computes a tile's column indices once (``tid``-derived integers: one
 register per element) and a row kernel's load and store use the same ones, so LLVM keeps them
 in registers from the first load to the last store, across every reduction in between: 16 of a
 softmax's 55 registers at 8192 bf16 columns and 16 warps.  Cloning the store's index slice
@@ -29,6 +29,8 @@ CHEAP_EW = frozenset({TileOp.ADD, TileOp.SUB, TileOp.MUL, TileOp.AND, TileOp.OR,
                       TileOp.SHR, TileOp.LT, TileOp.LE, TileOp.GT, TileOp.GE, TileOp.EQ, TileOp.NE,
                       TileOp.MINIMUM, TileOp.MAXIMUM, TileOp.WHERE, TileOp.CAST, TileOp.NEG, TileOp.INVERT})
 CHEAP = (SimtOp.SPLAT, SimtOp.GATHER, SimtOp.CONSTANT)
+# the writes whose (ptr, offsets, value, mask[, cmp]) get their offsets and mask recomputed
+WRITES = (SimtOp.STORE_GLOBAL, SimtOp.ATOMIC_GLOBAL)
 # The switch (benchmarks/switch_probe.py): False leaves every kernel as lowering made it.
 REMAT = True
 # Row loads (at least ROW_REGISTERS registers each) held in registers past which a kernel is left alone
@@ -91,7 +93,7 @@ def remat_indices(fn: ir.Function) -> ir.Function:
         for o in block.ops:
             for r in o.regions:
                 rewrite(r)
-            if o.op is SimtOp.STORE_GLOBAL and any(of_thread(x) for x in (o.operands[1], o.operands[3])):
+            if o.op in WRITES and any(of_thread(x) for x in (o.operands[1], o.operands[3])):
                 fresh: dict = {}
                 tid = ir.Operation(SimtOp.THREAD_ID, [], [simt.RegType(dtypes.int32, 1)], simt.VolatileAttrs(True), loc=o.loc)
                 out.append(tid)
@@ -108,7 +110,8 @@ def remat_indices(fn: ir.Function) -> ir.Function:
                             out.append(new)
                             fresh[v] = new.result
                     return fresh[v]
-                o.operands = [o.operands[0], clone(o.operands[1]), o.operands[2], clone(o.operands[3])]
+                o.operands = [o.operands[0], clone(o.operands[1]), o.operands[2], clone(o.operands[3]),
+                              *o.operands[4:]]
             out.append(o)
         block.ops = out
 

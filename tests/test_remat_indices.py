@@ -203,3 +203,16 @@ def test_four_row_loads_in_registers_are_crowded_too():
     assert ir.print_function(remat.remat_indices(simt.parse_function(text))) == ir.print_function(simt.parse_function(text))
     two = "\n".join(l for l in lines if "%5 =" not in l and "%6 =" not in l)      # two loads: cloned
     assert sum(o.op is SimtOp.THREAD_ID for o in remat.remat_indices(simt.parse_function(two)).walk()) == 2
+
+
+def test_an_atomics_offsets_and_mask_are_recomputed_too():
+    text = KERNEL.replace("  store_global %0, %5, %9, %7 {vec=4, other=0}",
+                          "  %10 = atomic_global %0, %5, %9, %7 {kind=add, sem=relaxed, scope=gpu, masked=False} : <4xfloat32>")
+    fn = simt.parse_function(text)
+    atomic = fn.body.ops[-1]
+    assert atomic.op is SimtOp.ATOMIC_GLOBAL
+    offsets, mask = atomic.operands[1], atomic.operands[3]
+    fn = remat.remat_indices(fn)
+    assert atomic.operands[1] is not offsets and atomic.operands[3] is not mask and len(atomic.operands) == 4
+    assert sum(o.op is SimtOp.THREAD_ID for o in fn.walk()) == 2
+    simt.verify(fn)
