@@ -334,6 +334,7 @@ def test_dot_defaults_and_operand_checks():
     for dt in (dtypes.int16, dtypes.int32, dtypes.bool_):
         fails("operands are not supported", semantics.dot, tile((16, 8), dt), tile((8, 16), dt))
     assert semantics.dot(builder(), tile((16, 8), dtypes.int8), tile((8, 16), dtypes.int8)).type.dtype == dtypes.int32
+    assert semantics.dot(builder(), tile((16, 8), dtypes.float64), tile((8, 16), dtypes.float64)).type.dtype == dtypes.float64
 
 
 def test_load_offsets_shapes_and_other():

@@ -312,9 +312,11 @@ def histogram(x, bins):
     most 65,536 of them: count larger inputs chunk by chunk, or with ``tj.atomic_add``."""
 @builtin
 def dot(a, b, acc=None, allow_tf32=False):
-    """``a @ b (+ acc)`` for 2-D tiles (M, K) @ (K, N), accumulated in float32 (int32 for int8):
-    tensor cores (wgmma on sm_90a, mma.sync on sm_80) for float16/bfloat16/float8/int8 and
-    tf32 when ``allow_tf32``, FMAs otherwise.  ``acc`` is the (M, N) accumulator."""
+    """``a @ b (+ acc)`` for 2-D tiles (M, K) @ (K, N), accumulated in float32 (int32 for int8,
+    float64 for float64): tensor cores (wgmma on sm_90a, mma.sync on sm_80) for
+    float16/bfloat16/float8/int8 and tf32 when ``allow_tf32``, FMAs otherwise (float64 among
+    them: fused multiply-adds in float64, not yet the DMMA tensor cores).  ``acc`` is the (M, N)
+    accumulator."""
 @builtin
 def dot_scaled(a, a_scale, b, b_scale, acc=None):
     """``acc + (a @ b) * a_scale * b_scale`` in float32, for one K block of block-scaled

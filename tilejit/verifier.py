@@ -230,7 +230,8 @@ def _dot(op):
     _need(len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == b.shape[0], op, "(M,K) @ (K,N)")
     _need(a.dtype == b.dtype, op, "operand dtypes differ")
     _need(acc == op.result.type == TileType((a.shape[0], b.shape[1]), acc.dtype), op, "acc type")
-    _need(acc.dtype in (dtypes.float32, dtypes.int32), op, "accumulator must be float32 or int32")
+    _need(acc.dtype in (dtypes.float32, dtypes.int32) or a.dtype == acc.dtype == dtypes.float64, op,
+          "accumulator must be float32 or int32 (float64 for float64 operands)")
 
 
 def _region_yield(op, region: Block, types: list, lead: int = 0) -> None:

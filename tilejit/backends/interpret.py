@@ -165,6 +165,8 @@ def _dot_fn(a_dt: DType, result: DType, allow_tf32: bool):
     out = result.np
     if not result.is_float:     # int8 x int8 -> int32: exact products, wrapping accumulation
         return lambda a, b, acc: _to(np.matmul(_to(a, I64), _to(b, I64)) + acc, out)
+    if a_dt == dtypes.float64:      # float64 products summed in float64 (the GPU's order is its own)
+        return lambda a, b, acc: _to(np.matmul(_to(a, F64), _to(b, F64)) + _to(acc, F64), out)
     tf32 = allow_tf32 and a_dt == dtypes.float32
 
     def dot(a, b, acc):

@@ -547,10 +547,12 @@ def dot(b: Builder, a, bm, acc=None, allow_tf32=False) -> Value:
         fail(b, f"dot: operand dtypes differ ({da} and {db}); cast one of them")
     if da.is_int and da.bits == 8:
         acc_dt = dtypes.int32
-    elif da.is_float and da != dtypes.float64:
+    elif da == dtypes.float64:
+        acc_dt = dtypes.float64
+    elif da.is_float:
         acc_dt = dtypes.float32
     else:
-        fail(b, f"dot: {da} operands are not supported (use float16, bfloat16, float32 or int8)")
+        fail(b, f"dot: {da} operands are not supported (use float16, bfloat16, float32, float64 or int8)")
     if not isinstance(allow_tf32, bool):
         fail(b, "dot: allow_tf32 must be a compile-time bool")
     out = TileType((m, n), acc_dt)
