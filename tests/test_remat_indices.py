@@ -216,3 +216,21 @@ def test_an_atomics_offsets_and_mask_are_recomputed_too():
     assert atomic.operands[1] is not offsets and atomic.operands[3] is not mask and len(atomic.operands) == 4
     assert sum(o.op is SimtOp.THREAD_ID for o in fn.walk()) == 2
     simt.verify(fn)
+
+
+def test_a_softmax_spelled_with_several_rows_per_program_gets_it_too(monkeypatch):
+    """Spelling-independence: two rows per program (a (2, BLOCK) tile) reach the same rewrite and
+    keep fewer registers, as the one-row example does."""
+    import ml_dtypes
+    from test_warps import softmax_rows
+    x = np.zeros((8, 4096), ml_dtypes.bfloat16)
+    specs, consts, _ = softmax_rows.specialise(softmax_rows.bind((x, x), {"R": 2, "BLOCK": 4096}))
+    tile = softmax_rows.tile_ir(specs, consts)
+    registers = {}
+    for on in (False, True):
+        monkeypatch.setattr(remat, "REMAT", on)
+        fn = pipeline.compile_to_simt(tile, 8, persist=False)
+        fresh = [o for o in fn.walk() if o.op is SimtOp.THREAD_ID and o.attrs == simt.VolatileAttrs(True)]
+        assert len(fresh) == on
+        registers[on] = assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a").registers
+    assert registers[True] < registers[False], registers
