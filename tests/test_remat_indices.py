@@ -14,16 +14,27 @@ from tilejit.simt import SimtOp
 from conftest import assemble_or_skip
 from examples import layernorm, softmax
 
-KERNEL = """func @f() {
-  %0 = param {axis=0} : ptr<float32>
-  %1 = param {axis=1} : int32
+
+def tile_ir(kernel, args, consts):
+    specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
+    return kernel.tile_ir(specs, consts)
+
+def indexed(dtype: str) -> str:
+    """A function head: ``%5`` = thread id + 0..3 (4 registers), ``%7`` = ``%5 < param 1``, ``%0``
+    a pointer to ``dtype``."""
+    return f"""func @f() {{
+  %0 = param {{axis=0}} : ptr<{dtype}>
+  %1 = param {{axis=1}} : int32
   %2 = thread_id : int32
   %3 = splat %2 : <4xint32>
-  %4 = constant {values=(0, 1, 2, 3)} : <4xint32>
-  %5 = elementwise %3, %4 {op=add} : <4xint32>
+  %4 = constant {{values=(0, 1, 2, 3)}} : <4xint32>
+  %5 = elementwise %3, %4 {{op=add}} : <4xint32>
   %6 = splat %1 : <4xint32>
-  %7 = elementwise %5, %6 {op=lt} : <4xbool>
-  %8 = load_global %0, %5, %7 {vec=4, other=0} : <4xfloat32>
+  %7 = elementwise %5, %6 {{op=lt}} : <4xbool>
+"""
+
+
+KERNEL = indexed("float32") + """  %8 = load_global %0, %5, %7 {vec=4, other=0} : <4xfloat32>
   %9 = elementwise %8, %8 {op=mul} : <4xfloat32>
   store_global %0, %5, %9, %7 {vec=4, other=0}
 }"""
@@ -51,9 +62,8 @@ def test_stores_that_need_no_thread_id_and_crowded_kernels_are_left_alone():
     assert ir.print_function(remat.remat_indices(simt.parse_function(plain))) == \
         ir.print_function(simt.parse_function(plain))
     x, w = np.zeros((4, 8192), np.float32), np.zeros(8192, np.float32)
-    specs, consts, _ = layernorm.layernorm_kernel.specialise(
-        layernorm.layernorm_kernel.bind((x, w, w, x, 1e-5), {"BLOCK": 8192}))
-    fn = pipeline.compile_to_simt(layernorm.layernorm_kernel.tile_ir(specs, consts), 16, persist=False)
+    fn = pipeline.compile_to_simt(tile_ir(layernorm.layernorm_kernel, (x, w, w, x, 1e-5), {"BLOCK": 8192}), 16,
+                                  persist=False)
     assert sum(o.op is SimtOp.THREAD_ID for o in fn.walk()) == 1        # x, weight and bias in registers
 
 
@@ -62,8 +72,7 @@ def test_the_values_do_not_change_on_the_emulator(persist, monkeypatch):
     from tilejit import backends
     from tilejit.backends import emulate
     x = np.random.default_rng(1).standard_normal((6, 1000)).astype(np.float32)
-    specs, consts, _ = softmax.softmax_kernel.specialise(softmax.softmax_kernel.bind((x, x), {"BLOCK": 1024}))
-    tile = softmax.softmax_kernel.tile_ir(specs, consts)
+    tile = tile_ir(softmax.softmax_kernel, (x, x), {"BLOCK": 1024})
     got, reads = {}, {}
     for on in (False, True):
         monkeypatch.setattr(remat, "REMAT", on)
@@ -85,8 +94,7 @@ def test_the_values_do_not_change_on_the_emulator(persist, monkeypatch):
 def test_softmax_keeps_fewer_registers(monkeypatch):
     import ml_dtypes
     x = np.zeros((4, 8192), ml_dtypes.bfloat16)
-    specs, consts, _ = softmax.softmax_kernel.specialise(softmax.softmax_kernel.bind((x, x), {"BLOCK": 8192}))
-    tile = softmax.softmax_kernel.tile_ir(specs, consts)
+    tile = tile_ir(softmax.softmax_kernel, (x, x), {"BLOCK": 8192})
     registers = {}
     for on in (False, True):
         monkeypatch.setattr(remat, "REMAT", on)
@@ -100,8 +108,7 @@ def test_packed_programs_keep_the_stores_own_thread_id_read(monkeypatch):
     stays a read of its own (masked to the program's lanes), or LLVM would merge it with the first."""
     import ml_dtypes
     x = np.zeros((64, 512), ml_dtypes.bfloat16)
-    specs, consts, _ = softmax.softmax_kernel.specialise(softmax.softmax_kernel.bind((x, x), {"BLOCK": 512}))
-    tile = softmax.softmax_kernel.tile_ir(specs, consts)
+    tile = tile_ir(softmax.softmax_kernel, (x, x), {"BLOCK": 512})
     fn = pipeline.compile_to_simt(tile, 1, pack=True)
     assert fn.meta.programs_per_cta > 1
     fresh = [o for o in fn.walk() if o.op is SimtOp.THREAD_ID and o.attrs == simt.VolatileAttrs(True)]
@@ -150,22 +157,12 @@ def test_layernorm_is_left_alone_only_when_its_three_rows_fill_the_registers(col
     import ml_dtypes
     dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float32
     x, w = np.zeros((4, cols), dt), np.zeros(cols, dt)
-    k = layernorm.layernorm_kernel
-    specs, consts, _ = k.specialise(k.bind((x, w, w, x, 1e-5), {"BLOCK": cols}))
-    fn = pipeline.compile_to_simt(k.tile_ir(specs, consts), warps, pack=pack, persist=False)
+    fn = pipeline.compile_to_simt(tile_ir(layernorm.layernorm_kernel, (x, w, w, x, 1e-5), {"BLOCK": cols}), warps,
+                                  pack=pack, persist=False)
     assert sum(o.op is SimtOp.THREAD_ID and o.attrs == simt.VolatileAttrs(True) for o in fn.walk()) == fresh
 
 
-SCATTER = """func @f() {
-  %0 = param {axis=0} : ptr<int32>
-  %1 = param {axis=1} : int32
-  %2 = thread_id : int32
-  %3 = splat %2 : <4xint32>
-  %4 = constant {values=(0, 1, 2, 3)} : <4xint32>
-  %5 = elementwise %3, %4 {op=add} : <4xint32>
-  %6 = splat %1 : <4xint32>
-  %7 = elementwise %5, %6 {op=lt} : <4xbool>
-  %8 = load_global %0, %5, %7 {vec=1, other=0} : <4xint32>
+SCATTER = indexed("int32") + """  %8 = load_global %0, %5, %7 {vec=1, other=0} : <4xint32>
   %9 = elementwise %5 {op=cast} : <4xfloat32>
   %10 = constant {values=(3.5, 3.5, 3.5, 3.5)} : <4xfloat32>
   %11 = elementwise %9, %10 {op=lt} : <4xbool>
@@ -224,8 +221,7 @@ def test_a_softmax_spelled_with_several_rows_per_program_gets_it_too(monkeypatch
     import ml_dtypes
     from test_warps import softmax_rows
     x = np.zeros((8, 4096), ml_dtypes.bfloat16)
-    specs, consts, _ = softmax_rows.specialise(softmax_rows.bind((x, x), {"R": 2, "BLOCK": 4096}))
-    tile = softmax_rows.tile_ir(specs, consts)
+    tile = tile_ir(softmax_rows, (x, x), {"R": 2, "BLOCK": 4096})
     registers = {}
     for on in (False, True):
         monkeypatch.setattr(remat, "REMAT", on)

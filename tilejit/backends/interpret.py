@@ -12,6 +12,7 @@ be reused by other NumPy executors of the IR.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -39,7 +40,6 @@ def _fma1(a: float, b: float, c: float) -> float:
     three are finite, the zeros' signs as IEEE gives them; NaN and infinities as a * b + c."""
     if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
         return a * b + c
-    from fractions import Fraction
     exact = Fraction(a) * Fraction(b) + Fraction(c)
     if exact == 0:              # +0 but for (±0 * y) + ±0, whose sign is the float sum's
         return a * b + c if (a == 0 or b == 0) and c == 0 else 0.0

@@ -188,10 +188,9 @@ def binary(b: Builder, op: str, x, y) -> Value:
                 "use a float base, e.g. x.to(tj.float32) ** " + str(y))
     if op == "/":
         dt = dtypes.float_result(dt)
-    if dt == dtypes.float64 and op == "**" and isinstance(y, (int, float)) and not isinstance(y, bool) \
-            and y in FLOAT64_POWERS:
-        return _float64_power(b, convert(b, x, dt, shape), y)
     if dt == dtypes.float64 and op == "**":
+        if isinstance(y, (int, float)) and not isinstance(y, bool) and y in FLOAT64_POWERS:
+            return _float64_power(b, convert(b, x, dt, shape), y)
         fail(b, "operator ** is not supported for float64 tiles yet but for the constant exponents "
                 f"{', '.join(map(str, FLOAT64_POWERS))} (x * x, 1 / x, sqrt, as NumPy computes them); "
                 "compute it in float32 with .to(tj.float32)")
