@@ -240,6 +240,17 @@ class Lowering:
         return self.geo(("param", index), lambda: self.emit(
             SimtOp.PARAM, [], rtype, ir.AxisAttrs(index), builder=self.prologue).result)
 
+    def tensor_map(self, arg: int, dtype, box: tuple, swizzle: int) -> ir.Value:
+        """The TMA descriptor of array argument ``arg`` for ``box`` and ``swizzle`` (a
+        TENSOR_MAP parameter, added on first use)."""
+        key = (ParamKind.TENSOR_MAP, arg, (box, swizzle))
+        if key not in self.param_index:
+            self.param_index[key] = len(self.params)
+            self.params.append(simt.ParamDesc(ParamKind.TENSOR_MAP, arg, None, dtype, box, swizzle))
+        index = self.param_index[key]
+        return self.geo(("param", index), lambda: self.emit(
+            SimtOp.PARAM, [], simt.MapType(dtype), ir.AxisAttrs(index), builder=self.prologue).result)
+
     def alloc_shared(self, size: int, align: int = 16, builder=None) -> tuple[ir.Value, int]:
         buf = self.next_buffer
         self.next_buffer += 1
@@ -519,7 +530,7 @@ class Lowering:
             self.stage(s.value, lower_dot.stage_registers(self, s.value, self.dot_plans.config(s.dot),
                                                           s.tile, s.align))
         if plan.pipelined:
-            self.two_ways(o, pipeline_loads.rows_aligned(self, plan.rings),
+            self.two_ways(o, pipeline_loads.rows_aligned(self, plan.rings, plan.engine),
                           lambda: pipeline_loads.lower_pipelined_for(self, o, plan),
                           lambda: self.plain_for(o))
         else:

@@ -7,7 +7,7 @@ mma.sync or FMA) and warp split (``plans.DotPlan``); ``assign_layouts`` gives ev
 register layout; ``plan_loops`` decides how each loop is pipelined (``plans.LoopPlan``);
 ``lower_to_simt`` reads the plans (``pipeline_loads`` lowers the rings).
 
-    compile_to_simt(tile_fn, num_warps=4, target="sm_90a", dump=None, *, wgmma=True, verify=False)
+    compile_to_simt(tile_fn, num_warps=4, target="sm_90a", dump=None, *, wgmma=True, tma=True, verify=False)
         -> SIMT ir.Function
 
 With ``verify=True`` (``TILEJIT_DEBUG=1`` at the API edge) the IR is verified after every pass
@@ -57,6 +57,7 @@ class Options:
     debug: bool = False         # keep tj.device_assert checks (launch option debug=True, TILEJIT_DEBUG=1)
     persist: bool | str = True  # persistent programs with the next one's rows copied ahead where measured
                                 # faster ("always": wherever it applies; False: never)
+    tma: bool = True            # wgmma rings filled by TMA copies where the arrays allow (TILEJIT_TMA=0: cp.async)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ PIPELINE = [
     Stage("hoist_loads", lambda fn, opt: hoist_loads(fn), "tile"),
     Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
-    Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages), "tile"),
+    Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages, opt.tma), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("coarsen_programs", lambda fn, opt: coarsen.coarsen_programs(fn, 1 if opt.pack or opt.programs_per_cta
                                                                         else coarsen.COARSEN), "simt"),
@@ -109,12 +110,12 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
                     dump: Callable[[str, str], None] | None = None, *, wgmma: bool = True,
                     verify: bool = False, num_stages: int | None = None, fast_math: bool = False,
                     pack: bool = False, programs_per_cta: int | None = None, debug: bool = False,
-                    persist: bool | str = True) -> ir.Function:
+                    persist: bool | str = True, tma: bool = True) -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
     pack = pack and small_program(tile_fn, num_warps)               # several tiny programs per CTA
-    options = Options(num_warps, target, wgmma, verify, num_stages, pack, programs_per_cta, debug, persist)
+    options = Options(num_warps, target, wgmma, verify, num_stages, pack, programs_per_cta, debug, persist, tma)
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))

@@ -24,27 +24,40 @@ from tilejit.passes import layouts as L
 from tilejit.passes import lower_memory, wgmma
 from tilejit.passes.assign_layouts import array_spec, memory_layout
 from tilejit.passes.lower_dot import swizzled_offsets
-from tilejit.passes.plans import LoopPlan, RingPlan, Staged
+from tilejit.passes import tma as tma_copies
+from tilejit.passes.plans import CopyEngine, LoopPlan, RingPlan, Staged
 from tilejit.simt import SimtOp
 
 I32 = D.int32
 
 
-def rows_aligned(lw, loads) -> ir.Value:
+def rows_aligned(lw, loads, engine: CopyEngine = CopyEngine.CP_ASYNC) -> ir.Value:
     """bool scalar: every pipelined array's row stride is a multiple of 16 bytes.  The
     specialisation cannot promise it: ``ArraySpec.aligned16`` ignores strides equal to 1, and
     an (n, 1) array may have a row stride of one element; such launches take the synchronous
-    loop, which the lowering emits next to the pipelined one."""
+    loop, which the lowering emits next to the pipelined one.  For TMA every outer stride must
+    also be positive and every dim non-empty (``runtime.tensormap``'s rules: the runtime passes
+    a zero map otherwise)."""
     ok = None
+
+    def both(test):
+        return test if ok is None else lw.ew(TileOp.AND, [ok, test], D.bool_)
     for ring in loads:
         array = ring.load.operands[0]
         arg = lower_memory.arg_index(lw, array)
-        stride = lw.param(ParamKind.STRIDE, arg, 0)
-        item = lw.const(stride.type.dtype, [array.type.dtype.itemsize])
-        mod = lw.ew(TileOp.AND, [lw.ew(TileOp.MUL, [stride, item], stride.type.dtype),
-                                 lw.const(stride.type.dtype, [15])], stride.type.dtype)
-        test = lw.ew(TileOp.EQ, [mod, lw.const(stride.type.dtype, [0])], D.bool_)
-        ok = test if ok is None else lw.ew(TileOp.AND, [ok, test], D.bool_)
+        axes = range(array.type.rank - 1) if engine is CopyEngine.TMA else (0,)
+        for axis in axes:
+            stride = lw.param(ParamKind.STRIDE, arg, axis)
+            dt = stride.type.dtype
+            item = lw.const(dt, [array.type.dtype.itemsize])
+            mod = lw.ew(TileOp.AND, [lw.ew(TileOp.MUL, [stride, item], dt), lw.const(dt, [15])], dt)
+            ok = both(lw.ew(TileOp.EQ, [mod, lw.const(dt, [0])], D.bool_))
+            if engine is CopyEngine.TMA:
+                ok = both(lw.ew(TileOp.GT, [stride, lw.const(dt, [0])], D.bool_))
+        if engine is CopyEngine.TMA:
+            for axis in range(array.type.rank):
+                dim = lw.param(ParamKind.DIM, arg, axis)
+                ok = both(lw.ew(TileOp.GT, [dim, lw.const(dim.type.dtype, [0])], D.bool_))
     return ok
 
 
@@ -113,8 +126,27 @@ def _sync(lw, wait: int, async_proxy: bool = False) -> None:
     lw.emit(SimtOp.BARRIER, [])
 
 
+def _emit_loop(lw, o: ir.Operation, plan: LoopPlan, rings, before_body) -> ir.Block:
+    """The pipelined FOR itself (``before_body(iv)`` opens each iteration), the last wgmma
+    group retired after it, the rings' operands unstaged; its body."""
+    region = o.regions[0]
+    args = region.args[1:]
+    inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
+    with lw.pipelined_body(plan):
+        body = lw.region(region, args, before=before_body)
+    lw.control(o, SimtOp.FOR, [lw.get(x) for x in o.operands[:3]] + inits, [body])
+    if plan.wgmma_in_flight:                  # the last group, before anything reads the results
+        lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(0))
+    for ring in rings:
+        lw.unstage(ring.value)
+    return body
+
+
 def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
-    """Lower FOR ``o`` with the loads of its ``plan`` issued through cp.async rings."""
+    """Lower FOR ``o`` with the loads of its ``plan`` issued through cp.async rings (or TMA,
+    ``lower_tma_for``, when the plan's engine says so)."""
+    if plan.engine is CopyEngine.TMA:
+        return lower_tma_for(lw, o, plan)
     stages = plan.stages
     region = o.regions[0]
     iv = region.args[0]
@@ -150,15 +182,7 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
         for ring in rings:
             lw.stage(ring.value, Staged(ring.slot_base(lw, read), ring.buf, ring.tile))
 
-    args = region.args[1:]
-    inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
-    with lw.pipelined_body(plan):
-        body = lw.region(region, args, before=before_body)
-    lw.control(o, SimtOp.FOR, [lb, ub, step] + inits, [body])
-    if plan.wgmma_in_flight:                  # the last group, before anything reads the results
-        lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(0))
-    for ring in rings:
-        lw.unstage(ring.value)
+    body = _emit_loop(lw, o, plan, rings, before_body)
     # inside the loop the ring's accesses are ordered by the barrier above; the prologue's
     # copies are left to insert_barriers (the ring may reuse bytes read before the loop)
     ring_ids = {ring.buf for ring in rings}
@@ -166,3 +190,100 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
                                                                    SimtOp.LOAD_SHARED)
                             and op.attrs.buffer in ring_ids)
     _sync(lw, 0)                              # drained; the ring's bytes may be reused
+
+
+# ------------------------------------------------------------------------------------------- TMA
+class TmaRing(Ring):
+    """A ring filled by TMA boxes (``passes.tma``) issued by one thread."""
+
+    def __init__(self, lw, plan: RingPlan, stages: int):
+        super().__init__(lw, plan, stages)
+        self.copies = tma_copies.ring_copies(lw.fn, plan, self.slot_bytes)
+        array = self.load.operands[0]
+        arg, dt = lower_memory.arg_index(lw, array), array.type.dtype
+        self.maps = [lw.tensor_map(arg, dt, c.box, c.swizzle) for c in self.copies]
+        self.bytes = sum(c.elements for c in self.copies) * dt.itemsize
+
+    def issue_tma(self, lw, iv: ir.Value, iv_value, slot, bar, bar_buf: int, issue) -> None:
+        """The boxes the load reads when the induction variable is ``iv_value``, into ``slot``,
+        completing on mbarrier ``bar``, issued where ``issue`` holds."""
+        with lw.at_iteration(iv, iv_value):
+            lw.block(ir.Block([], list(self.offsets)))
+            coords = [lw.cast(lw.get(x), I32) for x in self.load.operands[1:]]
+            base = self.slot_base(lw, slot)
+            for c, tmap in zip(self.copies, self.maps):
+                at = coords[:-1] + [lw.ew(TileOp.ADD, [coords[-1], lw.const(I32, [c.inner])], I32)
+                                    if c.inner else coords[-1]]
+                dst = lw.ew(TileOp.ADD, [base, lw.const(I32, [c.dst])], I32) if c.dst else base
+                lw.emit(SimtOp.TMA_LOAD, [tmap, dst, bar, issue, *at], None,
+                        simt.TmaAttrs(c.box, c.swizzle, self.buf, bar_buf))
+
+
+def lower_tma_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
+    """FOR ``o`` with its rings filled by TMA: one mbarrier per slot, thread 0 issuing.
+
+        before:    thread 0: init the S mbarriers (one arrival each); fence; barrier
+                   for s in 0..ahead-1: thread 0: expect_tx(bar s); boxes of iteration s -> slot s
+        iteration j (trip t):  barrier                    # every warp is done with slot (t-1)%S
+                   thread 0: expect_tx(bar w); boxes of iteration t+ahead -> slot w = (t+ahead)%S
+                   wait(bar t%S, parity (t // S) & 1)     # slot t%S landed
+                   the body, its DOT reading slot t%S
+        after:     barrier; thread 0: inval the mbarriers (nothing is in flight)
+
+    Copies past the loop's end are not issued (and never waited for); boxes past the array's
+    edge are zero-filled by the TMA unit."""
+    stages, ahead = plan.stages, plan.ahead
+    region = o.regions[0]
+    iv = region.args[0]
+    lb, ub, step = (lw.get(x) for x in o.operands[:3])
+    iv_dt = iv.type.dtype
+    step_value = o.operands[2].owner.attrs.value
+    rings = [TmaRing(lw, ring, stages) for ring in plan.rings]
+    tx = sum(r.bytes for r in rings)
+    bars, bar_buf = lw.alloc_shared(8 * stages, align=8)
+    leader = lw.ew(TileOp.EQ, [lw.thread_id("tid", placing=False), lw.const(I32, [0])], D.bool_)
+    ub_iv = lw.cast(ub, iv_dt)
+    synced = []
+
+    def bar_at(slot):
+        return lw.ew(TileOp.ADD, [bars, lw.ew(TileOp.MUL, [slot, lw.const(I32, [8])], I32)], I32)
+
+    def mbarrier(op, bar, operand, n=1):
+        synced.append(lw.emit(op, [bar, operand], None, simt.MbarrierAttrs(n, bar_buf)))
+
+    def fill(iv_value, slot):
+        valid = lw.ew(TileOp.LT, [iv_value, ub_iv], D.bool_)
+        go = lw.ew(TileOp.AND, [leader, valid], D.bool_)
+        bar = bar_at(slot)
+        mbarrier(SimtOp.MBARRIER_EXPECT_TX, bar, go, tx)
+        for ring in rings:
+            ring.issue_tma(lw, iv, iv_value, slot, bar, bar_buf, go)
+
+    for s in range(stages):
+        mbarrier(SimtOp.MBARRIER_INIT, bar_at(lw.const(I32, [s])), leader)
+    lw.emit(SimtOp.FENCE_MBARRIER_INIT, [])
+    lw.emit(SimtOp.BARRIER, [])
+    for s in range(ahead):
+        fill(lw.ew(TileOp.ADD, [lw.cast(lb, iv_dt), lw.const(iv_dt, [s * step_value])], iv_dt), lw.const(I32, [s]))
+
+    def before_body(iv_value):
+        lw.emit(SimtOp.BARRIER, [])
+        trip = lw.ew(TileOp.FLOORDIV, [lw.cast(lw.ew(TileOp.SUB, [iv_value, lw.cast(lb, iv_dt)], iv_dt), I32),
+                                       lw.const(I32, [step_value])], I32)
+        write = lw.ew(TileOp.MOD, [lw.ew(TileOp.ADD, [trip, lw.const(I32, [ahead])], I32), lw.const(I32, [stages])], I32)
+        fill(lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [ahead * step_value])], iv_dt), write)
+        read = lw.ew(TileOp.MOD, [trip, lw.const(I32, [stages])], I32)
+        parity = lw.ew(TileOp.AND, [lw.ew(TileOp.FLOORDIV, [trip, lw.const(I32, [stages])], I32),
+                                    lw.const(I32, [1])], I32)
+        mbarrier(SimtOp.MBARRIER_WAIT, bar_at(read), parity)
+        for ring in rings:
+            lw.stage(ring.value, Staged(ring.slot_base(lw, read), ring.buf, ring.tile))
+
+    body = _emit_loop(lw, o, plan, rings, before_body)
+    lw.emit(SimtOp.BARRIER, [])
+    for s in range(stages):
+        mbarrier(SimtOp.MBARRIER_INVAL, bar_at(lw.const(I32, [s])), leader)
+    ring_ids = {ring.buf for ring in rings}
+    lw.ordered_by_pipeliner(synced)
+    lw.ordered_by_pipeliner(op for op in body.walk() if op.op in (SimtOp.TMA_LOAD, SimtOp.LDMATRIX, SimtOp.LOAD_SHARED)
+                            and op.attrs.buffer in ring_ids)

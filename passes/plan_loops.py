@@ -19,10 +19,10 @@ import dataclasses
 
 from tilejit import ir
 from tilejit.ir import TileOp
-from tilejit.passes import lower_memory, wgmma
+from tilejit.passes import lower_memory, tma as tma_copies, wgmma
 from tilejit.passes.assign_layouts import is_tile, layouts_text
 from tilejit.passes.mma_tiling import DEFAULT_STAGES, pipeline_stages
-from tilejit.passes.plans import DotFamily, LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
+from tilejit.passes.plans import CopyEngine, DotFamily, LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
 from tilejit.passes.ring_sources import ring_source
 
 
@@ -45,10 +45,11 @@ RING_BUDGET = {"sm_80": 100 * 1024, "sm_90a": 200 * 1024}
 
 
 def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
-               default_stages: int | None = None) -> ir.Function:
+               default_stages: int | None = None, tma: bool = True) -> ir.Function:
     """Record a ``LoopPlan`` for every FOR loop of ``fn`` (after ``assign_layouts``).
     ``default_stages``: the depth of loops that do not say (the ``num_stages`` launch option);
-    None lets the compiler pick per loop (``preferred_stages``)."""
+    None lets the compiler pick per loop (``preferred_stages``).  ``tma``: fill the rings of a
+    loop whose rings all read wgmma tiles with TMA copies where ``passes.tma`` can."""
     facts = Facts(fn, num_warps)
     plans = LoopPlans()
 
@@ -68,7 +69,10 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
                     stages -= 1
                 if stages < 2:
                     rings = ()
-            plans[o] = LoopPlan(stages, rings, _in_flight(o, rings, stages, facts.dot_plans), tuple(staged))
+            engine = CopyEngine.TMA if tma and target == "sm_90a" and rings and all(
+                tma_copies.ring_copies(fn, r, facts.dot_plans.config(r.dot).tile_bytes(r.tile)) for r in rings) \
+                else CopyEngine.CP_ASYNC
+            plans[o] = LoopPlan(stages, rings, _in_flight(o, rings, stages, facts.dot_plans), tuple(staged), engine)
             walk(o.regions[0])
             for s in staged:
                 del facts.staged[s.value]

@@ -97,6 +97,7 @@ class RingPlan:
 
 class CopyEngine(enum.Enum):
     CP_ASYNC = "cp.async"                  # 16-byte copies issued by every thread
+    TMA = "tma"                            # one thread's cp.async.bulk.tensor boxes, on mbarriers (passes.tma)
 
 
 @dataclass(frozen=True)

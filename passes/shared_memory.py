@@ -4,7 +4,7 @@ live ranges do not overlap) and barrier insertion.
 Shared memory exists explicitly only in SIMT IR (lowering makes one SHARED_ALLOC per layout
 conversion, cross-warp reduction, DOT operand tile and cp.async ring), so both passes run after
 lowering and see every buffer without a side table.  LDMATRIX reads and CP_ASYNC writes count
-as accesses; those in ``meta["self_synced_ops"]`` (a cp.async ring inside its pipelined loop)
+as accesses (so do TMA copies and mbarrier ops); those in ``meta["self_synced_ops"]`` (a cp.async ring inside its pipelined loop)
 are ordered by the pipeliner's own barriers.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from tilejit import ir, simt
 from tilejit.simt import SimtOp
 
-SHARED_ACCESS = (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED, SimtOp.LDMATRIX, SimtOp.CP_ASYNC)
+SHARED_ACCESS = (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED, SimtOp.LDMATRIX, SimtOp.CP_ASYNC, SimtOp.MBARRIER_INIT,
+                 SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL)
 SHARED_READS = (SimtOp.LOAD_SHARED, SimtOp.LDMATRIX, SimtOp.WGMMA)
 DEDICATED_BYTES = 512    # buffers this small keep their own bytes: reuse would save almost
                          # nothing and would cost a barrier before the next writer
@@ -24,6 +25,8 @@ def accessed_buffers(o: ir.Operation) -> tuple:
     """The SHARED_ALLOC buffers op ``o`` reads or writes (a WGMMA reads A's and B's tiles)."""
     if o.op is SimtOp.WGMMA:
         return tuple(b for b in o.attrs.buffers if b is not None)
+    if o.op is SimtOp.TMA_LOAD:
+        return (o.attrs.buffer, o.attrs.bar_buffer)
     return (o.attrs.buffer,) if o.op in SHARED_ACCESS else ()
 
 

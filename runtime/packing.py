@@ -13,10 +13,12 @@ import threading
 
 import numpy as np
 
-from tilejit.abi import ParamKind
+from tilejit.abi import TENSOR_MAP_BYTES, ParamKind
 from tilejit.errors import LaunchError
+from tilejit.runtime import tensormap
 
 SLOT_BYTES = 8          # each parameter gets its own 8-byte-aligned slot in the value buffer
+MAP_ALIGN = 64          # ... but a tensor map (128 bytes) a 64-byte-aligned one
 
 # the C type of a scalar parameter, as a struct format; bfloat16 and float8 have no struct
 # format, so their raw bits are packed as unsigned integers of the same width
@@ -29,7 +31,10 @@ _MISSING = object()
 
 def param_format(param) -> str:
     """The struct format of one ParamDesc: "ptr" -> u64 device address, "dim" and
-    "stride" -> i32 or i64 per ``param.dtype``, "scalar" -> its dtype's C type (bool: 1 byte)."""
+    "stride" -> i32 or i64 per ``param.dtype``, "scalar" -> its dtype's C type (bool: 1 byte),
+    "tensor_map" -> its 128 bytes."""
+    if param.kind is ParamKind.TENSOR_MAP:
+        return f"{TENSOR_MAP_BYTES}s"
     if param.kind is ParamKind.PTR:
         return "Q"
     if param.kind in (ParamKind.DIM, ParamKind.STRIDE):
@@ -39,8 +44,9 @@ def param_format(param) -> str:
     raise ValueError(f"unknown ParamDesc kind {param.kind!r}")
 
 
-def _value_expr(param) -> str:
-    """Python expression reading ``param``'s value from the argument list ``a``."""
+def _value_expr(param, param_index: int) -> str:
+    """Python expression reading ``param`` (number ``param_index``)'s value from the argument
+    list ``a``."""
     arg = f"a[{param.arg}]"
     if param.kind is ParamKind.PTR:
         return f"{arg}.ptr"
@@ -48,6 +54,8 @@ def _value_expr(param) -> str:
         return f"{arg}.shape[{param.axis}]"
     if param.kind is ParamKind.STRIDE:
         return f"{arg}.strides[{param.axis}]"
+    if param.kind is ParamKind.TENSOR_MAP:
+        return f"encode_map({arg}, params[{param_index}])"
     if param.dtype.name in _RAW_BITS:
         return f"raw_bits_{param.dtype.name}({arg})"
     return arg
@@ -58,14 +66,28 @@ def _raw_bits(dtype):
     return lambda value: int(np.asarray(value, dtype=dtype.np).view(bits_type))
 
 
+def slot_offsets(formats) -> tuple[list[int], int]:
+    """Where each parameter's value starts in the value buffer, and the buffer's size: 8-byte
+    slots, a tensor map's 64-byte aligned."""
+    offsets, at = [], 0
+    for f in formats:
+        size = struct.calcsize(f)
+        align = MAP_ALIGN if size == TENSOR_MAP_BYTES else SLOT_BYTES
+        at = -(-at // align) * align
+        offsets.append(at)
+        at += max(size, SLOT_BYTES)
+    return offsets, at
+
+
 class _ParamBuffers:
     """The value buffer and the pointer array into it (one pair per thread)."""
 
-    def __init__(self, nbytes: int, count: int):
-        self.data = ctypes.create_string_buffer(max(nbytes, 1))
-        base = ctypes.addressof(self.data)
-        self.pointers = (ctypes.c_void_p * max(count, 1))(*[base + i * SLOT_BYTES
-                                                            for i in range(count)])
+    def __init__(self, nbytes: int, offsets: list[int]):
+        self.data = ctypes.create_string_buffer(max(nbytes, 1) + MAP_ALIGN)
+        base = -(-ctypes.addressof(self.data) // MAP_ALIGN) * MAP_ALIGN
+        self.start = base - ctypes.addressof(self.data)
+        count = len(offsets)
+        self.pointers = (ctypes.c_void_p * max(count, 1))(*[base + o for o in offsets])
         self.address = ctypes.addressof(self.pointers) if count else None
 
 
@@ -75,11 +97,16 @@ class ArgPacker:
     def __init__(self, params, kernel: str | None = None):
         self.params, self.kernel = tuple(params), kernel
         self.formats = [param_format(p) for p in self.params]
-        layout = "".join(f"{f}{SLOT_BYTES - struct.calcsize(f)}x" for f in self.formats)
-        self.struct = struct.Struct("<" + layout)
+        self.offsets, size = slot_offsets(self.formats)
+        layout, at = "", 0
+        for f, o in zip(self.formats, self.offsets):
+            layout += f"{o - at}x{f}" if o > at else f
+            at = o + struct.calcsize(f)
+        self.struct = struct.Struct("<" + layout + f"{size - at}x")
         namespace = {f"raw_bits_{p.dtype.name}": _raw_bits(p.dtype) for p in self.params
                      if p.kind is ParamKind.SCALAR and p.dtype.name in _RAW_BITS}
-        source = "lambda a: (" + "".join(_value_expr(p) + ", " for p in self.params) + ")"
+        namespace.update(encode_map=tensormap.encode, params=self.params)
+        source = "lambda a: (" + "".join(_value_expr(p, i) + ", " for i, p in enumerate(self.params)) + ")"
         self.values = eval(source, namespace)    # e.g. lambda a: (a[0].ptr, a[0].shape[0], a[1], )
         self._local = threading.local()          # launches from several threads must not share
 
@@ -88,20 +115,20 @@ class ArgPacker:
         try:
             buffers = self._local.buffers
         except AttributeError:
-            buffers = self._local.buffers = _ParamBuffers(self.struct.size, len(self.params))
+            buffers = self._local.buffers = _ParamBuffers(self.struct.size, self.offsets)
         try:
-            self.struct.pack_into(buffers.data, 0, *self.values(args))
+            self.struct.pack_into(buffers.data, buffers.start, *self.values(args))
         except (struct.error, TypeError, AttributeError, IndexError, ValueError, OverflowError):
             raise self._explain(args) from None
         return buffers.address
 
     def _explain(self, args) -> LaunchError:
         """Name the first parameter whose value cannot be packed."""
-        for param, fmt in zip(self.params, self.formats):
+        for i, (param, fmt) in enumerate(zip(self.params, self.formats)):
             what = f"parameter {param.kind.value}" + ("" if param.axis is None else f"[axis {param.axis}]")
             value = _MISSING
             try:
-                value = eval(_value_expr(param), dict(self.values.__globals__), {"a": args})
+                value = eval(_value_expr(param, i), dict(self.values.__globals__), {"a": args})
                 struct.pack("<" + fmt, value)
             except (struct.error, TypeError, AttributeError, IndexError, ValueError,
                     OverflowError) as e:

@@ -31,9 +31,10 @@ def simt_fn(dim=64, causal=True, dtype=D.bfloat16):
 
 
 def pipelined_loop(fn):
-    """The cp.async version of the key loop (the then-branch of the row-alignment check)."""
+    """The pipelined version of the key loop (the then-branch of the row-alignment check),
+    filled by cp.async or by TMA."""
     guard = next(o for o in fn.walk() if o.op is SimtOp.IF and any(
-        x.op is SimtOp.CP_ASYNC for x in o.regions[0].walk()))
+        x.op in (SimtOp.CP_ASYNC, SimtOp.TMA_LOAD) for x in o.regions[0].walk()))
     return next(o for o in guard.regions[0].ops if o.op is SimtOp.FOR)
 
 

@@ -159,8 +159,8 @@ def test_negative_and_past_the_end_offsets_2d(rows, cols, data):
 
 
 # -------------------------------------------- 6. cp.async rings at the ragged edge of a view
-@pytest.mark.parametrize("bn,wgmma", [(32, False), (64, True)])
-def test_rings_never_read_past_the_ragged_edge_of_a_column_slice(bn, wgmma):
+@pytest.mark.parametrize("bn,wgmma,tma", [(32, False, False), (64, True, False), (64, True, True)])
+def test_rings_never_read_past_the_ragged_edge_of_a_column_slice(bn, wgmma, tma):
     """``buf[:, :36]`` of a 40 x 40 fp16 buffer: rows are 16-byte aligned (80 bytes) but the last
     16-byte chunk of a row is half outside the view.  The padding holds NaN; a ring that copied
     it would poison the product.  (Compiled for the view's own spec, as for a GPU tensor.)"""
@@ -178,9 +178,9 @@ def test_rings_never_read_past_the_ragged_edge_of_a_column_slice(bn, wgmma):
     spec = tj.specs.ArraySpec(D.float16, 2)             # unit inner stride, 16-byte aligned rows
     kernel = matmul_kernel.kernel
     tile = kernel.tile_ir((spec, spec, tj.specs.ArraySpec(D.float32, 2)), {"BM": 64, "BN": bn, "BK": 16, "STAGES": 3})
-    fn = compile_to_simt(tile, 4, "sm_90a", wgmma=wgmma)
+    fn = compile_to_simt(tile, 4, "sm_90a", wgmma=wgmma, tma=tma)
     ops = {o.op for o in fn.walk()}
-    assert SimtOp.CP_ASYNC in ops and (SimtOp.WGMMA in ops) == wgmma
+    assert (SimtOp.TMA_LOAD if tma else SimtOp.CP_ASYNC) in ops and (SimtOp.WGMMA in ops) == wgmma
     emulator.run(fn, (1, 1), [a, b, c])
     assert np.isfinite(c).all()
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=2e-2, atol=2e-2)

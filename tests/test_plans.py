@@ -19,13 +19,13 @@ def bf16(*shape):
     return np.zeros(shape, tj.bfloat16.np)
 
 
-def planned(kernel, args, consts, warps, target="sm_90a"):
+def planned(kernel, args, consts, warps, target="sm_90a", tma=True):
     """(the plans of every FOR loop in program order, the SIMT function, the plan dump)."""
     kernel = getattr(kernel, "kernel", kernel)
     specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
     tile_fn = kernel.tile_ir(specs, consts)
     seen = {}
-    simt_fn = compile_to_simt(tile_fn, warps, target, dump=seen.__setitem__)
+    simt_fn = compile_to_simt(tile_fn, warps, target, dump=seen.__setitem__, tma=tma)
     return seen["plan_loops"], simt_fn
 
 
@@ -55,12 +55,31 @@ def test_a_hopper_gemm_loop_rings_a_and_b_in_wgmma_layouts(stages, in_flight):
 
 
 def test_the_lowering_emits_what_the_plan_says():
-    text, fn = planned(matmul_kernel, GEMM, {"BM": 128, "BN": 128, "BK": 64, "STAGES": 4}, 8)
+    text, fn = planned(matmul_kernel, GEMM, {"BM": 128, "BN": 128, "BK": 64, "STAGES": 4}, 8, tma=False)
     waits = [o.attrs.n for o in fn.walk() if o.op is SimtOp.WGMMA_WAIT]
     assert 1 in waits                                   # one group left in flight in the loop
     cp_waits = [o.attrs.n for o in fn.walk() if o.op is SimtOp.CP_ASYNC_WAIT]
     assert 4 - 1 - 1 - 1 in cp_waits                    # wait_group(ahead - 1)
     assert "ring: " in text and "as A (wgmma)" in text and "as B_ATOMS (wgmma)" in text
+    assert "engine=cp.async" in text and not any(o.op is SimtOp.TMA_LOAD for o in fn.walk())
+
+
+def test_a_tma_plan_fills_each_slot_with_boxes_on_one_mbarrier():
+    """A (128 x 64 bf16: 128-byte rows, one SW128 box) and B (64 x 128: two 64-column atoms,
+    one box each); ahead = 4 - 1 - 1 = 2 slots filled before the loop and one per iteration,
+    each announced as the slot's 32 KiB on its mbarrier."""
+    text, fn = planned(matmul_kernel, GEMM, {"BM": 128, "BN": 128, "BK": 64, "STAGES": 4}, 8)
+    assert "engine=tma" in text
+    loads = [o for o in fn.walk() if o.op is SimtOp.TMA_LOAD]
+    assert len(loads) == 3 * 3
+    assert {(o.attrs.box, o.attrs.swizzle) for o in loads} == {((128, 64), 128), ((64, 64), 128)}
+    expect = [o.attrs.n for o in fn.walk() if o.op is SimtOp.MBARRIER_EXPECT_TX]
+    assert expect == [2 * (128 * 64 + 64 * 128)] * 3
+    kinds = [o.op for o in fn.walk()]
+    assert kinds.count(SimtOp.MBARRIER_INIT) == kinds.count(SimtOp.MBARRIER_INVAL) == 4
+    assert kinds.count(SimtOp.MBARRIER_WAIT) == 1 and SimtOp.CP_ASYNC_WAIT not in kinds[:kinds.index(SimtOp.MMA)]
+    maps = [p for p in fn.meta.params if p.kind.value == "tensor_map"]
+    assert [(p.arg, p.box, p.swizzle) for p in maps] == [(0, (128, 64), 128), (1, (64, 64), 128)]
 
 
 def test_on_sm80_the_rings_keep_ldmatrix_layouts():
@@ -158,7 +177,7 @@ def test_num_stages_is_a_launch_option_and_a_config_field_in_the_key(monkeypatch
         plain_loop_gemm[(1,)](a, b, c, BM=64, BN=64, BK=32, num_stages=stages)
         outs[stages] = c
     entries = list(plain_loop_gemm._cache.values())
-    rings = [sum(o.op is SimtOp.CP_ASYNC for o in e.artifact.fn.walk()) for e in entries]
+    rings = [sum(o.op in (SimtOp.CP_ASYNC, SimtOp.TMA_LOAD) for o in e.artifact.fn.walk()) for e in entries]
     assert len(entries) == 3 and rings[1] == 0 and rings[0] > 0 and rings[2] > 0      # None, 1, 2
     for c in outs.values():
         np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-2, atol=1e-2)
@@ -206,7 +225,7 @@ def test_the_triton_spelling_of_attention_reaches_the_pipelined_wgmma_path(bm, b
     attention_as_triton_writes_it[(tj.cdiv(seq, bm),)](q, k, v, o, bd ** -0.5, BM=bm, BN=bn, BD=bd, num_warps=warps)
     entry = next(iter(attention_as_triton_writes_it._cache.values()))
     ops = {op.op for op in entry.artifact.fn.walk()}
-    assert {SimtOp.WGMMA, SimtOp.CP_ASYNC} <= ops
+    assert {SimtOp.WGMMA, SimtOp.TMA_LOAD} <= ops
     s = q.astype(np.float64) @ k.astype(np.float64).T * bd ** -0.5
     p = np.exp(s - s.max(axis=1, keepdims=True))
     np.testing.assert_allclose(o, (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64), atol=2e-2)

@@ -26,11 +26,11 @@ BACKENDS = [b for b in ("emulate", pytest.param("cuda", marks=pytest.mark.gpu))
             if ONLY is None or getattr(b, "values", (b,))[0] == ONLY]
 
 
-def simt_fn(BM=64, BN=64, BK=32, stages=2, warps=4, dtype=D.bfloat16, target="sm_90a", wgmma=True):
+def simt_fn(BM=64, BN=64, BK=32, stages=2, warps=4, dtype=D.bfloat16, target="sm_90a", wgmma=True, tma=True):
     spec = ArraySpec(dtype, 2, True, True, False)
     out = ArraySpec(D.float32, 2, True, True, False)
     tile = KERNEL.tile_ir((spec, spec, out), {"BM": BM, "BN": BN, "BK": BK, "STAGES": stages})
-    return compile_to_simt(tile, num_warps=warps, target=target, wgmma=wgmma)
+    return compile_to_simt(tile, num_warps=warps, target=target, wgmma=wgmma, tma=tma)
 
 
 def ops(fn, kind):
@@ -38,7 +38,7 @@ def ops(fn, kind):
 
 
 def test_pipelined_gemm_takes_wgmma_with_one_fence_per_iteration():
-    fn = simt_fn(BK=64)
+    fn = simt_fn(BK=64, tma=False)
     mmas = ops(fn, SimtOp.WGMMA)
     assert len(mmas) == 64 // 16 and {o.attrs.n for o in mmas} == {64}
     assert mmas[0].attrs.a_row_bytes == 128 and mmas[0].attrs.b_atom_bytes == 64 * 128
@@ -48,7 +48,7 @@ def test_pipelined_gemm_takes_wgmma_with_one_fence_per_iteration():
 
 
 def test_three_slot_ring_keeps_one_group_in_flight():
-    fn = simt_fn(BK=64, stages=3)
+    fn = simt_fn(BK=64, stages=3, tma=False)
     waits = [o.attrs.n for o in ops(fn, SimtOp.WGMMA_WAIT)]
     assert waits == [1, 0]                      # per iteration, then once after the loop
     loop = next(o for o in fn.walk() if o.op is SimtOp.FOR and any(
@@ -99,14 +99,19 @@ def test_the_env_switch_is_read_at_the_api_edge_and_keys_both_caches(monkeypatch
     consts = {"BM": 64, "BN": 64, "BK": 32, "STAGES": 2}
     monkeypatch.delenv("TILEJIT_PACK", raising=False)
     monkeypatch.delenv("TILEJIT_PERSIST", raising=False)
-    assert compile_switches() == (("wgmma", True), ("pack", True), ("persist", True))
+    monkeypatch.delenv("TILEJIT_TMA", raising=False)
+    on = {"wgmma": True, "tma": True, "pack": True, "persist": True}
+    assert compile_switches() == tuple(on.items())
     KERNEL.compile((spec, spec, out), consts, 4, "spy")
     monkeypatch.setenv("TILEJIT_WGMMA", "0")
-    assert compile_switches() == (("wgmma", False), ("pack", True), ("persist", True))
+    assert compile_switches() == tuple({**on, "wgmma": False}.items())
     KERNEL.compile((spec, spec, out), consts, 4, "spy")          # not the first compile's entry
     KERNEL.compile((spec, spec, out), consts, 4, "spy")          # the second's, from memory
-    assert seen == [("key", {"wgmma": True, "pack": True, "persist": True}), ("compile", True),
-                    ("key", {"wgmma": False, "pack": True, "persist": True}), ("compile", False)]
+    monkeypatch.setenv("TILEJIT_TMA", "0")
+    KERNEL.compile((spec, spec, out), consts, 4, "spy")          # TMA off: another entry
+    assert seen == [("key", on), ("compile", True),
+                    ("key", {**on, "wgmma": False}), ("compile", False),
+                    ("key", {**on, "wgmma": False, "tma": False}), ("compile", False)]
 
 
 def test_b_atoms_are_128_byte_swizzled_rows_of_64_columns():
@@ -148,10 +153,13 @@ CASES = [   # K and N multiples of 8 elements: rows 16-byte aligned, so every ca
 ]
 
 
+@pytest.mark.parametrize("tma", [True, False], ids=["tma", "cp.async"])
 @pytest.mark.parametrize("m, n, k, BM, BN, BK, stages, warps, dt", CASES)
-def test_wgmma_gemm_matches_float64(backend, m, n, k, BM, BN, BK, stages, warps, dt):
+def test_wgmma_gemm_matches_float64(backend, m, n, k, BM, BN, BK, stages, warps, dt, tma, monkeypatch):
     dtype = D.bfloat16 if dt is ml_dtypes.bfloat16 else D.float16
-    assert ops(simt_fn(BM, BN, BK, stages, warps, dtype), SimtOp.WGMMA)       # the path under test
+    fn = simt_fn(BM, BN, BK, stages, warps, dtype, tma=tma)
+    assert ops(fn, SimtOp.WGMMA) and bool(ops(fn, SimtOp.TMA_LOAD)) == tma       # the path under test
+    monkeypatch.setenv("TILEJIT_TMA", "1" if tma else "0")
     rng = np.random.default_rng(m * n + k)
     a = rng.standard_normal((m, k)).astype(dt)
     b = rng.standard_normal((k, n)).astype(dt)
@@ -179,7 +187,7 @@ def test_emulator_catches_a_ring_slot_reused_under_an_in_flight_wgmma(monkeypatc
         monkeypatch.setattr(lw, "in_flight_after", lambda dot: 1)
         return real(lw, *args)
     monkeypatch.setattr(wgmma, "lower_wgmma", leave_in_flight)
-    fn = simt_fn(BK=32, stages=2, dtype=D.float16)
+    fn = simt_fn(BK=32, stages=2, dtype=D.float16, tma=False)
     a = np.ones((64, 128), np.float16)
     c = np.zeros((64, 64), np.float32)
     with pytest.raises(emulate.EmulatorError, match="in-flight WGMMA"):

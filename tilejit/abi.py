@@ -22,18 +22,28 @@ class ParamKind(enum.Enum):
     DIM = "dim"                  # its size along ``axis`` (i32, or i64 for arrays of 2^31+ elements)
     STRIDE = "stride"            # its stride along ``axis`` in elements (i32 or i64)
     SCALAR = "scalar"            # a scalar argument, of ``dtype``
+    TENSOR_MAP = "tensor_map"    # a TMA descriptor of array argument ``arg`` (CUtensorMap, 128 bytes,
+    #                              a ``__grid_constant__``): ``box`` elements per dim, ``swizzle`` bytes
 
 
 @dataclass(frozen=True)
 class ParamDesc:
     """One kernel parameter, in launch order: a ``ParamKind`` (its name is accepted too, as
     the artifact cache stores it), the runtime (non-constexpr) argument ``arg`` it comes from,
-    the array ``axis`` of a DIM or STRIDE, and its ``dtype``."""
+    the array ``axis`` of a DIM or STRIDE, and its ``dtype``.  A TENSOR_MAP also has the
+    ``box`` it copies (elements per array dim, in the array's order) and its ``swizzle`` span
+    in bytes (0, 32, 64 or 128)."""
     kind: ParamKind
     arg: int
     axis: int | None
     dtype: DType
+    box: tuple = ()
+    swizzle: int = 0
 
     def __post_init__(self):
         if not isinstance(self.kind, ParamKind):
             object.__setattr__(self, "kind", ParamKind(self.kind))
+        object.__setattr__(self, "box", tuple(self.box))
+
+
+TENSOR_MAP_BYTES = 128          # sizeof(CUtensorMap); the parameter is 64-byte aligned

@@ -40,6 +40,15 @@ class PtrType:
         return f"ptr<{self.dtype}>"
 
 
+@dataclass(frozen=True)
+class MapType:
+    """A TMA descriptor of an array of ``dtype`` elements (a TENSOR_MAP kernel parameter only)."""
+    dtype: DType
+
+    def __str__(self) -> str:
+        return f"tmap<{self.dtype}>"
+
+
 @dataclass
 class SimtMeta:
     """The facts about a SIMT function that later stages, codegen and the backends read (the
@@ -156,6 +165,25 @@ class SimtOp(enum.Enum):
     WGMMA_WAIT = enum.auto()     # () -> (): wait until at most attrs.n wgmma groups are pending  WaitAttrs
     FENCE_PROXY_ASYNC = enum.auto()  # () -> (): fence.proxy.async.shared::cta: shared bytes written
     #   by ordinary stores and cp.async become visible to wgmma (the async proxy)
+    # Hopper TMA and mbarriers (sm_90a; ``passes.pipeline_loads``).  An mbarrier is 8 bytes of
+    # shared memory at byte address ``bar``; ``issue`` (bool, n=1) is true in the one thread that
+    # acts (the others do nothing).  A phase of an mbarrier completes when its attrs.n arrivals
+    # have arrived and every transaction byte they announced has landed; then the next begins.
+    MBARRIER_INIT = enum.auto()      # (bar, issue) -> (): a new mbarrier expecting attrs.n arrivals  MbarrierAttrs
+    MBARRIER_EXPECT_TX = enum.auto()  # (bar, issue) -> (): arrive, announcing attrs.n bytes that
+    #   TMA copies will complete in this phase (mbarrier.arrive.expect_tx)      MbarrierAttrs
+    MBARRIER_WAIT = enum.auto()      # (bar, parity: i32) -> (): every thread waits until the phase
+    #   of that parity (phase number & 1) has completed; its TMA bytes are then visible  MbarrierAttrs
+    MBARRIER_INVAL = enum.auto()     # (bar, issue) -> (): the bytes stop being an mbarrier  MbarrierAttrs
+    FENCE_MBARRIER_INIT = enum.auto()  # () -> (): initialised mbarriers are seen by the async proxy
+    TMA_LOAD = enum.auto()           # (map, dst, bar, issue, *coords: i32 n=1 each, in the array's
+    #   dim order) -> (): cp.async.bulk.tensor of the map's box at element ``coords`` into shared
+    #   byte address dst (the box row-major, swizzled over the map's span), completing its bytes
+    #   on ``bar``; elements outside the array are zeros                        TmaAttrs
+
+
+TMA_OPS = (SimtOp.MBARRIER_INIT, SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL,
+           SimtOp.FENCE_MBARRIER_INIT, SimtOp.TMA_LOAD)
 
 
 @dataclass(frozen=True)
@@ -230,6 +258,20 @@ class WgmmaAttrs(Attrs):
 
 
 @dataclass(frozen=True)
+class MbarrierAttrs(Attrs):
+    n: int = 1                    # INIT: arrivals per phase; EXPECT_TX: transaction bytes
+    buffer: int = -1              # the SHARED_ALLOC buffer holding the mbarrier
+
+
+@dataclass(frozen=True)
+class TmaAttrs(Attrs):
+    box: tuple                    # elements per array dim (the map's box)
+    swizzle: int                  # bytes (0, 32, 64, 128)
+    buffer: int = -1              # the SHARED_ALLOC buffer written
+    bar_buffer: int = -1          # the one holding the mbarrier
+
+
+@dataclass(frozen=True)
 class WaitAttrs(Attrs):
     n: int                        # groups allowed to stay pending
 
@@ -249,6 +291,8 @@ def parse_type(text: str):
     try:
         if text.startswith("ptr<") and text.endswith(">"):
             return PtrType(BY_NAME[text[4:-1]])
+        if text.startswith("tmap<") and text.endswith(">"):
+            return MapType(BY_NAME[text[5:-1]])
         if text.startswith("<") and text.endswith(">"):
             n, dtype = text[1:-1].split("x", 1)
             return RegType(BY_NAME[dtype], int(n))
@@ -265,7 +309,7 @@ def assert_sites(fn: Function) -> list:
 
 DIALECT = Dialect(SimtOp, parse_type,
                   (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, VolatileAttrs, SharedAttrs,
-                   MaskedSharedAttrs, LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
+                   MaskedSharedAttrs, LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, MbarrierAttrs, TmaAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 
 
@@ -332,6 +376,12 @@ _SPECS = {
     and isinstance(o.operands[0].type, PtrType) and len(o.operands) in (4, 5)
     and (len(o.operands) == 4 or (_n(o.operands[4]) == 1 and o.operands[4].type.dtype.name == "bool"))
     else "CP_ASYNC needs a pointer, equal register counts and an optional bool to issue",
+    SimtOp.TMA_LOAD: lambda o: None if isinstance(o.operands[0].type, MapType)
+    and len(o.operands) == 4 + len(o.attrs.box) and all(_n(x) == 1 for x in o.operands[1:])
+    and o.operands[3].type.dtype.is_bool else "TMA_LOAD takes (map, dst, bar, issue: bool, *coords), one register each",
+    **{op: (lambda o: None if len(o.operands) == 2 and all(_n(x) == 1 for x in o.operands)
+            else f"{o.op.name} takes (bar, issue or parity), one register each")
+       for op in (SimtOp.MBARRIER_INIT, SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL)},
     SimtOp.WGMMA: lambda o: None if _n(o.operands[0]) == o.attrs.n // 2 == _n(o.results[0])
     and _n(o.operands[1]) == (4 if o.attrs.a_regs else 1) and _n(o.operands[2]) == 1
     else "WGMMA takes N/2 accumulators, A (an address or 4 registers) and B's address",

@@ -79,11 +79,11 @@ class CudaArtifact:
                 "programs_per_cta": self.programs_per_cta, "cta_threads": self.cta_threads,
                 "persistent": self.persistent,
                 "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
-                "params": [[p.kind.value, p.arg, p.axis, p.dtype.name] for p in self.params]}
+                "params": [[p.kind.value, p.arg, p.axis, p.dtype.name, list(p.box), p.swizzle] for p in self.params]}
 
     @classmethod
     def from_cache(cls, files: dict[str, bytes], meta: dict) -> "CudaArtifact":
-        params = [ParamDesc(k, a, ax, dtypes.BY_NAME[d]) for k, a, ax, d in meta["params"]]
+        params = [ParamDesc(k, a, ax, dtypes.BY_NAME[d], *rest) for k, a, ax, d, *rest in meta["params"]]
         return cls(meta["name"], params, tuple(meta["writes"]), meta["num_warps"], meta["shared_bytes"],
                    files["ptx"].decode(), files.get("cubin"), files["llvm_ir"].decode(),
                    files["simt_ir"].decode(), meta.get("registers"), meta.get("spills"),

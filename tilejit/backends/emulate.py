@@ -23,10 +23,10 @@ import numpy as np
 
 from tilejit.abi import ParamKind
 from tilejit import backends, ir
-from tilejit.backends import emulate_mma
+from tilejit.backends import emulate_mma, emulate_tma
 from tilejit.errors import DeviceAssertError, LaunchError
 from tilejit.backends.interpret import atomic_combine, elementwise_fn
-from tilejit.simt import PtrType, SimtOp
+from tilejit.simt import MapType, PtrType, SimtOp
 
 WARP = 32
 MAX_BATCH_THREADS = 1 << 16
@@ -110,6 +110,7 @@ class Machine:
                 self.writer = np.full((c, self.shared_bytes), -1, np.int32)
                 self.reader = np.full((c, self.shared_bytes), -1, np.int32)
                 self.copies = emulate_mma.AsyncCopies()
+                self.mbarriers = emulate_tma.Mbarriers(self.shared_bytes, c)
                 self.block(self.fn.body, Frame({}, np.arange(c)))
                 if self.wgmma_groups or self.wgmma_open:
                     raise EmulatorError(f"kernel '{self.fn.name}' ends with wgmma groups in flight: a WGMMA_WAIT 0 "
@@ -144,7 +145,7 @@ class Machine:
 
     def op_PARAM(self, o, f):
         value = self.params[o.attrs.axis]
-        if isinstance(o.result.type, PtrType):
+        if isinstance(o.result.type, (PtrType, MapType)):
             return value
         return self.full(f, value, o.result.type.dtype.np)
 
@@ -299,6 +300,9 @@ class Machine:
     # --- tensor cores and async copies ---------------------------------------------------------------
     def check_landed(self, o, rows, addr) -> None:
         """Reading shared bytes that an async copy has not written yet is undefined behaviour."""
+        if self.mbarriers.bars and self.mbarriers.pending[rows, addr].any():
+            raise EmulatorError(f"{o.op.name} reads shared bytes a TMA copy has not landed "
+                                f"(a missing MBARRIER_WAIT)")
         if self.copies.groups or self.copies.uncommitted:
             if self.copies.pending_mask(self.shared)[rows, addr].any():
                 raise EmulatorError(f"{o.op.name} reads shared bytes an async copy has not landed "
@@ -430,6 +434,73 @@ class Machine:
             if self.race_check:
                 self.writer[cta[:, None], smem[cta, thread][:, None] + np.arange(16)] = thread[:, None]
 
+    # --- TMA and mbarriers (emulate_tma) ----------------------------------------------------------
+    def issuers(self, o, f, operand: int):
+        """(batch row, thread) of the one thread per CTA of ``f`` whose ``issue`` holds."""
+        issue = f[o.operands[operand]][:, :, 0].astype(bool)
+        for c, row in enumerate(f.ids):
+            who = np.nonzero(issue[c])[0]
+            if len(who) > 1:
+                raise EmulatorError(f"{o.op.name} is issued by {len(who)} threads of a CTA (one must issue it)")
+            if len(who):
+                yield c, int(row), int(who[0])
+
+    def mbarrier_op(self, o, f, act) -> None:
+        bar = f[o.operands[0]]
+        try:
+            for c, row, t in self.issuers(o, f, 1):
+                act((row, int(bar[c, t, 0])))
+        except emulate_tma.TmaError as e:
+            raise EmulatorError(str(e)) from None
+
+    def op_MBARRIER_INIT(self, o, f):
+        self.mbarrier_op(o, f, lambda key: self.mbarriers.init(key, o.attrs.n))
+
+    def op_MBARRIER_EXPECT_TX(self, o, f):
+        self.mbarrier_op(o, f, lambda key: self.mbarriers.expect_tx(key, o.attrs.n))
+
+    def op_MBARRIER_INVAL(self, o, f):
+        self.mbarrier_op(o, f, self.mbarriers.inval)
+
+    def op_MBARRIER_WAIT(self, o, f):
+        bar = uniform(f[o.operands[0]], "an mbarrier address")
+        parity = uniform(f[o.operands[1]], "an mbarrier parity")
+        try:
+            for row, b, p in zip(f.ids, bar, parity):
+                self.mbarriers.wait((int(row), int(b)), int(p))
+        except emulate_tma.TmaError as e:
+            raise EmulatorError(str(e)) from None
+
+    op_FENCE_MBARRIER_INIT = op_WGMMA_FENCE
+
+    def op_TMA_LOAD(self, o, f):
+        tmap = f[o.operands[0]]
+        dst, bar = f[o.operands[1]], f[o.operands[2]]
+        coords = [f[x] for x in o.operands[4:]]
+        for c, row, t in self.issuers(o, f, 3):
+            if not tmap.usable:
+                raise EmulatorError(f"TMA_LOAD through the tensor map of '{tmap.array.name}', which breaks TMA's "
+                                    f"rules (the runtime passes zeros): the kernel must not copy through it")
+            data = tmap.box(tuple(int(x[c, t, 0]) for x in coords))
+            start = int(dst[c, t, 0])
+            if start % 128 or start < 0 or start + len(data) > self.shared_bytes:
+                raise EmulatorError("TMA_LOAD: shared destination not 128-byte aligned or out of range")
+            addrs = emulate_tma.swizzle(start + np.arange(len(data)), tmap.desc.swizzle)
+            cta = np.full(addrs.shape, row)
+            if self.wgmma_groups or self.wgmma_open:
+                self.check_wgmma_reads(o, f.subset(np.array([c])), addrs[None, None, :])
+            if self.race_check:              # the copy may land any time from now on
+                for track, what in ((self.reader, "read by"), (self.writer, "written by")):
+                    seen = track[cta, addrs]
+                    if (seen != -1).any():
+                        raise EmulatorError(f"shared-memory race: TMA_LOAD overwrites bytes {what} a thread "
+                                            f"since the last BARRIER")
+            self.shared[row, addrs] = data
+            try:
+                self.mbarriers.copy((row, int(bar[c, t, 0])), row, addrs, len(data))
+            except emulate_tma.TmaError as e:
+                raise EmulatorError(str(e)) from None
+
     # --- control flow ------------------------------------------------------------------------------
     def split(self, o, f: Frame, keys: np.ndarray, run) -> None:
         """Run ``run(frame, key)`` per group of CTAs sharing a control ``key``; merge results."""
@@ -512,6 +583,8 @@ def bind_params(fn: ir.Function, args: list) -> list:
         a = arrays[p.arg]
         if p.kind is ParamKind.PTR:
             out.append(a)
+        elif p.kind is ParamKind.TENSOR_MAP:
+            out.append(emulate_tma.EmulatedMap(a, p))
         elif p.kind is ParamKind.DIM:
             out.append(p.dtype.np.type(a.array.shape[p.axis]))
         else:

@@ -20,6 +20,8 @@ gives the ``struct`` code).  Every parameter is passed by value, in order, with 
     "scalar" float16 | bfloat16        half | bfloat / .b8[2]    IEEE half / bf16 bits, uint16_t (2)
     "scalar" float32                   float / .f32               float (4)
     "scalar" float8e4m3 | float8e5m2   i8                         fp8 bits, uint8_t (1)
+    "tensor_map" (the array's dtype)   ptr byval([128 x i8])      CUtensorMap (128, 64-aligned)
+                                       "nvvm.grid_constant" / .param .align 64 .b8[128]
 
 (``runtime/packing.py`` packs bool as '?' and float16 as 'e': the same bytes.)  The kernel
 uses ``fn.meta.shared_bytes`` bytes of *dynamic* shared memory (pass it as
@@ -36,8 +38,9 @@ import threading
 
 import llvmlite.binding as llvm
 from llvmlite import ir
+from llvmlite.ir.values import ArgumentAttributes
 
-from tilejit.abi import ParamKind
+from tilejit.abi import TENSOR_MAP_BYTES, ParamKind
 from tilejit.codegen import mma
 from tilejit import dtypes as D
 from tilejit import simt
@@ -58,8 +61,18 @@ PTX_VERSION = {sm: int(features[4:]) for _, features, sm in TARGETS.values()}   
 
 
 # ------------------------------------------------------------------------------------ kernel ABI
+class _GridConstant(ArgumentAttributes):
+    """A TMA descriptor parameter: 128 bytes by value, read in place (``__grid_constant__``;
+    llvmlite cannot print ``byval`` of an opaque pointer itself)."""
+
+    def _to_list(self, typ):
+        return [f"byval([{TENSOR_MAP_BYTES} x i8])", "align 64", '"nvvm.grid_constant"']
+
+
 def param_llvm_type(desc: ParamDesc) -> ir.Type:
     """The LLVM type of a kernel parameter (see the ABI table in the module docstring)."""
+    if desc.kind is ParamKind.TENSOR_MAP:
+        return ir.PointerType()
     if desc.kind is ParamKind.PTR:
         return ir.PointerType(addrspace=GLOBAL)
     if desc.kind is ParamKind.DIM:
@@ -171,6 +184,9 @@ class KernelEmitter:
         fnty = ir.FunctionType(ir.VoidType(), [param_llvm_type(p) for p in params])
         func = ir.Function(self.module, fnty, kernel_name(fn))
         func.calling_convention = "ptx_kernel"
+        for arg, p in zip(func.args, params):
+            if p.kind is ParamKind.TENSOR_MAP:
+                arg.attributes = _GridConstant()
         func.attributes = _KernelAttributes()
         func.attributes.add(f'"nvvm.maxntid"="{fn.meta.cta_threads}"')
         if fn.meta.min_ctas_per_sm:           # caps registers so that many CTAs fit an SM
@@ -388,6 +404,35 @@ class KernelEmitter:
     def op_FENCE_PROXY_ASYNC(self, op):
         mma.fence_proxy_async_shared(self.b)
 
+    def _issued(self, op, emit) -> None:
+        """``emit()`` in the thread whose ``issue`` operand (the op's second) holds."""
+        with self.b.if_then(self.get(op.operands[1])[0]):
+            emit()
+
+    def _bar(self, op):
+        return shared_pointer(self.ctx, self.get(op.operands[0])[0])
+
+    def op_MBARRIER_INIT(self, op):
+        self._issued(op, lambda: mma.mbarrier_init(self.b, self._bar(op), op.attrs.n))
+
+    def op_MBARRIER_EXPECT_TX(self, op):
+        self._issued(op, lambda: mma.mbarrier_expect_tx(self.b, self._bar(op), op.attrs.n))
+
+    def op_MBARRIER_INVAL(self, op):
+        self._issued(op, lambda: mma.mbarrier_inval(self.b, self._bar(op)))
+
+    def op_MBARRIER_WAIT(self, op):
+        mma.mbarrier_wait(self.b, self._bar(op), self.get(op.operands[1])[0])
+
+    def op_FENCE_MBARRIER_INIT(self, op):
+        mma.fence_mbarrier_init(self.b)
+
+    def op_TMA_LOAD(self, op):
+        tmap, dst, bar, issue = (self.get(v)[0] for v in op.operands[:4])
+        coords = [self.get(v)[0] for v in reversed(op.operands[4:])]      # innermost first
+        with self.b.if_then(issue):
+            mma.tma_load(self.b, tmap, shared_pointer(self.ctx, dst), shared_pointer(self.ctx, bar), coords)
+
     def op_BARRIER(self, op):
         if op.operands:          # one program's warps of a CTA that holds several (pack_programs)
             self.ctx.call("llvm.nvvm.barrier.cta.sync.aligned.count", ir.VoidType(),
@@ -483,14 +528,16 @@ class KernelEmitter:
 
 # ------------------------------------------------------------------------------------- public API
 HOPPER_ONLY = (simt.SimtOp.WGMMA, simt.SimtOp.WGMMA_FENCE, simt.SimtOp.WGMMA_COMMIT,
-               simt.SimtOp.WGMMA_WAIT, simt.SimtOp.FENCE_PROXY_ASYNC)
+               simt.SimtOp.WGMMA_WAIT, simt.SimtOp.FENCE_PROXY_ASYNC, simt.SimtOp.TMA_LOAD,
+               simt.SimtOp.MBARRIER_INIT, simt.SimtOp.MBARRIER_EXPECT_TX, simt.SimtOp.MBARRIER_WAIT,
+               simt.SimtOp.MBARRIER_INVAL, simt.SimtOp.FENCE_MBARRIER_INIT)
 
 
 def emit_module(simt_fn: simt.Function, target: str = "sm_90a") -> ir.Module:
     """The llvmlite.ir module of a SIMT kernel."""
     if target != "sm_90a" and any(o.op in HOPPER_ONLY for o in simt_fn.walk()):
         # LLVM aborts the process on an NVVM intrinsic the target lacks: refuse first
-        raise ValueError(f"the SIMT IR uses wgmma (sm_90a only) but the target is {target}: "
+        raise ValueError(f"the SIMT IR uses wgmma or TMA (sm_90a only) but the target is {target}: "
                          f"lower it with compile_to_simt(..., target={target!r})")
     return KernelEmitter(simt_fn, target).emit()
 

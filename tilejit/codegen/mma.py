@@ -201,3 +201,42 @@ def wgmma_wait_group(builder: ir.IRBuilder, n: int) -> None:
 
 def fence_proxy_async_shared(builder: ir.IRBuilder) -> None:
     builder.call(_declare(builder, "llvm.nvvm.fence.proxy.async.shared_cta", ir.VoidType(), []), [])
+
+
+# --- Hopper mbarriers and TMA (inline PTX: one form on every LLVM the project supports) ------------
+def _void_asm(builder: ir.IRBuilder, text: str, constraints: str, args: list) -> None:
+    fnty = ir.FunctionType(ir.VoidType(), [a.type for a in args])
+    builder.asm(fnty, text, constraints, args, side_effect=True)
+
+
+def mbarrier_init(builder: ir.IRBuilder, bar: ir.Value, count: int) -> None:
+    _void_asm(builder, f"mbarrier.init.shared::cta.b64 [$0], {count};", "r,~{memory}", [bar])
+
+
+def mbarrier_expect_tx(builder: ir.IRBuilder, bar: ir.Value, nbytes: int) -> None:
+    _void_asm(builder, f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {nbytes};", "r,~{memory}", [bar])
+
+
+def mbarrier_wait(builder: ir.IRBuilder, bar: ir.Value, parity: ir.Value) -> None:
+    """Spin on ``mbarrier.try_wait.parity`` (each try already suspends for a while)."""
+    text = ("{\n.reg .pred %p;\nTJ_WAIT_${:uid}:\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 %p, [$0], $1;\n"
+            "@!%p bra TJ_WAIT_${:uid};\n}")
+    _void_asm(builder, text, "r,r,~{memory}", [bar, parity])
+
+
+def mbarrier_inval(builder: ir.IRBuilder, bar: ir.Value) -> None:
+    _void_asm(builder, "mbarrier.inval.shared::cta.b64 [$0];", "r,~{memory}", [bar])
+
+
+def fence_mbarrier_init(builder: ir.IRBuilder) -> None:
+    _void_asm(builder, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
+
+
+def tma_load(builder: ir.IRBuilder, tensor_map: ir.Value, dst: ir.Value, bar: ir.Value, coords: list) -> None:
+    """``cp.async.bulk.tensor`` global -> shared of one box at ``coords`` (innermost first)."""
+    rank = len(coords)
+    places = ", ".join(f"${3 + i}" for i in range(rank))
+    text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+            f"[$0], [$1, {{{places}}}], [$2];")
+    _void_asm(builder, text, "r,l,r" + ",r" * rank + ",~{memory}", [dst, tensor_map, bar, *coords])

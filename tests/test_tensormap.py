@@ -1,0 +1,77 @@
+"""TMA descriptors on the host: the encoding arguments, the rules that send an array to the
+loop without TMA, and the packing of a 128-byte map parameter (the driver call is a GPU test)."""
+import ctypes
+import struct
+
+import pytest
+
+import tilejit as tj
+from tilejit.runtime import packing, tensormap
+from tilejit.runtime.arrays import KernelArray
+from tilejit.simt import ParamDesc
+
+from conftest import HAVE_GPU
+
+
+def test_tiled_args_are_innermost_first_with_byte_strides():
+    args = tensormap.tiled_args(0x1000, (300, 7, 64), (7 * 64, 64, 1), tj.bfloat16, (1, 64, 64), 128)
+    assert args.rank == 3 and args.address == 0x1000
+    assert args.dims == (64, 7, 300)
+    assert args.strides == (128, 7 * 128)
+    assert args.box == (64, 64, 1)
+    assert args.swizzle == 3 and args.data_type == 9
+    assert tensormap.tiled_args(0x1000, (8, 32), (32, 1), tj.float16, (8, 32), 64).swizzle == 2
+    assert tensormap.tiled_args(0x1000, (8, 32), (32, 1), tj.float8e4m3, (8, 32), 32).data_type == 0
+
+
+@pytest.mark.parametrize("ptr, shape, strides", [
+    (0x1008, (64, 64), (64, 1)),          # base not 16-byte aligned
+    (0x1000, (64, 64), (1, 64)),          # inner dim strided
+    (0x1000, (64, 60), (60, 1)),          # 120-byte rows
+    (0x1000, (64, 64), (-64, 1)),         # a negative stride
+    (0x1000, (0, 64), (64, 1)),           # empty
+])
+def test_arrays_that_break_tma_rules_get_no_map(ptr, shape, strides):
+    assert tensormap.tiled_args(ptr, shape, strides, tj.bfloat16, (64, 64), 128) is None
+    array = KernelArray(ptr, shape, strides, tj.bfloat16, 0)
+    desc = ParamDesc("tensor_map", 0, None, tj.bfloat16, (64, 64), 128)
+    assert tensormap.encode(array, desc) == tensormap.ZEROS
+
+
+def test_rank_mismatch_is_a_compiler_error():
+    with pytest.raises(ValueError, match="rank 2 with a box of 3"):
+        tensormap.tiled_args(0x1000, (64, 64), (64, 1), tj.bfloat16, (1, 64, 64), 128)
+
+
+def test_a_map_parameter_is_64_byte_aligned_between_8_byte_slots(monkeypatch):
+    monkeypatch.setattr(tensormap, "_encode_tiled", lambda args: bytes(range(128)))
+    tensormap._cache.clear()
+    x = KernelArray(0x7F00_0000_0000, (128, 64), (64, 1), tj.bfloat16, 0)
+    params = [ParamDesc("ptr", 0, None, tj.bfloat16), ParamDesc("scalar", 1, None, tj.int32),
+              ParamDesc("tensor_map", 0, None, tj.bfloat16, (64, 64), 128),
+              ParamDesc("dim", 0, 0, tj.int32)]
+    assert packing.slot_offsets([packing.param_format(p) for p in params]) == ([0, 8, 64, 192], 200)
+    packer = packing.ArgPacker(params, kernel="k")
+    pointers = (ctypes.c_void_p * 4).from_address(packer.pack([x, 5]))
+    assert pointers[2] % 64 == 0 and pointers[2] - pointers[0] == 64
+    assert ctypes.string_at(pointers[0], 8) == struct.pack("<Q", 0x7F00_0000_0000)
+    assert ctypes.string_at(pointers[1], 4) == struct.pack("<i", 5)
+    assert ctypes.string_at(pointers[2], 128) == bytes(range(128))
+    assert ctypes.string_at(pointers[3], 4) == struct.pack("<i", 128)
+    # a second launch of the same view reuses the map; another view gets its own
+    calls = []
+    monkeypatch.setattr(tensormap, "_encode_tiled", lambda args: calls.append(args) or bytes(128))
+    packer.pack([x, 5])
+    assert calls == []
+    packer.pack([KernelArray(0x7F00_0000_1000, (128, 64), (64, 1), tj.bfloat16, 0), 5])
+    assert len(calls) == 1 and calls[0].address == 0x7F00_0000_1000
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="needs the CUDA driver")
+def test_driver_encodes_a_map():
+    from tilejit.runtime import driver
+    driver.activate(0)
+    args = tensormap.tiled_args(1 << 20, (4096, 4096), (4096, 1), tj.bfloat16, (128, 64), 128)
+    raw = tensormap._encode_tiled(args)
+    assert len(raw) == 128 and raw != bytes(128)

@@ -1,0 +1,145 @@
+"""TMA-filled wgmma rings (``passes/tma.py``, ``pipeline_loads.lower_tma_for``): the boxes
+match the slot layouts wgmma reads, the emulator's TMA and mbarrier model catches the
+mistakes a schedule can make (a missing wait, a wrong byte count, a slot overwritten while
+read), and the PTX assembles for sm_90a with the maps as grid-constant parameters."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tilejit import dtypes as D
+from tilejit.backends import emulate, emulate_tma
+from tilejit.codegen import ptxas
+from tilejit.codegen.llvm import compile_ptx
+from tilejit.examples import matmul
+from tilejit.passes import mma_layouts as ML
+from tilejit.passes import wgmma
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.simt import SimtOp
+from tilejit.specs import ArraySpec
+
+KERNEL = matmul.matmul_kernel.kernel
+
+
+def gemm_fn(BM=64, BN=64, BK=64, stages=3, warps=4, dtype=D.bfloat16, tma=True):
+    spec = ArraySpec(dtype, 2)
+    tile = KERNEL.tile_ir((spec, spec, ArraySpec(D.float32, 2)), {"BM": BM, "BN": BN, "BK": BK, "STAGES": stages})
+    return compile_to_simt(tile, num_warps=warps, tma=tma)
+
+
+def ops(fn, kind):
+    return [o for o in fn.walk() if o.op is kind]
+
+
+@pytest.mark.parametrize("span", [32, 64, 128])
+def test_the_tma_swizzle_is_the_slot_layout_of_rows_of_its_span(span):
+    rows, chunks = np.meshgrid(np.arange(16), np.arange(span // 16), indexing="ij")
+    linear = rows * span + chunks * 16
+    assert (emulate_tma.swizzle(linear, span) == ML.swizzled_offset(rows, chunks * 16, span)).all()
+
+
+def test_the_tma_swizzle_of_atoms_is_wgmma_s_atom_layout():
+    k_rows = 32
+    rows, cols = np.meshgrid(np.arange(k_rows), np.arange(0, 256, 16), indexing="ij")   # two atoms
+    atom = cols // 128
+    linear = atom * k_rows * 128 + rows * 128 + cols % 128        # one dense box per atom
+    assert (emulate_tma.swizzle(linear, 128) == wgmma.atom_table(rows, cols, k_rows)).all()
+
+
+def test_a_box_reads_zeros_outside_the_array():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    from tilejit.abi import ParamDesc
+    m = emulate_tma.EmulatedMap(emulate.GlobalArray(a, "a"), ParamDesc("tensor_map", 0, None, D.float32, (2, 4), 0))
+    got = m.box((2, -2)).view(np.float32).reshape(2, 4)
+    assert (got == [[0, 0, 8, 9], [0, 0, 0, 0]]).all()
+    assert m.nbytes == 32
+
+
+def test_mbarrier_phases():
+    bars = emulate_tma.Mbarriers(64, 1)
+    key = (0, 8)
+    with pytest.raises(emulate_tma.TmaError, match="before MBARRIER_INIT"):
+        bars.wait(key, 0)
+    bars.init(key, 1)
+    with pytest.raises(emulate_tma.TmaError, match="live mbarrier"):
+        bars.init(key, 1)
+    bars.expect_tx(key, 16)
+    with pytest.raises(emulate_tma.TmaError, match="would hang.*16 transaction bytes"):
+        bars.wait(key, 0)
+    bars.copy(key, 0, np.arange(32, 48), 16)          # phase 0 completes
+    assert bars.pending[0, 32:48].all()
+    bars.wait(key, 0)
+    assert not bars.pending.any()
+    bars.wait(key, 0)                                 # a completed phase: returns at once
+    bars.copy(key, 0, np.arange(32, 48), 16)
+    with pytest.raises(emulate_tma.TmaError, match="middle of a phase"):
+        bars.inval(key)
+
+
+def test_gemm_loops_take_tma_where_the_arrays_allow():
+    fn = gemm_fn()
+    assert ops(fn, SimtOp.TMA_LOAD) and ops(fn, SimtOp.WGMMA)
+    assert not ops(gemm_fn(tma=False), SimtOp.TMA_LOAD)
+    assert not ops(compile_to_simt(KERNEL.tile_ir((ArraySpec(D.bfloat16, 2, True, False),) * 2
+                                                  + (ArraySpec(D.float32, 2),),
+                                                  {"BM": 64, "BN": 64, "BK": 64, "STAGES": 3}), 4),
+                   SimtOp.TMA_LOAD)            # not 16-byte aligned: no wgmma, no TMA
+
+
+def _run(fn, m=64, n=64, k=256, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    c = np.zeros((m, n), np.float32)
+    emulate.run(fn, (-(-m // 64), -(-n // 64)), [a, b, c])
+    return a, b, c
+
+
+def test_the_emulated_tma_gemm_matches_float64():
+    a, b, c = _run(gemm_fn(), 100, 128, 200)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(c - ref).max() < 1e-3
+
+
+def _drop(fn, kind, keep=lambda o: False):
+    for o in fn.walk():
+        for region in o.regions:
+            region.ops[:] = [x for x in region.ops if x.op is not kind or keep(x)]
+    fn.body.ops[:] = [x for x in fn.body.ops if x.op is not kind or keep(x)]
+    return fn
+
+
+def test_emulator_catches_a_missing_mbarrier_wait():
+    with pytest.raises(emulate.EmulatorError, match="TMA copy has not landed"):
+        _run(_drop(gemm_fn(), SimtOp.MBARRIER_WAIT))
+
+
+def test_emulator_catches_a_byte_count_that_does_not_match_the_boxes():
+    fn = gemm_fn()
+    for o in ops(fn, SimtOp.MBARRIER_EXPECT_TX):
+        o.attrs = type(o.attrs)(o.attrs.n - 16, o.attrs.buffer)
+    with pytest.raises(emulate.EmulatorError, match="would hang"):
+        _run(fn)
+
+
+def test_emulator_catches_a_slot_refilled_before_every_warp_is_done_with_it():
+    fn = gemm_fn(stages=2, warps=4)        # the loop's barrier is all that orders reads and refills
+    loop = next(o for o in fn.walk() if o.op is SimtOp.FOR and ops_in(o, SimtOp.TMA_LOAD))
+    loop.regions[0].ops[:] = [x for x in loop.regions[0].ops if x.op is not SimtOp.BARRIER]
+    with pytest.raises(emulate.EmulatorError, match="race|in-flight WGMMA"):
+        _run(fn)
+
+
+def ops_in(o, kind):
+    return [x for x in o.regions[0].walk() if x.op is kind]
+
+
+def test_tma_gemm_ptx_assembles_with_grid_constant_maps():
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    fn = gemm_fn(128, 256, 64, 4, 8)
+    ptx = compile_ptx(fn, "sm_90a")
+    assert ptx.count(".param .align 64 .b8") == 2                 # A's map and B's
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in ptx
+    assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx and "fence.mbarrier_init" in ptx
+    out = ptxas.assemble(ptx, "sm_90a")
+    assert out.spills == 0 and "serialized" not in out.log, out.log

@@ -1,0 +1,130 @@
+"""Hopper TMA copies and mbarriers for the ``emulate`` backend (PTX ISA: "Tensor Copy" and
+"mbarrier").
+
+    EmulatedMap(array, desc)       a TENSOR_MAP parameter: ``box(coords)`` reads one box
+    swizzle(addr, span)            the shared byte address a TMA copy writes byte ``addr`` to
+    Mbarriers()                    the mbarriers of one CTA batch, phase by phase
+
+A copy reads its box when issued (elements outside the array read zero), writes the swizzled
+bytes, and keeps them *pending* until a thread waits on the phase of the mbarrier the copy
+completes: reading them before that is an error, as is waiting on a phase that can never
+complete (a missing arrival or a byte count that does not match the copies), initialising a
+live mbarrier or invalidating one with bytes in flight.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilejit.runtime.tensormap import tiled_args
+
+
+class TmaError(Exception):
+    """A TMA or mbarrier misuse (the emulator reports it with the op's source line)."""
+
+
+def swizzle(addr: np.ndarray, span: int) -> np.ndarray:
+    """Where the TMA unit puts byte ``addr`` under a ``span``-byte swizzle (0: none): the
+    16-byte chunk index (bits 4..) is XORed with the address bits 7.. (CUTLASS's
+    ``Swizzle<log2(span / 16), 4, 3>``)."""
+    if not span:
+        return addr
+    mask = (span // 16 - 1) << 7
+    return addr ^ ((addr & mask) >> 3)
+
+
+class EmulatedMap:
+    """A tensor map of host array ``array`` (an ``emulate.GlobalArray``) for ``desc`` (its
+    ParamDesc).  ``usable`` is False where the runtime would pass zeros (TMA's rules broken):
+    a kernel must not copy through it then."""
+
+    def __init__(self, array, desc):
+        self.array, self.desc = array, desc
+        a = array.array
+        strides = tuple(s // a.itemsize for s in a.strides)
+        self.usable = tiled_args(array.address, a.shape, strides, desc.dtype, desc.box, desc.swizzle) is not None
+        self.nbytes = int(np.prod(desc.box)) * a.itemsize
+
+    def box(self, coords: tuple) -> np.ndarray:
+        """The box at element ``coords`` as bytes, row-major; zeros outside the array."""
+        a = self.array.array
+        out = np.zeros(self.desc.box, a.dtype)
+        src, dst = [], []
+        for c, n, size in zip(coords, self.desc.box, a.shape):
+            lo, hi = max(c, 0), min(c + n, size)
+            if lo >= hi:
+                return np.ascontiguousarray(out).view(np.uint8).ravel()
+            src.append(slice(lo, hi))
+            dst.append(slice(lo - c, hi - c))
+        out[tuple(dst)] = a[tuple(src)]
+        return np.ascontiguousarray(out).view(np.uint8).ravel()
+
+
+@dataclass
+class _Barrier:
+    count: int
+    arrivals: int
+    tx: int = 0                       # announced minus completed transaction bytes
+    phase: int = 0                    # phases completed
+    copies: list = field(default_factory=list)     # (cta, byte addresses) of this phase's copies
+    done: list = field(default_factory=list)       # ... of the last completed phase
+
+
+class Mbarriers:
+    """The mbarriers of a batch of CTAs, keyed by (CTA row, shared byte address)."""
+
+    def __init__(self, shared_bytes: int, ctas: int):
+        self.bars: dict[tuple, _Barrier] = {}
+        self.pending = np.zeros((ctas, shared_bytes), bool)     # bytes of copies not yet waited for
+
+    def _get(self, key) -> _Barrier:
+        bar = self.bars.get(key)
+        if bar is None:
+            raise TmaError(f"mbarrier at shared byte {key[1]} is used before MBARRIER_INIT")
+        return bar
+
+    def init(self, key, count: int) -> None:
+        if key in self.bars:
+            raise TmaError(f"MBARRIER_INIT of the live mbarrier at shared byte {key[1]} (MBARRIER_INVAL it first)")
+        self.bars[key] = _Barrier(count, count)
+
+    def inval(self, key) -> None:
+        bar = self._get(key)
+        if bar.copies or bar.arrivals != bar.count:
+            raise TmaError(f"MBARRIER_INVAL of the mbarrier at shared byte {key[1]} in the middle of a phase "
+                           f"({len(bar.copies)} TMA copies not waited for)")
+        del self.bars[key]
+
+    def expect_tx(self, key, nbytes: int) -> None:
+        bar = self._get(key)
+        bar.arrivals -= 1
+        bar.tx += nbytes
+        if bar.arrivals < 0:
+            raise TmaError(f"more arrivals on the mbarrier at shared byte {key[1]} than its count")
+        self._complete(bar)
+
+    def copy(self, key, cta: int, addrs: np.ndarray, nbytes: int) -> None:
+        bar = self._get(key)
+        bar.tx -= nbytes
+        bar.copies.append((cta, addrs))
+        self.pending[cta, addrs] = True
+        self._complete(bar)
+
+    def _complete(self, bar: _Barrier) -> None:
+        if bar.arrivals == 0 and bar.tx == 0:
+            bar.phase += 1
+            bar.arrivals = bar.count
+            bar.done, bar.copies = bar.copies, []
+
+    def wait(self, key, parity: int) -> None:
+        """Returns when the phase of ``parity`` has completed (the current one has the other
+        parity); its copies' bytes stop being pending."""
+        bar = self._get(key)
+        if bar.phase % 2 == parity % 2:
+            raise TmaError(f"MBARRIER_WAIT would hang: phase {bar.phase} of the mbarrier at shared byte {key[1]} "
+                           f"cannot complete ({bar.arrivals} arrivals missing, {bar.tx} transaction bytes "
+                           f"announced but not copied)")
+        for cta, addrs in bar.done:
+            self.pending[cta, addrs] = False
+        bar.done = []
