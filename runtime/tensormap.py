@@ -75,7 +75,12 @@ def encode(array, desc) -> bytes:
             _cache.move_to_end(key)
             return found
     args = tiled_args(array.ptr, tuple(array.shape), tuple(array.strides), desc.dtype, desc.box, desc.swizzle)
-    value = ZEROS if args is None else _encode_tiled(args)
+    try:
+        value = ZEROS if args is None else _encode_tiled(args)
+    except LaunchError:
+        raise
+    except Exception as e:          # the bindings refusing an argument: say which map it was
+        raise LaunchError(f"cannot build the TMA descriptor {args}: {type(e).__name__}: {e}") from None
     with _lock:
         _cache[key] = value
         while len(_cache) > CACHE_SIZE:
@@ -83,14 +88,21 @@ def encode(array, desc) -> bytes:
     return value
 
 
+def driver_args(cuda, args: TiledArgs) -> tuple:
+    """``cuTensorMapEncodeTiled``'s arguments as cuda-python wants them (its sized integer
+    types; plain ints are refused)."""
+    u64, u32 = cuda.cuuint64_t, cuda.cuuint32_t
+    return (cuda.CUtensorMapDataType(args.data_type), args.rank, args.address, [u64(d) for d in args.dims],
+            [u64(s) for s in args.strides], [u32(b) for b in args.box], [u32(1)] * args.rank,
+            cuda.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cuda.CUtensorMapSwizzle(args.swizzle),
+            cuda.CUtensorMapL2promotion(L2_PROMOTION_256B),
+            cuda.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+
+
 def _encode_tiled(args: TiledArgs) -> bytes:
     from tilejit.runtime import driver
     cuda = driver.cuda()
-    result = cuda.cuTensorMapEncodeTiled(
-        cuda.CUtensorMapDataType(args.data_type), args.rank, args.address, list(args.dims),
-        list(args.strides), list(args.box), [1] * args.rank,
-        cuda.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cuda.CUtensorMapSwizzle(args.swizzle),
-        cuda.CUtensorMapL2promotion(L2_PROMOTION_256B), cuda.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    result = cuda.cuTensorMapEncodeTiled(*driver_args(cuda, args))
     if result[0] != 0:
         raise LaunchError(f"cuTensorMapEncodeTiled failed: {driver.error_string(result[0])} for {args}")
     return struct.pack("<16Q", *(int(x) for x in result[1].opaque))

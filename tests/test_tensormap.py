@@ -67,6 +67,16 @@ def test_a_map_parameter_is_64_byte_aligned_between_8_byte_slots(monkeypatch):
     assert len(calls) == 1 and calls[0].address == 0x7F00_0000_1000
 
 
+def test_driver_arguments_take_the_bindings_sized_integers():
+    cuda = pytest.importorskip("cuda.bindings.driver")
+    args = tensormap.tiled_args(1 << 20, (300, 64), (64, 1), tj.bfloat16, (128, 64), 128)
+    got = tensormap.driver_args(cuda, args)
+    assert [int(x) for x in got[3]] == [64, 300] and [int(x) for x in got[4]] == [128]
+    assert [int(x) for x in got[5]] == [64, 128] and [int(x) for x in got[6]] == [1, 1]
+    assert isinstance(got[3][0], cuda.cuuint64_t) and isinstance(got[5][0], cuda.cuuint32_t)
+    assert int(got[8]) == 3 and int(got[0]) == 9
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_GPU, reason="needs the CUDA driver")
 def test_driver_encodes_a_map():
