@@ -49,6 +49,7 @@ class Lowering:
         self.loop_plans = fn.meta["loop_plans"]   # FOR op -> plans.LoopPlan (passes.plan_loops)
         self.pipelining: list = []            # the LoopPlans whose pipelined bodies are being lowered
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
+        self.tma_loops: list = []             # pipeline_loads.TmaLoop of each TMA-filled loop
         self.dot_plans = fn.meta["dot_plans"]     # DOT op -> plans.DotPlan (passes.plan_dots)
         self.grouped_ids = any(p.config is not None for p in self.dot_plans.values())
         self.describe_params()
@@ -98,6 +99,10 @@ class Lowering:
     def written(self, arg: int) -> None:
         """The kernel stores to runtime argument ``arg`` (``SimtMeta.writes``)."""
         self.writes.add(arg)
+
+    def record_tma_loop(self, rec) -> None:
+        """A TMA-filled loop's ``pipeline_loads.TmaLoop`` (``SimtMeta.tma_loops``)."""
+        self.tma_loops.append(rec)
 
     def ordered_by_pipeliner(self, ops) -> None:
         """Shared accesses ``ops`` are ordered by the pipeliner's own waits and barriers:
@@ -583,6 +588,7 @@ class Lowering:
         meta = simt.SimtMeta(self.fn.name, self.params, self.num_warps, sorted(self.writes),
                              self.fn.meta.get("loc", ir.UNKNOWN_LOC), self.self_synced)
         meta.lane_bits = self.lane_bits
+        meta.tma_loops = self.tma_loops
         return ir.Function(self.fn.name, body, list(self.fn.arg_names), meta)
 
 

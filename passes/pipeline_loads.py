@@ -16,6 +16,8 @@ ahead is decided by ``plan_loops`` (a ``LoopPlan`` per loop); this module only e
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from tilejit.abi import ParamKind
 from tilejit import dtypes as D
 from tilejit import ir, simt
@@ -219,6 +221,30 @@ class TmaRing(Ring):
                         simt.TmaAttrs(c.box, c.swizzle, self.buf, bar_buf))
 
 
+@dataclass
+class TmaLoop:
+    """What ``lower_tma_for`` emitted for one loop, for ``specialise_warps`` to move the copies
+    to a producer warpgroup: the FOR, its ring depth, how far ahead it fills and how many wgmma
+    groups stay in flight; the slots' mbarriers (``bars``, buffer ``bar_buf``) and the thread
+    that issues (``leader``); the ops that set the mbarriers up, fill the slots before the loop
+    (``fills``) and in it (``body_fills``, after the iteration's ``body_sync`` barrier), the
+    iteration's trip number, and the ops that tear the mbarriers down."""
+    loop: ir.Operation
+    stages: int
+    ahead: int
+    in_flight: int
+    step: int
+    bars: ir.Value
+    bar_buf: int
+    leader: ir.Value
+    setup: list = field(default_factory=list)
+    fills: list = field(default_factory=list)
+    body_sync: ir.Operation | None = None
+    body_fills: list = field(default_factory=list)
+    trip: ir.Value | None = None
+    teardown: list = field(default_factory=list)
+
+
 def lower_tma_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
     """FOR ``o`` with its rings filled by TMA: one mbarrier per slot, thread 0 issuing.
 
@@ -231,7 +257,8 @@ def lower_tma_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
         after:     barrier; thread 0: inval the mbarriers (nothing is in flight)
 
     Copies past the loop's end are not issued (and never waited for); boxes past the array's
-    edge are zero-filled by the TMA unit."""
+    edge are zero-filled by the TMA unit.  The loop is recorded (``TmaLoop``) in
+    ``lw.tma_loops``."""
     stages, ahead = plan.stages, plan.ahead
     region = o.regions[0]
     iv = region.args[0]
@@ -243,47 +270,53 @@ def lower_tma_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
     bars, bar_buf = lw.alloc_shared(8 * stages, align=8)
     leader = lw.ew(TileOp.EQ, [lw.thread_id("tid", placing=False), lw.const(I32, [0])], D.bool_)
     ub_iv = lw.cast(ub, iv_dt)
-    synced = []
+    rec = TmaLoop(None, stages, ahead, plan.wgmma_in_flight, step_value, bars, bar_buf, leader)
 
     def bar_at(slot):
         return lw.ew(TileOp.ADD, [bars, lw.ew(TileOp.MUL, [slot, lw.const(I32, [8])], I32)], I32)
 
     def mbarrier(op, bar, operand, n=1):
-        synced.append(lw.emit(op, [bar, operand], None, simt.MbarrierAttrs(n, bar_buf)))
+        return lw.emit(op, [bar, operand], None, simt.MbarrierAttrs(n, bar_buf))
 
-    def fill(iv_value, slot):
+    def fill(iv_value, slot, into):
         valid = lw.ew(TileOp.LT, [iv_value, ub_iv], D.bool_)
         go = lw.ew(TileOp.AND, [leader, valid], D.bool_)
         bar = bar_at(slot)
-        mbarrier(SimtOp.MBARRIER_EXPECT_TX, bar, go, tx)
+        into.append(mbarrier(SimtOp.MBARRIER_EXPECT_TX, bar, go, tx))
         for ring in rings:
+            first = len(lw.b.block.ops)
             ring.issue_tma(lw, iv, iv_value, slot, bar, bar_buf, go)
+            into += [x for x in lw.b.block.ops[first:] if x.op is SimtOp.TMA_LOAD]
 
     for s in range(stages):
-        mbarrier(SimtOp.MBARRIER_INIT, bar_at(lw.const(I32, [s])), leader)
-    lw.emit(SimtOp.FENCE_MBARRIER_INIT, [])
-    lw.emit(SimtOp.BARRIER, [])
+        rec.setup.append(mbarrier(SimtOp.MBARRIER_INIT, bar_at(lw.const(I32, [s])), leader))
+    rec.setup.append(lw.emit(SimtOp.FENCE_MBARRIER_INIT, []))
+    rec.setup.append(lw.emit(SimtOp.BARRIER, []))
     for s in range(ahead):
-        fill(lw.ew(TileOp.ADD, [lw.cast(lb, iv_dt), lw.const(iv_dt, [s * step_value])], iv_dt), lw.const(I32, [s]))
+        fill(lw.ew(TileOp.ADD, [lw.cast(lb, iv_dt), lw.const(iv_dt, [s * step_value])], iv_dt), lw.const(I32, [s]),
+             rec.fills)
 
     def before_body(iv_value):
-        lw.emit(SimtOp.BARRIER, [])
-        trip = lw.ew(TileOp.FLOORDIV, [lw.cast(lw.ew(TileOp.SUB, [iv_value, lw.cast(lb, iv_dt)], iv_dt), I32),
-                                       lw.const(I32, [step_value])], I32)
+        rec.body_sync = lw.emit(SimtOp.BARRIER, [])
+        trip = rec.trip = lw.ew(TileOp.FLOORDIV, [lw.cast(lw.ew(TileOp.SUB, [iv_value, lw.cast(lb, iv_dt)], iv_dt), I32),
+                                                  lw.const(I32, [step_value])], I32)
         write = lw.ew(TileOp.MOD, [lw.ew(TileOp.ADD, [trip, lw.const(I32, [ahead])], I32), lw.const(I32, [stages])], I32)
-        fill(lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [ahead * step_value])], iv_dt), write)
+        fill(lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [ahead * step_value])], iv_dt), write, rec.body_fills)
         read = lw.ew(TileOp.MOD, [trip, lw.const(I32, [stages])], I32)
         parity = lw.ew(TileOp.AND, [lw.ew(TileOp.FLOORDIV, [trip, lw.const(I32, [stages])], I32),
                                     lw.const(I32, [1])], I32)
-        mbarrier(SimtOp.MBARRIER_WAIT, bar_at(read), parity)
+        rec.body_fills.append(mbarrier(SimtOp.MBARRIER_WAIT, bar_at(read), parity))
         for ring in rings:
             lw.stage(ring.value, Staged(ring.slot_base(lw, read), ring.buf, ring.tile))
 
     body = _emit_loop(lw, o, plan, rings, before_body)
-    lw.emit(SimtOp.BARRIER, [])
+    rec.loop = next(x for x in reversed(lw.b.block.ops) if x.op is SimtOp.FOR)
+    rec.teardown.append(lw.emit(SimtOp.BARRIER, []))
     for s in range(stages):
-        mbarrier(SimtOp.MBARRIER_INVAL, bar_at(lw.const(I32, [s])), leader)
+        rec.teardown.append(mbarrier(SimtOp.MBARRIER_INVAL, bar_at(lw.const(I32, [s])), leader))
     ring_ids = {ring.buf for ring in rings}
-    lw.ordered_by_pipeliner(synced)
+    lw.ordered_by_pipeliner(x for x in rec.setup + rec.fills + rec.body_fills + rec.teardown
+                            if x.op is not SimtOp.TMA_LOAD or x in rec.body_fills)
     lw.ordered_by_pipeliner(op for op in body.walk() if op.op in (SimtOp.TMA_LOAD, SimtOp.LDMATRIX, SimtOp.LOAD_SHARED)
                             and op.attrs.buffer in ring_ids)
+    lw.record_tma_loop(rec)

@@ -15,7 +15,7 @@ from tilejit import ir, simt
 from tilejit.simt import SimtOp
 
 SHARED_ACCESS = (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED, SimtOp.LDMATRIX, SimtOp.CP_ASYNC, SimtOp.MBARRIER_INIT,
-                 SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL)
+                 SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL, SimtOp.MBARRIER_ARRIVE)
 SHARED_READS = (SimtOp.LOAD_SHARED, SimtOp.LDMATRIX, SimtOp.WGMMA)
 DEDICATED_BYTES = 512    # buffers this small keep their own bytes: reuse would save almost
                          # nothing and would cost a barrier before the next writer

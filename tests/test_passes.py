@@ -140,7 +140,8 @@ def softmax_ir(block=256, dtype=F32):
 def test_pipeline_is_one_ordered_list_and_every_stage_dumps():
     names = [s.name for s in PIPELINE]
     assert names == ["strip_asserts", "chunk_rows", "widen_offsets", "canonicalize", "fold_exp", "dce", "uniform_masks", "hoist_loads", "plan_dots", "assign_layouts", "plan_loops",
-                     "lower_to_simt", "coarsen_programs", "persist_programs", "remat_indices", "plan_shared_memory", "insert_barriers", "pack_programs"]
+                     "lower_to_simt", "coarsen_programs", "persist_programs", "remat_indices", "plan_shared_memory", "insert_barriers", "specialise_warps",
+                     "pack_programs"]
     seen = {}
     fn = softmax_ir()
     before = text(fn)
@@ -157,7 +158,7 @@ def test_debug_mode_verifies_between_passes(monkeypatch):
     compile_to_simt(softmax_ir(), 4)
     assert calls == []
     compile_to_simt(softmax_ir(), 4, verify=True)
-    assert len(calls) == sum(s.level == "simt" for s in PIPELINE) == 7    # after each SIMT-level stage
+    assert len(calls) == sum(s.level == "simt" for s in PIPELINE) == 8    # after each SIMT-level stage
 
 
 def test_tilejit_debug_reaches_the_pipeline_through_the_launch_path(monkeypatch):

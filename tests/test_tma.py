@@ -143,3 +143,72 @@ def test_tma_gemm_ptx_assembles_with_grid_constant_maps():
     assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx and "fence.mbarrier_init" in ptx
     out = ptxas.assemble(ptx, "sm_90a")
     assert out.spills == 0 and "serialized" not in out.log, out.log
+
+
+# ------------------------------------------------------------------ warp specialisation
+def ws_fn(BM=64, BN=64, BK=64, stages=3, warps=4, dtype=D.bfloat16):
+    spec = ArraySpec(dtype, 2)
+    tile = KERNEL.tile_ir((spec, spec, ArraySpec(D.float32, 2)), {"BM": BM, "BN": BN, "BK": BK, "STAGES": stages})
+    return compile_to_simt(tile, num_warps=warps, warp_specialize=True, verify=True)
+
+
+def test_a_warp_specialised_gemm_has_a_producer_warpgroup():
+    fn = ws_fn(128, 128, 64, 4, 8)
+    assert fn.meta.producer_warps == 4 and fn.meta.cta_threads == 384 and fn.meta.max_registers == 168
+    [split] = [o for o in fn.body.ops if o.op is SimtOp.IF]
+    assert split.attrs.threads == 256
+    consumer, producer = (list(r.walk()) for r in split.regions)
+    assert not any(o.op is SimtOp.TMA_LOAD for o in consumer) and any(o.op is SimtOp.WGMMA for o in consumer)
+    assert any(o.op is SimtOp.TMA_LOAD for o in producer) and not any(o.op is SimtOp.WGMMA for o in producer)
+    assert [o.attrs for o in consumer if o.op is SimtOp.SETMAXNREG][0].n == 232
+    assert [o.attrs for o in producer if o.op is SimtOp.SETMAXNREG][0].n == 40
+    assert all(o.operands for o in consumer if o.op is SimtOp.BARRIER)          # named: the producer is not in them
+    assert sum(o.op is SimtOp.MBARRIER_ARRIVE for o in consumer) == 1
+
+
+@pytest.mark.parametrize("m, n, k, BM, BN, BK, stages, warps", [
+    (100, 128, 200, 64, 128, 64, 3, 4),        # ragged M and K, two B atoms, a group in flight
+    (64, 64, 40, 64, 64, 32, 5, 4),            # trip count below the ring depth
+    (130, 64, 320, 128, 64, 64, 2, 8),         # two consumer warpgroups, two slots
+])
+def test_the_emulated_warp_specialised_gemm_matches_float64(m, n, k, BM, BN, BK, stages, warps):
+    fn = ws_fn(BM, BN, BK, stages, warps)
+    rng = np.random.default_rng(m + k)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    c = np.zeros((m, n), np.float32)
+    emulate.run(fn, (-(-m // BM), -(-n // BN)), [a, b, c])
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(c - ref).max() < 1e-3
+
+
+@pytest.mark.parametrize("side, dropped, message", [
+    (1, SimtOp.MBARRIER_WAIT, "refilled before its consumers released it"),   # producer ignores releases
+    (0, SimtOp.MBARRIER_ARRIVE, "would hang"),                                # consumers never release
+])
+def test_emulator_catches_a_broken_hand_off(side, dropped, message):
+    fn = ws_fn(64, 64, 64, 2, 4)
+    [split] = [o for o in fn.body.ops if o.op is SimtOp.IF]
+    for o in split.regions[side].walk():
+        for r in o.regions:
+            r.ops[:] = [x for x in r.ops if x.op is not dropped]
+    with pytest.raises(emulate.EmulatorError, match=message):
+        _run(fn, k=512)
+
+
+def test_warp_specialised_ptx_assembles_and_leaves_setmaxnreg_to_the_driver():
+    """nvJitLink compiles relocatable code, where ptxas ignores setmaxnreg (C7504), so the
+    cuda backend keeps no cubin for such a kernel: the driver JIT-compiles its PTX whole."""
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    from tilejit.backends import cuda
+    fn = ws_fn(128, 128, 64, 4, 8)
+    ptx = compile_ptx(fn, "sm_90a")
+    assert ".maxnreg 168" in ptx and ".maxntid 384" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx and "setmaxnreg.dec.sync.aligned.u32 40" in ptx
+    assert "shfl.sync.idx" in ptx                    # the warp-uniform branch
+    out = ptxas.assemble(ptx, "sm_90a")
+    assert out.spills == 0 and "serialized" not in out.log, out.log
+    state = {"ptx": ptx, "target": "sm_90a"}
+    cuda.stage_cubin(state)
+    assert "cubin" not in state

@@ -100,7 +100,8 @@ def test_the_env_switch_is_read_at_the_api_edge_and_keys_both_caches(monkeypatch
     monkeypatch.delenv("TILEJIT_PACK", raising=False)
     monkeypatch.delenv("TILEJIT_PERSIST", raising=False)
     monkeypatch.delenv("TILEJIT_TMA", raising=False)
-    on = {"wgmma": True, "tma": True, "pack": True, "persist": True}
+    monkeypatch.delenv("TILEJIT_WS", raising=False)
+    on = {"wgmma": True, "tma": True, "warp_specialize": False, "pack": True, "persist": True}
     assert compile_switches() == tuple(on.items())
     KERNEL.compile((spec, spec, out), consts, 4, "spy")
     monkeypatch.setenv("TILEJIT_WGMMA", "0")
@@ -153,13 +154,16 @@ CASES = [   # K and N multiples of 8 elements: rows 16-byte aligned, so every ca
 ]
 
 
-@pytest.mark.parametrize("tma", [True, False], ids=["tma", "cp.async"])
+@pytest.mark.parametrize("engine", ["tma", "cp.async", "ws"])
 @pytest.mark.parametrize("m, n, k, BM, BN, BK, stages, warps, dt", CASES)
-def test_wgmma_gemm_matches_float64(backend, m, n, k, BM, BN, BK, stages, warps, dt, tma, monkeypatch):
+def test_wgmma_gemm_matches_float64(backend, m, n, k, BM, BN, BK, stages, warps, dt, engine, monkeypatch):
+    """On each way of filling the rings: TMA, cp.async, TMA from a producer warpgroup."""
     dtype = D.bfloat16 if dt is ml_dtypes.bfloat16 else D.float16
+    tma = engine != "cp.async"
     fn = simt_fn(BM, BN, BK, stages, warps, dtype, tma=tma)
     assert ops(fn, SimtOp.WGMMA) and bool(ops(fn, SimtOp.TMA_LOAD)) == tma       # the path under test
     monkeypatch.setenv("TILEJIT_TMA", "1" if tma else "0")
+    monkeypatch.setenv("TILEJIT_WS", "1" if engine == "ws" else "0")
     rng = np.random.default_rng(m * n + k)
     a = rng.standard_normal((m, k)).astype(dt)
     b = rng.standard_normal((k, n)).astype(dt)

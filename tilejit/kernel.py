@@ -42,12 +42,14 @@ def compile_switches() -> tuple[tuple[str, bool], ...]:
     """The compiler switches from the environment, read here at the API edge on every compile
     and nowhere else: ``(option name, value)`` pairs that become ``passes.pipeline.Options``
     fields and part of both compile caches' keys.  ``TILEJIT_WGMMA=0`` keeps GEMMs on mma.sync,
-    ``TILEJIT_TMA=0`` fills wgmma rings with cp.async instead of TMA copies,
+    ``TILEJIT_TMA=0`` fills wgmma rings with cp.async instead of TMA copies, ``TILEJIT_WS=1``
+    gives a TMA loop's copies to a producer warpgroup,
     ``TILEJIT_PACK=0`` runs one program per CTA, ``TILEJIT_PERSIST=0`` never loops a CTA over
     programs (``=always``: wherever it can, not only where it was measured faster)."""
     persist = os.environ.get("TILEJIT_PERSIST", "1").strip().lower()
     return (("wgmma", os.environ.get("TILEJIT_WGMMA", "1").strip() != "0"),
             ("tma", os.environ.get("TILEJIT_TMA", "1").strip() != "0"),
+            ("warp_specialize", os.environ.get("TILEJIT_WS", "0").strip() == "1"),
             ("pack", os.environ.get("TILEJIT_PACK", "1").strip() != "0"),
             ("persist", "always" if persist == "always" else persist != "0"))
 
@@ -296,7 +298,7 @@ class Kernel:
             parts.append(part)
             views.append(v)
         consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        key = (num_warps, num_stages, fast_math, debug, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), os.environ.get("TILEJIT_TMA"), os.environ.get("TILEJIT_PACK"), os.environ.get("TILEJIT_PERSIST"), consts,
+        key = (num_warps, num_stages, fast_math, debug, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), os.environ.get("TILEJIT_TMA"), os.environ.get("TILEJIT_WS"), os.environ.get("TILEJIT_PACK"), os.environ.get("TILEJIT_PERSIST"), consts,
                tuple(parts))
         try:
             hash(key)

@@ -73,12 +73,16 @@ class SimtMeta:
     lane_bits: int = 31                    # the lowering: lane-id bits that place data (the rest are replicas)
     serial_programs: bool = False          # coarsen_programs: the CTA's programs run one after another
     persistent: bool = False               # persist_programs: each CTA loops over programs (grid0 passed)
+    producer_warps: int = 0                # specialise_warps: a warpgroup that only issues TMA copies,
+    #                                        after the num_warps warps that compute
+    max_registers: int = 0                 # registers per thread the kernel is compiled for (0: ptxas picks)
+    tma_loops: list = field(default_factory=list)       # lowering: pipeline_loads.TmaLoop records
 
     @property
     def cta_threads(self) -> int:
         """Threads per CTA of a launch: each program's (a sub-warp program has fewer than 32)."""
         per_program = self.lanes_per_program if self.lanes_per_program < 32 else 32 * self.num_warps
-        return per_program * (1 if self.serial_programs else self.programs_per_cta)
+        return per_program * (1 if self.serial_programs else self.programs_per_cta) + 32 * self.producer_warps
 
     def summary(self) -> str:
         """The line ``--emit`` of a SIMT stage prints under the IR."""
@@ -175,6 +179,9 @@ class SimtOp(enum.Enum):
     MBARRIER_WAIT = enum.auto()      # (bar, parity: i32) -> (): every thread waits until the phase
     #   of that parity (phase number & 1) has completed; its TMA bytes are then visible  MbarrierAttrs
     MBARRIER_INVAL = enum.auto()     # (bar, issue) -> (): the bytes stop being an mbarrier  MbarrierAttrs
+    MBARRIER_ARRIVE = enum.auto()    # (bar, on: bool) -> (): every thread whose ``on`` holds arrives  MbarrierAttrs
+    SETMAXNREG = enum.auto()         # () -> (): this warpgroup's registers per thread become attrs.n
+    #   (setmaxnreg.inc / .dec; every thread of the warpgroup runs it)        RegCountAttrs
     FENCE_MBARRIER_INIT = enum.auto()  # () -> (): initialised mbarriers are seen by the async proxy
     TMA_LOAD = enum.auto()           # (map, dst, bar, issue, *coords: i32 n=1 each, in the array's
     #   dim order) -> (): cp.async.bulk.tensor of the map's box at element ``coords`` into shared
@@ -183,7 +190,7 @@ class SimtOp(enum.Enum):
 
 
 TMA_OPS = (SimtOp.MBARRIER_INIT, SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL,
-           SimtOp.FENCE_MBARRIER_INIT, SimtOp.TMA_LOAD)
+           SimtOp.MBARRIER_ARRIVE, SimtOp.FENCE_MBARRIER_INIT, SimtOp.TMA_LOAD, SimtOp.SETMAXNREG)
 
 
 @dataclass(frozen=True)
@@ -264,6 +271,20 @@ class MbarrierAttrs(Attrs):
 
 
 @dataclass(frozen=True)
+class RegCountAttrs(Attrs):
+    n: int                        # registers per thread (24..256, a multiple of 8)
+    inc: bool                     # raise to n (consumers) or lower to n (a producer)
+
+
+@dataclass(frozen=True)
+class SplitAttrs(Attrs):
+    """An IF whose condition is ``THREAD_ID < threads``: its first region runs on the threads
+    below (the consumers), its second on the rest (the producer), at the same time; they hand
+    work over only through mbarriers (``passes.specialise_warps``)."""
+    threads: int
+
+
+@dataclass(frozen=True)
 class TmaAttrs(Attrs):
     box: tuple                    # elements per array dim (the map's box)
     swizzle: int                  # bytes (0, 32, 64, 128)
@@ -309,7 +330,7 @@ def assert_sites(fn: Function) -> list:
 
 DIALECT = Dialect(SimtOp, parse_type,
                   (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, VolatileAttrs, SharedAttrs,
-                   MaskedSharedAttrs, LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, MbarrierAttrs, TmaAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
+                   MaskedSharedAttrs, LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, MbarrierAttrs, TmaAttrs, RegCountAttrs, SplitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 
 
@@ -381,7 +402,8 @@ _SPECS = {
     and o.operands[3].type.dtype.is_bool else "TMA_LOAD takes (map, dst, bar, issue: bool, *coords), one register each",
     **{op: (lambda o: None if len(o.operands) == 2 and all(_n(x) == 1 for x in o.operands)
             else f"{o.op.name} takes (bar, issue or parity), one register each")
-       for op in (SimtOp.MBARRIER_INIT, SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL)},
+       for op in (SimtOp.MBARRIER_INIT, SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL,
+                  SimtOp.MBARRIER_ARRIVE)},
     SimtOp.WGMMA: lambda o: None if _n(o.operands[0]) == o.attrs.n // 2 == _n(o.results[0])
     and _n(o.operands[1]) == (4 if o.attrs.a_regs else 1) and _n(o.operands[2]) == 1
     else "WGMMA takes N/2 accumulators, A (an address or 4 registers) and B's address",

@@ -41,9 +41,9 @@ _notice_printed = False
 
 
 def switch_options(options: dict) -> dict:
-    """The ``compile_to_simt`` keyword options (``wgmma``, ``tma``, ``pack``, ``verify``, ``num_stages``, ``debug``, ``persist``) in a
+    """The ``compile_to_simt`` keyword options (``wgmma``, ``tma``, ``warp_specialize``, ``pack``, ``verify``, ``num_stages``, ``debug``, ``persist``) in a
     backend's ``options``."""
-    return {k: options[k] for k in ("wgmma", "tma", "pack", "verify", "num_stages", "fast_math", "debug", "persist")
+    return {k: options[k] for k in ("wgmma", "tma", "warp_specialize", "pack", "verify", "num_stages", "fast_math", "debug", "persist")
             if k in options}
 
 

@@ -114,9 +114,12 @@ def stage_ptx(state: dict) -> None:
 
 
 def stage_cubin(state: dict) -> None:
-    """Assemble with nvJitLink when it is installed; otherwise the driver JIT-compiles the PTX."""
+    """Assemble with nvJitLink when it is installed; otherwise (or for a kernel that moves
+    registers between warpgroups) the driver JIT-compiles the PTX."""
     from tilejit.codegen import ptxas
-    if not ptxas.available():
+    if not ptxas.available() or "setmaxnreg" in state["ptx"]:
+        # (nvJitLink compiles relocatable code, where ptxas ignores setmaxnreg (C7504): a
+        # warp-specialised kernel is JIT-compiled whole by the driver, which honours it)
         return
     asm = ptxas.assemble(state["ptx"], state["target"])
     # a log without ptxas's "Used N registers" line (seen under compute-sanitizer's racecheck)

@@ -18,6 +18,7 @@ flight is an error, so a missing or too-weak wait is caught.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from tilejit import backends, ir
 from tilejit.backends import emulate_mma, emulate_tma
 from tilejit.errors import DeviceAssertError, LaunchError
 from tilejit.backends.interpret import atomic_combine, elementwise_fn
-from tilejit.simt import MapType, PtrType, SimtOp
+from tilejit.simt import MapType, PtrType, SimtOp, SplitAttrs
 
 WARP = 32
 MAX_BATCH_THREADS = 1 << 16
@@ -95,6 +96,7 @@ class Machine:
         self.tid = np.arange(self.threads, dtype=np.int32)
         self.wgmma_open, self.wgmma_groups = [], []
         self.shared_bytes = -(-fn.meta.shared_bytes // 16) * 16 + 16
+        self.baton, self.side = None, 0          # a warp-specialised IF's sides (run_split)
         self.ew_cache: dict = {}
 
     def run(self) -> None:
@@ -465,11 +467,76 @@ class Machine:
     def op_MBARRIER_WAIT(self, o, f):
         bar = uniform(f[o.operands[0]], "an mbarrier address")
         parity = uniform(f[o.operands[1]], "an mbarrier parity")
+        keys = [((int(row), int(b)), int(p)) for row, b, p in zip(f.ids, bar, parity)]
         try:
-            for row, b, p in zip(f.ids, bar, parity):
-                self.mbarriers.wait((int(row), int(b)), int(p))
+            while self.baton is not None and not all(self.mbarriers.ready(k, p) for k, p in keys):
+                side = self.side
+                moved = self.baton.pause(side)
+                self.enter(side)
+                if not moved:
+                    break                             # the wait below reports the hang
+            for k, p in keys:
+                self.mbarriers.wait(k, p)
         except emulate_tma.TmaError as e:
             raise EmulatorError(str(e)) from None
+        self.writer[f.ids] = -1                       # the phase orders what came before it
+        self.reader[f.ids] = -1
+
+    def op_MBARRIER_ARRIVE(self, o, f):
+        bar, on = f[o.operands[0]], f[o.operands[1]][:, :, 0].astype(bool)
+        try:
+            for c, row in enumerate(f.ids):
+                who = np.nonzero(on[c])[0]
+                if len(who):
+                    self.mbarriers.arrive((int(row), int(bar[c, who[0], 0])), len(who))
+        except emulate_tma.TmaError as e:
+            raise EmulatorError(str(e)) from None
+
+    def op_SETMAXNREG(self, o, f):               # registers are not modelled
+        pass
+
+    # --- warp specialisation: two sides of the CTA at once ---------------------------------------------
+    def enter(self, side: int) -> None:
+        """Make ``side``'s threads the machine's (after taking the baton)."""
+        self.side = side
+        self.threads, self.tid = self.side_threads[side]
+
+    def run_split(self, o, f):
+        """An IF with SplitAttrs: its regions on the threads below and from ``attrs.threads``,
+        interleaved at mbarrier waits (``emulate_tma.Baton``)."""
+        if self.baton is not None:
+            raise EmulatorError("a warp-specialised IF inside another")
+        cut, whole = o.attrs.threads, (self.threads, self.tid)
+        self.side_threads = [(cut, self.tid[:cut]), (self.threads - cut, self.tid[cut:])]
+        frames = [Frame({k: (v[:, lo:hi] if isinstance(v, np.ndarray) and v.ndim == 3 else v)
+                         for k, v in f.env.items()}, f.ids)
+                  for lo, hi in ((0, cut), (cut, self.threads))]
+        baton = self.baton = emulate_tma.Baton(self.mbarriers)
+        errors = [None, None]
+
+        def run(side):
+            try:
+                baton.acquire(side)
+                self.enter(side)
+                self.block(o.regions[side], frames[side])
+                baton.finish(side)
+            except emulate_tma._Abandoned:
+                pass
+            except BaseException as e:          # reported by the launching thread
+                errors[side] = e
+                baton.finish(side, failed=True)
+        workers = [threading.Thread(target=run, args=(side,), daemon=True) for side in (0, 1)]
+        try:
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        finally:
+            self.baton = None
+            self.threads, self.tid = whole
+        for e in errors:
+            if e is not None:
+                raise e
 
     op_FENCE_MBARRIER_INIT = op_WGMMA_FENCE
 
@@ -487,6 +554,9 @@ class Machine:
                 raise EmulatorError("TMA_LOAD: shared destination not 128-byte aligned or out of range")
             addrs = emulate_tma.swizzle(start + np.arange(len(data)), tmap.desc.swizzle)
             cta = np.full(addrs.shape, row)
+            if self.mbarriers.pending[row, addrs].any():
+                raise EmulatorError("TMA_LOAD overwrites bytes of an earlier copy no thread has waited for "
+                                    "(a ring slot refilled before its consumers released it)")
             if self.wgmma_groups or self.wgmma_open:
                 self.check_wgmma_reads(o, f.subset(np.array([c])), addrs[None, None, :])
             if self.race_check:              # the copy may land any time from now on
@@ -537,6 +607,8 @@ class Machine:
         self.split(o, f, bounds, run)
 
     def op_IF(self, o, f):
+        if isinstance(o.attrs, SplitAttrs):
+            return self.run_split(o, f)
         cond = uniform(f[o.operands[0]], "an if condition").astype(bool)
         self.split(o, f, cond[:, None], lambda frame, key: self.block(o.regions[0 if key[0] else 1], frame))
 

@@ -13,6 +13,7 @@ live mbarrier or invalidating one with bytes in flight.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,12 +78,22 @@ class Mbarriers:
     def __init__(self, shared_bytes: int, ctas: int):
         self.bars: dict[tuple, _Barrier] = {}
         self.pending = np.zeros((ctas, shared_bytes), bool)     # bytes of copies not yet waited for
+        self.progress = 0                                       # state changes so far (hang detection)
 
     def _get(self, key) -> _Barrier:
         bar = self.bars.get(key)
         if bar is None:
             raise TmaError(f"mbarrier at shared byte {key[1]} is used before MBARRIER_INIT")
         return bar
+
+    def arrive(self, key, count: int) -> None:
+        """``count`` threads arrive (mbarrier.arrive)."""
+        if count:
+            bar = self._get(key)
+            bar.arrivals -= count
+            if bar.arrivals < 0:
+                raise TmaError(f"more arrivals on the mbarrier at shared byte {key[1]} than its count")
+            self._complete(bar)
 
     def init(self, key, count: int) -> None:
         if key in self.bars:
@@ -112,10 +123,15 @@ class Mbarriers:
         self._complete(bar)
 
     def _complete(self, bar: _Barrier) -> None:
+        self.progress += 1
         if bar.arrivals == 0 and bar.tx == 0:
             bar.phase += 1
             bar.arrivals = bar.count
             bar.done, bar.copies = bar.copies, []
+
+    def ready(self, key, parity: int) -> bool:
+        """Whether the phase of ``parity`` has completed (a wait would return)."""
+        return self._get(key).phase % 2 != parity % 2
 
     def wait(self, key, parity: int) -> None:
         """Returns when the phase of ``parity`` has completed (the current one has the other
@@ -128,3 +144,47 @@ class Mbarriers:
         for cta, addrs in bar.done:
             self.pending[cta, addrs] = False
         bar.done = []
+
+
+class Baton:
+    """Two sides of a warp-specialised IF (consumers, producer), each on its own Python thread,
+    one running at a time: a side whose mbarrier wait cannot return yet hands the baton over.
+    When the other side comes back without any mbarrier having changed, neither can go on:
+    ``pause`` returns False (the wait would hang)."""
+
+    def __init__(self, bars: Mbarriers):
+        self.bars = bars
+        self.cv = threading.Condition()
+        self.turn = 0
+        self.done = [False, False]
+        self.failed = False
+
+    def acquire(self, side: int) -> None:
+        with self.cv:
+            self.cv.wait_for(lambda: self.turn == side or self.failed)
+            if self.failed:
+                raise _Abandoned()
+
+    def pause(self, side: int) -> bool:
+        """Let the other side run until it waits or ends; False when nothing changed."""
+        with self.cv:
+            if self.done[1 - side]:
+                return False
+            before = self.bars.progress
+            self.turn = 1 - side
+            self.cv.notify_all()
+            self.cv.wait_for(lambda: self.turn == side or self.failed)
+            if self.failed:
+                raise _Abandoned()
+            return self.bars.progress != before
+
+    def finish(self, side: int, failed: bool = False) -> None:
+        with self.cv:
+            self.done[side] = True
+            self.failed = self.failed or failed
+            self.turn = 1 - side
+            self.cv.notify_all()
+
+
+class _Abandoned(Exception):
+    """The other side failed: this side stops where it is."""

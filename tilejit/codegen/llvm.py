@@ -189,6 +189,8 @@ class KernelEmitter:
                 arg.attributes = _GridConstant()
         func.attributes = _KernelAttributes()
         func.attributes.add(f'"nvvm.maxntid"="{fn.meta.cta_threads}"')
+        if fn.meta.max_registers:             # setmaxnreg needs the kernel's own register count
+            func.attributes.add(f'"nvvm.maxnreg"="{fn.meta.max_registers}"')
         if fn.meta.min_ctas_per_sm:           # caps registers so that many CTAs fit an SM
             func.attributes.add(f'"nvvm.minctasm"="{fn.meta.min_ctas_per_sm}"')
         self.ctx = Ctx(self.module, func, TARGETS[target][2], fn.meta.name)
@@ -421,6 +423,12 @@ class KernelEmitter:
     def op_MBARRIER_INVAL(self, op):
         self._issued(op, lambda: mma.mbarrier_inval(self.b, self._bar(op)))
 
+    def op_MBARRIER_ARRIVE(self, op):
+        self._issued(op, lambda: mma.mbarrier_arrive(self.b, self._bar(op)))
+
+    def op_SETMAXNREG(self, op):
+        mma.setmaxnreg(self.b, op.attrs.n, op.attrs.inc)
+
     def op_MBARRIER_WAIT(self, op):
         mma.mbarrier_wait(self.b, self._bar(op), self.get(op.operands[1])[0])
 
@@ -530,7 +538,8 @@ class KernelEmitter:
 HOPPER_ONLY = (simt.SimtOp.WGMMA, simt.SimtOp.WGMMA_FENCE, simt.SimtOp.WGMMA_COMMIT,
                simt.SimtOp.WGMMA_WAIT, simt.SimtOp.FENCE_PROXY_ASYNC, simt.SimtOp.TMA_LOAD,
                simt.SimtOp.MBARRIER_INIT, simt.SimtOp.MBARRIER_EXPECT_TX, simt.SimtOp.MBARRIER_WAIT,
-               simt.SimtOp.MBARRIER_INVAL, simt.SimtOp.FENCE_MBARRIER_INIT)
+               simt.SimtOp.MBARRIER_INVAL, simt.SimtOp.FENCE_MBARRIER_INIT, simt.SimtOp.MBARRIER_ARRIVE,
+               simt.SimtOp.SETMAXNREG)
 
 
 def emit_module(simt_fn: simt.Function, target: str = "sm_90a") -> ir.Module:

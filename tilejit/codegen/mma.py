@@ -240,3 +240,11 @@ def tma_load(builder: ir.IRBuilder, tensor_map: ir.Value, dst: ir.Value, bar: ir
     text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
             f"[$0], [$1, {{{places}}}], [$2];")
     _void_asm(builder, text, "r,l,r" + ",r" * rank + ",~{memory}", [dst, tensor_map, bar, *coords])
+
+
+def mbarrier_arrive(builder: ir.IRBuilder, bar: ir.Value) -> None:
+    _void_asm(builder, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
+
+
+def setmaxnreg(builder: ir.IRBuilder, n: int, inc: bool) -> None:
+    _void_asm(builder, f"setmaxnreg.{'inc' if inc else 'dec'}.sync.aligned.u32 {n};", "~{memory}", [])

@@ -1,0 +1,221 @@
+"""Warp specialisation of a TMA-filled wgmma loop: a producer warpgroup issues the copies, the
+kernel's own warps only compute.
+
+    specialise_warps(fn) -> fn        specialisable(fn) -> (TmaLoop, guard IF | None) | None
+
+Input: a kernel whose one TMA loop (``pipeline_loads.TmaLoop``) sits at its top level, or in
+the then-branch of a top-level IF (the row-alignment guard ``two_ways`` emits).  Output::
+
+    <the pure ops the copies need: parameters, program ids, shared addresses>  (all threads)
+    thread 0: init full[s] (1 arrival), empty[s] (C arrivals) for each slot s; fence; barrier
+    if tid < C:                                   # the C = 32 * num_warps compute threads
+        setmaxnreg.inc                            # (where the register file allows it)
+        the kernel as before, without the copies: each iteration waits full[t % S], runs the
+        body, then arrives on empty[(t - in_flight) % S] (the slot whose wgmma has retired);
+        every CTA-wide barrier becomes named barrier 1 over the C threads
+    else:                                         # one producer warpgroup
+        setmaxnreg.dec
+        the copies before the loop, as before (slots 0..ahead-1)
+        for each iteration t < trips - ahead: wait empty[p % S] (parity (p // S + 1) & 1, which a
+            fresh mbarrier passes) for p = t + ahead; expect_tx(full[p % S]); the boxes of p
+
+The producer's thread C issues (the copies are predicated on it); all four producer warps run
+the loop and wait.  The mbarriers are never invalidated: the loop runs once per CTA, and its
+mbarrier buffer is too small to be shared with another (``shared_memory.DEDICATED_BYTES``).
+The pass refuses (returns ``fn`` unchanged) when the copies depend on anything but pure values
+of the kernel's top level, the ops before the loop in the guard and the loop body.
+"""
+from __future__ import annotations
+
+from tilejit import dtypes as D
+from tilejit import ir, simt
+from tilejit.ir import TileOp
+from tilejit.simt import RegType, SimtOp
+
+I32 = D.int32
+PRODUCER_WARPS = 4
+PRODUCER_REGISTERS = 40          # what a warpgroup that only computes addresses keeps
+REGISTER_FILE = 65536            # 32-bit registers per SM (and the most one CTA may take)
+MAX_REGISTERS = 248              # per thread: ptxas's limit is 255; setmaxnreg wants multiples of 8
+_PURE = (SimtOp.PARAM, SimtOp.THREAD_ID, SimtOp.BLOCK_ID, SimtOp.GRID_DIM, SimtOp.CONSTANT, SimtOp.SPLAT,
+         SimtOp.GATHER, SimtOp.CONCAT, SimtOp.ELEMENTWISE, SimtOp.SHARED_ALLOC)
+_FILLS = (SimtOp.MBARRIER_EXPECT_TX, SimtOp.TMA_LOAD)
+
+
+def specialisable(fn: ir.Function):
+    """(the TmaLoop, its guard IF or None), when ``fn`` has one TMA loop the pass can split
+    off; else None."""
+    loops = fn.meta.tma_loops
+    if len(loops) != 1 or fn.meta.num_warps % 4 or fn.meta.programs_per_cta != 1 or fn.meta.persistent \
+            or fn.meta.producer_warps:
+        return None
+    rec = loops[0]
+    if rec.loop in fn.body.ops:
+        return rec, None
+    guard = next((o for o in fn.body.ops if o.op is SimtOp.IF and rec.loop in o.regions[0].ops), None)
+    return (rec, guard) if guard is not None else None
+
+
+def _slice(roots, scopes: list[list[ir.Operation]], iv) -> set | None:
+    """The ops of ``scopes`` the ``roots`` (values) depend on, or None when one comes from
+    elsewhere (a loop-carried value, a region's result) or is not pure."""
+    defs = {r: o for ops in scopes for o in ops for r in o.results}
+    out, todo = set(), list(roots)
+    while todo:
+        v = todo.pop()
+        if v is iv:
+            continue
+        o = defs.get(v)
+        if o is None or (o.op not in _PURE and o.op not in _FILLS):
+            return None
+        if o not in out:
+            out.add(o)
+            todo += [x for x in o.operands]
+    return out
+
+
+def _named_barriers(block: ir.Block, bar_id: ir.Value, threads: int) -> None:
+    for o in block.ops:
+        if o.op is SimtOp.BARRIER and not o.operands:
+            o.operands, o.attrs = [bar_id], simt.BarrierAttrs(threads)
+        for r in o.regions:
+            _named_barriers(r, bar_id, threads)
+
+
+def specialise_warps(fn: ir.Function) -> ir.Function:
+    """``fn`` with its TMA loop's copies on a producer warpgroup (see the module docstring)."""
+    found = specialisable(fn)
+    if found is None:
+        return fn
+    rec, guard = found
+    loop = rec.loop
+    body = loop.regions[0]
+    iv = body.args[0]
+    holder = guard.regions[0] if guard is not None else fn.body
+    top = fn.body.ops[:fn.body.ops.index(guard if guard is not None else loop)]
+    before = holder.ops[:holder.ops.index(loop)] if guard is not None else []
+    body_ops = list(body.ops)
+    fills = [o for o in rec.fills if o.op in _FILLS]
+    body_fills = [o for o in rec.body_fills if o.op in _FILLS]
+    roots = [x for o in fills + body_fills for x in o.operands] + list(loop.operands[:3])
+    if guard is not None:
+        roots.append(guard.operands[0])
+    needed = _slice(roots, [top, before, body.ops], iv)
+    if needed is None or rec.step <= 0 or any(o in needed for o in top if o.op in _FILLS):
+        return fn
+    needed |= set(fills + body_fills)
+    loc = loop.loc
+    consumers = 32 * fn.meta.num_warps
+    stages = rec.stages
+
+    def op(kind, operands, rtype=None, attrs=None, regions=None, into=None):
+        o = ir.Operation(kind, operands, [rtype] if rtype else [], attrs, regions, loc)
+        into.append(o)
+        return o.result if rtype else o
+
+    def ew(kind, a, b, into, dt=I32):
+        return op(SimtOp.ELEMENTWISE, [a, b], RegType(dt), simt.EwAttrs(kind), into=into)
+
+    def const(v, into, dt=I32):
+        return op(SimtOp.CONSTANT, [], RegType(dt), simt.VectorConstAttrs((v,)), into=into)
+
+    # --- before the split: the pure values both sides read, the mbarriers
+    head = [o for o in top if o in needed]
+    buffers = 1 + max(fn.meta.shared_buffers, default=-1)          # (after plan_shared_memory)
+    at = -(-fn.meta.shared_bytes // 8) * 8
+    fn.meta.shared_buffers = {**fn.meta.shared_buffers, buffers: (at, 8 * stages)}
+    fn.meta.shared_bytes = at + 8 * stages
+    empty = const(at, head)
+    full = const(rec.bars.owner.attrs.values[0], head)               # (planned: a CONSTANT now)
+    tid = op(SimtOp.THREAD_ID, [], RegType(I32), into=head)
+    first = ew(TileOp.EQ, tid, const(0, head), head, D.bool_)
+
+    def slot_bar(base, slot, into):
+        return ew(TileOp.ADD, base, ew(TileOp.MUL, slot, const(8, into), into), into)
+    for s in range(stages):
+        for base, count, buf in ((full, 1, rec.bar_buf), (empty, consumers, buffers)):
+            op(SimtOp.MBARRIER_INIT, [slot_bar(base, const(s, head), head), first], None,
+               simt.MbarrierAttrs(count, buf), into=head)
+    op(SimtOp.FENCE_MBARRIER_INIT, [], into=head)
+    op(SimtOp.BARRIER, [], into=head)
+    # the warpgroup index read from lane 0 (a shuffle): ptxas then knows the branch is
+    # warp-uniform, and lets the consumers' code use the registers setmaxnreg gives them
+    group = op(SimtOp.SHUFFLE_IDX, [ew(TileOp.SHR, tid, const(7, head), head), const(0, head)], RegType(I32), into=head)
+    is_consumer = ew(TileOp.LT, group, const(consumers // 128, head), head, D.bool_)
+
+    # --- the consumers: the kernel without the copies, releasing each slot
+    dropped = set(rec.setup) | set(rec.fills) | set(rec.body_fills) - {rec.body_fills[-1]} | set(rec.teardown)
+    dropped.add(rec.body_sync)
+    for block in (holder, body):
+        block.ops[:] = [o for o in block.ops if o not in dropped]
+    tail = body.ops.pop()                                        # the YIELD
+    release = []
+    done = ew(TileOp.SUB, rec.trip, const(rec.in_flight, release), release)
+    slot = ew(TileOp.MOD, done, const(stages, release), release)
+    on = ew(TileOp.GE, done, const(0, release), release, D.bool_)
+    op(SimtOp.MBARRIER_ARRIVE, [slot_bar(empty, slot, release), on], None, simt.MbarrierAttrs(1, buffers), into=release)
+    body.ops += release + [tail]
+    consumer = ir.Block([], [o for o in fn.body.ops if o not in needed])
+    bar_id = const(1, head)
+    _named_barriers(consumer, bar_id, consumers)
+    if consumer.ops and consumer.ops[-1].op is SimtOp.YIELD:
+        consumer.ops.pop()
+    consumer.ops.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
+
+    # --- the producer: the copies, one warpgroup
+    producer: list = []
+    values = {}
+    values[rec.leader] = ew(TileOp.EQ, tid, const(consumers, producer), producer, D.bool_)
+
+    def clone(o, into):
+        if o is rec.leader.owner:                # the producer's own first thread issues
+            return
+        c = ir.Operation(o.op, [values.get(x, x) for x in o.operands], [r.type for r in o.results], o.attrs, None, o.loc)
+        for r, cr in zip(o.results, c.results):
+            values[r] = cr
+        into.append(c)
+    inner = producer
+    if guard is not None:
+        inner = []
+    for o in before:
+        if o in needed:
+            clone(o, inner)
+    lb, ub, step = (values.get(x, x) for x in loop.operands[:3])
+    iv_dt = iv.type.dtype
+    p_iv = ir.Value(iv.type, iv.hint)
+    values[iv] = p_iv
+    loop_body: list = []
+    stop = ew(TileOp.SUB, ub, const(rec.ahead * rec.step, inner, iv_dt), inner, iv_dt)
+    for o in body_ops:
+        if o in needed:
+            if o is body_fills[0]:              # the slot's previous contents are released
+                p = ew(TileOp.ADD, values[rec.trip], const(rec.ahead, loop_body), loop_body)
+                turn = ew(TileOp.FLOORDIV, p, const(stages, loop_body), loop_body)
+                parity = ew(TileOp.AND, ew(TileOp.ADD, turn, const(1, loop_body), loop_body), const(1, loop_body),
+                            loop_body)
+                where = slot_bar(empty, ew(TileOp.MOD, p, const(stages, loop_body), loop_body), loop_body)
+                op(SimtOp.MBARRIER_WAIT, [where, parity], None, simt.MbarrierAttrs(1, buffers), into=loop_body)
+            clone(o, loop_body)
+    loop_body.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
+    inner.append(ir.Operation(SimtOp.FOR, [lb, stop, step], [], loop.attrs, [ir.Block([p_iv], loop_body)], loc))
+    if guard is not None:
+        cond = values.get(guard.operands[0], guard.operands[0])
+        inner.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
+        producer.append(ir.Operation(SimtOp.IF, [cond], [], None,
+                                     [ir.Block([], inner), ir.Block([], [ir.Operation(SimtOp.YIELD, [], loc=loc)])], loc))
+    producer.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
+
+    # --- registers: the producer gives back what the consumers take
+    threads = consumers + 32 * PRODUCER_WARPS
+    cap = min(MAX_REGISTERS, REGISTER_FILE // threads // 8 * 8)
+    more = min(MAX_REGISTERS, (REGISTER_FILE - 32 * PRODUCER_WARPS * PRODUCER_REGISTERS) // consumers // 8 * 8)
+    if more > cap:
+        consumer.ops.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(more, True), loc=loc))
+        producer.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(PRODUCER_REGISTERS, False), loc=loc))
+        fn.meta.max_registers = cap
+    split = ir.Operation(SimtOp.IF, [is_consumer], [], simt.SplitAttrs(consumers),
+                         [consumer, ir.Block([], producer)], loc)
+    fn.body.ops[:] = head + [split]
+    fn.meta.producer_warps = PRODUCER_WARPS
+    fn.meta.self_synced_ops = set(fn.meta.self_synced_ops) | {o for o in fn.walk() if o.op in simt.TMA_OPS}
+    return fn
