@@ -59,7 +59,8 @@ class Options:
     persist: bool | str = True  # persistent programs with the next one's rows copied ahead where measured
                                 # faster ("always": wherever it applies; False: never)
     tma: bool = True            # wgmma rings filled by TMA copies where the arrays allow (TILEJIT_TMA=0: cp.async)
-    warp_specialize: bool = False   # a producer warpgroup issues a TMA loop's copies (TILEJIT_WS=1: on)
+    warp_specialize: bool | str = "auto"   # a producer warpgroup issues a TMA loop's copies where measured
+                                # faster ("auto"; True: wherever it applies, TILEJIT_WS=1; False: never, =0)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ PIPELINE = [
     Stage("remat_indices", lambda fn, opt: remat_module.remat_indices(fn) if remat_module.REMAT else fn, "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
-    Stage("specialise_warps", lambda fn, opt: specialise_warps(fn) if opt.warp_specialize else fn, "simt"),
+    Stage("specialise_warps", lambda fn, opt: specialise_warps(fn, opt.warp_specialize is True)
+          if opt.warp_specialize else fn, "simt"),
     Stage("pack_programs", lambda fn, opt: fn if fn.meta.serial_programs or fn.meta.persistent else
           pack_programs(fn, *((opt.programs_per_cta,) if opt.programs_per_cta else choose_programs(fn, opt.pack))),
           "simt"),
@@ -113,7 +115,7 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
                     dump: Callable[[str, str], None] | None = None, *, wgmma: bool = True,
                     verify: bool = False, num_stages: int | None = None, fast_math: bool = False,
                     pack: bool = False, programs_per_cta: int | None = None, debug: bool = False,
-                    persist: bool | str = True, tma: bool = True, warp_specialize: bool = False) -> ir.Function:
+                    persist: bool | str = True, tma: bool = True, warp_specialize: bool | str = "auto") -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")

@@ -31,11 +31,13 @@ def simt_fn(dim=64, causal=True, dtype=D.bfloat16):
 
 
 def pipelined_loop(fn):
-    """The pipelined version of the key loop (the then-branch of the row-alignment check),
-    filled by cp.async or by TMA."""
-    guard = next(o for o in fn.walk() if o.op is SimtOp.IF and any(
-        x.op in (SimtOp.CP_ASYNC, SimtOp.TMA_LOAD) for x in o.regions[0].walk()))
-    return next(o for o in guard.regions[0].ops if o.op is SimtOp.FOR)
+    """The pipelined version of the key loop (the then-branch of the row-alignment check): the
+    loop that computes and waits on its ring, filled by cp.async, by TMA, or by TMA from a
+    producer warpgroup (whose own loop only copies)."""
+    def kinds(o):
+        return {x.op for x in o.regions[0].walk()}
+    return next(o for o in fn.walk() if o.op is SimtOp.FOR and kinds(o) & {SimtOp.CP_ASYNC_WAIT, SimtOp.MBARRIER_WAIT}
+                and kinds(o) & {SimtOp.WGMMA, SimtOp.MMA})
 
 
 @pytest.mark.parametrize("causal", [False, True])

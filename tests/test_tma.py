@@ -212,3 +212,14 @@ def test_warp_specialised_ptx_assembles_and_leaves_setmaxnreg_to_the_driver():
     state = {"ptx": ptx, "target": "sm_90a"}
     cuda.stage_cubin(state)
     assert "cubin" not in state
+
+
+def test_by_default_attention_loops_are_specialised_and_gemm_loops_are_not():
+    from tilejit.examples.attention import attention_kernel
+    from tilejit.specs import ScalarSpec
+    arr = ArraySpec(D.bfloat16, 4)
+    tile = attention_kernel.tile_ir((arr,) * 4 + (ScalarSpec(D.float32),), {"BM": 128, "BN": 128, "BD": 128, "CAUSAL": True})
+    assert compile_to_simt(tile, num_warps=8).meta.producer_warps == 4            # two wgmma groups a trip
+    assert compile_to_simt(tile, num_warps=8, warp_specialize=False).meta.producer_warps == 0
+    assert gemm_fn(128, 128, 64, 4, 8).meta.producer_warps == 0                    # one group a trip
+    assert ws_fn(128, 128, 64, 4, 8).meta.producer_warps == 4                      # unless asked

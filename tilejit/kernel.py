@@ -43,13 +43,13 @@ def compile_switches() -> tuple[tuple[str, bool], ...]:
     and nowhere else: ``(option name, value)`` pairs that become ``passes.pipeline.Options``
     fields and part of both compile caches' keys.  ``TILEJIT_WGMMA=0`` keeps GEMMs on mma.sync,
     ``TILEJIT_TMA=0`` fills wgmma rings with cp.async instead of TMA copies, ``TILEJIT_WS=1``
-    gives a TMA loop's copies to a producer warpgroup,
+    gives every TMA loop's copies to a producer warpgroup (``=0``: none; unset: where measured faster),
     ``TILEJIT_PACK=0`` runs one program per CTA, ``TILEJIT_PERSIST=0`` never loops a CTA over
     programs (``=always``: wherever it can, not only where it was measured faster)."""
     persist = os.environ.get("TILEJIT_PERSIST", "1").strip().lower()
     return (("wgmma", os.environ.get("TILEJIT_WGMMA", "1").strip() != "0"),
             ("tma", os.environ.get("TILEJIT_TMA", "1").strip() != "0"),
-            ("warp_specialize", os.environ.get("TILEJIT_WS", "0").strip() == "1"),
+            ("warp_specialize", {"1": True, "0": False}.get(os.environ.get("TILEJIT_WS", "").strip(), "auto")),
             ("pack", os.environ.get("TILEJIT_PACK", "1").strip() != "0"),
             ("persist", "always" if persist == "always" else persist != "0"))
 
