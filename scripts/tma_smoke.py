@@ -1,0 +1,28 @@
+"""GPU: small ragged GEMMs and attention through the TMA paths (plain, warp-specialised), each
+checked against NumPy in float64; run under compute-sanitizer by scripts/sanitize_tma.sh."""
+import os
+import sys
+
+import ml_dtypes
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from examples import attention, matmul  # noqa: E402
+
+rng = np.random.default_rng(0)
+bad = 0
+for m, n, k, BM, BN, BK, stages, warps in [(100, 128, 88, 64, 128, 64, 3, 4), (130, 256, 200, 128, 256, 64, 3, 8),
+                                           (257, 129, 300, 128, 128, 64, 4, 8)]:
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    out = matmul.run(a, b, BM=BM, BN=BN, BK=BK, STAGES=stages, num_warps=warps)
+    err = np.abs(out - matmul.reference(a, b)).max()
+    bad += err > 1e-2
+    print(f"gemm {m}x{n}x{k} {BM}x{BN}x{BK}x{stages}x{warps} WS={os.environ.get('TILEJIT_WS', 'auto')}: max err {err:.2e}")
+for causal in (False, True):
+    q, k, v = (rng.standard_normal((1, 2, 200, 128)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    o = attention.run(q, k, v, causal=causal, BM=128, BN=128)
+    err = np.abs(o.astype(np.float64) - attention.reference(q, k, v, causal)).max()
+    bad += err > 3e-2
+    print(f"attention causal={causal}: max err {err:.2e}")
+sys.exit(1 if bad else 0)
