@@ -1,7 +1,12 @@
 """Per-tensor scaled float8 GEMM, as in fp8 inference: A and B are stored as float8 e4m3 with one
 float32 scale each (x ≈ x8 * scale), the product accumulates in float32 on tensor cores
 (mma.sync m16n8k32 on sm_90a), and the epilogue applies both scales and rounds to bfloat16:
-``c = (a8 @ b8) * scale_a * scale_b``.  The loop is a plain ``range``: the compiler pipelines it."""
+``c = (a8 @ b8) * scale_a * scale_b``.  The loop is a plain ``range``: the compiler pipelines it.
+
+``B_NK=True`` (``run_linear``) is the same product with the weights stored as ``nn.Linear`` and
+``torch._scaled_mm`` keep them, (N, K), and read transposed (``w.T``): both operands are then
+K-major, which float8 ``wgmma`` needs, so on sm_90a it runs there (4 warps per 64 rows, N a
+multiple of 8), its tiles copied by TMA."""
 import numpy as np
 
 import tilejit as tj
@@ -10,13 +15,26 @@ E4M3_MAX = 448.0        # the largest finite float8 e4m3 value
 
 
 @tj.kernel
-def fp8_matmul_kernel(a, b, c, scale_a, scale_b, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+def fp8_matmul_kernel(a, b, c, scale_a, scale_b, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
+                      B_NK: tj.constexpr = False):
     m = tj.program_id(0) * BM
     n = tj.program_id(1) * BN
     acc = tj.zeros((BM, BN), tj.float32)
     for k in range(0, a.shape[1], BK):
-        acc = tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (k, n), (BK, BN)), acc)
+        if B_NK:                           # b stored (N, K), as nn.Linear keeps its weight
+            w = tj.load(b, (n, k), (BN, BK)).T
+        else:
+            w = tj.load(b, (k, n), (BK, BN))
+        acc = tj.dot(tj.load(a, (m, k), (BM, BK)), w, acc)
     tj.store(c, (m, n), (acc * (scale_a * scale_b)).to(c.dtype))
+
+
+def run_linear(a8, w8, scale_a, scale_w, BM=128, BN=128, BK=128, num_warps=8):
+    """``(a8 @ w8.T) * scale_a * scale_w`` in bfloat16, ``w8`` of shape (N, K)."""
+    c = np.empty((a8.shape[0], w8.shape[0]), tj.bfloat16.np)
+    grid = (tj.cdiv(a8.shape[0], BM), tj.cdiv(w8.shape[0], BN))
+    fp8_matmul_kernel[grid](a8, w8, c, scale_a, scale_w, BM=BM, BN=BN, BK=BK, B_NK=True, num_warps=num_warps)
+    return c
 
 
 def quantize(x):

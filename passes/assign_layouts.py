@@ -36,7 +36,7 @@ def array_spec(fn: ir.Function, array: ir.Value) -> ArraySpec:
     if index < len(specs) and isinstance(specs[index], ArraySpec):
         return specs[index]
     return ArraySpec(array.type.dtype, array.type.rank, unit_inner_stride=False, aligned16=False,
-                     large=True)
+                     large=True, tma=False)
 
 
 def memory_layout(shape, spec: ArraySpec, num_warps: int) -> L.Layout:

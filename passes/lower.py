@@ -20,6 +20,7 @@ from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads
 from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
+from tilejit.passes.plans import CopyEngine
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -99,6 +100,11 @@ class Lowering:
     def written(self, arg: int) -> None:
         """The kernel stores to runtime argument ``arg`` (``SimtMeta.writes``)."""
         self.writes.add(arg)
+
+    def rebind(self, v: ir.Value, simt_value: ir.Value) -> None:
+        """Tile value ``v`` is read from ``simt_value`` from here on (an accumulator that
+        came back from a wgmma wait)."""
+        self.values[v] = simt_value
 
     def record_tma_loop(self, rec) -> None:
         """A TMA-filled loop's ``pipeline_loads.TmaLoop`` (``SimtMeta.tma_loops``)."""
@@ -534,7 +540,9 @@ class Lowering:
         for s in plan.staged_before:
             self.stage(s.value, lower_dot.stage_registers(self, s.value, self.dot_plans.config(s.dot),
                                                           s.tile, s.align))
-        if plan.pipelined:
+        if plan.pipelined and plan.engine is CopyEngine.TMA:    # the specialisation promises TMA's rules
+            pipeline_loads.lower_pipelined_for(self, o, plan)
+        elif plan.pipelined:
             self.two_ways(o, pipeline_loads.rows_aligned(self, plan.rings, plan.engine),
                           lambda: pipeline_loads.lower_pipelined_for(self, o, plan),
                           lambda: self.plain_for(o))

@@ -138,7 +138,9 @@ def _emit_loop(lw, o: ir.Operation, plan: LoopPlan, rings, before_body) -> ir.Bl
         body = lw.region(region, args, before=before_body)
     lw.control(o, SimtOp.FOR, [lw.get(x) for x in o.operands[:3]] + inits, [body])
     if plan.wgmma_in_flight:                  # the last group, before anything reads the results
-        lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(0))
+        carried = [r for r in o.results if lw.reg_type(r).dtype == D.float32]
+        for r, v in zip(carried, wgmma.wait_group(lw, [lw.values[r] for r in carried], 0)):
+            lw.rebind(r, v)
     for ring in rings:
         lw.unstage(ring.value)
     return body

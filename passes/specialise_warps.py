@@ -111,9 +111,15 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
     if guard is not None:
         roots.append(guard.operands[0])
     needed = _slice(roots, [top, before, body.ops], iv)
-    if needed is None or rec.step <= 0 or any(o in needed for o in top if o.op in _FILLS):
+    if needed is None or rec.step <= 0:
         return fn
     needed |= set(fills + body_fills)
+    leader_side = {rec.leader.owner}            # what says which thread issues: the producer's own
+    for o in top:
+        if o in needed and any(x.owner in leader_side for x in o.operands if x.owner is not None):
+            leader_side.add(o)
+    if guard is None:                   # the copies before the loop and their issuing predicates
+        before = [o for o in top if o in needed and (o.op in _FILLS or o in leader_side)]   # are the producer's
     loc = loop.loc
     consumers = 32 * fn.meta.num_warps
     stages = rec.stages
@@ -130,7 +136,8 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
         return op(SimtOp.CONSTANT, [], RegType(dt), simt.VectorConstAttrs((v,)), into=into)
 
     # --- before the split: the pure values both sides read, the mbarriers
-    head = [o for o in top if o in needed]
+    head = [o for o in top if o in needed and o.op in _PURE and o not in leader_side]
+    hoisted = set(head)
     buffers = 1 + max(fn.meta.shared_buffers, default=-1)          # (after plan_shared_memory)
     at = -(-fn.meta.shared_bytes // 8) * 8
     fn.meta.shared_buffers = {**fn.meta.shared_buffers, buffers: (at, 8 * stages)}
@@ -154,7 +161,8 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
     is_consumer = ew(TileOp.LT, group, const(consumers // 128, head), head, D.bool_)
 
     # --- the consumers: the kernel without the copies, releasing each slot
-    dropped = set(rec.setup) | set(rec.fills) | set(rec.body_fills) - {rec.body_fills[-1]} | set(rec.teardown)
+    # (the barrier after the loop stays, as a named one: the ring's bytes may be reused after it)
+    dropped = set(rec.setup) | set(rec.fills) | set(rec.body_fills) - {rec.body_fills[-1]} | set(rec.teardown[1:])
     dropped.add(rec.body_sync)
     for block in (holder, body):
         block.ops[:] = [o for o in block.ops if o not in dropped]
@@ -165,7 +173,7 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
     on = ew(TileOp.GE, done, const(0, release), release, D.bool_)
     op(SimtOp.MBARRIER_ARRIVE, [slot_bar(empty, slot, release), on], None, simt.MbarrierAttrs(1, buffers), into=release)
     body.ops += release + [tail]
-    consumer = ir.Block([], [o for o in fn.body.ops if o not in needed])
+    consumer = ir.Block([], [o for o in fn.body.ops if o not in hoisted])
     bar_id = const(1, head)
     _named_barriers(consumer, bar_id, consumers)
     if consumer.ops and consumer.ops[-1].op is SimtOp.YIELD:

@@ -13,9 +13,10 @@ writes for a row-major box under an address-based swizzle:
   bytes apart, SW128): one box per atom, ``128 / itemsize`` columns wide.
 
 Elements outside the array are written as zeros, which is the load's ``other=0``.  A load
-whose array is not 16-byte aligned with a unit inner stride (known at compile time), or whose
-tile does not fit those shapes or TMA's box limits (256 per dim), keeps cp.async
-(``plan_loops`` records the engine per loop, and ``inspect()`` shows it).
+whose array a TMA descriptor cannot describe (``ArraySpec.tma``, part of the specialisation:
+a launch with such an array gets a kernel of its own), or whose tile does not fit those shapes
+or TMA's box limits (256 per dim), keeps cp.async (``plan_loops`` records the engine per loop,
+and ``inspect()`` shows it).
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def ring_copies(fn: ir.Function, ring, slot_bytes: int) -> tuple[TmaCopy, ...] |
     array = ring.load.operands[0]
     spec = array_spec(fn, array)
     shape = tuple(ring.load.result.type.shape)
-    if not spec.unit_inner_stride or not spec.aligned16 or not 1 <= len(shape) <= 5:
+    if not spec.tma or not spec.unit_inner_stride or not spec.aligned16 or not 1 <= len(shape) <= 5:
         return None
     outer = [i for i, d in enumerate(shape[:-1]) if d != 1]
     if len(outer) != 1 or shape[-1] == 1:

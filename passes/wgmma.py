@@ -46,6 +46,9 @@ from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
 ATOM_BYTES = 128                # an N-major B atom row: 64 fp16/bf16 columns
+K_STEP_BYTES = 32               # one wgmma's K along a K-major row: 16 fp16/bf16 or 32 float8 elements
+FP8 = (D.float8e4m3, D.float8e5m2)
+KINDS = {"bfloat16": "bf16", "float16": "f16", "float8e4m3": "e4m3", "float8e5m2": "e5m2"}
 A_ROW_BYTES = (32, 64, 128)     # K-major swizzle spans wgmma supports
 
 
@@ -65,7 +68,7 @@ def sources_ready(lw, dot: ir.Operation, cfg, ringed: set, staged: dict) -> bool
     fragments."""
     a_v, b_v = dot.operands[:2]
     a_ok = a_v in ringed or (a_v in staged and staged[a_v].wgmma_a) \
-        or a_in_registers(lw, a_v, cfg)
+        or (cfg.ab_dtype not in FP8 and a_in_registers(lw, a_v, cfg))
     return a_ok and b_v in ringed
 
 
@@ -84,9 +87,10 @@ def kmajor_span(row_bytes: int) -> int:
 
 
 def kmajor_step(kk: int, rows: int, row_bytes: int, item: int) -> int:
-    """Byte offset of k step ``kk`` (16 columns) in a K-major tile of ``rows`` rows: inside the
-    row for one swizzle span, else in atom ``kk*32 // 128`` (``rows * 128`` bytes each)."""
-    col = kk * 16 * item
+    """Byte offset of k step ``kk`` (32 bytes: 16 columns, 32 of float8) in a K-major tile of
+    ``rows`` rows: inside the row for one swizzle span, else in atom ``kk*32 // 128``
+    (``rows * 128`` bytes each)."""
+    col = kk * K_STEP_BYTES
     if row_bytes <= ATOM_BYTES:
         return col
     return (col // ATOM_BYTES) * rows * ATOM_BYTES + col % ATOM_BYTES
@@ -100,16 +104,19 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
     transposed (K-major)."""
     a_v, b_v = dot.operands[:2]
     a, b = a_v.type, b_v.type
-    if a.dtype != b.dtype or a.dtype not in (D.bfloat16, D.float16) or len(a.shape) != 2:
+    if a.dtype != b.dtype or a.dtype.name not in KINDS or len(a.shape) != 2:
         return False
     (m, k), n = a.shape, b.shape[1]
     item = a.dtype.itemsize
-    if num_warps % 4 or m != 16 * num_warps or k % 16 or n % 8 or n > 256:
+    if num_warps % 4 or m != 16 * num_warps or (k * item) % K_STEP_BYTES or n % 8 or n > 256:
         return False
+    fp8 = a.dtype in FP8                # float8 wgmma reads both operands K-major from shared memory
     a_src = ring_source(fn, multiples, dot, a_v, body, uses)
-    a_ok = (a_src is not None and not a_src.n_major) or a_v not in inside or source_dot(a_v, a.shape) is not None
+    a_ok = (a_src is not None and not a_src.n_major) or a_v not in inside \
+        or (not fp8 and source_dot(a_v, a.shape) is not None)
     b_src = ring_source(fn, multiples, dot, b_v, body, uses)
-    b_ok = b_src is not None and (kmajor_rows_ok(k * item) if b_src.n_major else n % (ATOM_BYTES // item) == 0)
+    b_ok = b_src is not None and (kmajor_rows_ok(k * item) if b_src.n_major
+                                  else not fp8 and n % (ATOM_BYTES // item) == 0)
     return a_ok and b_ok and kmajor_rows_ok(k * item)
 
 
@@ -168,7 +175,7 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
     A_ATOMS) or ``[kk][0]`` register fragments; ``b_src`` is B's tile: B_ATOMS (N-major) or
     B_NK / B_NK_ATOMS (K-major)."""
     item = cfg.ab_dtype.itemsize
-    kind = {"bfloat16": "bf16", "float16": "f16"}[cfg.ab_dtype.name]
+    kind = KINDS[cfg.ab_dtype.name]
     acc = lw.get(o.operands[2], cfg.acc_layout)
     k_row = cfg.k * item
     a_regs = isinstance(a_src, list)
@@ -182,7 +189,7 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
         a_base = lw.ew(TileOp.ADD, [a_src.base, lw.ew(TileOp.MUL, [group, lw.const(I32, [64 * kmajor_span(k_row)])],
                                                     I32)], I32)
     lw.emit(SimtOp.WGMMA_FENCE, [])
-    for kk in range(cfg.k // 16):
+    for kk in range(cfg.k * item // K_STEP_BYTES):
         if a_regs:
             a = a_src[kk][0]
         else:
@@ -191,8 +198,14 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
         b = lw.ew(TileOp.ADD, [b_src.base, lw.const(I32, [step])], I32)
         acc = lw.emit(SimtOp.WGMMA, [acc, a, b], RegType(D.float32, cfg.n // 2), attrs).result
     lw.emit(SimtOp.WGMMA_COMMIT, [])
-    lw.emit(SimtOp.WGMMA_WAIT, [], None, simt.WaitAttrs(lw.in_flight_after(o)))
-    return acc
+    return wait_group(lw, [acc], lw.in_flight_after(o))[0]
+
+
+def wait_group(lw, accs: list, n: int) -> list:
+    """``wgmma.wait_group n``, giving back ``accs`` (the accumulators read after it)."""
+    wait = lw.emit(SimtOp.WGMMA_WAIT, list(accs), None, simt.WaitAttrs(n))
+    wait.results = [ir.Value(a.type, owner=wait) for a in accs]
+    return wait.results
 
 
 def tile_coords(lw, layout: L.Layout, item: int):

@@ -174,6 +174,9 @@ def test_helpers_reject_bad_operands():
         with pytest.raises(ValueError, match=f"wgmma m64n128k16 .{kind}: {message}"):
             CM.wgmma(b, [zero_f] * acc, desc, desc, kind, 128, False)
     assert len(CM.wgmma(b, [zero_f] * 64, desc, desc, "bf16", 128, False)) == 64
+    assert len(CM.wgmma(b, [zero_f] * 64, desc, desc, "e4m3", 128, False)) == 64
+    with pytest.raises(ValueError, match="e5m2 reads both operands K-major"):
+        CM.wgmma(b, [zero_f] * 64, desc, desc, "e5m2", 128, True)
     assert "asm sideeffect" in str(module)     # never moved across the wgmma fences and commits
 
 

@@ -104,3 +104,50 @@ def test_fp8_on_sm80_is_a_compile_error_at_the_dot():
     with pytest.raises(tj.CompileError, match="float8e4m3 arithmetic needs sm_89") as e:
         compile_ptx(compile_to_simt(tile, num_warps=4, target="sm_80"), "sm_80")
     assert "tj.dot(" in str(e.value)
+
+
+# ---------------------------------------------- float8 wgmma: both operands K-major (B stored N x K)
+def fp8_wgmma_fn(dtype, b_nk=True, BM=128, BN=128, BK=128, warps=8):
+    from tilejit import dtypes as D
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.specs import ArraySpec, ScalarSpec
+    from examples import fp8_matmul
+    spec = ArraySpec(dtype, 2)
+    tile = fp8_matmul.fp8_matmul_kernel.tile_ir(
+        (spec, spec, ArraySpec(D.bfloat16, 2), ScalarSpec(D.float32), ScalarSpec(D.float32)),
+        {"BM": BM, "BN": BN, "BK": BK, "B_NK": b_nk})
+    return compile_to_simt(tile, num_warps=warps)
+
+
+@pytest.mark.parametrize("dtype", [tj.float8e4m3, tj.float8e5m2])
+def test_fp8_with_k_major_weights_runs_on_wgmma_k32(dtype):
+    from tilejit.simt import SimtOp
+    fn = fp8_wgmma_fn(dtype)
+    mmas = [o for o in fn.walk() if o.op is SimtOp.WGMMA]
+    assert mmas and {o.attrs.kind for o in mmas} == {dtype.name[6:]} and len(mmas) == 128 // 32
+    assert any(o.op is SimtOp.TMA_LOAD for o in fn.walk())
+    # weights stored K x N (N-major) cannot reach float8 wgmma: mma.sync m16n8k32 instead
+    assert not any(o.op is SimtOp.WGMMA for o in fp8_wgmma_fn(dtype, b_nk=False).walk())
+
+
+@pytest.mark.parametrize("m, n, k, BM, BN, BK, warps", [(200, 136, 256, 128, 128, 128, 8), (100, 64, 96, 64, 64, 64, 4)])
+def test_fp8_wgmma_linear_matches_float64_on_emulate(m, n, k, BM, BN, BK, warps, monkeypatch):
+    from examples import fp8_matmul as F
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(m + k)
+    a, sa = F.quantize(rng.standard_normal((m, k)).astype(np.float32) * 3)
+    w, sw = F.quantize(rng.standard_normal((n, k)).astype(np.float32))
+    out = F.run_linear(a, w, sa, sw, BM=BM, BN=BN, BK=BK, num_warps=warps).astype(np.float64)
+    ref = (a.astype(np.float64) @ w.astype(np.float64).T) * float(sa) * float(sw)
+    assert np.abs(out - ref).max() <= 2**-7 * np.abs(ref).max()          # the bfloat16 output's rounding
+
+
+def test_fp8_wgmma_ptx_assembles_without_spills():
+    from tilejit.codegen import ptxas
+    from tilejit.codegen.llvm import compile_ptx
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    ptx = compile_ptx(fp8_wgmma_fn(tj.float8e4m3, BN=256), "sm_90a")
+    assert "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3" in ptx
+    out = ptxas.assemble(ptx, "sm_90a")
+    assert out.spills == 0 and "serialized" not in out.log, out.log

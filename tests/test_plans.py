@@ -77,7 +77,8 @@ def test_a_tma_plan_fills_each_slot_with_boxes_on_one_mbarrier():
     assert expect == [2 * (128 * 64 + 64 * 128)] * 3
     kinds = [o.op for o in fn.walk()]
     assert kinds.count(SimtOp.MBARRIER_INIT) == kinds.count(SimtOp.MBARRIER_INVAL) == 4
-    assert kinds.count(SimtOp.MBARRIER_WAIT) == 1 and SimtOp.CP_ASYNC_WAIT not in kinds[:kinds.index(SimtOp.MMA)]
+    assert kinds.count(SimtOp.MBARRIER_WAIT) == 1 and SimtOp.CP_ASYNC_WAIT not in kinds
+    assert SimtOp.MMA not in kinds and SimtOp.IF not in kinds    # the spec promises TMA's rules: no twin loop
     maps = [p for p in fn.meta.params if p.kind.value == "tensor_map"]
     assert [(p.arg, p.box, p.swizzle) for p in maps] == [(0, (128, 64), 128), (1, (64, 64), 128)]
 

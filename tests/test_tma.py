@@ -223,3 +223,35 @@ def test_by_default_attention_loops_are_specialised_and_gemm_loops_are_not():
     assert compile_to_simt(tile, num_warps=8, warp_specialize=False).meta.producer_warps == 0
     assert gemm_fn(128, 128, 64, 4, 8).meta.producer_warps == 0                    # one group a trip
     assert ws_fn(128, 128, 64, 4, 8).meta.producer_warps == 4                      # unless asked
+
+
+@pytest.mark.parametrize("shape, strides, tma", [
+    ((64, 64), (64, 1), True),
+    ((64, 1), (1, 1), False),          # a row stride of one element: aligned16 ignores it, TMA cannot
+    ((64, 64), (-64, 1), False),       # rows read backwards
+    ((0, 64), (64, 1), False),         # empty
+    ((64, 64), (1, 64), False),        # transposed: the inner stride is not 1
+])
+def test_the_specialisation_says_whether_tma_can_describe_an_array(shape, strides, tma):
+    from tilejit.specs import array_spec
+    from tilejit.runtime.tensormap import tiled_args
+    spec = array_spec(D.bfloat16, shape, strides, 1 << 12)
+    assert spec.tma == tma
+    assert (tiled_args(1 << 12, shape, strides, D.bfloat16, (1,) * len(shape), 0) is not None) == tma
+
+
+def test_an_array_tma_cannot_describe_gets_a_kernel_without_it(monkeypatch):
+    """Rows read backwards (a negative stride): the launch is specialised without TMA, and the
+    cp.async kernel it gets computes the same product."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    kernel = matmul.matmul_kernel.kernel
+    monkeypatch.setattr(kernel, "_cache", type(kernel._cache)())         # this test's entry alone
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((64, 128)).astype(ml_dtypes.bfloat16)[::-1]
+    b = rng.standard_normal((128, 64)).astype(ml_dtypes.bfloat16)
+    c = np.zeros((64, 64), np.float32)
+    matmul.matmul_kernel.kernel[(1, 1)](a, b, c, BM=64, BN=64, BK=64, STAGES=3)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-3)
+    [entry] = kernel._cache.values()
+    kinds = {o.op for o in entry.artifact.fn.walk()}
+    assert SimtOp.CP_ASYNC in kinds and SimtOp.TMA_LOAD not in kinds

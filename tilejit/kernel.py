@@ -406,7 +406,7 @@ def classify_argument(name: str, value):
         # backends on the array itself: assume only what holds for both
         copy = array_spec(host.dtype, value.shape, contiguous_strides(value.shape), 0)
         return ArraySpec(host.dtype, host.rank, host.unit_inner_stride and copy.unit_inner_stride,
-                         host.aligned16 and copy.aligned16, host.large or copy.large), value
+                         host.aligned16 and copy.aligned16, host.large or copy.large, host.tma and copy.tma), value
     torch = sys.modules.get("torch")            # a tensor implies torch is imported
     try:
         # a torch tensor is read through torch (its __cuda_array_interface__ raises TypeError for

@@ -166,7 +166,9 @@ class SimtOp(enum.Enum):
     #   accumulator in the mma C-fragment order (warp w of the group: rows 16w..16w+15)  WgmmaAttrs
     WGMMA_FENCE = enum.auto()    # () -> (): wgmma.fence (registers and shared written before it are seen)
     WGMMA_COMMIT = enum.auto()   # () -> (): close the wgmmas issued since the last commit into a group
-    WGMMA_WAIT = enum.auto()     # () -> (): wait until at most attrs.n wgmma groups are pending  WaitAttrs
+    WGMMA_WAIT = enum.auto()     # (*accs) -> (*accs): wait until at most attrs.n wgmma groups are
+    #   pending; each operand comes back as a result, which later code reads (codegen ties the
+    #   registers through the wait, so nothing reads an accumulator before it)  WaitAttrs
     FENCE_PROXY_ASYNC = enum.auto()  # () -> (): fence.proxy.async.shared::cta: shared bytes written
     #   by ordinary stores and cp.async become visible to wgmma (the async proxy)
     # Hopper TMA and mbarriers (sm_90a; ``passes.pipeline_loads``).  An mbarrier is 8 bytes of
@@ -404,6 +406,8 @@ _SPECS = {
             else f"{o.op.name} takes (bar, issue or parity), one register each")
        for op in (SimtOp.MBARRIER_INIT, SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL,
                   SimtOp.MBARRIER_ARRIVE)},
+    SimtOp.WGMMA_WAIT: lambda o: None if [x.type for x in o.operands] == [r.type for r in o.results]
+    else "WGMMA_WAIT gives back its operands, one result each",
     SimtOp.WGMMA: lambda o: None if _n(o.operands[0]) == o.attrs.n // 2 == _n(o.results[0])
     and _n(o.operands[1]) == (4 if o.attrs.a_regs else 1) and _n(o.operands[2]) == 1
     else "WGMMA takes N/2 accumulators, A (an address or 4 registers) and B's address",

@@ -10,12 +10,15 @@ from tilejit.dtypes import DType
 class ArraySpec:
     """An array argument. ``aligned16``: data pointer 16-byte aligned and every non-unit stride
     times the item size a multiple of 16 bytes. ``large``: it spans 2**31 elements or more, so
-    its index arithmetic needs 64 bits."""
+    its index arithmetic needs 64 bits.  ``tma``: a TMA descriptor can describe it (aligned16,
+    no empty dim, the inner stride 1 and every other stride a positive multiple of 16 bytes,
+    whatever its dim's size), so a kernel may copy from it with TMA and no runtime check."""
     dtype: DType
     rank: int
     unit_inner_stride: bool = True
     aligned16: bool = True
     large: bool = False
+    tma: bool = True
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,8 @@ def array_spec_fields(dtype: DType, shape, strides, ptr: int) -> tuple:
         if n > 1 and (s * item) % 16 and not (d == last and s == 1):   # only the unit inner stride is exempt
             aligned = False
     inner_unit = not shape or shape[-1] <= 1 or strides[-1] == 1
-    return dtype, len(shape), inner_unit, aligned, size > 0 and max(span, size) >= 2**31
+    tma = aligned and size > 0 and inner_unit and all(s > 0 and (s * item) % 16 == 0 for s in strides[:-1])
+    return dtype, len(shape), inner_unit, aligned, size > 0 and max(span, size) >= 2**31, tma
 
 
 def array_spec(dtype: DType, shape, strides, ptr: int) -> ArraySpec:

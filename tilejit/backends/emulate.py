@@ -345,7 +345,7 @@ class Machine:
                 for first in range(0, self.threads, emulate_mma.WARPGROUP):
                     addrs = emulate_mma.wgmma_operand_addresses(int(v[c, first, 0]), o.attrs, operand, n)
                     self.check_landed(o, np.full(addrs.shape, cta), addrs)
-                    read = np.unique(addrs.ravel()[:, None] + np.arange(2))
+                    read = np.unique(addrs.ravel()[:, None] + np.arange(emulate_mma.wgmma_item(o.attrs)))
                     if self.race_check:     # any store since the last BARRIER (and fence) is a race
                         if (self.writer[cta, read] != -1).any():
                             raise EmulatorError("shared-memory race: WGMMA reads bytes written since the "
@@ -361,6 +361,9 @@ class Machine:
 
     def op_WGMMA_WAIT(self, o, f):
         del self.wgmma_groups[:max(0, len(self.wgmma_groups) - o.attrs.n)]
+        for a, r in zip(o.operands, o.results):
+            f[r] = f[a]
+        return f[o.operands[0]] if len(o.results) == 1 else None      # (block() stores a lone result)
 
     def check_wgmma_reads(self, o, f, addr: np.ndarray) -> None:
         """``addr`` (ctas of ``f``, ...) byte addresses ``o`` writes must not be read by a wgmma

@@ -278,11 +278,12 @@ def wgmma_operand_addresses(start: int, attrs, operand: ML.Operand, n: int) -> n
     (64, 16), B is (16, n).  K-major tiles have rows of ``row_bytes`` (8-row groups 8 rows
     apart: SBO = 8 * row_bytes); an N-major B has k rows of 128-byte atoms, each atom 64
     columns wide and ``b_atom_bytes`` from the next (LBO)."""
-    item = 2
+    item = wgmma_item(attrs)
+    ks = 32 // item                     # one instruction's K: 16, or 32 float8
     if operand is ML.Operand.A:
-        m, k = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
+        m, k = np.meshgrid(np.arange(64), np.arange(ks), indexing="ij")
         return swizzled_address(start + m * attrs.a_row_bytes + k * item, attrs.a_row_bytes)
-    k, col = np.meshgrid(np.arange(16), np.arange(n), indexing="ij")
+    k, col = np.meshgrid(np.arange(ks), np.arange(n), indexing="ij")
     span = attrs.b_row_bytes
     if attrs.b_n_major:
         per_atom = span // item
@@ -290,6 +291,15 @@ def wgmma_operand_addresses(start: int, attrs, operand: ML.Operand, n: int) -> n
     else:
         off = col * span + k * item
     return swizzled_address(start + off, span)
+
+
+WGMMA_TYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "e4m3": ml_dtypes.float8_e4m3fn,
+               "e5m2": ml_dtypes.float8_e5m2}
+
+
+def wgmma_item(attrs) -> int:
+    """Bytes per A/B element of a wgmma (2, or 1 for float8)."""
+    return np.dtype(WGMMA_TYPES[attrs.kind]).itemsize
 
 
 def register_a(regs: np.ndarray, kind: str) -> np.ndarray:
@@ -316,7 +326,8 @@ def wgmma(shared: np.ndarray, a_addr: np.ndarray, b_addr: np.ndarray, acc: np.nd
     n = attrs.n
     if threads % WARPGROUP or regs != n // 2:
         raise MmaEmulationError(f"wgmma m64n{n}k16 needs whole warpgroups and {n // 2} accumulators")
-    dt = ml_dtypes.bfloat16 if attrs.kind == "bf16" else np.float16
+    dt = WGMMA_TYPES[attrs.kind]
+    item = np.dtype(dt).itemsize
     lane = np.arange(WARPGROUP) % WARP
     warp = np.arange(WARPGROUP) // WARP
     j, i = np.arange(regs) // 4, np.arange(regs) % 4
@@ -329,14 +340,14 @@ def wgmma(shared: np.ndarray, a_addr: np.ndarray, b_addr: np.ndarray, acc: np.nd
         for g in range(threads // WARPGROUP):
             first = g * WARPGROUP
             addrs = {x: wgmma_operand_addresses(int(v[c, first]), attrs, x, n) for x, v in operands}
-            if any(v.min() < 0 or v.max() + 2 > mem.shape[0] or (v % 2).any() for v in addrs.values()):
+            if any(v.min() < 0 or v.max() + item > mem.shape[0] or (v % item).any() for v in addrs.values()):
                 raise MmaEmulationError("wgmma operand outside shared memory or misaligned")
-            halves = mem.view(np.uint16)
+            elems = mem.view(np.uint16 if item == 2 else np.uint8)
             if attrs.a_regs:
                 a = register_a(a_addr[c, first:first + WARPGROUP], attrs.kind).view(dt).astype(np.float64)
             else:
-                a = halves[addrs[ML.Operand.A] // 2].view(dt).astype(np.float64)
-            b = halves[addrs[ML.Operand.B] // 2].view(dt).astype(np.float64)
+                a = elems[addrs[ML.Operand.A] // item].view(dt).astype(np.float64)
+            b = elems[addrs[ML.Operand.B] // item].view(dt).astype(np.float64)
             d = a @ b
             out[c, first:first + WARPGROUP] += d[rows, cols].astype(np.float32)
     return out

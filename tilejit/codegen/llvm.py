@@ -402,6 +402,8 @@ class KernelEmitter:
 
     def op_WGMMA_WAIT(self, op):
         mma.wgmma_wait_group(self.b, op.attrs.n)
+        for a, r in zip(op.operands, op.results):      # the registers pass through the wait
+            self.set(r, mma.fence_registers(self.b, self.get(a)))
 
     def op_FENCE_PROXY_ASYNC(self, op):
         mma.fence_proxy_async_shared(self.b)

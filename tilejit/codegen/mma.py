@@ -165,8 +165,11 @@ def wgmma(builder: ir.IRBuilder, acc: list[ir.Value], a: ir.Value | list[ir.Valu
     i32, the mma.sync A fragment of the warp's 16 rows).  LLVM 22 has no intrinsic for it
     (NVVM.md), so it is inline PTX with the accumulators tied in and out; ``imm-trans-b`` is 1
     for an N-major B."""
-    if len(acc) != n // 2 or kind not in ("bf16", "f16"):
-        raise ValueError(f"wgmma m64n{n}k16 .{kind}: needs {n // 2} f32 accumulators, got {len(acc)}")
+    fp8 = kind in ("e4m3", "e5m2")     # k32, both operands K-major: no transpose operands
+    if len(acc) != n // 2 or kind not in ("bf16", "f16", "e4m3", "e5m2"):
+        raise ValueError(f"wgmma m64n{n}k{32 if fp8 else 16} .{kind}: needs {n // 2} f32 accumulators, got {len(acc)}")
+    if fp8 and (b_n_major or isinstance(a, list)):
+        raise ValueError(f"wgmma .{kind} reads both operands K-major from shared memory")
     k = len(acc)
     regs = ", ".join(f"${i}" for i in range(k))
     a_regs = isinstance(a, list)
@@ -176,9 +179,9 @@ def wgmma(builder: ir.IRBuilder, acc: list[ir.Value], a: ir.Value | list[ir.Valu
         a_text = "{" + ", ".join(f"${first + i}" for i in range(4)) + "}"
         b_text, tail = f"${first + 4}", f"p, 1, 1, {int(b_n_major)}"
     else:
-        a_text, b_text, tail = f"${first}", f"${first + 1}", f"p, 1, 1, 0, {int(b_n_major)}"
+        a_text, b_text, tail = f"${first}", f"${first + 1}", "p, 1, 1" if fp8 else f"p, 1, 1, 0, {int(b_n_major)}"
     asm = ("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-           f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, {a_text}, {b_text}, "
+           f"wgmma.mma_async.sync.aligned.m64n{n}k{32 if fp8 else 16}.f32.{kind}.{kind} {{{regs}}}, {a_text}, {b_text}, "
            f"{tail};\n}}")
     constraints = ",".join(["=f"] * k + [str(i) for i in range(k)] + (["r"] * 4 if a_regs else ["l"]) + ["l"])
     fnty = ir.FunctionType(ir.LiteralStructType([F32] * k), [F32] * k + [x.type for x in a_ops] + [I64])
@@ -197,6 +200,17 @@ def wgmma_commit_group(builder: ir.IRBuilder) -> None:
 def wgmma_wait_group(builder: ir.IRBuilder, n: int) -> None:
     fn = _declare(builder, "llvm.nvvm.wgmma.wait_group.sync.aligned", ir.VoidType(), [I64])
     builder.call(fn, [ir.Constant(I64, n)])
+
+
+def fence_registers(builder: ir.IRBuilder, regs: list) -> list:
+    """``regs`` through an empty asm that reads and writes them: code after it cannot be moved
+    above it (CUTLASS's ``warpgroup_fence_operand``), so no accumulator is read before the
+    ``wgmma.wait_group`` just emitted retires it."""
+    out = []
+    for r in regs:
+        code = "r" if isinstance(r.type, ir.IntType) else "f"
+        out.append(builder.asm(ir.FunctionType(r.type, [r.type]), "", f"={code},0", [r], side_effect=True))
+    return out
 
 
 def fence_proxy_async_shared(builder: ir.IRBuilder) -> None:
