@@ -255,3 +255,17 @@ def test_an_array_tma_cannot_describe_gets_a_kernel_without_it(monkeypatch):
     [entry] = kernel._cache.values()
     kinds = {o.op for o in entry.artifact.fn.walk()}
     assert SimtOp.CP_ASYNC in kinds and SimtOp.TMA_LOAD not in kinds
+
+
+def test_inspect_says_how_the_rings_are_filled():
+    from tilejit.examples.attention import attention_kernel
+    a = np.zeros((128, 128), ml_dtypes.bfloat16)
+    c = np.zeros((128, 128), np.float32)
+    consts = dict(BM=64, BN=64, BK=64, STAGES=3, num_warps=4)
+    got = KERNEL.inspect(a, a, c, **consts)
+    assert got.copy_engines == ("tma",) and got.producer_warps == 0
+    got = KERNEL.inspect(a[::-1], a, c, **consts)              # rows read backwards: no TMA
+    assert got.copy_engines == ("cp.async",)
+    q = np.zeros((1, 1, 128, 64), ml_dtypes.bfloat16)
+    got = attention_kernel.inspect(q, q, q, q, 0.1, BM=64, BN=64, BD=64, CAUSAL=False, num_warps=4)
+    assert got.copy_engines == ("tma",) and got.producer_warps == 4

@@ -91,6 +91,8 @@ class Inspection:
     num_warps: int | None = None         # the launch's warps (the compiler's choice when none was given)
     programs_per_cta: int | None = None  # programs along grid axis 0 that share one CTA (pack_programs)
     persistent: bool | None = None       # each CTA loops over programs, the next one's rows copied ahead (persist_programs)
+    copy_engines: tuple | None = None    # how pipelined loops fill their rings: "tma" and/or "cp.async"
+    producer_warps: int | None = None    # warps that only issue TMA copies (a warp-specialised loop)
 
 
 @dataclass
@@ -358,6 +360,8 @@ class Kernel:
             found["num_warps"] = artifact_warps(entry.artifact)
             found["programs_per_cta"] = getattr(entry.artifact, "programs_per_cta", None)
             found["persistent"] = getattr(entry.artifact, "persistent", None)
+            found["copy_engines"] = getattr(entry.artifact, "copy_engines", None)
+            found["producer_warps"] = getattr(entry.artifact, "producer_warps", None)
             if hasattr(entry.artifact, "registers_per_thread"):    # never a silent 0 or None on a GPU
                 found["registers"] = entry.artifact.registers_per_thread()
             text = entry.tile_text or ir.print_function(self.tile_ir(specs, consts))

@@ -324,6 +324,13 @@ def parse_type(text: str):
         raise ParseError(f"not a SIMT type: {text!r}") from None
 
 
+def copy_engines(fn: Function) -> tuple:
+    """How the kernel's pipelined loops fill their rings: "tma" and/or "cp.async" (``inspect()``
+    shows it: a launch whose arrays TMA cannot describe gets cp.async)."""
+    ops = {o.op for o in fn.walk()}
+    return tuple(name for name, op in (("tma", SimtOp.TMA_LOAD), ("cp.async", SimtOp.CP_ASYNC)) if op in ops)
+
+
 def assert_sites(fn: Function) -> list:
     """The ASSERT ops of a SIMT function in walk order: a failed assert is reported by its number
     here, and the runtime maps the number back to the message and source line."""

@@ -13,7 +13,7 @@ from tilejit.abi import ParamKind
 from tilejit import backends, dtypes
 from tilejit.backends.resources import check_resources
 from tilejit.errors import Loc
-from tilejit.simt import ParamDesc, assert_sites
+from tilejit.simt import ParamDesc, assert_sites, copy_engines
 
 _CACHE_FILES = ("ptx", "cubin", "llvm_ir", "simt_ir")
 
@@ -36,6 +36,8 @@ class CudaArtifact:
     asserts: tuple = ()                    # (message, scalar, rank, Loc) of each tj.device_assert, by number
     cta_threads: int = 0                   # threads per CTA (0: 32 * num_warps * programs_per_cta)
     persistent: bool = False               # each CTA loops over programs (persist_programs)
+    copy_engines: tuple = ()               # how its pipelined loops fill their rings (simt.copy_engines)
+    producer_warps: int = 0                # a warpgroup that only issues TMA copies (specialise_warps)
 
     def __post_init__(self):
         if not self.cta_threads:
@@ -77,7 +79,8 @@ class CudaArtifact:
         return {"name": self.name, "writes": list(self.writes), "num_warps": self.num_warps,
                 "shared_bytes": self.shared_bytes, "registers": self.registers, "spills": self.spills,
                 "programs_per_cta": self.programs_per_cta, "cta_threads": self.cta_threads,
-                "persistent": self.persistent,
+                "persistent": self.persistent, "copy_engines": list(self.copy_engines),
+                "producer_warps": self.producer_warps,
                 "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name, list(p.box), p.swizzle] for p in self.params]}
 
@@ -89,7 +92,8 @@ class CudaArtifact:
                    files["simt_ir"].decode(), meta.get("registers"), meta.get("spills"),
                    int(meta.get("programs_per_cta", 1)),
                    tuple((m, bool(s), int(r), Loc(f, ln, c, e, fn)) for m, s, r, f, ln, c, e, fn in meta.get("asserts", ())),
-                   int(meta.get("cta_threads", 0)), bool(meta.get("persistent", False)))
+                   int(meta.get("cta_threads", 0)), bool(meta.get("persistent", False)),
+                   tuple(meta.get("copy_engines", ())), int(meta.get("producer_warps", 0)))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -186,7 +190,8 @@ class CudaBackend:
                            state.get("cubin"), state["llvm_ir"], state["simt_ir"],
                            state.get("registers"), state.get("spills"), simt_fn.meta.programs_per_cta,
                            tuple((o.attrs.msg, o.attrs.scalar, o.attrs.rank, o.loc) for o in assert_sites(simt_fn)),
-                           simt_fn.meta.cta_threads, simt_fn.meta.persistent)
+                           simt_fn.meta.cta_threads, simt_fn.meta.persistent, copy_engines(simt_fn),
+                           simt_fn.meta.producer_warps)
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())

@@ -23,7 +23,7 @@ import threading
 import numpy as np
 
 from tilejit.abi import ParamKind
-from tilejit import backends, ir
+from tilejit import backends, ir, simt
 from tilejit.backends import emulate_mma, emulate_tma
 from tilejit.errors import DeviceAssertError, LaunchError
 from tilejit.backends.interpret import atomic_combine, elementwise_fn
@@ -696,6 +696,8 @@ class EmulatedKernel:
         self.shared_bytes = fn.meta.shared_bytes
         self.programs_per_cta = fn.meta.programs_per_cta
         self.persistent = fn.meta.persistent
+        self.copy_engines = simt.copy_engines(fn)
+        self.producer_warps = fn.meta.producer_warps
         self.writes = tuple(fn.meta.writes)     # runtime arguments it stores to
 
 
