@@ -56,7 +56,7 @@ def tiled_args(ptr: int, shape: tuple, strides: tuple, dtype, box: tuple, swizzl
     if ptr % 16 or (rank and strides[-1] != 1 and shape[-1] != 1) or any(n == 0 for n in shape):
         return None
     outer = [s * item for s in strides[:-1]]
-    if any(s <= 0 or s % 16 or s >= 1 << 40 for s in outer) or any(n >= 1 << 32 for n in shape):
+    if any(s <= 0 or s % 16 or s >= 1 << 40 for s in outer) or any(n >= 1 << 31 for n in shape):
         return None
     return TiledArgs(_DATA_TYPE[dtype.name], rank, ptr, tuple(reversed(shape)), tuple(reversed(outer)),
                      tuple(reversed(box)), _SWIZZLE[swizzle])

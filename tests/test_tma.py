@@ -231,6 +231,7 @@ def test_by_default_attention_loops_are_specialised_and_gemm_loops_are_not():
     ((64, 64), (-64, 1), False),       # rows read backwards
     ((0, 64), (64, 1), False),         # empty
     ((64, 64), (1, 64), False),        # transposed: the inner stride is not 1
+    ((2**31, 8), (8, 1), False),       # a dim past TMA's 32-bit coordinates
 ])
 def test_the_specialisation_says_whether_tma_can_describe_an_array(shape, strides, tma):
     from tilejit.specs import array_spec

@@ -59,7 +59,8 @@ def array_spec_fields(dtype: DType, shape, strides, ptr: int) -> tuple:
         if n > 1 and (s * item) % 16 and not (d == last and s == 1):   # only the unit inner stride is exempt
             aligned = False
     inner_unit = not shape or shape[-1] <= 1 or strides[-1] == 1
-    tma = aligned and size > 0 and inner_unit and all(s > 0 and (s * item) % 16 == 0 for s in strides[:-1])
+    tma = aligned and size > 0 and inner_unit and all(0 < s * item < 2**40 and (s * item) % 16 == 0 for s in strides[:-1]) \
+        and all(n < 2**31 for n in shape)           # (TMA coordinates are 32-bit)
     return dtype, len(shape), inner_unit, aligned, size > 0 and max(span, size) >= 2**31, tma
 
 
