@@ -128,6 +128,12 @@ def _sync(lw, wait: int, async_proxy: bool = False) -> None:
     lw.emit(SimtOp.BARRIER, [])
 
 
+def _bounds(lw, o: ir.Operation):
+    """(induction variable, lower and upper bound, the constant step) of FOR ``o``."""
+    lb, ub = (lw.get(x) for x in o.operands[:2])
+    return o.regions[0].args[0], lb, ub, o.operands[2].owner.attrs.value
+
+
 def _emit_loop(lw, o: ir.Operation, plan: LoopPlan, rings, before_body) -> ir.Block:
     """The pipelined FOR itself (``before_body(iv)`` opens each iteration), the last wgmma
     group retired after it, the rings' operands unstaged; its body."""
@@ -152,11 +158,8 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
     if plan.engine is CopyEngine.TMA:
         return lower_tma_for(lw, o, plan)
     stages = plan.stages
-    region = o.regions[0]
-    iv = region.args[0]
-    lb, ub, step = (lw.get(x) for x in o.operands[:3])
+    iv, lb, ub, step_value = _bounds(lw, o)
     iv_dt = iv.type.dtype
-    step_value = o.operands[2].owner.attrs.value
     rings = [Ring(lw, ring, stages) for ring in plan.rings]
     async_proxy = plan.async_proxy
     ahead = plan.ahead
@@ -262,11 +265,8 @@ def lower_tma_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
     edge are zero-filled by the TMA unit.  The loop is recorded (``TmaLoop``) in
     ``lw.tma_loops``."""
     stages, ahead = plan.stages, plan.ahead
-    region = o.regions[0]
-    iv = region.args[0]
-    lb, ub, step = (lw.get(x) for x in o.operands[:3])
+    iv, lb, ub, step_value = _bounds(lw, o)
     iv_dt = iv.type.dtype
-    step_value = o.operands[2].owner.attrs.value
     rings = [TmaRing(lw, ring, stages) for ring in plan.rings]
     tx = sum(r.bytes for r in rings)
     bars, bar_buf = lw.alloc_shared(8 * stages, align=8)
