@@ -28,6 +28,10 @@ declare -A TESTS=(
   [tilejit/frontend/mathlib.py]="tests/test_mathlib.py tests/test_float64_math.py"
   [passes/remat_indices.py]="tests/test_remat_indices.py tests/test_pack_programs.py"
   [tilejit/fingerprint.py]="tests/test_fingerprint.py tests/test_kernel_cache.py tests/test_stale_kernels.py tests/test_cache.py"
+  [runtime/tensormap.py]="tests/test_tensormap.py tests/test_tma.py"
+  [passes/tma.py]="tests/test_tma.py tests/test_plans.py"
+  [tilejit/backends/emulate_tma.py]="tests/test_tma.py"
+  [passes/specialise_warps.py]="tests/test_tma.py tests/test_attention.py"
 )
 modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=(runtime/packing.py tilejit/dtypes.py passes/mma_layouts.py tilejit/codegen/mma.py

@@ -85,3 +85,87 @@ def test_driver_encodes_a_map():
     args = tensormap.tiled_args(1 << 20, (4096, 4096), (4096, 1), tj.bfloat16, (128, 64), 128)
     raw = tensormap._encode_tiled(args)
     assert len(raw) == 128 and raw != bytes(128)
+
+
+def test_the_limits_of_what_a_map_can_describe():
+    bf = tj.bfloat16
+    args = tensormap.tiled_args
+    assert args(0x1000, (2,) * 5, (16, 16, 16, 8, 1), bf, (1,) * 5, 0).rank == 5
+    with pytest.raises(ValueError, match="rank 6"):
+        args(0x1000, (2,) * 6, (32, 16, 16, 16, 8, 1), bf, (1,) * 6, 0)
+    with pytest.raises(ValueError, match="rank 0"):
+        args(0x1000, (), (), bf, (), 0)
+    assert args(0x1000, (8, 1), (8, 5), bf, (8, 1), 0) is not None      # an inner dim of 1: any stride
+    assert args(0x1000, (8, 2), (8, 2), bf, (8, 2), 0) is None           # else it must be 1
+    assert args(0x1000, (2**31 - 1, 8), (8, 1), bf, (8, 8), 0) is not None
+    assert args(0x1000, (2**31, 8), (8, 1), bf, (8, 8), 0) is None
+    assert args(0x1000, (8, 8), (8, 1), bf, (8, 8), 0).strides == (16,)   # 16 bytes: the least
+    assert args(0x1000, (8, 8), ((2**40 - 16) // 2, 1), bf, (8, 8), 0) is not None
+    assert args(0x1000, (8, 8), (2**39, 1), bf, (8, 8), 0) is None       # 2**40 bytes
+    assert args(0x1010, (8, 8), (8, 1), bf, (8, 8), 0) is not None       # 16-byte aligned is enough
+
+
+def test_data_type_codes_are_the_drivers():
+    cuda = pytest.importorskip("cuda.bindings.driver")
+    names = {"uint8": "UINT8", "int8": "UINT8", "float8e4m3": "UINT8", "uint16": "UINT16", "int16": "UINT16",
+             "uint32": "UINT32", "int32": "INT32", "uint64": "UINT64", "int64": "INT64", "float16": "FLOAT16",
+             "float32": "FLOAT32", "float64": "FLOAT64", "bfloat16": "BFLOAT16"}
+    for dtype, name in names.items():
+        want = int(getattr(cuda.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{name}"))
+        assert tensormap._DATA_TYPE[dtype] == want, dtype
+    for span, name in ((0, "NONE"), (32, "32B"), (64, "64B"), (128, "128B")):
+        assert tensormap._SWIZZLE[span] == int(getattr(cuda.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{name}"))
+
+
+class _FakeDriver:
+    """``cuTensorMapEncodeTiled`` answering ``status`` and a map whose 16 words count up."""
+
+    def __init__(self, cuda, status=0):
+        self.cuda, self.status, self.calls = cuda, status, []
+
+    def __getattr__(self, name):
+        return getattr(self.cuda, name)
+
+    def cuTensorMapEncodeTiled(self, *args):
+        self.calls.append(args)
+        opaque = type("Map", (), {"opaque": list(range(1, 17))})()
+        return (self.status, opaque if self.status == 0 else None)
+
+
+def test_a_map_is_the_drivers_16_words_and_a_refusal_is_a_launch_error(monkeypatch):
+    cuda = pytest.importorskip("cuda.bindings.driver")
+    from tilejit.errors import LaunchError
+    from tilejit.runtime import driver
+    args = tensormap.tiled_args(1 << 20, (64, 64), (64, 1), tj.bfloat16, (64, 64), 128)
+    fake = _FakeDriver(cuda)
+    monkeypatch.setattr(driver, "cuda", lambda: fake)
+    assert tensormap._encode_tiled(args) == struct.pack("<16Q", *range(1, 17))
+    assert [int(x) for x in fake.calls[0][3]] == [64, 64]
+    monkeypatch.setattr(driver, "cuda", lambda: _FakeDriver(cuda, status=cuda.CUresult.CUDA_ERROR_INVALID_VALUE))
+    with pytest.raises(LaunchError, match="cuTensorMapEncodeTiled failed: CUDA_ERROR_INVALID_VALUE"):
+        tensormap._encode_tiled(args)
+
+
+def test_the_map_cache_keeps_the_newest_views(monkeypatch):
+    calls = []
+    monkeypatch.setattr(tensormap, "_encode_tiled", lambda args: calls.append(args.address) or bytes(128))
+    monkeypatch.setattr(tensormap, "CACHE_SIZE", 2)
+    tensormap._cache.clear()
+    desc = ParamDesc("tensor_map", 0, None, tj.bfloat16, (64, 64), 128)
+    views = [KernelArray(0x10000 * (i + 1), (64, 64), (64, 1), tj.bfloat16, 0) for i in range(3)]
+    for v in views + [views[2], views[0]]:
+        tensormap.encode(v, desc)
+    assert calls == [0x10000, 0x20000, 0x30000, 0x10000]     # the first view was evicted by the third
+    assert len(tensormap._cache) == 2
+
+
+def test_a_binding_that_refuses_an_argument_is_a_launch_error_naming_the_map(monkeypatch):
+    from tilejit.errors import LaunchError
+
+    def refuse(args):
+        raise TypeError("Cannot convert int to cuuint32_t")
+    monkeypatch.setattr(tensormap, "_encode_tiled", refuse)
+    tensormap._cache.clear()
+    view = KernelArray(0x40000, (64, 64), (64, 1), tj.bfloat16, 0)
+    with pytest.raises(LaunchError, match=r"cannot build the TMA descriptor TiledArgs\(.*TypeError: Cannot convert"):
+        tensormap.encode(view, ParamDesc("tensor_map", 0, None, tj.bfloat16, (64, 64), 128))
