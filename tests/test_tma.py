@@ -270,3 +270,52 @@ def test_inspect_says_how_the_rings_are_filled():
     q = np.zeros((1, 1, 128, 64), ml_dtypes.bfloat16)
     got = attention_kernel.inspect(q, q, q, q, 0.1, BM=64, BN=64, BD=64, CAUSAL=False, num_warps=4)
     assert got.copy_engines == ("tma",) and got.producer_warps == 4
+
+
+def _ring(shape, tile="a", wgmma=True, spec_kwargs=None, dtype=D.bfloat16):
+    """(tile function, RingPlan-like record) of a load of ``shape`` from a rank-len(shape) array."""
+    from types import SimpleNamespace
+    from tilejit import ir
+    from tilejit.passes.plans import SharedTile
+    array = ir.Value(ir.ArrayType(dtype, len(shape)), "a")
+    fn = ir.Function("k", ir.Block([array], []), ["a"], {"specs": [ArraySpec(dtype, len(shape), **(spec_kwargs or {}))]})
+    load = ir.Operation(ir.TileOp.LOAD, [array], [ir.TileType(tuple(shape), dtype)])
+    return fn, SimpleNamespace(wgmma=wgmma, load=load, tile=SharedTile(tile))
+
+
+@pytest.mark.parametrize("shape, tile, slot, want", [
+    ((64, 64), "a", 8192, [((64, 64), 128, 0, 0)]),                     # 128-byte rows: one SW128 box
+    ((64, 32), "a", 4096, [((64, 32), 64, 0, 0)]),                      # 64-byte rows: SW64
+    ((64, 16), "b_nk", 2048, [((64, 16), 32, 0, 0)]),                   # 32-byte rows: SW32
+    ((1, 1, 64, 128), "a_atoms", 16384, [((1, 1, 64, 64), 128, 0, 0),   # wide rows: one box per atom
+                                         ((1, 1, 64, 64), 128, 8192, 64)]),
+    ((32, 128), "b_atoms", 8192, [((32, 64), 128, 0, 0), ((32, 64), 128, 4096, 64)]),
+    ((256, 64), "a", 32768, [((256, 64), 128, 0, 0)]),                  # the largest box
+    ((24, 128), "a_atoms", 6144, [((24, 64), 128, 0, 0), ((24, 64), 128, 3072, 64)]),     # three 8-row groups
+    ((256, 128), "a_atoms", 65536, [((256, 64), 128, 0, 0), ((256, 64), 128, 32768, 64)]),
+    ((64, 24), "a", 3072, None),                                        # 48-byte rows
+    ((12, 128), "a_atoms", 3072, None),                                 # atoms of a partial 8-row group
+    ((64, 96), "a_atoms", 12288, None),                                 # 192-byte rows: not whole atoms
+    ((512, 64), "a", 65536, None),                                      # past the 256-row box
+    ((64, 64), "a", 8192 + 512, None),                                  # a slot off the swizzle period
+    ((64, 64, 64), "a", 8192, None),                                    # two outer dims
+    ((1, 64), "a", 128, None),                                          # no outer dim
+    ((64, 1), "a", 128, None),                                          # one column
+    ((1, 1, 1, 1, 64, 64), "a", 8192, None),                            # rank 6
+    ((1, 1, 1, 64, 64), "a", 8192, [((1, 1, 1, 64, 64), 128, 0, 0)]),   # rank 5
+])
+def test_the_boxes_of_a_ring_slot(shape, tile, slot, want):
+    from tilejit.passes import tma
+    fn, ring = _ring(shape, tile)
+    got = tma.ring_copies(fn, ring, slot)
+    assert (None if got is None else [(c.box, c.swizzle, c.dst, c.inner) for c in got]) == want
+
+
+@pytest.mark.parametrize("why, kwargs", [("not wgmma", {"wgmma": False}),
+                                         ("no TMA descriptor", {"spec_kwargs": {"tma": False}}),
+                                         ("strided rows", {"spec_kwargs": {"unit_inner_stride": False}}),
+                                         ("unaligned", {"spec_kwargs": {"aligned16": False}})])
+def test_rings_tma_cannot_fill(why, kwargs):
+    from tilejit.passes import tma
+    fn, ring = _ring((64, 64), **kwargs)
+    assert tma.ring_copies(fn, ring, 8192) is None, why
