@@ -103,11 +103,20 @@ def test_the_limits_of_what_a_map_can_describe():
     assert args(0x1000, (8, 8), ((2**40 - 16) // 2, 1), bf, (8, 8), 0) is not None
     assert args(0x1000, (8, 8), (2**39, 1), bf, (8, 8), 0) is None       # 2**40 bytes
     assert args(0x1010, (8, 8), (8, 1), bf, (8, 8), 0) is not None       # 16-byte aligned is enough
+    assert args(0x1000, (64,), (1,), bf, (64,), 0).dims == (64,)           # rank 1
+    with pytest.raises(ValueError, match="rank 2 with a box of 1"):
+        args(0x1000, (8, 8), (8, 1), bf, (8,), 0)
+    assert args(0x1000, (8, 8), (0, 1), bf, (8, 8), 0) is None           # a broadcast (stride 0) dim
+    assert args(0x1000, (8, 8), (2**40, 1), bf, (8, 8), 0) is None       # 2**41 bytes
+    assert args(0x1000, (2**32, 8), (8, 1), bf, (8, 8), 0) is None
+    assert args(0x1000, (8, 8), (8, -1), bf, (8, 8), 0) is None          # the inner dim reversed
+    assert args(0x1000, (8, 2, 4), (8, 4, 2), bf, (8, 2, 4), 0) is None  # rank 3, inner stride 2
 
 
 def test_data_type_codes_are_the_drivers():
     cuda = pytest.importorskip("cuda.bindings.driver")
-    names = {"uint8": "UINT8", "int8": "UINT8", "float8e4m3": "UINT8", "uint16": "UINT16", "int16": "UINT16",
+    names = {"uint8": "UINT8", "int8": "UINT8", "bool": "UINT8", "float8e4m3": "UINT8", "float8e5m2": "UINT8",
+             "uint16": "UINT16", "int16": "UINT16",
              "uint32": "UINT32", "int32": "INT32", "uint64": "UINT64", "int64": "INT64", "float16": "FLOAT16",
              "float32": "FLOAT32", "float64": "FLOAT64", "bfloat16": "BFLOAT16"}
     for dtype, name in names.items():
