@@ -130,10 +130,11 @@ def test_fp8_with_k_major_weights_runs_on_wgmma_k32(dtype):
     assert not any(o.op is SimtOp.WGMMA for o in fp8_wgmma_fn(dtype, b_nk=False).walk())
 
 
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("m, n, k, BM, BN, BK, warps", [(200, 136, 256, 128, 128, 128, 8), (100, 64, 96, 64, 64, 64, 4)])
-def test_fp8_wgmma_linear_matches_float64_on_emulate(m, n, k, BM, BN, BK, warps, monkeypatch):
+def test_fp8_wgmma_linear_matches_float64(backend, m, n, k, BM, BN, BK, warps, monkeypatch):
     from examples import fp8_matmul as F
-    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
     rng = np.random.default_rng(m + k)
     a, sa = F.quantize(rng.standard_normal((m, k)).astype(np.float32) * 3)
     w, sw = F.quantize(rng.standard_normal((n, k)).astype(np.float32))
