@@ -57,7 +57,7 @@ def ring_copies(fn: ir.Function, ring, slot_bytes: int) -> tuple[TmaCopy, ...] |
     if not spec.tma or not spec.unit_inner_stride or not spec.aligned16 or not 1 <= len(shape) <= 5:
         return None
     outer = [i for i, d in enumerate(shape[:-1]) if d != 1]
-    if len(outer) != 1 or shape[-1] == 1:
+    if len(outer) != 1:
         return None
     rows, cols, item = shape[outer[0]], shape[-1], array.type.dtype.itemsize
     row_bytes = cols * item
@@ -72,6 +72,7 @@ def ring_copies(fn: ir.Function, ring, slot_bytes: int) -> tuple[TmaCopy, ...] |
         copies = (TmaCopy(shape, row_bytes, 0, 0),)
     else:
         return None
-    if rows > MAX_BOX or any(c.box[-1] > MAX_BOX for c in copies) or slot_bytes % (8 * ATOM_BYTES):
-        return None                              # (slots keep the 1024-byte period of the swizzle)
+    # (a box is at most 128 bytes wide; slots keep the 1024-byte period of the swizzle)
+    if rows > MAX_BOX or slot_bytes % (8 * ATOM_BYTES):
+        return None
     return copies
