@@ -319,3 +319,41 @@ def test_rings_tma_cannot_fill(why, kwargs):
     from tilejit.passes import tma
     fn, ring = _ring((64, 64), **kwargs)
     assert tma.ring_copies(fn, ring, 8192) is None, why
+
+
+def test_mbarrier_arrivals_and_later_phases():
+    bars = emulate_tma.Mbarriers(64, 1)
+    key = (0, 0)
+    bars.init(key, 4)
+    bars.arrive(key, 2)                           # half the arrivals: the phase goes on
+    assert not bars.ready(key, 0)
+    bars.arrive(key, 2)
+    assert bars.ready(key, 0) and not bars.ready(key, 1)
+    bars.wait(key, 0)
+    with pytest.raises(emulate_tma.TmaError, match="would hang: phase 1"):
+        bars.wait(key, 1)                         # phase 1 has no arrivals yet
+    with pytest.raises(emulate_tma.TmaError, match="more arrivals"):
+        bars.arrive(key, 5)
+
+
+def test_a_side_that_waits_after_the_other_ended_is_told_so():
+    """The baton: once one side of a warp-specialised IF has ended, a wait on the other side
+    that cannot return reports the hang instead of blocking."""
+    import threading
+    baton = emulate_tma.Baton(emulate_tma.Mbarriers(64, 1))
+    out = []
+
+    def consumer():
+        baton.acquire(0)
+        out.append(baton.pause(0))                # hands over to the producer, which ends
+        out.append(baton.pause(0))                # the producer is gone: False at once
+
+    def producer():
+        baton.acquire(1)
+        baton.finish(1)
+    workers = [threading.Thread(target=f, daemon=True) for f in (consumer, producer)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=5)
+    assert out == [False, False] and not any(w.is_alive() for w in workers)
