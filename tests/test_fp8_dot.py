@@ -152,3 +152,22 @@ def test_fp8_wgmma_ptx_assembles_without_spills():
     assert "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3" in ptx
     out = ptxas.assemble(ptx, "sm_90a")
     assert out.spills == 0 and "serialized" not in out.log, out.log
+
+
+@tj.kernel
+def fp8_linear_trans_spelling(a, w, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    m, n = tj.program_id(0) * BM, tj.program_id(1) * BN
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in tj.range(0, a.shape[1], BK, stages=3):
+        acc += tj.dot(tj.load(a, (m, k), (BM, BK)), tj.trans(tj.load(w, (n, k), (BN, BK))))
+    tj.store(c, (m, n), acc.to(c.dtype))
+
+
+def test_the_tj_trans_spelling_reaches_float8_wgmma_too():
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+    from tilejit.specs import ArraySpec
+    spec = ArraySpec(tj.float8e4m3, 2)
+    tile = fp8_linear_trans_spelling.tile_ir((spec, spec, ArraySpec(tj.bfloat16, 2)), {"BM": 64, "BN": 128, "BK": 64})
+    kinds = [o.attrs.kind for o in compile_to_simt(tile, num_warps=4).walk() if o.op is SimtOp.WGMMA]
+    assert kinds and set(kinds) == {"e4m3"}
