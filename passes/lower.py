@@ -543,7 +543,7 @@ class Lowering:
         if plan.pipelined and plan.engine is CopyEngine.TMA:    # the specialisation promises TMA's rules
             pipeline_loads.lower_pipelined_for(self, o, plan)
         elif plan.pipelined:
-            self.two_ways(o, pipeline_loads.rows_aligned(self, plan.rings, plan.engine),
+            self.two_ways(o, pipeline_loads.rows_aligned(self, plan.rings),
                           lambda: pipeline_loads.lower_pipelined_for(self, o, plan),
                           lambda: self.plain_for(o))
         else:

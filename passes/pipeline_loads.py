@@ -33,33 +33,22 @@ from tilejit.simt import SimtOp
 I32 = D.int32
 
 
-def rows_aligned(lw, loads, engine: CopyEngine = CopyEngine.CP_ASYNC) -> ir.Value:
+def rows_aligned(lw, loads) -> ir.Value:
     """bool scalar: every pipelined array's row stride is a multiple of 16 bytes.  The
     specialisation cannot promise it: ``ArraySpec.aligned16`` ignores strides equal to 1, and
     an (n, 1) array may have a row stride of one element; such launches take the synchronous
-    loop, which the lowering emits next to the pipelined one.  For TMA every outer stride must
-    also be positive and every dim non-empty (``runtime.tensormap``'s rules: the runtime passes
-    a zero map otherwise)."""
+    loop, which the lowering emits next to the pipelined one.  (A TMA loop needs no such check:
+    ``ArraySpec.tma`` promises TMA's rules.)"""
     ok = None
-
-    def both(test):
-        return test if ok is None else lw.ew(TileOp.AND, [ok, test], D.bool_)
     for ring in loads:
         array = ring.load.operands[0]
         arg = lower_memory.arg_index(lw, array)
-        axes = range(array.type.rank - 1) if engine is CopyEngine.TMA else (0,)
-        for axis in axes:
-            stride = lw.param(ParamKind.STRIDE, arg, axis)
-            dt = stride.type.dtype
-            item = lw.const(dt, [array.type.dtype.itemsize])
-            mod = lw.ew(TileOp.AND, [lw.ew(TileOp.MUL, [stride, item], dt), lw.const(dt, [15])], dt)
-            ok = both(lw.ew(TileOp.EQ, [mod, lw.const(dt, [0])], D.bool_))
-            if engine is CopyEngine.TMA:
-                ok = both(lw.ew(TileOp.GT, [stride, lw.const(dt, [0])], D.bool_))
-        if engine is CopyEngine.TMA:
-            for axis in range(array.type.rank):
-                dim = lw.param(ParamKind.DIM, arg, axis)
-                ok = both(lw.ew(TileOp.GT, [dim, lw.const(dim.type.dtype, [0])], D.bool_))
+        stride = lw.param(ParamKind.STRIDE, arg, 0)
+        item = lw.const(stride.type.dtype, [array.type.dtype.itemsize])
+        mod = lw.ew(TileOp.AND, [lw.ew(TileOp.MUL, [stride, item], stride.type.dtype),
+                                 lw.const(stride.type.dtype, [15])], stride.type.dtype)
+        test = lw.ew(TileOp.EQ, [mod, lw.const(stride.type.dtype, [0])], D.bool_)
+        ok = test if ok is None else lw.ew(TileOp.AND, [ok, test], D.bool_)
     return ok
 
 

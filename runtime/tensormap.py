@@ -10,9 +10,9 @@ the innermost dim, which must be contiguous.  Elements outside the array read as
 (``OOB_FILL_NONE``), which is a load's ``other=0``.
 
 An array that breaks TMA's rules (``tiled_args`` returns None: a non-unit inner stride, a base
-address or stride that is not a multiple of 16 bytes, a negative stride) gets 128 zero bytes:
-the kernel checks the same rules (``passes.pipeline_loads.rows_aligned``) and then takes its
-loop without TMA, which never reads the map.
+address or stride that is not a multiple of 16 bytes, a negative stride, an empty dim) gets 128
+zero bytes.  No kernel reads such a map: the specialisation checks the same rules
+(``specs.ArraySpec.tma``), and a launch with such an array gets a kernel without TMA.
 """
 from __future__ import annotations
 
