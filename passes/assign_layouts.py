@@ -101,6 +101,10 @@ class LayoutAssigner:
         # the layout of the loads whose chunks STASH kept: each thread reads back its own bytes
         self.set(o.result, L.default_blocked(o.result.type.shape, o.result.type.dtype.itemsize, self.num_warps))
 
+    def op_CLUSTER_REDUCE(self, o: ir.Operation) -> None:
+        if is_tile(o.result):           # each thread combines the elements it holds
+            self.set(o.result, self.layout_or_default(o.operands[0]))
+
     def op_ATOMIC(self, o: ir.Operation) -> None:
         # one element per access (atomics are not vectorised), neighbouring lanes on neighbours
         item = o.result.type.dtype.itemsize

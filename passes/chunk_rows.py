@@ -115,6 +115,29 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
     mode = {"elementwise": ELEMENTWISE_ACC, "prefetch": PREFETCH,
             "num_warps": LONG_ROW_WARPS[min(big.type.dtype.itemsize, 4)]} if size > CHUNK_VALUES else SEVERAL_LOADS
     top = fn.body.ops
+    wide = splittable(fn, width)
+    if wide is None or not _no_store_before_reload(top, wide):
+        return None
+    # the loads a loop body may hold at once share the 16 values per thread
+    loads = sum(1 for v in wide if v.owner.op is TileOp.LOAD)
+    loads = max(loads, 2) if mode["prefetch"] and loads == 1 else loads         # the prefetched copy
+    # and a long row's chunk holds at most 16 values per thread (more spilled softmax at 16 warps)
+    most = 16 * 32 * mode["num_warps"] if size > CHUNK_VALUES else size
+    parts = 1
+    while (size // parts * loads > CHUNK_BUDGET or size // parts > most) and parts < width:
+        parts *= 2
+    ctas = max(1, 1024 // (32 * mode["num_warps"]))          # the CTAs pipeline.occupancy_hint asks an SM for
+    budget = min(STASH_BYTES, STASH_SM_BYTES // ctas)        # ... which a stash must not cut
+    stashes = _stashes(top, wide, budget) if STASH and not mode["prefetch"] else None
+    return ChunkPlan(width, width // parts, frozenset(wide), **mode, stashes=stashes)
+
+
+def splittable(fn: ir.Function, width: int) -> set | None:
+    """The wide values of ``fn`` (those whose last axis is ``width``) when its row tiles can be cut
+    along their last axis: every wide value is made at the top level by a load, ``arange``,
+    constant, splat, broadcast, unit-dim reshape or elementwise op, and used only by such ops, by
+    a sum, max or min over the last axis, or as a stored tile; None otherwise."""
+    top = fn.body.ops
     if any(_memory_tile(o) is not None and o not in top for o in fn.walk()):
         return None                                 # a load or store in a loop or branch
     if any(o.op is TileOp.STORE and ir.store_mask(o) is not None or o.op in (TileOp.ATOMIC, TileOp.SCAN)
@@ -145,20 +168,7 @@ def plan_chunks(fn: ir.Function) -> ChunkPlan | None:
                     return None
             elif u.op not in _WIDE_OPS or u.result not in wide:
                 return None
-    if not _no_store_before_reload(top, wide):
-        return None
-    # the loads a loop body may hold at once share the 16 values per thread
-    loads = sum(1 for v in wide if v.owner.op is TileOp.LOAD)
-    loads = max(loads, 2) if mode["prefetch"] and loads == 1 else loads         # the prefetched copy
-    # and a long row's chunk holds at most 16 values per thread (more spilled softmax at 16 warps)
-    most = 16 * 32 * mode["num_warps"] if size > CHUNK_VALUES else size
-    parts = 1
-    while (size // parts * loads > CHUNK_BUDGET or size // parts > most) and parts < width:
-        parts *= 2
-    ctas = max(1, 1024 // (32 * mode["num_warps"]))          # the CTAs pipeline.occupancy_hint asks an SM for
-    budget = min(STASH_BYTES, STASH_SM_BYTES // ctas)        # ... which a stash must not cut
-    stashes = _stashes(top, wide, budget) if STASH and not mode["prefetch"] else None
-    return ChunkPlan(width, width // parts, frozenset(wide), **mode, stashes=stashes)
+    return wide
 
 
 def _stashes(top: list, wide: set, budget: int) -> Stashes | None:

@@ -379,8 +379,25 @@ class Lowering:
         return self.geo(("grid_dim", axis), lambda: self.emit(
             SimtOp.GRID_DIM, [], RegType(I32), ir.AxisAttrs(axis), builder=self.prologue).result)
 
+    def clusters(self, v: ir.Value) -> ir.Value:
+        """A grid-axis-0 count in CTAs as one in clusters (``cluster_rows``: C CTAs per program)."""
+        ctas = self.fn.meta.get("cluster_ctas", 1)
+        if ctas == 1:
+            return v
+        return self.ew(TileOp.SHR, [v, self.const(I32, [ctas.bit_length() - 1], self.prologue)], I32, self.prologue)
+
+    def op_CLUSTER_RANK(self, o):
+        ctas = o.attrs.ctas
+        self.values[o.result] = self.geo("cluster_rank", lambda: self.ew(
+            TileOp.AND, [self.block_id(0), self.const(I32, [ctas - 1], self.prologue)], I32, self.prologue))
+
+    def op_CLUSTER_REDUCE(self, o):
+        self.values[o.result] = lower_reduce.cluster_reduce(self, o)
+
     def op_PROGRAM_ID(self, o):
-        if self.grouped_ids and o.attrs.axis < 2:
+        if o.attrs.axis == 0 and self.fn.meta.get("cluster_ctas", 1) > 1:
+            self.values[o.result] = self.geo("cluster_id", lambda: self.clusters(self.block_id(0)))
+        elif self.grouped_ids and o.attrs.axis < 2:
             self.values[o.result] = self.geo("grouped_ids", self.grouped_program_ids)[o.attrs.axis]
         else:
             self.values[o.result] = self.block_id(o.attrs.axis)
@@ -411,8 +428,9 @@ class Lowering:
                 self.ew(TileOp.WHERE, [plain, by, pid1], I32, p))
 
     def op_NUM_PROGRAMS(self, o):
-        self.values[o.result] = self.geo(("grid_dim", o.attrs.axis), lambda: self.emit(
+        grid = self.geo(("grid_dim", o.attrs.axis), lambda: self.emit(
             SimtOp.GRID_DIM, [], RegType(I32), o.attrs, builder=self.prologue).result)
+        self.values[o.result] = self.geo("clusters", lambda: self.clusters(grid)) if o.attrs.axis == 0 else grid
 
     def op_DIM(self, o):
         arg = next(i for i, a in enumerate(self.fn.args) if a is o.operands[0])
@@ -592,11 +610,14 @@ class Lowering:
             if not isinstance(a.type, ArrayType):
                 self.values[a] = self.param(ParamKind.SCALAR, i)
         self.block(self.fn.body)
+        if any(o.op is SimtOp.LOAD_SHARED_CLUSTER for o in self.b.block.walk()):
+            self.emit(SimtOp.CLUSTER_BARRIER, [])   # no CTA leaves while another may still read its shared memory
         body = ir.Block([], self.prologue.block.ops + self.b.block.ops)
         meta = simt.SimtMeta(self.fn.name, self.params, self.num_warps, sorted(self.writes),
                              self.fn.meta.get("loc", ir.UNKNOWN_LOC), self.self_synced)
         meta.lane_bits = self.lane_bits
         meta.tma_loops = self.tma_loops
+        meta.cluster_ctas = self.fn.meta.get("cluster_ctas", 1)
         return ir.Function(self.fn.name, body, list(self.fn.arg_names), meta)
 
 

@@ -12,6 +12,7 @@ from tilejit import ir, simt
 from tilejit.ir import ReduceKind, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_shared
+from tilejit.passes.assign_layouts import is_tile
 
 _COMBINE = {ReduceKind.SUM: TileOp.ADD, ReduceKind.MAX: TileOp.MAXIMUM, ReduceKind.MIN: TileOp.MINIMUM}
 _ARG_BETTER = {ReduceKind.ARGMAX: TileOp.GT, ReduceKind.ARGMIN: TileOp.LT}
@@ -108,3 +109,31 @@ def reduce(lw, o: ir.Operation) -> ir.Value:
     pair = red.across_lanes(pair, src.terms[a.axis])
     pair = red.across_warps(pair, src, a.axis)
     return lw.cast(pair[1] if red.is_arg else pair[0], out_dt)
+
+
+def cluster_reduce(lw, o: ir.Operation) -> ir.Value:
+    """CLUSTER_REDUCE: every CTA writes its partial results to a small shared buffer (at most
+    ``shared_memory.DEDICATED_BYTES``: never reused, so no CTA overwrites what another still
+    reads); after a cluster barrier each thread reads its elements from all the cluster's CTAs
+    and combines them in rank order, so every CTA gets the same bits."""
+    x = o.operands[0]
+    dt, ctas = x.type.dtype, o.attrs.ctas
+    red = Reduction(lw, o.attrs.kind, dt)
+    item = dt.itemsize
+    if is_tile(x):
+        layout = lw.layout_of(x)
+        value = lw.get(x, layout)
+        base, buf = lw.alloc_shared(x.type.numel * item)
+        addr, vec = lower_shared.addresses(lw, base, layout, lower_shared.rowmajor(x.type.shape), item)
+    else:
+        value = lw.get(x)
+        base, buf = lw.alloc_shared(item)
+        addr, vec = base, 1
+    lw.emit(simt.SimtOp.STORE_SHARED, [addr, value], None, simt.SharedAttrs(vec, buf))
+    lw.emit(simt.SimtOp.CLUSTER_BARRIER, [])
+    total = None
+    for rank in range(ctas):
+        part = lw.emit(simt.SimtOp.LOAD_SHARED_CLUSTER, [addr], value.type,
+                       simt.ClusterSharedAttrs(1, buf, rank)).result
+        total = part if total is None else red.combine((total, None), (part, None))[0]
+    return total

@@ -106,6 +106,9 @@ def pack_programs(fn: ir.Function, programs: int, lanes: int = WARP) -> ir.Funct
     lanes of one warp when ``lanes`` < 32 (``program_lanes``)."""
     if programs == 1:
         return fn
+    if fn.meta.cluster_ctas > 1:
+        raise ValueError(f"kernel '{fn.meta.name}' splits its rows over a cluster of CTAs (cluster_rows): "
+                         "it cannot also pack several programs to a CTA")
     threads = WARP * fn.meta.num_warps if lanes == WARP else lanes
     if lanes != WARP and (fn.meta.num_warps != 1 or program_lanes(fn) > lanes):
         raise ValueError(f"kernel '{fn.meta.name}' needs more than {lanes} lanes per program")

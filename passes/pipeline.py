@@ -7,7 +7,8 @@ mma.sync or FMA) and warp split (``plans.DotPlan``); ``assign_layouts`` gives ev
 register layout; ``plan_loops`` decides how each loop is pipelined (``plans.LoopPlan``);
 ``lower_to_simt`` reads the plans (``pipeline_loads`` lowers the rings).
 
-    compile_to_simt(tile_fn, num_warps=4, target="sm_90a", dump=None, *, wgmma=True, tma=True, verify=False)
+    compile_to_simt(tile_fn, num_warps=4, target="sm_90a", dump=None, *, wgmma=True, tma=True, cluster=True,
+                    verify=False)
         -> SIMT ir.Function
 
 With ``verify=True`` (``TILEJIT_DEBUG=1`` at the API edge) the IR is verified after every pass
@@ -24,6 +25,7 @@ from tilejit.ir import TileOp
 from tilejit.passes.assign_layouts import assign_layouts, layouts_text
 from tilejit.passes.canonicalize import canonicalize
 from tilejit.passes.chunk_rows import chunk_rows
+from tilejit.passes import cluster_rows as cluster_module
 from tilejit.passes import coarsen_programs as coarsen
 from tilejit.passes.dce import dce
 from tilejit.passes.fold_exp import fold_exp
@@ -61,6 +63,7 @@ class Options:
     tma: bool = True            # wgmma rings filled by TMA copies where the arrays allow (TILEJIT_TMA=0: cp.async)
     warp_specialize: bool | str = "auto"   # a producer warpgroup issues a TMA loop's copies where measured
                                 # faster ("auto"; True: wherever it applies, TILEJIT_WS=1; False: never, =0)
+    cluster: bool = True        # long rows split over a thread-block cluster on sm_90 (TILEJIT_CLUSTER=0: off)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class Stage:
 
 PIPELINE = [
     Stage("strip_asserts", lambda fn, opt: strip_asserts(fn, opt.debug), "tile"),
+    Stage("cluster_rows", lambda fn, opt: cluster_module.cluster_rows(fn)
+          if opt.cluster and cluster_module.supports(opt.target) else fn, "tile"),
     Stage("chunk_rows", lambda fn, opt: chunk_rows(fn), "tile"),
     Stage("widen_offsets", lambda fn, opt: widen_offsets(fn), "tile"),
     Stage("canonicalize", lambda fn, opt: canonicalize(fn), "tile"),
@@ -115,13 +120,14 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
                     dump: Callable[[str, str], None] | None = None, *, wgmma: bool = True,
                     verify: bool = False, num_stages: int | None = None, fast_math: bool = False,
                     pack: bool = False, programs_per_cta: int | None = None, debug: bool = False,
-                    persist: bool | str = True, tma: bool = True, warp_specialize: bool | str = "auto") -> ir.Function:
+                    persist: bool | str = True, tma: bool = True, warp_specialize: bool | str = "auto",
+                    cluster: bool = True) -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
     pack = pack and small_program(tile_fn, num_warps)               # several tiny programs per CTA
     options = Options(num_warps, target, wgmma, verify, num_stages, pack, programs_per_cta, debug, persist, tma,
-                      warp_specialize)
+                      warp_specialize, cluster)
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))
@@ -153,28 +159,4 @@ def occupancy_hint(tile_fn: ir.Function, num_warps: int) -> int:
     return 1024 // threads
 
 
-# ------------------------------------------------------------------------------------ cloning
-def clone_function(fn: ir.Function) -> ir.Function:
-    """A deep copy of ``fn``'s ops, blocks and values (types, attrs and locs are shared)."""
-    values: dict[ir.Value, ir.Value] = {}
-
-    def value(v: ir.Value) -> ir.Value:
-        return values.get(v, v)
-
-    def block(b: ir.Block) -> ir.Block:
-        args = []
-        for a in b.args:
-            values[a] = ir.Value(a.type, a.hint)
-            args.append(values[a])
-        ops = []
-        for o in b.ops:
-            regions = [block(r) for r in o.regions]
-            new = ir.Operation(o.op, [value(x) for x in o.operands], [r.type for r in o.results],
-                               o.attrs, regions, o.loc)
-            for r, nr in zip(o.results, new.results):
-                nr.hint = r.hint
-                values[r] = nr
-            ops.append(new)
-        return ir.Block(args, ops)
-
-    return ir.Function(fn.name, block(fn.body), list(fn.arg_names), dict(fn.meta))
+clone_function = ir.clone_function          # (where tests and passes have always found it)

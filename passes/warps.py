@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from tilejit import ir
 from tilejit.ir import TileOp
+from tilejit.passes import cluster_rows
 from tilejit.passes.chunk_rows import plan_chunks
 from tilejit.passes.pack_programs import PACK_BYTES, PACK_LOADED
 
@@ -75,10 +76,14 @@ def small_program(fn: ir.Function, num_warps: int = 1) -> bool:
     return memory_tile_bytes(fn) <= limit and loaded_values(fn) <= PACK_LOADED
 
 
-def choose_num_warps(fn: ir.Function) -> int:
-    """The warps for a launch of ``fn`` that gives none (see the module docstring)."""
+def choose_num_warps(fn: ir.Function, cluster: bool = False) -> int:
+    """The warps for a launch of ``fn`` that gives none (see the module docstring); with
+    ``cluster`` (the target has clusters and the switch is on) a row that ``cluster_rows`` splits
+    over a cluster gets the warps of its part."""
     if any(o.op is TileOp.DOT for o in fn.walk()):
         return DOT_WARPS
+    if cluster and cluster_rows.plan_cluster(fn) is not None:
+        return choose_num_warps(cluster_rows.cluster_rows(ir.clone_function(fn)))
     plan = plan_chunks(fn)
     if plan is not None:
         return plan.num_warps       # the chunks are cut for these warps

@@ -42,6 +42,13 @@ def row_stats(x, lo, hi, total, BLOCK: tj.constexpr):
     tj.store(total, (row,), tj.sum(tj.where(cols < x.shape[1], 1, 0), axis=1))
 
 
+@pytest.fixture(autouse=True)
+def one_cta_per_row(monkeypatch):
+    """Rows a cluster would share (``passes.cluster_rows``, sm_90 and emulate) stay in one CTA, so
+    that these tests reach the chunk loops (what sm_80 and ``TILEJIT_CLUSTER=0`` run)."""
+    monkeypatch.setenv("TILEJIT_CLUSTER", "0")
+
+
 @pytest.fixture
 def plain_loops(monkeypatch):
     """Chunk loops without the prefetch and the online softmax (the structure the tests read)."""
@@ -190,7 +197,7 @@ def test_a_long_row_read_by_several_loops_is_stashed_once(kernel, cols, dtype, s
     loads = sum(1 for o in fn.walk() if o.op is TileOp.LOAD and o.operands[0] is fn.args[0])
     assert ops.count(TileOp.STASH) == stashed and loads == (1 if stashed else len(loops_of(fn)))
     assert ops.count(TileOp.UNSTASH) == (len(loops_of(fn)) - 1 if stashed else 0)
-    simt = pipeline.compile_to_simt(tile_ir(k, *args, BLOCK=cols), num_warps=16)
+    simt = pipeline.compile_to_simt(tile_ir(k, *args, BLOCK=cols), num_warps=16, cluster=False)
     assert (simt.meta.shared_bytes >= cols * np.dtype(dtype).itemsize) == bool(stashed)
     text = ir.print_function(fn)
     assert ir.print_function(ir.parse_function(text)) == text

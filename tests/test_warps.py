@@ -23,8 +23,26 @@ def picked(kernel, *args, **consts) -> int:
     (65536, np.float32, 32), (65536, tj.bfloat16.np, 16)])
 def test_a_row_kernel_gets_about_32_values_of_its_row_per_thread(cols, dtype, warps, monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    monkeypatch.setenv("TILEJIT_CLUSTER", "0")          # one CTA per row (sm_80)
     x = np.zeros((2, cols), dtype)
     assert picked(softmax_kernel, x, x, BLOCK=cols) == warps
+
+
+@pytest.mark.parametrize("kernel,cols,dtype,warps,ctas", [
+    ("softmax", 16384, np.float32, 8, 2), ("softmax", 65536, tj.bfloat16.np, 8, 8),
+    ("softmax", 131072, np.float32, 16, 8),              # 16384 columns per CTA
+    ("layernorm", 16384, tj.bfloat16.np, 8, 4),          # x, weight, bias: 12288 values per CTA
+    ("layernorm", 65536, np.float32, 16, 8), ("rmsnorm", 16384, tj.bfloat16.np, 8, 2)])
+def test_a_row_split_over_a_cluster_gets_the_warps_of_its_part(kernel, cols, dtype, warps, ctas, monkeypatch):
+    import examples.layernorm as ln
+    import examples.rmsnorm as rms
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x, w = np.zeros((2, cols), dtype), np.zeros(cols, dtype)
+    k, args = {"softmax": (softmax_kernel, (x, x)), "layernorm": (ln.layernorm_kernel, (x, w, w, x, 1e-5)),
+               "rmsnorm": (rms.rmsnorm_kernel, (x, w, x, 1e-5))}[kernel]
+    k = getattr(k, "kernel", k)
+    found = k.inspect(*args, BLOCK=cols)
+    assert (found.num_warps, found.cluster_ctas) == (warps, ctas)
 
 
 @pytest.mark.parametrize("kernel,cols,dtype,warps,split", [
@@ -41,6 +59,7 @@ def test_a_norm_gets_warps_for_all_it_loads_and_is_split_past_the_budget(kernel,
     import examples.rmsnorm as rms
     from tilejit.passes.chunk_rows import plan_chunks
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    monkeypatch.setenv("TILEJIT_CLUSTER", "0")
     x, w = np.zeros((2, cols), dtype), np.zeros(cols, dtype)
     k, args = (ln.layernorm_kernel, (x, w, w, x, 1e-5)) if kernel == "layernorm" else (rms.rmsnorm_kernel, (x, w, x, 1e-5))
     assert picked(k, *args, BLOCK=cols) == warps

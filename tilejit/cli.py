@@ -102,7 +102,7 @@ def compile_command(args) -> int:
         tile_fn = kern.tile_ir(specs, consts)
         if args.num_warps is None:                   # what a launch without num_warps gets
             from tilejit.passes.warps import choose_num_warps
-            args.num_warps = choose_num_warps(tile_fn)
+            args.num_warps = choose_num_warps(tile_fn, dict(compile_switches())["cluster"])   # (sm_90a)
         compile_to_simt(tile_fn, args.num_warps, dump=texts.__setitem__,
                         verify=verify_switch(), **dict(compile_switches()))
         print(texts[args.emit])

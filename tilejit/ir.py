@@ -181,6 +181,12 @@ class StashAttrs(Attrs):
 
 
 @dataclass(frozen=True)
+class ClusterAttrs(Attrs):
+    ctas: int                            # the CTAs of a cluster (cluster_rows: one row split over them)
+    kind: ReduceKind | None = None       # CLUSTER_REDUCE: how the CTAs' partial results combine
+
+
+@dataclass(frozen=True)
 class AssertAttrs(Attrs):
     msg: str                             # the user's message (may be empty)
     scalar: bool = False                 # a scalar condition (as a (1,) tile): no element index
@@ -263,6 +269,8 @@ class TileOp(enum.Enum):
     PRINT = enum.auto()         # (pid0, pid1, pid2, *values) -> (): one line per element   PrintAttrs
     STASH = enum.auto()         # (tile, col: int32) -> (): the tile into the CTA's stash buffer at column col   StashAttrs
     UNSTASH = enum.auto()       # (col: int32) -> the tile STASH put there (chunk_rows: a row read again)       StashAttrs
+    CLUSTER_RANK = enum.auto()  # () -> i32: this CTA's rank in its cluster of attrs.ctas (cluster_rows)   ClusterAttrs
+    CLUSTER_REDUCE = enum.auto()  # (x) -> x combined (attrs.kind) over the cluster's CTAs, in rank order   ClusterAttrs
     ASSERT = enum.auto()        # (pid0, pid1, pid2, cond: bool) -> (): DeviceAssertError where cond is false
     #                             (removed by strip_asserts unless the kernel is compiled with debug)  AssertAttrs
     DOT = enum.auto()           # (a: MxK, b: KxN, acc: MxN f32/i32) -> MxN  DotAttrs
@@ -339,6 +347,32 @@ SIMT function a ``simt.SimtMeta``."""
 
     def walk(self) -> Iterator[Operation]:
         return self.body.walk()
+
+
+def clone_function(fn: Function) -> Function:
+    """A deep copy of ``fn``'s ops, blocks and values (types, attrs and locs are shared)."""
+    values: dict[Value, Value] = {}
+
+    def value(v: Value) -> Value:
+        return values.get(v, v)
+
+    def block(b: Block) -> Block:
+        args = []
+        for a in b.args:
+            values[a] = Value(a.type, a.hint)
+            args.append(values[a])
+        ops = []
+        for o in b.ops:
+            regions = [block(r) for r in o.regions]
+            new = Operation(o.op, [value(x) for x in o.operands], [r.type for r in o.results],
+                           o.attrs, regions, o.loc)
+            for r, nr in zip(o.results, new.results):
+                nr.hint = r.hint
+                values[r] = nr
+            ops.append(new)
+        return Block(args, ops)
+
+    return Function(fn.name, block(fn.body), list(fn.arg_names), dict(fn.meta))
 
 
 def users(root: "Block | Function") -> dict[Value, list[Operation]]:
@@ -597,4 +631,4 @@ def parse_function(text: str, dialect: Dialect | None = None) -> Function:
 
 
 TILE_DIALECT = Dialect(TileOp, parse_type, (ConstAttrs, AxisAttrs, LoadAttrs, PermAttrs, ReduceAttrs, DotAttrs,
-                                            ForAttrs, StoreAttrs, AtomicAttrs, ScanAttrs, PrintAttrs, AssertAttrs, StashAttrs), {"ReduceKind": ReduceKind})
+                                            ForAttrs, StoreAttrs, AtomicAttrs, ScanAttrs, PrintAttrs, AssertAttrs, StashAttrs, ClusterAttrs), {"ReduceKind": ReduceKind})

@@ -44,13 +44,15 @@ def compile_switches() -> tuple[tuple[str, bool], ...]:
     fields and part of both compile caches' keys.  ``TILEJIT_WGMMA=0`` keeps GEMMs on mma.sync,
     ``TILEJIT_TMA=0`` fills wgmma rings with cp.async instead of TMA copies, ``TILEJIT_WS=1``
     gives every TMA loop's copies to a producer warpgroup (``=0``: none; unset: where measured faster),
-    ``TILEJIT_PACK=0`` runs one program per CTA, ``TILEJIT_PERSIST=0`` never loops a CTA over
+    ``TILEJIT_PACK=0`` runs one program per CTA, ``TILEJIT_CLUSTER=0`` never splits a long row over a
+    thread-block cluster, ``TILEJIT_PERSIST=0`` never loops a CTA over
     programs (``=always``: wherever it can, not only where it was measured faster)."""
     persist = os.environ.get("TILEJIT_PERSIST", "1").strip().lower()
     return (("wgmma", os.environ.get("TILEJIT_WGMMA", "1").strip() != "0"),
             ("tma", os.environ.get("TILEJIT_TMA", "1").strip() != "0"),
             ("warp_specialize", {"1": True, "0": False}.get(os.environ.get("TILEJIT_WS", "").strip(), "auto")),
             ("pack", os.environ.get("TILEJIT_PACK", "1").strip() != "0"),
+            ("cluster", os.environ.get("TILEJIT_CLUSTER", "1").strip() != "0"),
             ("persist", "always" if persist == "always" else persist != "0"))
 
 
@@ -93,6 +95,7 @@ class Inspection:
     persistent: bool | None = None       # each CTA loops over programs, the next one's rows copied ahead (persist_programs)
     copy_engines: tuple | None = None    # how pipelined loops fill their rings: "tma" and/or "cp.async"
     producer_warps: int | None = None    # warps that only issue TMA copies (a warp-specialised loop)
+    cluster_ctas: int | None = None      # CTAs that share each program's row, as a cluster (cluster_rows)
 
 
 @dataclass
@@ -227,8 +230,10 @@ class Kernel:
             tile_fn = self.tile_ir(specs, consts)
             text = ir.print_function(tile_fn)
             if num_warps is None:             # the compiler's choice (the key says "chosen": None)
+                from tilejit.passes.cluster_rows import supports
                 from tilejit.passes.warps import choose_num_warps
-                num_warps = choose_num_warps(tile_fn)
+                num_warps = choose_num_warps(tile_fn, dict(switches)["cluster"]
+                                             and supports(getattr(backend, "target", None) or ""))
             # the switches as Options fields; the rest travels in the IR
             options = {"num_warps": num_warps, "cache_key": disk_key, "verify": verify_switch(), **dict(switches)}
             try:
@@ -300,7 +305,7 @@ class Kernel:
             parts.append(part)
             views.append(v)
         consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        key = (num_warps, num_stages, fast_math, debug, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), os.environ.get("TILEJIT_TMA"), os.environ.get("TILEJIT_WS"), os.environ.get("TILEJIT_PACK"), os.environ.get("TILEJIT_PERSIST"), consts,
+        key = (num_warps, num_stages, fast_math, debug, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), os.environ.get("TILEJIT_TMA"), os.environ.get("TILEJIT_WS"), os.environ.get("TILEJIT_PACK"), os.environ.get("TILEJIT_PERSIST"), os.environ.get("TILEJIT_CLUSTER"), consts,
                tuple(parts))
         try:
             hash(key)
@@ -362,6 +367,7 @@ class Kernel:
             found["persistent"] = getattr(entry.artifact, "persistent", None)
             found["copy_engines"] = getattr(entry.artifact, "copy_engines", None)
             found["producer_warps"] = getattr(entry.artifact, "producer_warps", None)
+            found["cluster_ctas"] = getattr(entry.artifact, "cluster_ctas", None)
             if hasattr(entry.artifact, "registers_per_thread"):    # never a silent 0 or None on a GPU
                 found["registers"] = entry.artifact.registers_per_thread()
             text = entry.tile_text or ir.print_function(self.tile_ir(specs, consts))

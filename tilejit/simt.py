@@ -77,6 +77,7 @@ class SimtMeta:
     #                                        after the num_warps warps that compute
     max_registers: int = 0                 # registers per thread the kernel is compiled for (0: ptxas picks)
     tma_loops: list = field(default_factory=list)       # lowering: pipeline_loads.TmaLoop records
+    cluster_ctas: int = 1                  # cluster_rows: CTAs per cluster along grid axis 0 (each program's)
 
     @property
     def cta_threads(self) -> int:
@@ -90,7 +91,8 @@ class SimtMeta:
                 f"barriers={self.barriers}" + (f" programs_per_cta={self.programs_per_cta}"
                                                if self.programs_per_cta > 1 else "")
                 + (f" lanes_per_program={self.lanes_per_program}" if self.lanes_per_program < 32 else "")
-                + (" persistent" if self.persistent else ""))
+                + (" persistent" if self.persistent else "")
+                + (f" cluster_ctas={self.cluster_ctas}" if self.cluster_ctas > 1 else ""))
 
 
 class SimtOp(enum.Enum):
@@ -131,6 +133,10 @@ class SimtOp(enum.Enum):
     STORE_SHARED = enum.auto()   # (addr, value) -> ()                                          SharedAttrs
     BARRIER = enum.auto()        # bar.sync 0 across the CTA; or (id: i32 n=1) -> (): named barrier
     #   ``id`` over attrs.threads threads (one program's warps when a CTA holds several)  BarrierAttrs
+    CLUSTER_BARRIER = enum.auto()  # () -> (): barrier.cluster arrive (release) and wait (acquire): every
+    #   thread of every CTA of the cluster; shared bytes written before it are seen by all of them
+    LOAD_SHARED_CLUSTER = enum.auto()  # (addr) -> n values read at shared byte addresses ``addr`` of the
+    #   cluster's CTA of rank attrs.rank (mapa + ld.shared::cluster)       ClusterSharedAttrs
     SHARED_ALLOC = enum.auto()   # () -> i32: byte address of shared buffer attrs.buffer   AllocAttrs
     #   (made by lowering; ``plan_shared_memory`` replaces each by a CONSTANT, so emitted code
     #   never contains one)
@@ -238,6 +244,11 @@ class SharedAttrs(Attrs):
 
 
 @dataclass(frozen=True)
+class ClusterSharedAttrs(SharedAttrs):
+    rank: int = 0                 # the CTA of the cluster whose shared memory is read
+
+
+@dataclass(frozen=True)
 class MaskedSharedAttrs(SharedAttrs):
     other: bool | int | float = 0  # a masked LOAD_SHARED's value where its mask is false
 
@@ -339,7 +350,7 @@ def assert_sites(fn: Function) -> list:
 
 DIALECT = Dialect(SimtOp, parse_type,
                   (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, VolatileAttrs, SharedAttrs,
-                   MaskedSharedAttrs, LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, MbarrierAttrs, TmaAttrs, RegCountAttrs, SplitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
+                   MaskedSharedAttrs, ClusterSharedAttrs, LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, MbarrierAttrs, TmaAttrs, RegCountAttrs, SplitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 
 
@@ -392,6 +403,9 @@ _SPECS = {
     else "SHUFFLE_XOR mask must be in 1..31 and keep the type",
     SimtOp.LOAD_GLOBAL: _check_memory, SimtOp.STORE_GLOBAL: _check_memory, SimtOp.ATOMIC_GLOBAL: _check_memory,
     SimtOp.LOAD_SHARED: _check_memory, SimtOp.STORE_SHARED: _check_memory,
+    SimtOp.LOAD_SHARED_CLUSTER: lambda o: None if len(o.operands) == 1 and _n(o.operands[0]) == _n(o.results[0])
+    and isinstance(o.attrs, ClusterSharedAttrs) and o.attrs.rank >= 0
+    else "LOAD_SHARED_CLUSTER takes one address per register and ClusterSharedAttrs",
     SimtOp.CONSTANT: lambda o: None if len(o.attrs.values) == _n(o.results[0]) else "CONSTANT size",
     SimtOp.LDMATRIX: lambda o: None if _n(o.operands[0]) == 1 and _n(o.results[0]) == o.attrs.num
     and o.attrs.num in (1, 2, 4) else "LDMATRIX takes one address and gives attrs.num registers",

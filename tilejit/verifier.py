@@ -10,7 +10,7 @@ from tilejit.errors import CompileError
 from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, PREDICATE_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
                         PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType, StoreAttrs, store_mask, stored_tile,
-                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AssertAttrs, AtomicAttrs, PrintAttrs, ScanAttrs, StashAttrs, atomic_compare)
+                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AssertAttrs, AtomicAttrs, PrintAttrs, ScanAttrs, StashAttrs, atomic_compare, ClusterAttrs)
 
 
 class VerifyError(CompileError):
@@ -195,6 +195,21 @@ def _stash(op):
     _need(op.attrs.width % t.shape[-1] == 0, op, "the row width is a multiple of the tile's")
 
 
+def _cluster_rank(op):
+    _arity(op, 0, 1)
+    _need(isinstance(op.attrs, ClusterAttrs) and op.attrs.ctas > 1 and op.attrs.kind is None, op,
+          "cluster_rank with ClusterAttrs(ctas > 1)")
+    _need(_scalar(op.result) and op.result.type.dtype == dtypes.int32, op, "cluster_rank gives an int32 scalar")
+
+
+def _cluster_reduce(op):
+    _arity(op, 1, 1)
+    _need(isinstance(op.attrs, ClusterAttrs) and op.attrs.ctas > 1
+          and op.attrs.kind in (ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN), op,
+          "cluster_reduce with ClusterAttrs(ctas > 1, kind sum, max or min)")
+    _need(op.result.type == op.operands[0].type, op, "cluster_reduce keeps its operand's type")
+
+
 def _unstash(op):
     _arity(op, 1, 1)
     _need(isinstance(op.attrs, StashAttrs) and _scalar(op.operands[0]) and op.operands[0].type.dtype == dtypes.int32,
@@ -274,6 +289,7 @@ SPEC = {TileOp.PROGRAM_ID: _grid, TileOp.NUM_PROGRAMS: _grid, TileOp.DIM: _dim,
         TileOp.CONSTANT: _constant, TileOp.SPLAT: _splat, TileOp.ARANGE: _arange,
         TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic, TileOp.SCAN: _scan, TileOp.PRINT: _print, TileOp.ASSERT: _assert,
         TileOp.STASH: _stash, TileOp.UNSTASH: _unstash,
+        TileOp.CLUSTER_RANK: _cluster_rank, TileOp.CLUSTER_REDUCE: _cluster_reduce,
         **{o: _elementwise for o in BINARY_OPS | COMPARE_OPS | UNARY_OPS},
         TileOp.FMA: _elementwise, TileOp.WHERE: _elementwise, TileOp.CAST: _elementwise, TileOp.BITCAST: _elementwise,
         TileOp.BROADCAST: _broadcast, TileOp.RESHAPE: _reshape, TileOp.TRANS: _trans,

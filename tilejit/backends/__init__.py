@@ -41,17 +41,22 @@ _notice_printed = False
 
 
 def switch_options(options: dict) -> dict:
-    """The ``compile_to_simt`` keyword options (``wgmma``, ``tma``, ``warp_specialize``, ``pack``, ``verify``, ``num_stages``, ``debug``, ``persist``) in a
+    """The ``compile_to_simt`` keyword options (``wgmma``, ``tma``, ``warp_specialize``, ``pack``, ``verify``, ``num_stages``, ``debug``, ``persist``, ``cluster``) in a
     backend's ``options``."""
-    return {k: options[k] for k in ("wgmma", "tma", "warp_specialize", "pack", "verify", "num_stages", "fast_math", "debug", "persist")
+    return {k: options[k] for k in ("wgmma", "tma", "warp_specialize", "pack", "verify", "num_stages", "fast_math", "debug", "persist",
+                                    "cluster")
             if k in options}
 
 
-def launch_geometry(programs: int, grid: tuple, args: list, resident: int | None = None) -> tuple[tuple, list]:
+def launch_geometry(programs: int, grid: tuple, args: list, resident: int | None = None,
+                    cluster: int = 1) -> tuple[tuple, list]:
     """The CTA grid and the arguments (with grid axis 0 appended) of a launch of ``grid``
     programs of a kernel packed ``programs`` to a CTA.  ``resident``: a persistent kernel's
     CTAs (``persist_programs``; each loops over the programs along axis 0), at most that many in
-    all and never more than there are programs."""
+    all and never more than there are programs.  ``cluster``: each program is a cluster of that
+    many CTAs along axis 0 (``cluster_rows``; the arguments are unchanged)."""
+    if cluster > 1:
+        return (grid[0] * cluster,) + tuple(grid[1:]), args
     if resident is not None:
         others = 1
         for g in grid[1:]:

@@ -38,6 +38,7 @@ class CudaArtifact:
     persistent: bool = False               # each CTA loops over programs (persist_programs)
     copy_engines: tuple = ()               # how its pipelined loops fill their rings (simt.copy_engines)
     producer_warps: int = 0                # a warpgroup that only issues TMA copies (specialise_warps)
+    cluster_ctas: int = 1                  # CTAs per program, launched as a cluster along x (cluster_rows)
 
     def __post_init__(self):
         if not self.cta_threads:
@@ -80,7 +81,7 @@ class CudaArtifact:
                 "shared_bytes": self.shared_bytes, "registers": self.registers, "spills": self.spills,
                 "programs_per_cta": self.programs_per_cta, "cta_threads": self.cta_threads,
                 "persistent": self.persistent, "copy_engines": list(self.copy_engines),
-                "producer_warps": self.producer_warps,
+                "producer_warps": self.producer_warps, "cluster_ctas": self.cluster_ctas,
                 "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name, list(p.box), p.swizzle] for p in self.params]}
 
@@ -93,7 +94,8 @@ class CudaArtifact:
                    int(meta.get("programs_per_cta", 1)),
                    tuple((m, bool(s), int(r), Loc(f, ln, c, e, fn)) for m, s, r, f, ln, c, e, fn in meta.get("asserts", ())),
                    int(meta.get("cta_threads", 0)), bool(meta.get("persistent", False)),
-                   tuple(meta.get("copy_engines", ())), int(meta.get("producer_warps", 0)))
+                   tuple(meta.get("copy_engines", ())), int(meta.get("producer_warps", 0)),
+                   int(meta.get("cluster_ctas", 1)))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -191,7 +193,7 @@ class CudaBackend:
                            state.get("registers"), state.get("spills"), simt_fn.meta.programs_per_cta,
                            tuple((o.attrs.msg, o.attrs.scalar, o.attrs.rank, o.loc) for o in assert_sites(simt_fn)),
                            simt_fn.meta.cta_threads, simt_fn.meta.persistent, copy_engines(simt_fn),
-                           simt_fn.meta.producer_warps)
+                           simt_fn.meta.producer_warps, simt_fn.meta.cluster_ctas)
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())
@@ -209,8 +211,8 @@ class CudaBackend:
             if art.persistent:
                 kernel = art.kernel_for_device(views[arrays[0]].device)
                 grid, views = backends.launch_geometry(programs, grid, views, kernel.resident_ctas(threads))
-            elif programs > 1:
-                grid, views = backends.launch_geometry(programs, grid, views)
+            elif programs > 1 or art.cluster_ctas > 1:
+                grid, views = backends.launch_geometry(programs, grid, views, cluster=art.cluster_ctas)
             if stream is None:      # the full path's rule: the first array that has a stream
                 for i in arrays:
                     stream = views[i].stream
@@ -224,7 +226,7 @@ class CudaBackend:
 
         def geometry(kernel, grid, views):      # on the device the arrays live on
             resident = kernel.resident_ctas(art.cta_threads) if art.persistent else None
-            return backends.launch_geometry(art.programs_per_cta, tuple(grid), views, resident)
+            return backends.launch_geometry(art.programs_per_cta, tuple(grid), views, resident, art.cluster_ctas)
         launch.launch_arrays(art.kernel_for_device, grid, art.cta_threads, args,
                              art.params, art.writes, stream, geometry=geometry)
         if art.asserts:

@@ -97,12 +97,17 @@ class Machine:
         self.wgmma_open, self.wgmma_groups = [], []
         self.shared_bytes = -(-fn.meta.shared_bytes // 16) * 16 + 16
         self.baton, self.side = None, 0          # a warp-specialised IF's sides (run_split)
+        self.cluster = fn.meta.cluster_ctas      # CTAs per cluster along x (a batch holds whole clusters)
         self.ew_cache: dict = {}
 
     def run(self) -> None:
         gx, gy, gz = self.grid
         ids = np.array([(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)], np.int32)
         batch = max(1, MAX_BATCH_THREADS // self.threads)
+        batch = max(self.cluster, batch // self.cluster * self.cluster)
+        if gx % self.cluster:
+            raise EmulatorError(f"kernel '{self.fn.name}': a grid of {gx} CTAs along x is not made of clusters "
+                                f"of {self.cluster}")
         with np.errstate(all="ignore"):
             for start in range(0, len(ids), batch):
                 self.block_ids = ids[start:start + batch]
@@ -113,7 +118,12 @@ class Machine:
                 self.reader = np.full((c, self.shared_bytes), -1, np.int32)
                 self.copies = emulate_mma.AsyncCopies()
                 self.mbarriers = emulate_tma.Mbarriers(self.shared_bytes, c)
+                self.unordered = np.zeros((c, self.shared_bytes), bool)   # written since the last cluster barrier
+                self.remote_reads = False                # another CTA's bytes read since then
                 self.block(self.fn.body, Frame({}, np.arange(c)))
+                if self.remote_reads:
+                    raise EmulatorError(f"kernel '{self.fn.name}' ends without a cluster barrier after reading "
+                                        "another CTA's shared memory: that CTA may already have left")
                 if self.wgmma_groups or self.wgmma_open:
                     raise EmulatorError(f"kernel '{self.fn.name}' ends with wgmma groups in flight: a WGMMA_WAIT 0 "
                                         "is missing, so their accumulators were read before they were complete")
@@ -294,6 +304,30 @@ class Machine:
         self.race(o, f, rows, addr, self.reader, "read by")
         self.mark(self.writer, rows, addr)
         self.shared.view(dt)[rows, addr // dt.itemsize] = value
+        if self.cluster > 1:
+            self.unordered[rows[..., None], addr[..., None] + np.arange(dt.itemsize)] = True
+
+    # --- thread-block clusters (cluster_rows) ------------------------------------------------------
+    def op_CLUSTER_BARRIER(self, o, f):
+        if len(f.ids) != len(self.block_ids):
+            raise EmulatorError("CLUSTER_BARRIER reached by only some of a cluster's CTAs")
+        self.op_BARRIER(o, f)
+        self.unordered[:] = False
+        self.remote_reads = False
+
+    def op_LOAD_SHARED_CLUSTER(self, o, f):
+        dt = o.result.type.dtype.np
+        rank = o.attrs.rank
+        if not 0 <= rank < self.cluster:
+            raise EmulatorError(f"LOAD_SHARED_CLUSTER of rank {rank} in clusters of {self.cluster} CTAs")
+        addr = f[o.operands[0]].astype(np.int64)
+        rows, addr = self.shared_index(o, f, addr, dt.itemsize)
+        rows = rows - self.block_ids[rows, 0] % self.cluster + rank        # the batch row of CTA ``rank``
+        if self.unordered[rows[..., None], addr[..., None] + np.arange(dt.itemsize)].any():
+            raise EmulatorError(f"LOAD_SHARED_CLUSTER reads shared memory of the cluster's CTA {rank} that it "
+                                "wrote after the last cluster barrier (a CLUSTER_BARRIER is missing)")
+        self.remote_reads = True
+        return self.shared.view(dt)[rows, addr // dt.itemsize]
 
     def op_BARRIER(self, o, f):
         self.writer[f.ids] = -1
@@ -678,9 +712,11 @@ def _host_array(arg, name: str) -> np.ndarray:
 
 
 def run(fn: ir.Function, grid, args: list, race_check: bool = True) -> None:
-    """Run SIMT function ``fn`` over ``grid`` (int or tuple of up to 3 ints) on host ``args``
+    """Run SIMT function ``fn`` over ``grid`` programs (int or tuple of up to 3 ints) on host ``args``
     (NumPy arrays, written in place, and scalars, in the kernel's runtime-argument order)."""
     grid = (grid,) if isinstance(grid, int) else tuple(grid)
+    if fn.meta.cluster_ctas > 1:            # ``grid`` counts programs: each is a cluster of CTAs
+        grid, args = backends.launch_geometry(1, grid, args, cluster=fn.meta.cluster_ctas)
     if fn.meta.persistent and len(args) == len(fn.arg_names):
         # CTAs for half the programs along axis 0, so that each runs its loop (and prefetch) twice
         grid, args = backends.launch_geometry(1, grid, args, -(-grid[0] // 2) * math.prod(grid[1:]))
@@ -698,6 +734,7 @@ class EmulatedKernel:
         self.persistent = fn.meta.persistent
         self.copy_engines = simt.copy_engines(fn)
         self.producer_warps = fn.meta.producer_warps
+        self.cluster_ctas = fn.meta.cluster_ctas
         self.writes = tuple(fn.meta.writes)     # runtime arguments it stores to
 
 

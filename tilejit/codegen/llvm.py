@@ -44,10 +44,10 @@ from tilejit.abi import TENSOR_MAP_BYTES, ParamKind
 from tilejit.codegen import mma
 from tilejit import dtypes as D
 from tilejit import simt
-from tilejit.codegen.base import GLOBAL, I8, I32, I64, Ctx, const, reg_type
+from tilejit.codegen.base import GLOBAL, I8, I32, I64, Ctx, const, mem_type, reg_type
 from tilejit.codegen.elementwise import elementwise
 from tilejit.codegen.memory import (atomic_global, cp_async, device_assert, device_print, load_global, load_shared, pack, shared_pointer,
-                                    store_global, store_shared)
+                                    store_global, store_shared, to_reg)
 from tilejit.errors import CompileError
 from tilejit.ir import UNKNOWN_LOC
 from tilejit.simt import ParamDesc, RegType, SimtOp
@@ -191,6 +191,8 @@ class KernelEmitter:
         func.attributes.add(f'"nvvm.maxntid"="{fn.meta.cta_threads}"')
         if fn.meta.max_registers:             # setmaxnreg needs the kernel's own register count
             func.attributes.add(f'"nvvm.maxnreg"="{fn.meta.max_registers}"')
+        if fn.meta.cluster_ctas > 1:          # .reqnctapercluster: launched in clusters along x
+            func.attributes.add(f'"nvvm.cluster_dim"="{fn.meta.cluster_ctas},1,1"')
         if fn.meta.min_ctas_per_sm:           # caps registers so that many CTAs fit an SM
             func.attributes.add(f'"nvvm.minctasm"="{fn.meta.min_ctas_per_sm}"')
         self.ctx = Ctx(self.module, func, TARGETS[target][2], fn.meta.name)
@@ -350,6 +352,20 @@ class KernelEmitter:
         masks = self.get(op.operands[1]) if len(op.operands) > 1 else None
         self.set(op.result, load_shared(self.ctx, self.get(op.operands[0]), rt.n, rt.dtype, vec, masks,
                                         getattr(op.attrs, "other", 0)))
+
+    def op_LOAD_SHARED_CLUSTER(self, op):
+        dt = op.result.type.dtype
+        out = []
+        for addr in self.get(op.operands[0]):
+            bits = mma.load_shared_cluster(self.b, shared_pointer(self.ctx, addr), op.attrs.rank, 8 * dt.itemsize)
+            if dt.itemsize == 1:
+                bits = self.b.trunc(bits, ir.IntType(8))
+            value = self.b.bitcast(bits, mem_type(dt)) if mem_type(dt) != bits.type else bits
+            out.append(to_reg(self.ctx, value, dt))
+        self.set(op.result, out)
+
+    def op_CLUSTER_BARRIER(self, op):
+        mma.cluster_barrier(self.b)
 
     def op_STORE_SHARED(self, op):
         vec = op.attrs.vec if op.attrs is not None else 1

@@ -260,5 +260,23 @@ def mbarrier_arrive(builder: ir.IRBuilder, bar: ir.Value) -> None:
     _void_asm(builder, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
 
 
+def cluster_barrier(builder: ir.IRBuilder) -> None:
+    """Every thread of the cluster's CTAs arrives (release) and waits (acquire)."""
+    _void_asm(builder, "barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;",
+              "~{memory}", [])
+
+
+def load_shared_cluster(builder: ir.IRBuilder, addr: ir.Value, rank: int, bits: int) -> ir.Value:
+    """The ``bits``-wide integer at shared byte address ``addr`` (i32) of the cluster's CTA ``rank``
+    (8-bit values come back in an i16)."""
+    width = max(bits, 16)
+    reg, kind = {16: ("h", "b16" if bits == 16 else "u8"), 32: ("r", "b32"), 64: ("l", "b64")}[width]
+    text = ("{\n.reg .b32 %tj_remote;\n"
+            f"mapa.shared::cluster.u32 %tj_remote, $1, {rank};\n"
+            f"ld.shared::cluster.{kind} $0, [%tj_remote];\n}}")
+    fnty = ir.FunctionType(ir.IntType(width), [addr.type])
+    return builder.asm(fnty, text, f"={reg},r,~{{memory}}", [addr], side_effect=True)
+
+
 def setmaxnreg(builder: ir.IRBuilder, n: int, inc: bool) -> None:
     _void_asm(builder, f"setmaxnreg.{'inc' if inc else 'dec'}.sync.aligned.u32 {n};", "~{memory}", [])

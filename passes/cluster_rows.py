@@ -1,0 +1,122 @@
+"""Long rows split over a thread-block cluster: a row-reduction kernel whose rows are wider than
+one CTA reads well is run by a cluster of CTAs (sm_90), each holding one part of the row in
+registers, so the row is read from memory once and no loop re-reads it.
+
+    cluster_rows(fn) -> fn          plan_cluster(fn) -> (width, ctas) | None
+
+The kernel qualifies as for ``passes.chunk_rows`` (``chunk_rows.splittable``: every *wide* value,
+one whose last axis is the width ``W`` of the largest loaded or stored tile, is made at the top
+level by loads and elementwise ops and used by them, by sums, maxima and minima over the last
+axis, or by stores), when ``W`` is a power of two above ``CLUSTER_FROM``.  Then ``C`` CTAs share each program: the
+power of two that leaves each at most ``CLUSTER_FROM`` values of the largest tile and 1.5 times
+that of all its row loads (a layernorm's x, weight and bias), at most ``MAX_CTAS``:
+
+    rank = cluster_rank()                 # 0 .. C-1: program_id(0) is the cluster's index
+    each wide value: its part, columns [rank * W/C, (rank + 1) * W/C)
+    each reduction of a wide value: reduce the part, then cluster_reduce: every CTA combines
+        the C partial results in rank order (the same bits in every CTA; 16-bit float sums in
+        float32, as the unsplit reduction accumulates them)
+    each store of a wide value: the part, at its columns
+
+The launch runs C times the CTAs along grid axis 0 in clusters of C (``SimtMeta.cluster_ctas``);
+``program_id(0)`` and ``num_programs(0)`` count clusters.  Loads past the array read ``other``
+and stores past it are dropped, as for the whole tile.  Rows still too wide for one CTA's part
+(tiles of more than ``CLUSTER_FROM * MAX_CTAS`` values) are then split into loops by ``chunk_rows``.
+"""
+from __future__ import annotations
+
+from tilejit import dtypes, ir
+from tilejit.ir import ClusterAttrs, ConstAttrs, ReduceKind, TileOp
+from tilejit.passes.chunk_loops import ChunkPlan, _Chunk
+from tilejit.passes.chunk_rows import _memory_tile, splittable
+from tilejit.passes.shared_memory import DEDICATED_BYTES
+
+# Rows of more values than this are split over a cluster.  H200 (2026-12-04, bench_sweep.py, ratio
+# to copy, one CTA per row): bf16 softmax 0.87 at 8192 columns, 0.80 at 16384, 0.65 at 32768
+# and 0.49 at 65536 (chunk loops); float32 0.95 / 0.77 / 0.73 / 0.61.
+CLUSTER_FROM = 8192
+MAX_CTAS = 8                        # the largest portable cluster
+
+
+def supports(target: str) -> bool:
+    """Whether ``target`` has thread-block clusters (sm_90 and later; the emulator models them)."""
+    if target == "emulate":
+        return True
+    digits = "".join(ch for ch in target.removeprefix("sm_") if ch.isdigit())
+    return bool(digits) and int(digits) >= 90
+
+
+def plan_cluster(fn: ir.Function) -> tuple[int, int] | None:
+    """(W, C): the row width and the CTAs per cluster, or None when ``fn`` is not split."""
+    if fn.meta.get("cluster_ctas", 1) > 1:
+        return None
+    tiles = [v for o in fn.walk() if (v := _memory_tile(o)) is not None]
+    if not tiles:
+        return None
+    big = max(tiles, key=lambda v: v.type.numel)
+    size, width = big.type.numel, big.type.shape[-1]
+    if width <= CLUSTER_FROM or width & (width - 1):
+        return None
+    if any(o.op in (TileOp.DOT, TileOp.PRINT, TileOp.ASSERT) for o in fn.walk()):
+        return None
+    wide = splittable(fn, width)
+    if wide is None:
+        return None
+    if any(o.op is TileOp.REDUCE and o.operands[0] in wide and o.result.type.numel * 8 > DEDICATED_BYTES
+           for o in fn.body.ops):
+        return None             # cluster_reduce's buffers (of up to 8-byte values) stay small
+    loaded = sum(o.result.type.numel for o in fn.body.ops if o.op is TileOp.LOAD and o.result in wide)
+    ctas = 1
+    while ctas < MAX_CTAS and max(size, loaded * 2 // 3) // (2 * ctas) >= CLUSTER_FROM:
+        ctas *= 2
+    return width, ctas
+
+
+def cluster_rows(fn: ir.Function) -> ir.Function:
+    plan = plan_cluster(fn)
+    if plan is None:
+        return fn
+    width, ctas = plan
+    wide = frozenset(splittable(fn, width))
+    part = width // ctas
+    top, fn.body.ops = fn.body.ops, []
+    b = ir.Builder(fn.body)
+    i32 = dtypes.int32
+    loc = top[0].loc if top else ir.UNKNOWN_LOC
+    rank = b.create(TileOp.CLUSTER_RANK, [], [ir.scalar(i32)], ClusterAttrs(ctas), loc=loc).result
+    step = b.create(TileOp.CONSTANT, [], [ir.scalar(i32)], ConstAttrs(part), loc=loc).result
+    first = b.create(TileOp.MUL, [rank, step], [ir.scalar(i32)], loc=loc).result
+    mapped: dict[ir.Value, ir.Value] = {}
+
+    def remap(v: ir.Value) -> ir.Value:
+        return mapped.get(v, v)
+
+    chunk = _Chunk(b, ChunkPlan(width, part, wide), first, remap)
+    for o in top:
+        if o.op is TileOp.REDUCE and o.operands[0] in wide:
+            mapped[o.result] = _reduce(b, o, chunk.value(o.operands[0]), ctas)
+        elif o.op is TileOp.STORE and o.operands[-1] in wide:
+            tile = chunk.value(o.operands[-1])
+            operands = [remap(x) for x in o.operands[:-1]]
+            operands[-1] = chunk.offset(operands[-1], o.loc)
+            b.create(TileOp.STORE, operands + [tile], [], o.attrs, loc=o.loc)
+        elif any(r in wide for r in o.results):
+            continue                                # made (its part) where it is first used
+        else:
+            o.operands = [remap(x) for x in o.operands]
+            fn.body.ops.append(o)
+    fn.meta["cluster_ctas"] = ctas
+    return fn
+
+
+def _reduce(b: ir.Builder, o: ir.Operation, value: ir.Value, ctas: int) -> ir.Value:
+    """The reduction ``o`` of its part ``value``, combined over the cluster."""
+    t, kind, loc = o.result.type, o.attrs.kind, o.loc
+    narrow = kind is ReduceKind.SUM and t.dtype.is_float and t.dtype.bits < 32
+    acc_t = ir.TileType(t.shape, dtypes.float32) if narrow else t
+    partial = b.create(TileOp.REDUCE, [value], [acc_t], o.attrs, loc=loc).result
+    total = b.create(TileOp.CLUSTER_REDUCE, [partial], [acc_t], ClusterAttrs(ctas, kind), loc=loc).result
+    if acc_t != t:
+        total = b.create(TileOp.CAST, [total], [t], loc=loc).result
+    total.hint = o.result.hint
+    return total

@@ -1,0 +1,182 @@
+"""Long rows split over a thread-block cluster (``passes.cluster_rows``): the structure of the
+rewritten kernel, NumPy's results on emulate (which runs each cluster's CTAs together and checks
+the cluster barriers), the PTX nvJitLink assembles, and the same results on the GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import codegen, ir
+from tilejit.backends import emulate
+from tilejit.codegen import ptxas
+from tilejit.ir import TileOp
+from tilejit.passes import pipeline
+from tilejit.passes.chunk_rows import plan_chunks
+from tilejit.passes.cluster_rows import CLUSTER_FROM, MAX_CTAS, cluster_rows, plan_cluster, supports
+from tilejit.passes.warps import choose_num_warps
+from tilejit.simt import SimtOp
+
+from examples import layernorm, rmsnorm, softmax
+from test_chunk_rows import row_stats, tile_ir
+from test_warps import softmax_rows
+
+BF16 = tj.bfloat16.np
+
+
+def ops_of(fn: ir.Function, op) -> list:
+    return [o for o in fn.walk() if o.op is op]
+
+
+@pytest.mark.parametrize("cols,ctas", [(8192, None), (16384, 2), (32768, 4), (65536, 8), (131072, 8),
+                                       (12288, None)])
+def test_rows_past_8192_columns_are_split_over_up_to_8_ctas(cols, ctas):
+    x = np.zeros((2, cols), np.float32)
+    fn = tile_ir(softmax.softmax_kernel, x, x, BLOCK=cols)
+    plan = plan_cluster(fn)
+    assert (plan[1] if plan else None) == ctas
+    assert CLUSTER_FROM == 8192 and MAX_CTAS == 8
+
+
+def test_a_65536_column_softmax_is_one_part_per_cta_with_two_cluster_reductions():
+    """8 CTAs each load 8192 columns (at column rank * 8192), reduce them, and combine the max
+    and the (float32) sum over the cluster; no loop, nothing as wide as the row, 8 warps."""
+    x = np.zeros((2, 65536), BF16)
+    fn = cluster_rows(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536))
+    assert fn.meta["cluster_ctas"] == 8
+    assert not ops_of(fn, TileOp.FOR)
+    assert max(r.type.numel for o in fn.walk() for r in o.results if isinstance(r.type, ir.TileType)) == 8192
+    (rank,) = ops_of(fn, TileOp.CLUSTER_RANK)
+    reduces = ops_of(fn, TileOp.CLUSTER_REDUCE)
+    assert [o.attrs.kind.value for o in reduces] == ["max", "sum"]
+    assert [o.result.type.dtype for o in reduces] == [tj.bfloat16, tj.float32]
+    load, store = ops_of(fn, TileOp.LOAD)[0], ops_of(fn, TileOp.STORE)[0]
+    for o in (load, store):
+        column = o.operands[2].owner
+        assert column.op is TileOp.ADD and column.operands[1].owner.operands[0] is rank.result
+    assert plan_chunks(fn) is None
+    assert choose_num_warps(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), cluster=True) == 8
+    assert choose_num_warps(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)) == 16     # chunk loops
+
+
+def test_a_row_wider_than_a_cluster_holds_is_then_chunked():
+    x = np.zeros((2, 262144), np.float32)
+    fn = pipeline.clone_function(tile_ir(softmax.softmax_kernel, x, x, BLOCK=262144))
+    fn = cluster_rows(fn)
+    assert fn.meta["cluster_ctas"] == 8 and plan_chunks(fn).width == 32768
+
+
+def test_the_switch_the_target_and_dots_keep_the_row_in_one_cta(monkeypatch):
+    x = np.zeros((2, 65536), np.float32)
+    fn = tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)
+    simt = pipeline.compile_to_simt(fn, 32, cluster=False)
+    assert simt.meta.cluster_ctas == 1 and not ops_of(simt, SimtOp.CLUSTER_BARRIER)
+    assert pipeline.compile_to_simt(fn, 32, target="sm_80").meta.cluster_ctas == 1
+    assert pipeline.compile_to_simt(fn, 8).meta.cluster_ctas == 8
+    assert supports("sm_90a") and supports("sm_100a") and supports("emulate") and not supports("sm_80")
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    monkeypatch.setenv("TILEJIT_CLUSTER", "0")
+    assert softmax.softmax_kernel.inspect(x, x, BLOCK=65536).num_warps == 32
+    monkeypatch.delenv("TILEJIT_CLUSTER")
+    assert softmax.softmax_kernel.inspect(x, x, BLOCK=65536).num_warps == 8
+
+
+CASES = {"softmax": lambda x, rng: (softmax.run(x), softmax.reference(x), 1e-5),
+         "layernorm": lambda x, rng: _norm(layernorm, x, rng, bias=True),
+         "rmsnorm": lambda x, rng: _norm(rmsnorm, x, rng, bias=False)}
+
+
+def _norm(module, x, rng, bias):
+    w = rng.standard_normal(x.shape[1]).astype(x.dtype)
+    args = (w, rng.standard_normal(x.shape[1]).astype(x.dtype)) if bias else (w,)
+    return module.run(x, *args), module.reference(x, *args), 1e-4
+
+
+@pytest.mark.parametrize("kernel", sorted(CASES))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cols", [9000, 20000, 65536, 100000])
+def test_clustered_row_kernels_give_numpy_results_on_emulate(kernel, dtype, cols, monkeypatch):
+    """Ragged rows (the last CTAs of a cluster hold padding, or nothing of the row) and full ones."""
+    check(kernel, dtype, cols, 3, "emulate", monkeypatch)
+
+
+def check(kernel, dtype, cols, rows, backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((rows, cols)) * 3).astype(BF16 if dtype == "bfloat16" else np.float32)
+    got, want, tol = CASES[kernel](x, rng)
+    tol = 2e-2 if dtype == "bfloat16" else tol
+    tj.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+def test_several_rows_per_program_and_unreduced_keepdims(monkeypatch):
+    """(4, 16384) tiles (8 CTAs per program, 4 partial results each) and reductions to 1-D
+    results (min, max and an int sum) are combined per row."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 16384)).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    softmax_rows[(2,)](x, y, R=4, BLOCK=16384)
+    tj.testing.assert_close(y, softmax.reference(x))
+    assert softmax_rows.inspect(x, y, R=4, BLOCK=16384).num_warps == 8        # (4, 2048) per CTA of 8
+    x = rng.integers(-50, 50, (3, 12000)).astype(np.int32)
+    lo, hi, total = (np.zeros(3, np.int32) for _ in range(3))
+    row_stats[(3,)](x, lo, hi, total, BLOCK=16384)
+    np.testing.assert_array_equal(lo, x.min(axis=1))
+    np.testing.assert_array_equal(hi, x.max(axis=1))
+    np.testing.assert_array_equal(total, [12000] * 3)
+
+
+def _simt(cols=16384):
+    x = np.zeros((2, cols), np.float32)
+    return pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=cols), 8)
+
+
+def _without(fn: ir.Function, which: int) -> ir.Function:
+    barriers = [o for o in fn.body.ops if o.op is SimtOp.CLUSTER_BARRIER]
+    fn.body.ops.remove(barriers[which])
+    return fn
+
+
+def test_the_simt_program_orders_each_exchange_and_the_exit_with_cluster_barriers():
+    fn = _simt()
+    ops = [o.op for o in fn.body.ops if o.op in (SimtOp.CLUSTER_BARRIER, SimtOp.LOAD_SHARED_CLUSTER)]
+    per = [SimtOp.CLUSTER_BARRIER, SimtOp.LOAD_SHARED_CLUSTER, SimtOp.LOAD_SHARED_CLUSTER]
+    assert ops == per + per + [SimtOp.CLUSTER_BARRIER]
+    assert [o.attrs.rank for o in fn.walk() if o.op is SimtOp.LOAD_SHARED_CLUSTER] == [0, 1, 0, 1]
+    assert "cluster_ctas=2" in fn.meta.summary()
+
+
+@pytest.mark.parametrize("which,message", [(0, "a CLUSTER_BARRIER is missing"), (-1, "ends without a cluster barrier")])
+def test_the_emulator_rejects_a_missing_cluster_barrier(which, message):
+    fn = _without(_simt(), which)
+    x = np.random.default_rng(0).standard_normal((2, 16384)).astype(np.float32)
+    with pytest.raises(emulate.EmulatorError, match=message):
+        emulate.run(fn, (2,), [x, np.empty_like(x)])
+
+
+def test_the_emulator_runs_whole_clusters_and_refuses_a_grid_that_is_not():
+    fn = _simt()
+    x = np.random.default_rng(0).standard_normal((3, 16384)).astype(np.float32)
+    y = np.empty_like(x)
+    emulate.run(fn, (3,), [x, y])                     # 3 programs: 6 CTAs in clusters of 2
+    tj.testing.assert_close(y, softmax.reference(x))
+    with pytest.raises(emulate.EmulatorError, match="not made of clusters"):
+        emulate.Machine(fn, (3, 1, 1), emulate.bind_params(fn, [x, y])).run()
+
+
+def test_the_ptx_declares_the_cluster_and_nvjitlink_assembles_it():
+    x = np.zeros((2, 65536), BF16)
+    ptx = codegen.compile_ptx(pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 8))
+    assert ".reqnctapercluster 8, 1, 1" in ptx and "mapa.shared::cluster.u32" in ptx
+    assert ptx.count("barrier.cluster.arrive.release.aligned") == 3
+    result = ptxas.assemble(ptx, "sm_90a")
+    assert result.spills == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", sorted(CASES))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cols", [9000, 65536, 100000])
+def test_clustered_row_kernels_on_the_gpu(kernel, dtype, cols, monkeypatch):
+    check(kernel, dtype, cols, 67, "cuda", monkeypatch)
