@@ -36,6 +36,9 @@ from tilejit.passes.shared_memory import DEDICATED_BYTES
 # and 0.49 at 65536 (chunk loops); float32 0.95 / 0.77 / 0.73 / 0.61.
 CLUSTER_FROM = 8192
 MAX_CTAS = 8                        # the largest portable cluster
+# Threads per SM that a clustered kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: the
+# pipeline's hint, which kernels under 512 threads do not get).
+THREADS_PER_SM = None
 
 
 def supports(target: str) -> bool:

@@ -142,6 +142,8 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
             dump(stage.name, stage_text(fn, stage.level))
     fn.meta.target = target
     fn.meta.min_ctas_per_sm = occupancy_hint(tile_fn, num_warps)
+    if fn.meta.cluster_ctas > 1 and cluster_module.THREADS_PER_SM:
+        fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, cluster_module.THREADS_PER_SM // fn.meta.cta_threads)
     if fn.meta.persistent and persist_module.THREADS_PER_SM:
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)
     fn.meta.fast_math = fast_math             # codegen: approximate sin/cos (a launch option)
