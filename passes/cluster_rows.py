@@ -37,8 +37,13 @@ from tilejit.passes.shared_memory import DEDICATED_BYTES
 CLUSTER_FROM = 8192
 MAX_CTAS = 8                        # the largest portable cluster
 # Threads per SM that a clustered kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: the
-# pipeline's hint, which kernels under 512 threads do not get).
-THREADS_PER_SM = None
+# pipeline's hint, which kernels under 512 threads do not get), and the values each thread loads
+# at most (``passes.warps`` gives the part more warps until it holds).  H200 (2026-12-04,
+# switch_probe.py, 2**26 elements, ratio to copy): float32 softmax at 16384 / 65536 columns
+# 0.74 / 0.75 with 1024 threads asked for, 0.61 / 0.53 without (96 registers: 2 CTAs of 8 warps
+# per SM), 0.46 / 0.46 with 2048.
+THREADS_PER_SM = 1024
+VALUES_PER_THREAD = 32
 
 
 def supports(target: str) -> bool:

@@ -1,6 +1,7 @@
 """Softmax exponentials as ``exp2`` with a folded log2(e) scale (tile IR -> tile IR).
 
-``exp(a - b)`` where ``b`` is a row or running maximum (a MAXIMUM or a REDUCE(max), possibly
+``exp(a - b)`` where ``b`` is a row or running maximum (a MAXIMUM or a REDUCE(max), or a row's
+maximum combined over a cluster (CLUSTER_REDUCE(max), ``cluster_rows``), possibly
 seen through SPLAT / RESHAPE / BROADCAST) becomes ``exp2(fma(a, L, nb))`` with
 ``L = float32(log2 e)`` and ``nb = b0 * -L`` computed once at the maximum's own (small) shape,
 then reshaped/broadcast like ``b`` was.  Per element that is one FFMA and one MUFU.EX2 instead
@@ -45,7 +46,7 @@ def is_maximum(v: ir.Value) -> bool:
     o = v.owner
     if o is None:
         return False
-    return o.op is TileOp.MAXIMUM or (o.op is TileOp.REDUCE and o.attrs.kind is ReduceKind.MAX)
+    return o.op is TileOp.MAXIMUM or (o.op in (TileOp.REDUCE, TileOp.CLUSTER_REDUCE) and o.attrs.kind is ReduceKind.MAX)
 
 
 def maximum_chain(b: ir.Value) -> tuple[ir.Value, list[ir.Operation]] | None:

@@ -83,7 +83,11 @@ def choose_num_warps(fn: ir.Function, cluster: bool = False) -> int:
     if any(o.op is TileOp.DOT for o in fn.walk()):
         return DOT_WARPS
     if cluster and cluster_rows.plan_cluster(fn) is not None:
-        return choose_num_warps(cluster_rows.cluster_rows(ir.clone_function(fn)))
+        part = cluster_rows.cluster_rows(ir.clone_function(fn))
+        warps = choose_num_warps(part)
+        while warps < MAX_WARPS and loaded_values(part) > warps * 32 * cluster_rows.VALUES_PER_THREAD:
+            warps *= 2
+        return warps
     plan = plan_chunks(fn)
     if plan is not None:
         return plan.num_warps       # the chunks are cut for these warps
