@@ -4,12 +4,13 @@ registers, so the row is read from memory once and no loop re-reads it.
 
     cluster_rows(fn) -> fn          plan_cluster(fn) -> (width, ctas) | None
 
-The kernel qualifies as for ``passes.chunk_rows`` (``chunk_rows.splittable``: every *wide* value,
-one whose last axis is the width ``W`` of the largest loaded or stored tile, is made at the top
-level by loads and elementwise ops and used by them, by sums, maxima and minima over the last
-axis, or by stores), when ``W`` is a power of two above ``CLUSTER_FROM``.  Then ``C`` CTAs share each program: the
-power of two that leaves each at most ``CLUSTER_FROM`` values of the largest tile and 1.5 times
-that of all its row loads (a layernorm's x, weight and bias), at most ``MAX_CTAS``:
+The kernel qualifies where ``passes.chunk_rows`` would cut its rows into loops (its largest
+loaded or stored tile has more than ``chunk_rows.CHUNK_VALUES`` values, or its row loads together
+more than ``chunk_rows.LOADS_BUDGET``), and with the same rules (``chunk_rows.splittable``: every
+*wide* value, one whose last axis is the width ``W`` of that tile, is made at the top level by
+loads and elementwise ops and used by them, by sums, maxima and minima over the last axis, or by
+stores; ``W`` a power of two).  Then ``C`` CTAs share each program: the fewest (a power of two,
+at most ``MAX_CTAS``) whose parts ``chunk_rows`` would leave whole:
 
     rank = cluster_rank()                 # 0 .. C-1: program_id(0) is the cluster's index
     each wide value: its part, columns [rank * W/C, (rank + 1) * W/C)
@@ -20,21 +21,18 @@ that of all its row loads (a layernorm's x, weight and bias), at most ``MAX_CTAS
 
 The launch runs C times the CTAs along grid axis 0 in clusters of C (``SimtMeta.cluster_ctas``);
 ``program_id(0)`` and ``num_programs(0)`` count clusters.  Loads past the array read ``other``
-and stores past it are dropped, as for the whole tile.  Rows still too wide for one CTA's part
-(tiles of more than ``CLUSTER_FROM * MAX_CTAS`` values) are then split into loops by ``chunk_rows``.
+and stores past it are dropped, as for the whole tile.  Parts still too wide for one CTA (rows
+of more than ``MAX_CTAS`` times what one CTA holds) are then split into loops by ``chunk_rows``.
 """
 from __future__ import annotations
 
 from tilejit import dtypes, ir
 from tilejit.ir import ClusterAttrs, ConstAttrs, ReduceKind, TileOp
 from tilejit.passes.chunk_loops import ChunkPlan, _Chunk
+from tilejit.passes import chunk_rows
 from tilejit.passes.chunk_rows import _memory_tile, splittable
 from tilejit.passes.shared_memory import DEDICATED_BYTES
 
-# Rows of more values than this are split over a cluster.  H200 (2026-12-04, bench_sweep.py, ratio
-# to copy, one CTA per row): bf16 softmax 0.87 at 8192 columns, 0.80 at 16384, 0.65 at 32768
-# and 0.49 at 65536 (chunk loops); float32 0.95 / 0.77 / 0.73 / 0.61.
-CLUSTER_FROM = 8192
 MAX_CTAS = 8                        # the largest portable cluster
 # Threads per SM that a clustered kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: the
 # pipeline's hint, which kernels under 512 threads do not get), and the values each thread loads
@@ -63,9 +61,13 @@ def plan_cluster(fn: ir.Function) -> tuple[int, int] | None:
         return None
     big = max(tiles, key=lambda v: v.type.numel)
     size, width = big.type.numel, big.type.shape[-1]
-    if width <= CLUSTER_FROM or width & (width - 1):
+    if width & (width - 1) or any(o.op in (TileOp.DOT, TileOp.PRINT, TileOp.ASSERT) for o in fn.walk()):
         return None
-    if any(o.op in (TileOp.DOT, TileOp.PRINT, TileOp.ASSERT) for o in fn.walk()):
+    loads = sum(1 for v in tiles if v.owner is not None and v.owner.op is TileOp.LOAD and v.type.shape[-1] == width)
+
+    def fits(part: int) -> bool:            # what chunk_rows leaves whole
+        return part <= chunk_rows.CHUNK_VALUES and (not chunk_rows.COUNT_LOADS or part * loads <= chunk_rows.LOADS_BUDGET)
+    if fits(size):
         return None
     wide = splittable(fn, width)
     if wide is None:
@@ -73,9 +75,8 @@ def plan_cluster(fn: ir.Function) -> tuple[int, int] | None:
     if any(o.op is TileOp.REDUCE and o.operands[0] in wide and o.result.type.numel * 8 > DEDICATED_BYTES
            for o in fn.body.ops):
         return None             # cluster_reduce's buffers (of up to 8-byte values) stay small
-    loaded = sum(o.result.type.numel for o in fn.body.ops if o.op is TileOp.LOAD and o.result in wide)
-    ctas = 1
-    while ctas < MAX_CTAS and max(size, loaded * 2 // 3) // (2 * ctas) >= CLUSTER_FROM:
+    ctas = 2
+    while ctas < min(MAX_CTAS, width) and not fits(size // ctas):
         ctas *= 2
     return width, ctas
 

@@ -42,7 +42,7 @@ from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.specialise_warps import specialise_warps
 from tilejit.passes.strip_asserts import strip_asserts
 from tilejit.passes.uniform_masks import uniform_masks
-from tilejit.passes.warps import small_program
+from tilejit.passes.warps import loaded_values, small_program
 from tilejit.passes.widen_offsets import widen_offsets
 
 
@@ -142,7 +142,8 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
             dump(stage.name, stage_text(fn, stage.level))
     fn.meta.target = target
     fn.meta.min_ctas_per_sm = occupancy_hint(tile_fn, num_warps)
-    if fn.meta.cluster_ctas > 1 and cluster_module.THREADS_PER_SM:
+    if fn.meta.cluster_ctas > 1 and cluster_module.THREADS_PER_SM and (     # (not where it would spill)
+            loaded_values(tile_fn) // fn.meta.cluster_ctas <= fn.meta.cta_threads * cluster_module.VALUES_PER_THREAD):
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, cluster_module.THREADS_PER_SM // fn.meta.cta_threads)
     if fn.meta.persistent and persist_module.THREADS_PER_SM:
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)

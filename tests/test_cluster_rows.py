@@ -13,7 +13,8 @@ from tilejit.codegen import ptxas
 from tilejit.ir import TileOp
 from tilejit.passes import pipeline
 from tilejit.passes.chunk_rows import plan_chunks
-from tilejit.passes.cluster_rows import CLUSTER_FROM, MAX_CTAS, cluster_rows, plan_cluster, supports
+from tilejit.passes.chunk_rows import CHUNK_VALUES
+from tilejit.passes.cluster_rows import MAX_CTAS, cluster_rows, plan_cluster, supports
 from tilejit.passes.warps import choose_num_warps
 from tilejit.simt import SimtOp
 
@@ -28,24 +29,37 @@ def ops_of(fn: ir.Function, op) -> list:
     return [o for o in fn.walk() if o.op is op]
 
 
-@pytest.mark.parametrize("cols,ctas", [(8192, None), (16384, 2), (32768, 4), (65536, 8), (131072, 8),
-                                       (12288, None)])
-def test_rows_past_8192_columns_are_split_over_up_to_8_ctas(cols, ctas):
+@pytest.mark.parametrize("cols,ctas", [(8192, None), (16384, None), (32768, 2), (65536, 4), (131072, 8),
+                                       (262144, 8), (24576, None)])
+def test_rows_chunk_rows_would_cut_are_split_over_up_to_8_ctas(cols, ctas):
+    """Where a row would be cut into loops (more than CHUNK_VALUES values), the fewest CTAs whose
+    parts fit; rows that are not a power of two wide are left to chunk_rows (which refuses them)."""
     x = np.zeros((2, cols), np.float32)
     fn = tile_ir(softmax.softmax_kernel, x, x, BLOCK=cols)
     plan = plan_cluster(fn)
     assert (plan[1] if plan else None) == ctas
-    assert CLUSTER_FROM == 8192 and MAX_CTAS == 8
+    assert CHUNK_VALUES == 16384 and MAX_CTAS == 8
+
+
+@pytest.mark.parametrize("kernel,cols,ctas", [("layernorm", 8192, None), ("layernorm", 16384, 2),
+                                              ("rmsnorm", 8192, None), ("rmsnorm", 16384, 2), ("rmsnorm", 65536, 8)])
+def test_rows_of_several_loads_count_them_all(kernel, cols, ctas):
+    """x, weight (and bias): the parts of all the row loads fit LOADS_BUDGET together."""
+    x, w = np.zeros((2, cols), np.float32), np.zeros(cols, np.float32)
+    k, args = {"layernorm": (layernorm.layernorm_kernel, (x, w, w, x, 1e-5)),
+               "rmsnorm": (rmsnorm.rmsnorm_kernel, (x, w, x, 1e-5))}[kernel]
+    plan = plan_cluster(tile_ir(k, *args, BLOCK=cols))
+    assert (plan[1] if plan else None) == ctas
 
 
 def test_a_65536_column_softmax_is_one_part_per_cta_with_two_cluster_reductions():
-    """8 CTAs each load 8192 columns (at column rank * 8192), reduce them, and combine the max
-    and the (float32) sum over the cluster; no loop, nothing as wide as the row, 8 warps."""
+    """4 CTAs each load 16384 columns (at column rank * 16384), reduce them, and combine the max
+    and the (float32) sum over the cluster; no loop, nothing as wide as the row, 16 warps."""
     x = np.zeros((2, 65536), BF16)
     fn = cluster_rows(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536))
-    assert fn.meta["cluster_ctas"] == 8
+    assert fn.meta["cluster_ctas"] == 4
     assert not ops_of(fn, TileOp.FOR)
-    assert max(r.type.numel for o in fn.walk() for r in o.results if isinstance(r.type, ir.TileType)) == 8192
+    assert max(r.type.numel for o in fn.walk() for r in o.results if isinstance(r.type, ir.TileType)) == 16384
     (rank,) = ops_of(fn, TileOp.CLUSTER_RANK)
     reduces = ops_of(fn, TileOp.CLUSTER_REDUCE)
     assert [o.attrs.kind.value for o in reduces] == ["max", "sum"]
@@ -55,8 +69,14 @@ def test_a_65536_column_softmax_is_one_part_per_cta_with_two_cluster_reductions(
         column = o.operands[2].owner
         assert column.op is TileOp.ADD and column.operands[1].owner.operands[0] is rank.result
     assert plan_chunks(fn) is None
-    assert choose_num_warps(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), cluster=True) == 8
+    assert choose_num_warps(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), cluster=True) == 16
     assert choose_num_warps(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)) == 16     # chunk loops
+    x = np.zeros((2, 65536), np.float32)
+    simt = pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 16)
+    assert any(o.op is SimtOp.ELEMENTWISE and o.attrs.op is TileOp.EXP2 for o in simt.walk())   # fold_exp
+    assert simt.meta.min_ctas_per_sm == 2                  # THREADS_PER_SM
+    simt = pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 8)
+    assert simt.meta.min_ctas_per_sm == 0                  # 64 values a thread: no hint (it spilled)
 
 
 def test_a_row_wider_than_a_cluster_holds_is_then_chunked():
@@ -72,13 +92,13 @@ def test_the_switch_the_target_and_dots_keep_the_row_in_one_cta(monkeypatch):
     simt = pipeline.compile_to_simt(fn, 32, cluster=False)
     assert simt.meta.cluster_ctas == 1 and not ops_of(simt, SimtOp.CLUSTER_BARRIER)
     assert pipeline.compile_to_simt(fn, 32, target="sm_80").meta.cluster_ctas == 1
-    assert pipeline.compile_to_simt(fn, 8).meta.cluster_ctas == 8
+    assert pipeline.compile_to_simt(fn, 8).meta.cluster_ctas == 4
     assert supports("sm_90a") and supports("sm_100a") and supports("emulate") and not supports("sm_80")
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     monkeypatch.setenv("TILEJIT_CLUSTER", "0")
     assert softmax.softmax_kernel.inspect(x, x, BLOCK=65536).num_warps == 32
     monkeypatch.delenv("TILEJIT_CLUSTER")
-    assert softmax.softmax_kernel.inspect(x, x, BLOCK=65536).num_warps == 8
+    assert softmax.softmax_kernel.inspect(x, x, BLOCK=65536).num_warps == 16
 
 
 CASES = {"softmax": lambda x, rng: (softmax.run(x), softmax.reference(x), 1e-5),
@@ -94,7 +114,7 @@ def _norm(module, x, rng, bias):
 
 @pytest.mark.parametrize("kernel", sorted(CASES))
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("cols", [9000, 20000, 65536, 100000])
+@pytest.mark.parametrize("cols", [9000, 20000, 40000, 65536, 100000])
 def test_clustered_row_kernels_give_numpy_results_on_emulate(kernel, dtype, cols, monkeypatch):
     """Ragged rows (the last CTAs of a cluster hold padding, or nothing of the row) and full ones."""
     check(kernel, dtype, cols, 3, "emulate", monkeypatch)
@@ -110,24 +130,26 @@ def check(kernel, dtype, cols, rows, backend, monkeypatch):
 
 
 def test_several_rows_per_program_and_unreduced_keepdims(monkeypatch):
-    """(4, 16384) tiles (8 CTAs per program, 4 partial results each) and reductions to 1-D
-    results (min, max and an int sum) are combined per row."""
+    """(4, 16384) tiles (4 CTAs per program, 4 partial results each) and reductions to 1-D
+    results (min, max and an int sum) are combined per row; at 12000 columns in a 32768-wide
+    tile the second CTA holds only padding."""
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     rng = np.random.default_rng(2)
     x = rng.standard_normal((8, 16384)).astype(np.float32)
     y = np.full_like(x, np.nan)
     softmax_rows[(2,)](x, y, R=4, BLOCK=16384)
     tj.testing.assert_close(y, softmax.reference(x))
-    assert softmax_rows.inspect(x, y, R=4, BLOCK=16384).num_warps == 8        # (4, 2048) per CTA of 8
+    assert softmax_rows.inspect(x, y, R=4, BLOCK=16384).num_warps == 16       # (4, 4096) per CTA of 4
     x = rng.integers(-50, 50, (3, 12000)).astype(np.int32)
     lo, hi, total = (np.zeros(3, np.int32) for _ in range(3))
-    row_stats[(3,)](x, lo, hi, total, BLOCK=16384)
+    row_stats[(3,)](x, lo, hi, total, BLOCK=32768)
+    assert row_stats.inspect(x, lo, hi, total, BLOCK=32768).cluster_ctas == 2
     np.testing.assert_array_equal(lo, x.min(axis=1))
     np.testing.assert_array_equal(hi, x.max(axis=1))
     np.testing.assert_array_equal(total, [12000] * 3)
 
 
-def _simt(cols=16384):
+def _simt(cols=32768):
     x = np.zeros((2, cols), np.float32)
     return pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=cols), 8)
 
@@ -150,14 +172,14 @@ def test_the_simt_program_orders_each_exchange_and_the_exit_with_cluster_barrier
 @pytest.mark.parametrize("which,message", [(0, "a CLUSTER_BARRIER is missing"), (-1, "ends without a cluster barrier")])
 def test_the_emulator_rejects_a_missing_cluster_barrier(which, message):
     fn = _without(_simt(), which)
-    x = np.random.default_rng(0).standard_normal((2, 16384)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((2, 32768)).astype(np.float32)
     with pytest.raises(emulate.EmulatorError, match=message):
         emulate.run(fn, (2,), [x, np.empty_like(x)])
 
 
 def test_the_emulator_runs_whole_clusters_and_refuses_a_grid_that_is_not():
     fn = _simt()
-    x = np.random.default_rng(0).standard_normal((3, 16384)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((3, 32768)).astype(np.float32)
     y = np.empty_like(x)
     emulate.run(fn, (3,), [x, y])                     # 3 programs: 6 CTAs in clusters of 2
     tj.testing.assert_close(y, softmax.reference(x))
@@ -168,7 +190,7 @@ def test_the_emulator_runs_whole_clusters_and_refuses_a_grid_that_is_not():
 def test_the_ptx_declares_the_cluster_and_nvjitlink_assembles_it():
     x = np.zeros((2, 65536), BF16)
     ptx = codegen.compile_ptx(pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 8))
-    assert ".reqnctapercluster 8, 1, 1" in ptx and "mapa.shared::cluster.u32" in ptx
+    assert ".reqnctapercluster 4, 1, 1" in ptx and "mapa.shared::cluster.u32" in ptx
     assert ptx.count("barrier.cluster.arrive.release.aligned") == 3
     result = ptxas.assemble(ptx, "sm_90a")
     assert result.spills == 0
@@ -177,6 +199,6 @@ def test_the_ptx_declares_the_cluster_and_nvjitlink_assembles_it():
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", sorted(CASES))
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("cols", [9000, 65536, 100000])
+@pytest.mark.parametrize("cols", [9000, 40000, 65536, 100000])
 def test_clustered_row_kernels_on_the_gpu(kernel, dtype, cols, monkeypatch):
     check(kernel, dtype, cols, 67, "cuda", monkeypatch)
