@@ -6,7 +6,8 @@ registers, so the row is read from memory once and no loop re-reads it.
 
 The kernel qualifies where ``passes.chunk_rows`` would cut its rows into loops (its largest
 loaded or stored tile has more than ``chunk_rows.CHUNK_VALUES`` values, or its row loads together
-more than ``chunk_rows.LOADS_BUDGET``), and with the same rules (``chunk_rows.splittable``: every
+more than ``chunk_rows.LOADS_BUDGET``), when it loads the row once (a softmax; norms with weights
+measured slower split) and the row has at least ``CLUSTER_BYTES``, and with the same rules (``chunk_rows.splittable``: every
 *wide* value, one whose last axis is the width ``W`` of that tile, is made at the top level by
 loads and elementwise ops and used by them, by sums, maxima and minima over the last axis, or by
 stores; ``W`` a power of two).  Then ``C`` CTAs share each program: the fewest (a power of two,
@@ -34,6 +35,15 @@ from tilejit.passes.chunk_rows import _memory_tile, splittable
 from tilejit.passes.shared_memory import DEDICATED_BYTES
 
 MAX_CTAS = 8                        # the largest portable cluster
+# Only kernels with one row load (a softmax) and rows of at least this many bytes are split.  H200
+# (2026-12-04, gpu_cluster.sh: bench_sweep.py with and without clusters in one call, 2**26
+# elements, ratio to copy at 16K / 32K / 64K / 128K columns): softmax float32 - / 0.80 / 0.78 /
+# 0.73 against chunk loops' 0.97 (not split) / 0.73 / 0.62 / 0.48, bfloat16 - / 0.61 / 0.57 /
+# 0.52 against 0.86 / 0.66 / 0.50 / 0.44: a gain from 128 KiB rows.  Rows of several loads lost:
+# layernorm 0.17-0.39 against 0.35-0.78, RMSNorm bfloat16 0.34-0.58 against 0.51-0.72, RMSNorm
+# float32 0.77 / 0.71 / 0.68 / 0.71 against 0.96 / 0.76 / 0.62 / 0.58.
+CLUSTER_BYTES = 128 * 1024
+ONE_LOAD = True                     # (False: rows of several loads too; the tests check them so)
 # Threads per SM that a clustered kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: the
 # pipeline's hint, which kernels under 512 threads do not get), and the values each thread loads
 # at most (``passes.warps`` gives the part more warps until it holds).  H200 (2026-12-04,
@@ -67,7 +77,7 @@ def plan_cluster(fn: ir.Function) -> tuple[int, int] | None:
 
     def fits(part: int) -> bool:            # what chunk_rows leaves whole
         return part <= chunk_rows.CHUNK_VALUES and (not chunk_rows.COUNT_LOADS or part * loads <= chunk_rows.LOADS_BUDGET)
-    if fits(size):
+    if fits(size) or ONE_LOAD and loads != 1 or size * big.type.dtype.itemsize < CLUSTER_BYTES:
         return None
     wide = splittable(fn, width)
     if wide is None:

@@ -25,6 +25,26 @@ from test_warps import softmax_rows
 BF16 = tj.bfloat16.np
 
 
+@pytest.fixture
+def every_long_row(monkeypatch, tmp_path):
+    """Split rows of several loads and of any size too (the default splits only one-load rows of
+    128 KiB, where it measured faster), so that the norms check the rewrite."""
+    from tilejit.passes import cluster_rows as module
+    monkeypatch.setattr(module, "ONE_LOAD", False)
+    monkeypatch.setattr(module, "CLUSTER_BYTES", 0)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))      # (the disk key does not see the switches)
+    _forget()
+    yield
+    _forget()                   # nothing compiled under the switches outlives the test
+
+
+def _forget():
+    for k in (softmax.softmax_kernel, layernorm.layernorm_kernel, rmsnorm.rmsnorm_kernel):
+        k = getattr(k, "kernel", k)
+        k._cache.clear()
+        k._fast.clear()
+
+
 def ops_of(fn: ir.Function, op) -> list:
     return [o for o in fn.walk() if o.op is op]
 
@@ -43,13 +63,25 @@ def test_rows_chunk_rows_would_cut_are_split_over_up_to_8_ctas(cols, ctas):
 
 @pytest.mark.parametrize("kernel,cols,ctas", [("layernorm", 8192, None), ("layernorm", 16384, 2),
                                               ("rmsnorm", 8192, None), ("rmsnorm", 16384, 2), ("rmsnorm", 65536, 8)])
-def test_rows_of_several_loads_count_them_all(kernel, cols, ctas):
-    """x, weight (and bias): the parts of all the row loads fit LOADS_BUDGET together."""
+def test_rows_of_several_loads_count_them_all(kernel, cols, ctas, monkeypatch):
+    """x, weight (and bias): the parts of all the row loads fit LOADS_BUDGET together; by default
+    such kernels are not split at all, nor are rows under 128 KiB."""
+    from tilejit.passes import cluster_rows as module
     x, w = np.zeros((2, cols), np.float32), np.zeros(cols, np.float32)
     k, args = {"layernorm": (layernorm.layernorm_kernel, (x, w, w, x, 1e-5)),
                "rmsnorm": (rmsnorm.rmsnorm_kernel, (x, w, x, 1e-5))}[kernel]
+    assert plan_cluster(tile_ir(k, *args, BLOCK=cols)) is None
+    monkeypatch.setattr(module, "ONE_LOAD", False)
+    plan = plan_cluster(tile_ir(k, *args, BLOCK=cols))
+    assert (plan[1] if plan else None) == (ctas if cols * 4 >= module.CLUSTER_BYTES else None)
+    monkeypatch.setattr(module, "CLUSTER_BYTES", 0)
     plan = plan_cluster(tile_ir(k, *args, BLOCK=cols))
     assert (plan[1] if plan else None) == ctas
+
+
+def test_a_bfloat16_row_of_64_kib_stays_in_one_cta():
+    x = np.zeros((2, 32768), BF16)
+    assert plan_cluster(tile_ir(softmax.softmax_kernel, x, x, BLOCK=32768)) is None
 
 
 def test_a_65536_column_softmax_is_one_part_per_cta_with_two_cluster_reductions():
@@ -115,7 +147,7 @@ def _norm(module, x, rng, bias):
 @pytest.mark.parametrize("kernel", sorted(CASES))
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("cols", [9000, 20000, 40000, 65536, 100000])
-def test_clustered_row_kernels_give_numpy_results_on_emulate(kernel, dtype, cols, monkeypatch):
+def test_clustered_row_kernels_give_numpy_results_on_emulate(kernel, dtype, cols, every_long_row, monkeypatch):
     """Ragged rows (the last CTAs of a cluster hold padding, or nothing of the row) and full ones."""
     check(kernel, dtype, cols, 3, "emulate", monkeypatch)
 
@@ -200,5 +232,5 @@ def test_the_ptx_declares_the_cluster_and_nvjitlink_assembles_it():
 @pytest.mark.parametrize("kernel", sorted(CASES))
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("cols", [9000, 40000, 65536, 100000])
-def test_clustered_row_kernels_on_the_gpu(kernel, dtype, cols, monkeypatch):
+def test_clustered_row_kernels_on_the_gpu(kernel, dtype, cols, every_long_row, monkeypatch):
     check(kernel, dtype, cols, 67, "cuda", monkeypatch)

@@ -31,8 +31,8 @@ def test_a_row_kernel_gets_about_32_values_of_its_row_per_thread(cols, dtype, wa
 @pytest.mark.parametrize("kernel,cols,dtype,warps,ctas", [
     ("softmax", 32768, np.float32, 16, 2), ("softmax", 65536, tj.bfloat16.np, 16, 4),
     ("softmax", 131072, np.float32, 16, 8),              # 16384 columns per CTA
-    ("layernorm", 16384, tj.bfloat16.np, 32, 2),         # x, weight, bias: 24576 values per CTA, 24 a thread
-    ("layernorm", 65536, np.float32, 32, 8), ("rmsnorm", 16384, tj.bfloat16.np, 16, 2)])
+    ("layernorm", 16384, tj.bfloat16.np, 16, 1),         # norms are not split over a cluster (measured slower)
+    ("layernorm", 65536, np.float32, 32, 1), ("rmsnorm", 16384, tj.bfloat16.np, 16, 1)])
 def test_a_row_split_over_a_cluster_gets_the_warps_of_its_part(kernel, cols, dtype, warps, ctas, monkeypatch):
     import examples.layernorm as ln
     import examples.rmsnorm as rms
