@@ -102,8 +102,11 @@ class LayoutAssigner:
         self.set(o.result, L.default_blocked(o.result.type.shape, o.result.type.dtype.itemsize, self.num_warps))
 
     def op_CLUSTER_REDUCE(self, o: ir.Operation) -> None:
-        if is_tile(o.result):           # each thread combines the elements it holds
-            self.set(o.result, self.layout_or_default(o.operands[0]))
+        for r in o.results:             # each thread combines the elements it holds
+            if is_tile(r):
+                self.set(r, self.layout_or_default(o.operands[0]))
+
+    op_CLUSTER_SOFTMAX = op_CLUSTER_REDUCE
 
     def op_ATOMIC(self, o: ir.Operation) -> None:
         # one element per access (atomics are not vectorised), neighbouring lanes on neighbours

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from tilejit import dtypes, ir
 from tilejit.ir import ClusterAttrs, ConstAttrs, ReduceKind, TileOp
-from tilejit.passes.chunk_loops import ChunkPlan, _Chunk
+from tilejit.passes.chunk_loops import ChunkPlan, _Chunk, softmax_pairs
 from tilejit.passes import chunk_rows
 from tilejit.passes.chunk_rows import _memory_tile, splittable
 from tilejit.passes.shared_memory import DEDICATED_BYTES
@@ -44,6 +44,7 @@ MAX_CTAS = 8                        # the largest portable cluster
 # float32 0.77 / 0.71 / 0.68 / 0.71 against 0.96 / 0.76 / 0.62 / 0.58.
 CLUSTER_BYTES = 128 * 1024
 ONE_LOAD = True                     # (False: rows of several loads too; the tests check them so)
+ONE_EXCHANGE = True                 # a softmax's max and sum in one exchange (else one each)
 # Threads per SM that a clustered kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: the
 # pipeline's hint, which kernels under 512 threads do not get), and the values each thread loads
 # at most (``passes.warps`` gives the part more warps until it holds).  H200 (2026-12-04,
@@ -111,8 +112,14 @@ def cluster_rows(fn: ir.Function) -> ir.Function:
         return mapped.get(v, v)
 
     chunk = _Chunk(b, ChunkPlan(width, part, wide), first, remap)
+    pairs = softmax_pairs(top, ChunkPlan(width, part, wide)) if ONE_EXCHANGE else {}
+    deferred = set(pairs.values())
     for o in top:
-        if o.op is TileOp.REDUCE and o.operands[0] in wide:
+        if o in pairs:
+            mapped[pairs[o].result], mapped[o.result] = _softmax(b, pairs[o], o, chunk, ctas)
+        elif o in deferred:
+            continue                                # combined with its sum (_softmax)
+        elif o.op is TileOp.REDUCE and o.operands[0] in wide:
             mapped[o.result] = _reduce(b, o, chunk.value(o.operands[0]), ctas)
         elif o.op is TileOp.STORE and o.operands[-1] in wide:
             tile = chunk.value(o.operands[-1])
@@ -139,3 +146,47 @@ def _reduce(b: ir.Builder, o: ir.Operation, value: ir.Value, ctas: int) -> ir.Va
         total = b.create(TileOp.CAST, [total], [t], loc=loc).result
     total.hint = o.result.hint
     return total
+
+
+def _softmax(b: ir.Builder, r1: ir.Operation, r2: ir.Operation, chunk: _Chunk, ctas: int):
+    """(max, sum) of ``m = max(x)`` and ``sum(exp(x - m))`` (``chunk_loops.softmax_pairs``) with one
+    exchange: each CTA reduces its part with its own maximum ``m_r`` (read as 0 where the part
+    is all -inf), ``e_r = exp(x_r - m_r)`` and ``s_r = sum(e_r)``; CLUSTER_SOFTMAX gives
+    ``M = max(m_r)`` and ``S = sum(s_r * exp(m_r - M))``; the part of ``exp(x - m)`` becomes
+    ``e_r * exp(m_r - M)`` (one multiply by a row scalar, no second exp).  A row that is -inf
+    throughout gets S = 0 and 0 / 0 = NaN, as exp(-inf - -inf) gives it unsplit."""
+    loc, x = r2.loc, r1.operands[0]
+    exp = r2.operands[0].owner
+    f32 = dtypes.float32
+    mt, st = r1.result.type, r2.result.type
+    ft = ir.TileType(mt.shape, f32)
+
+    def ew(op, operands, t):
+        return b.create(op, operands, [t], loc=loc).result
+
+    def splat(value, t):
+        c = b.create(TileOp.CONSTANT, [], [ir.scalar(t.dtype)], ConstAttrs(value), loc=loc).result
+        return ew(TileOp.SPLAT, [c], t)
+
+    def not_inf(v):
+        empty = ew(TileOp.EQ, [v, splat(float("-inf"), v.type)], ir.TileType(v.type.shape, dtypes.bool_))
+        return ew(TileOp.WHERE, [empty, splat(0.0, v.type), v], v.type)
+
+    xc = chunk.value(x)
+    m = b.create(TileOp.REDUCE, [xc], [mt], r1.attrs, loc=loc).result
+    et = ir.TileType(xc.type.shape, exp.result.type.dtype)
+    shifted = ew(TileOp.SUB, [xc, ew(TileOp.BROADCAST, [not_inf(m)], xc.type)], xc.type)
+    e = ew(TileOp.EXP, [shifted], et)
+    s_r = b.create(TileOp.REDUCE, [e], [ft], r2.attrs, loc=loc).result
+    m32 = m if mt.dtype == f32 else ew(TileOp.CAST, [m], ft)
+    big_m, total = b.create(TileOp.CLUSTER_SOFTMAX, [m32, s_r], [ft, ft], ClusterAttrs(ctas), loc=loc).results
+    scale = ew(TileOp.EXP, [ew(TileOp.SUB, [m32, not_inf(big_m)], ft)], ft)
+    if et.dtype != f32:
+        scale = ew(TileOp.CAST, [scale], ir.TileType(mt.shape, et.dtype))
+    chunk.done[exp.result] = ew(TileOp.MUL, [e, ew(TileOp.BROADCAST, [scale], et)], et)
+    if mt.dtype != f32:
+        big_m = ew(TileOp.CAST, [big_m], mt)
+    if st.dtype != f32:
+        total = ew(TileOp.CAST, [total], st)
+    big_m.hint, total.hint = r1.result.hint, r2.result.hint
+    return big_m, total

@@ -1,7 +1,8 @@
 """Softmax exponentials as ``exp2`` with a folded log2(e) scale (tile IR -> tile IR).
 
 ``exp(a - b)`` where ``b`` is a row or running maximum (a MAXIMUM or a REDUCE(max), or a row's
-maximum combined over a cluster (CLUSTER_REDUCE(max), ``cluster_rows``), possibly
+maximum combined over a cluster (CLUSTER_REDUCE(max), ``cluster_rows``), or a part's maximum read
+as 0 where it is -inf (``where(m == -inf, 0, m)``: every element is then -inf), possibly
 seen through SPLAT / RESHAPE / BROADCAST) becomes ``exp2(fma(a, L, nb))`` with
 ``L = float32(log2 e)`` and ``nb = b0 * -L`` computed once at the maximum's own (small) shape,
 then reshaped/broadcast like ``b`` was.  Per element that is one FFMA and one MUFU.EX2 instead
@@ -46,7 +47,19 @@ def is_maximum(v: ir.Value) -> bool:
     o = v.owner
     if o is None:
         return False
+    if o.op is TileOp.WHERE:                # where(m == -inf, 0, m): a part's maximum (cluster_rows)
+        cond, zero, m = o.operands
+        test = cond.owner
+        return (_constant_of(zero) == 0.0 and test is not None and test.op is TileOp.EQ
+                and test.operands[0] is m and _constant_of(test.operands[1]) == float("-inf") and is_maximum(m))
     return o.op is TileOp.MAXIMUM or (o.op in (TileOp.REDUCE, TileOp.CLUSTER_REDUCE) and o.attrs.kind is ReduceKind.MAX)
+
+
+def _constant_of(v: ir.Value):
+    """The value of a CONSTANT, seen through SPLAT (None for anything else)."""
+    while v.owner is not None and v.owner.op is TileOp.SPLAT:
+        v = v.owner.operands[0]
+    return v.owner.attrs.value if v.owner is not None and v.owner.op is TileOp.CONSTANT else None
 
 
 def maximum_chain(b: ir.Value) -> tuple[ir.Value, list[ir.Operation]] | None:

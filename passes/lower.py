@@ -394,6 +394,9 @@ class Lowering:
     def op_CLUSTER_REDUCE(self, o):
         self.values[o.result] = lower_reduce.cluster_reduce(self, o)
 
+    def op_CLUSTER_SOFTMAX(self, o):
+        self.values[o.results[0]], self.values[o.results[1]] = lower_reduce.cluster_softmax(self, o)
+
     def op_PROGRAM_ID(self, o):
         if o.attrs.axis == 0 and self.fn.meta.get("cluster_ctas", 1) > 1:
             self.values[o.result] = self.geo("cluster_id", lambda: self.clusters(self.block_id(0)))

@@ -111,29 +111,57 @@ def reduce(lw, o: ir.Operation) -> ir.Value:
     return lw.cast(pair[1] if red.is_arg else pair[0], out_dt)
 
 
-def cluster_reduce(lw, o: ir.Operation) -> ir.Value:
-    """CLUSTER_REDUCE: every CTA writes its partial results to a small shared buffer (at most
-    ``shared_memory.DEDICATED_BYTES``: never reused, so no CTA overwrites what another still
-    reads); after a cluster barrier each thread reads its elements from all the cluster's CTAs
-    and combines them in rank order, so every CTA gets the same bits."""
-    x = o.operands[0]
-    dt, ctas = x.type.dtype, o.attrs.ctas
-    red = Reduction(lw, o.attrs.kind, dt)
-    item = dt.itemsize
-    if is_tile(x):
-        layout = lw.layout_of(x)
-        value = lw.get(x, layout)
-        base, buf = lw.alloc_shared(x.type.numel * item)
-        addr, vec = lower_shared.addresses(lw, base, layout, lower_shared.rowmajor(x.type.shape), item)
-    else:
-        value = lw.get(x)
-        base, buf = lw.alloc_shared(item)
-        addr, vec = base, 1
-    lw.emit(simt.SimtOp.STORE_SHARED, [addr, value], None, simt.SharedAttrs(vec, buf))
+def _exchange(lw, xs: list) -> list:
+    """Every CTA writes its values of the tiles ``xs`` (one layout) to small shared buffers (each
+    at most ``shared_memory.DEDICATED_BYTES``: never reused, so no CTA overwrites what another
+    still reads); after one cluster barrier each thread reads its elements of every tile from
+    all the cluster's CTAs: per tile, the registers of rank 0, 1, ... ."""
+    stores, reads = [], []
+    for x in xs:
+        item = x.type.dtype.itemsize
+        if is_tile(x):
+            layout = lw.layout_of(x)
+            value = lw.get(x, layout)
+            base, buf = lw.alloc_shared(x.type.numel * item)
+            addr, vec = lower_shared.addresses(lw, base, layout, lower_shared.rowmajor(x.type.shape), item)
+        else:
+            value = lw.get(x)
+            base, buf = lw.alloc_shared(item)
+            addr, vec = base, 1
+        stores.append((addr, value, simt.SharedAttrs(vec, buf)))
+        reads.append((addr, value.type, buf))
+    for addr, value, attrs in stores:
+        lw.emit(simt.SimtOp.STORE_SHARED, [addr, value], None, attrs)
     lw.emit(simt.SimtOp.CLUSTER_BARRIER, [])
-    total = None
-    for rank in range(ctas):
-        part = lw.emit(simt.SimtOp.LOAD_SHARED_CLUSTER, [addr], value.type,
-                       simt.ClusterSharedAttrs(1, buf, rank)).result
-        total = part if total is None else red.combine((total, None), (part, None))[0]
+    ctas = lw.fn.meta["cluster_ctas"]
+    return [[lw.emit(simt.SimtOp.LOAD_SHARED_CLUSTER, [addr], rtype, simt.ClusterSharedAttrs(1, buf, rank)).result
+             for rank in range(ctas)] for addr, rtype, buf in reads]
+
+
+def cluster_reduce(lw, o: ir.Operation) -> ir.Value:
+    """CLUSTER_REDUCE: the CTAs' partial results combined in rank order (the same bits in every
+    CTA)."""
+    red = Reduction(lw, o.attrs.kind, o.operands[0].type.dtype)
+    parts = _exchange(lw, [o.operands[0]])[0]
+    total = parts[0]
+    for part in parts[1:]:
+        total = red.combine((total, None), (part, None))[0]
     return total
+
+
+def cluster_softmax(lw, o: ir.Operation) -> tuple[ir.Value, ir.Value]:
+    """CLUSTER_SOFTMAX: M = max of the CTAs' m, S = sum of s * exp(m - M) with M read as 0
+    where it is -inf (then every m is -inf and each term exp(-inf) * s = 0), in rank order."""
+    ms, ss = _exchange(lw, list(o.operands))
+    f32 = D.float32
+    big = ms[0]
+    for m in ms[1:]:
+        big = lw.ew(TileOp.MAXIMUM, [big, m], f32)
+    n = big.type.n
+    empty = lw.ew(TileOp.EQ, [big, lw.const(f32, [float("-inf")] * n)], D.bool_)
+    safe = lw.ew(TileOp.WHERE, [empty, lw.const(f32, [0.0] * n), big], f32)
+    total = None
+    for m, s in zip(ms, ss):
+        term = lw.ew(TileOp.MUL, [s, lw.ew(TileOp.EXP, [lw.ew(TileOp.SUB, [m, safe], f32)], f32)], f32)
+        total = term if total is None else lw.ew(TileOp.ADD, [total, term], f32)
+    return big, total

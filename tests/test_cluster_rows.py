@@ -85,17 +85,18 @@ def test_a_bfloat16_row_of_64_kib_stays_in_one_cta():
 
 
 def test_a_65536_column_softmax_is_one_part_per_cta_with_two_cluster_reductions():
-    """4 CTAs each load 16384 columns (at column rank * 16384), reduce them, and combine the max
-    and the (float32) sum over the cluster; no loop, nothing as wide as the row, 16 warps."""
+    """4 CTAs each load 16384 columns (at column rank * 16384), reduce them with their own max,
+    and combine max and (float32) sum over the cluster in one exchange; no loop, nothing as wide
+    as the row, 16 warps."""
     x = np.zeros((2, 65536), BF16)
     fn = cluster_rows(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536))
     assert fn.meta["cluster_ctas"] == 4
     assert not ops_of(fn, TileOp.FOR)
     assert max(r.type.numel for o in fn.walk() for r in o.results if isinstance(r.type, ir.TileType)) == 16384
     (rank,) = ops_of(fn, TileOp.CLUSTER_RANK)
-    reduces = ops_of(fn, TileOp.CLUSTER_REDUCE)
-    assert [o.attrs.kind.value for o in reduces] == ["max", "sum"]
-    assert [o.result.type.dtype for o in reduces] == [tj.bfloat16, tj.float32]
+    (exchange,) = ops_of(fn, TileOp.CLUSTER_SOFTMAX)        # max and sum: one exchange
+    assert [r.type for r in exchange.results] == [ir.TileType((1, 1), tj.float32)] * 2
+    assert len(ops_of(fn, TileOp.EXP)) == 2 and not ops_of(fn, TileOp.CLUSTER_REDUCE)   # e_r, exp(m_r - M)
     load, store = ops_of(fn, TileOp.LOAD)[0], ops_of(fn, TileOp.STORE)[0]
     for o in (load, store):
         column = o.operands[2].owner
@@ -192,13 +193,27 @@ def _without(fn: ir.Function, which: int) -> ir.Function:
     return fn
 
 
-def test_the_simt_program_orders_each_exchange_and_the_exit_with_cluster_barriers():
+@pytest.mark.parametrize("one_exchange", [True, False])
+def test_the_simt_program_orders_each_exchange_and_the_exit_with_cluster_barriers(one_exchange, monkeypatch):
+    """softmax's max and sum: one exchange (m and s of both CTAs after one barrier), or one each
+    (ONE_EXCHANGE=False); then the barrier before the exit.  Both give NumPy's softmax."""
+    from tilejit.passes import cluster_rows as module
+    monkeypatch.setattr(module, "ONE_EXCHANGE", one_exchange)
     fn = _simt()
     ops = [o.op for o in fn.body.ops if o.op in (SimtOp.CLUSTER_BARRIER, SimtOp.LOAD_SHARED_CLUSTER)]
-    per = [SimtOp.CLUSTER_BARRIER, SimtOp.LOAD_SHARED_CLUSTER, SimtOp.LOAD_SHARED_CLUSTER]
-    assert ops == per + per + [SimtOp.CLUSTER_BARRIER]
+    bar, load = SimtOp.CLUSTER_BARRIER, SimtOp.LOAD_SHARED_CLUSTER
+    assert ops == ([bar] + [load] * 4 + [bar] if one_exchange else [bar, load, load, bar, load, load, bar])
     assert [o.attrs.rank for o in fn.walk() if o.op is SimtOp.LOAD_SHARED_CLUSTER] == [0, 1, 0, 1]
     assert "cluster_ctas=2" in fn.meta.summary()
+    x = np.random.default_rng(3).standard_normal((3, 32768)).astype(np.float32)
+    x[1, 16384:] = -np.inf                          # rank 1's part of row 1 is all -inf
+    x[2, :] = -np.inf                               # row 2: NaN, as unsplit
+    y = np.empty_like(x)
+    emulate.run(fn, (3,), [x, y])
+    with np.errstate(all="ignore"):
+        want = softmax.reference(x)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    tj.testing.assert_close(np.nan_to_num(y), np.nan_to_num(want))
 
 
 @pytest.mark.parametrize("which,message", [(0, "a CLUSTER_BARRIER is missing"), (-1, "ends without a cluster barrier")])
@@ -223,7 +238,7 @@ def test_the_ptx_declares_the_cluster_and_nvjitlink_assembles_it():
     x = np.zeros((2, 65536), BF16)
     ptx = codegen.compile_ptx(pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 8))
     assert ".reqnctapercluster 4, 1, 1" in ptx and "mapa.shared::cluster.u32" in ptx
-    assert ptx.count("barrier.cluster.arrive.release.aligned") == 3
+    assert ptx.count("barrier.cluster.arrive.release.aligned") == 2        # the exchange, the exit
     result = ptxas.assemble(ptx, "sm_90a")
     assert result.spills == 0
 

@@ -271,6 +271,8 @@ class TileOp(enum.Enum):
     UNSTASH = enum.auto()       # (col: int32) -> the tile STASH put there (chunk_rows: a row read again)       StashAttrs
     CLUSTER_RANK = enum.auto()  # () -> i32: this CTA's rank in its cluster of attrs.ctas (cluster_rows)   ClusterAttrs
     CLUSTER_REDUCE = enum.auto()  # (x) -> x combined (attrs.kind) over the cluster's CTAs, in rank order   ClusterAttrs
+    CLUSTER_SOFTMAX = enum.auto()  # (m, s: float32) -> (M, S): M = max of the CTAs' m, S = sum of
+    #                               s * exp(m - M) (M read as 0 where it is -inf), in rank order   ClusterAttrs
     ASSERT = enum.auto()        # (pid0, pid1, pid2, cond: bool) -> (): DeviceAssertError where cond is false
     #                             (removed by strip_asserts unless the kernel is compiled with debug)  AssertAttrs
     DOT = enum.auto()           # (a: MxK, b: KxN, acc: MxN f32/i32) -> MxN  DotAttrs

@@ -210,6 +210,14 @@ def _cluster_reduce(op):
     _need(op.result.type == op.operands[0].type, op, "cluster_reduce keeps its operand's type")
 
 
+def _cluster_softmax(op):
+    _need(len(op.operands) == 2 and len(op.results) == 2 and isinstance(op.attrs, ClusterAttrs)
+          and op.attrs.ctas > 1 and op.attrs.kind is None, op, "cluster_softmax(m, s) -> (M, S) with ClusterAttrs")
+    t = op.operands[0].type
+    _need(t.dtype == dtypes.float32 and all(v.type == t for v in op.operands + op.results), op,
+          "cluster_softmax's operands and results are float32 of one shape")
+
+
 def _unstash(op):
     _arity(op, 1, 1)
     _need(isinstance(op.attrs, StashAttrs) and _scalar(op.operands[0]) and op.operands[0].type.dtype == dtypes.int32,
@@ -290,6 +298,7 @@ SPEC = {TileOp.PROGRAM_ID: _grid, TileOp.NUM_PROGRAMS: _grid, TileOp.DIM: _dim,
         TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic, TileOp.SCAN: _scan, TileOp.PRINT: _print, TileOp.ASSERT: _assert,
         TileOp.STASH: _stash, TileOp.UNSTASH: _unstash,
         TileOp.CLUSTER_RANK: _cluster_rank, TileOp.CLUSTER_REDUCE: _cluster_reduce,
+        TileOp.CLUSTER_SOFTMAX: _cluster_softmax,
         **{o: _elementwise for o in BINARY_OPS | COMPARE_OPS | UNARY_OPS},
         TileOp.FMA: _elementwise, TileOp.WHERE: _elementwise, TileOp.CAST: _elementwise, TileOp.BITCAST: _elementwise,
         TileOp.BROADCAST: _broadcast, TileOp.RESHAPE: _reshape, TileOp.TRANS: _trans,
