@@ -18,6 +18,8 @@ at most ``MAX_CTAS``) whose parts ``chunk_rows`` would leave whole:
     each reduction of a wide value: reduce the part, then cluster_reduce: every CTA combines
         the C partial results in rank order (the same bits in every CTA; 16-bit float sums in
         float32, as the unsplit reduction accumulates them)
+    a softmax's max and sum (``chunk_loops.softmax_pairs``): one exchange (``_softmax``,
+        CLUSTER_SOFTMAX) instead of two
     each store of a wide value: the part, at its columns
 
 The launch runs C times the CTAs along grid axis 0 in clusters of C (``SimtMeta.cluster_ctas``);
@@ -39,12 +41,17 @@ MAX_CTAS = 8                        # the largest portable cluster
 # (2026-12-04, gpu_cluster.sh: bench_sweep.py with and without clusters in one call, 2**26
 # elements, ratio to copy at 16K / 32K / 64K / 128K columns): softmax float32 - / 0.80 / 0.78 /
 # 0.73 against chunk loops' 0.97 (not split) / 0.73 / 0.62 / 0.48, bfloat16 - / 0.61 / 0.57 /
-# 0.52 against 0.86 / 0.66 / 0.50 / 0.44: a gain from 128 KiB rows.  Rows of several loads lost:
+# 0.52 against 0.86 / 0.66 / 0.50 / 0.44: a gain from 128 KiB rows.  (Parts of 8192 values at
+# 8 warps, the first rule, measured float32 0.83 / 0.82 / 0.78 at 16K / 32K / 64K and bfloat16
+# 0.66 / 0.63 / 0.61: no better where it mattered, and worse at 16K.)  Rows of several loads lost:
 # layernorm 0.17-0.39 against 0.35-0.78, RMSNorm bfloat16 0.34-0.58 against 0.51-0.72, RMSNorm
 # float32 0.77 / 0.71 / 0.68 / 0.71 against 0.96 / 0.76 / 0.62 / 0.58.
 CLUSTER_BYTES = 128 * 1024
 ONE_LOAD = True                     # (False: rows of several loads too; the tests check them so)
-ONE_EXCHANGE = True                 # a softmax's max and sum in one exchange (else one each)
+# A softmax's max and sum in one exchange (else one each).  H200 (2026-12-04, same call, ratio to
+# copy at 32K / 64K / 128K): float32 0.82 / 0.80 / 0.76 against 0.82 / 0.79 / 0.75 with two,
+# bfloat16 (64K / 128K) 0.57 / 0.51 against 0.57 / 0.53: the barriers are not the limiter.
+ONE_EXCHANGE = True
 # Threads per SM that a clustered kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: the
 # pipeline's hint, which kernels under 512 threads do not get), and the values each thread loads
 # at most (``passes.warps`` gives the part more warps until it holds).  H200 (2026-12-04,
