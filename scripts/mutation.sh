@@ -32,6 +32,7 @@ declare -A TESTS=(
   [passes/tma.py]="tests/test_tma.py tests/test_plans.py"
   [tilejit/backends/emulate_tma.py]="tests/test_tma.py"
   [passes/specialise_warps.py]="tests/test_tma.py tests/test_attention.py"
+  [passes/cluster_rows.py]="tests/test_cluster_rows.py tests/test_warps.py"
 )
 modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=(runtime/packing.py tilejit/dtypes.py passes/mma_layouts.py tilejit/codegen/mma.py
