@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tilejit as tj
-from tilejit import codegen, ir
+from tilejit import codegen, ir, verifier
 from tilejit.backends import emulate
 from tilejit.codegen import ptxas
 from tilejit.ir import TileOp
@@ -105,11 +105,30 @@ def test_a_65536_column_softmax_is_one_part_per_cta_with_two_cluster_reductions(
     assert choose_num_warps(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), cluster=True) == 16
     assert choose_num_warps(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)) == 16     # chunk loops
     x = np.zeros((2, 65536), np.float32)
-    simt = pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 16)
+    simt = pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 16, verify=True)
     assert any(o.op is SimtOp.ELEMENTWISE and o.attrs.op is TileOp.EXP2 for o in simt.walk())   # fold_exp
     assert simt.meta.min_ctas_per_sm == 2                  # THREADS_PER_SM
-    simt = pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 8)
+    simt = pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 8, verify=True)
     assert simt.meta.min_ctas_per_sm == 0                  # 64 values a thread: no hint (it spilled)
+
+
+@pytest.mark.parametrize("one_exchange", [True, False])
+def test_16_bit_sums_are_exchanged_in_float32(one_exchange, monkeypatch):
+    """bf16 softmax: the partial sums (and the maxima CLUSTER_SOFTMAX takes) are float32, and
+    the results cast back to bfloat16 where the kernel uses them."""
+    from tilejit.passes import cluster_rows as module
+    monkeypatch.setattr(module, "ONE_EXCHANGE", one_exchange)
+    x = np.zeros((2, 65536), BF16)
+    fn = cluster_rows(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536))
+    exchanged = [o for o in fn.walk() if o.op in (TileOp.CLUSTER_REDUCE, TileOp.CLUSTER_SOFTMAX)]
+    kinds = [(o.attrs.kind.value if o.attrs.kind else None) for o in exchanged]
+    assert kinds == ([None] if one_exchange else ["max", "sum"])
+    assert [x.type.dtype for o in exchanged for x in o.operands] == (
+        [tj.float32, tj.float32] if one_exchange else [tj.bfloat16, tj.float32])
+    total = exchanged[-1].results[-1]
+    (cast,) = [o for o in fn.walk() if total in o.operands]
+    assert cast.op is TileOp.CAST and cast.result.type.dtype == tj.bfloat16
+    verifier.verify(fn)
 
 
 def test_a_row_wider_than_a_cluster_holds_is_then_chunked():
@@ -122,10 +141,10 @@ def test_a_row_wider_than_a_cluster_holds_is_then_chunked():
 def test_the_switch_the_target_and_dots_keep_the_row_in_one_cta(monkeypatch):
     x = np.zeros((2, 65536), np.float32)
     fn = tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)
-    simt = pipeline.compile_to_simt(fn, 32, cluster=False)
+    simt = pipeline.compile_to_simt(fn, 32, cluster=False, verify=True)
     assert simt.meta.cluster_ctas == 1 and not ops_of(simt, SimtOp.CLUSTER_BARRIER)
     assert pipeline.compile_to_simt(fn, 32, target="sm_80").meta.cluster_ctas == 1
-    assert pipeline.compile_to_simt(fn, 8).meta.cluster_ctas == 4
+    assert pipeline.compile_to_simt(fn, 8, verify=True).meta.cluster_ctas == 4
     assert supports("sm_90a") and supports("sm_100a") and supports("emulate") and not supports("sm_80")
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     monkeypatch.setenv("TILEJIT_CLUSTER", "0")
@@ -155,6 +174,7 @@ def test_clustered_row_kernels_give_numpy_results_on_emulate(kernel, dtype, cols
 
 def check(kernel, dtype, cols, rows, backend, monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    monkeypatch.setenv("TILEJIT_DEBUG", "1")            # the IR verified after every pass
     rng = np.random.default_rng(cols)
     x = (rng.standard_normal((rows, cols)) * 3).astype(BF16 if dtype == "bfloat16" else np.float32)
     got, want, tol = CASES[kernel](x, rng)
@@ -184,7 +204,7 @@ def test_several_rows_per_program_and_unreduced_keepdims(monkeypatch):
 
 def _simt(cols=32768):
     x = np.zeros((2, cols), np.float32)
-    return pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=cols), 8)
+    return pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=cols), 8, verify=True)
 
 
 def _without(fn: ir.Function, which: int) -> ir.Function:
@@ -236,7 +256,7 @@ def test_the_emulator_runs_whole_clusters_and_refuses_a_grid_that_is_not():
 
 def test_the_ptx_declares_the_cluster_and_nvjitlink_assembles_it():
     x = np.zeros((2, 65536), BF16)
-    ptx = codegen.compile_ptx(pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 8))
+    ptx = codegen.compile_ptx(pipeline.compile_to_simt(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536), 8, verify=True))
     assert ".reqnctapercluster 4, 1, 1" in ptx and "mapa.shared::cluster.u32" in ptx
     assert ptx.count("barrier.cluster.arrive.release.aligned") == 2        # the exchange, the exit
     result = ptxas.assemble(ptx, "sm_90a")

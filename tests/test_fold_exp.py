@@ -99,6 +99,28 @@ def test_exp_of_anything_but_a_maximum_is_untouched():
     assert ops(fn).count(TileOp.EXP) == 3 and TileOp.EXP2 not in ops(fn)
 
 
+def safe_max_softmax(x, y, B: tj.constexpr):
+    """A part's maximum read as 0 where it is -inf (cluster_rows writes it so): still a maximum."""
+    t = tj.load(x, (0, 0), (1, B), other=-tj.inf)
+    m = tj.max(t, axis=1, keepdims=True)
+    tj.store(y, (0, 0), tj.exp(t - tj.where(m == -tj.inf, 0.0, m)))
+
+
+def other_where_softmax(x, y, B: tj.constexpr):
+    t = tj.load(x, (0, 0), (1, B), other=-tj.inf)
+    m = tj.max(t, axis=1, keepdims=True)
+    u = tj.min(t, axis=1, keepdims=True)
+    tj.store(y, (0, 0), tj.exp(t - tj.where(m == -tj.inf, 1.0, m)) + tj.exp(t - tj.where(m == 0.0, 0.0, m))
+             + tj.exp(t - tj.where(u == -tj.inf, 0.0, u)) + tj.exp(t - tj.where(m == -tj.inf, 0.0, u)))
+
+
+def test_a_maximum_read_as_0_where_minus_inf_is_still_a_maximum():
+    fn = folded(tile_ir(safe_max_softmax, [ArraySpec(F32, 2)] * 2, B=8))
+    assert TileOp.EXP not in ops(fn) and ops(fn).count(TileOp.EXP2) == 1
+    fn = folded(tile_ir(other_where_softmax, [ArraySpec(F32, 2)] * 2, B=8))
+    assert ops(fn).count(TileOp.EXP) == 4 and TileOp.EXP2 not in ops(fn)     # 1.0, == 0.0, a min, m vs u
+
+
 def test_float16_exp_is_untouched():
     fn = tile_ir(row_softmax, [ArraySpec(D.float16, 2)] * 2, B=8)
     before = ir.print_function(fn)
