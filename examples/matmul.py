@@ -18,7 +18,10 @@ CONFIGS = [tj.Config(BM=64, BN=64, BK=32, STAGES=3, num_warps=4),
            tj.Config(BM=64, BN=128, BK=32, STAGES=4, num_warps=4),
            tj.Config(BM=64, BN=128, BK=64, STAGES=4, num_warps=4),     # wgmma; 128 tiles at 1024x1024
            tj.Config(BM=128, BN=64, BK=64, STAGES=4, num_warps=8),     # wgmma; the same, two warpgroups
-           tj.Config(BM=16, BN=64, BK=64, STAGES=4, num_warps=4)]     # skinny M (decode GEMV-like)
+           tj.Config(BM=16, BN=64, BK=64, STAGES=4, num_warps=4),     # skinny M (decode GEMV-like)
+           # small M, large K: deep rings keep the weights streaming (H200, M128 / M16 N8192 K8192)
+           tj.Config(BM=64, BN=128, BK=64, STAGES=7, num_warps=4),
+           tj.Config(BM=64, BN=128, BK=128, STAGES=4, num_warps=4)]
 
 
 @tj.autotune(configs=CONFIGS, key=["a", "b"])
