@@ -109,7 +109,7 @@ def cluster_rows(fn: ir.Function) -> ir.Function:
     top, fn.body.ops = fn.body.ops, []
     b = ir.Builder(fn.body)
     i32 = dtypes.int32
-    loc = top[0].loc if top else ir.UNKNOWN_LOC
+    loc = fn.meta.get("loc", ir.UNKNOWN_LOC)       # the kernel's ``def`` line
     rank = b.create(TileOp.CLUSTER_RANK, [], [ir.scalar(i32)], ClusterAttrs(ctas), loc=loc).result
     step = b.create(TileOp.CONSTANT, [], [ir.scalar(i32)], ConstAttrs(part), loc=loc).result
     first = b.create(TileOp.MUL, [rank, step], [ir.scalar(i32)], loc=loc).result

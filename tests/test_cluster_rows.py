@@ -79,6 +79,23 @@ def test_rows_of_several_loads_count_them_all(kernel, cols, ctas, monkeypatch):
     assert (plan[1] if plan else None) == ctas
 
 
+@pytest.mark.parametrize("rows,cols,split", [(64, 16384, True), (128, 8192, False)])
+def test_the_exchanged_partial_results_stay_in_dedicated_shared_buffers(rows, cols, split):
+    """A program of 128 rows would exchange 128 partial results per reduction (over
+    DEDICATED_BYTES at 8 bytes each, so its buffer could be reused while another CTA reads it):
+    not split."""
+    x = np.zeros((rows, cols), np.float32)
+    fn = tile_ir(softmax_rows, x, x, R=rows, BLOCK=cols)
+    assert (plan_cluster(fn) is not None) == split
+
+
+def test_the_rank_is_read_at_the_kernel_line():
+    x = np.zeros((2, 65536), np.float32)
+    fn = tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)
+    (rank,) = ops_of(cluster_rows(fn), TileOp.CLUSTER_RANK)
+    assert rank.loc == fn.meta["loc"] and rank.loc.line > 0
+
+
 def test_a_bfloat16_row_of_64_kib_stays_in_one_cta():
     x = np.zeros((2, 32768), BF16)
     assert plan_cluster(tile_ir(softmax.softmax_kernel, x, x, BLOCK=32768)) is None
@@ -145,7 +162,8 @@ def test_the_switch_the_target_and_dots_keep_the_row_in_one_cta(monkeypatch):
     assert simt.meta.cluster_ctas == 1 and not ops_of(simt, SimtOp.CLUSTER_BARRIER)
     assert pipeline.compile_to_simt(fn, 32, target="sm_80").meta.cluster_ctas == 1
     assert pipeline.compile_to_simt(fn, 8, verify=True).meta.cluster_ctas == 4
-    assert supports("sm_90a") and supports("sm_100a") and supports("emulate") and not supports("sm_80")
+    assert supports("sm_90a") and supports("sm_100a") and supports("emulate") and supports("sm_90")
+    assert not supports("sm_80") and not supports("sm_89") and not supports("interpret")
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     monkeypatch.setenv("TILEJIT_CLUSTER", "0")
     assert softmax.softmax_kernel.inspect(x, x, BLOCK=65536).num_warps == 32
