@@ -287,3 +287,37 @@ def test_the_ptx_declares_the_cluster_and_nvjitlink_assembles_it():
 @pytest.mark.parametrize("cols", [9000, 40000, 65536, 100000])
 def test_clustered_row_kernels_on_the_gpu(kernel, dtype, cols, every_long_row, monkeypatch):
     check(kernel, dtype, cols, 67, "cuda", monkeypatch)
+
+
+def test_a_cluster_kernel_launches_c_ctas_per_program_and_keeps_that_in_the_cache(monkeypatch):
+    """The CUDA backend's launch paths (no GPU: the loaded kernel is a stand-in) multiply grid axis
+    0 by the CTAs per cluster and pass the arguments unchanged; the disk cache's entry keeps the
+    cluster (an entry written before clusters reads as 1)."""
+    from types import SimpleNamespace
+
+    from tilejit import dtypes as D
+    from tilejit.abi import ParamDesc, ParamKind
+    from tilejit.backends import launch_geometry
+    from tilejit.backends.cuda import CudaArtifact, CudaBackend
+    assert launch_geometry(1, (3, 2, 1), ["x"], cluster=4) == ((12, 2, 1), ["x"])
+    params = [ParamDesc(ParamKind.PTR, 0, None, D.float32)]
+    art = CudaArtifact("k", params, (0,), 16, 0, ".version 8.4", None, "", "", 64, 0, cluster_ctas=4)
+    back = CudaArtifact.from_cache(art.files(), art.meta())
+    assert back.cluster_ctas == 4 and back.cta_threads == 512
+    meta = art.meta()
+    del meta["cluster_ctas"]
+    assert CudaArtifact.from_cache(art.files(), meta).cluster_ctas == 1
+    launched = []
+    fake = SimpleNamespace(launch=lambda grid, threads, views, params, stream: launched.append((grid, threads)))
+    art.kernel_for_device = lambda device: fake
+    view = SimpleNamespace(device=0, stream=None)
+    CudaBackend().fast_launcher(art)((5, 1, 1), [view], None)
+    assert launched == [((20, 1, 1), 512)]
+    captured = {}
+
+    def launch_arrays(kernel_for_device, grid, threads, args, params, writes, stream, geometry):
+        captured["geometry"] = geometry(fake, grid, ["view"])
+    from tilejit.runtime import launch
+    monkeypatch.setattr(launch, "launch_arrays", launch_arrays)
+    CudaBackend().launch(art, (5, 2, 1), ["array"], None)            # the full path
+    assert captured["geometry"] == ((20, 2, 1), ["view"])
