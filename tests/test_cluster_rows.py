@@ -262,6 +262,22 @@ def test_the_emulator_rejects_a_missing_cluster_barrier(which, message):
         emulate.run(fn, (2,), [x, np.empty_like(x)])
 
 
+def test_the_emulator_refuses_a_rank_outside_the_cluster_and_a_barrier_in_a_branch():
+    from tilejit.simt import ClusterSharedAttrs
+    x = np.random.default_rng(0).standard_normal((2, 32768)).astype(np.float32)
+    fn = _simt()
+    load = next(o for o in fn.walk() if o.op is SimtOp.LOAD_SHARED_CLUSTER)
+    load.attrs = ClusterSharedAttrs(load.attrs.vec, load.attrs.buffer, 2)
+    with pytest.raises(emulate.EmulatorError, match="rank 2 in clusters of 2"):
+        emulate.run(fn, (2,), [x, np.empty_like(x)])
+    fn = _simt()
+    barrier = next(o for o in fn.body.ops if o.op is SimtOp.CLUSTER_BARRIER)
+    machine = emulate.Machine(fn, (4, 1, 1), emulate.bind_params(fn, [x, np.empty_like(x)]))
+    machine.block_ids = np.zeros((4, 3), np.int32)
+    with pytest.raises(emulate.EmulatorError, match="only some of a cluster's CTAs"):
+        machine.op_CLUSTER_BARRIER(barrier, emulate.Frame({}, np.arange(2)))
+
+
 def test_the_emulator_runs_whole_clusters_and_refuses_a_grid_that_is_not():
     fn = _simt()
     x = np.random.default_rng(0).standard_normal((3, 32768)).astype(np.float32)
