@@ -132,7 +132,7 @@ class _Chunk:
         return new
 
 
-def _identity(kind: ReduceKind, dt: dtypes.DType):
+def identity(kind: ReduceKind, dt: dtypes.DType):
     if kind is ReduceKind.SUM:
         return False if dt.is_bool else 0.0 if dt.is_float else 0
     if dt.is_float:
@@ -151,7 +151,7 @@ def _reduce_loop_per_chunk(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, rema
     kind = o.attrs.kind
     narrow_sum = kind is ReduceKind.SUM and t.dtype.is_float and t.dtype.bits < 32
     acc_t = ir.TileType(t.shape, dtypes.float32) if narrow_sum else t
-    init = const(_identity(kind, acc_t.dtype), acc_t.dtype, o.loc)
+    init = const(identity(kind, acc_t.dtype), acc_t.dtype, o.loc)
     if acc_t.shape:
         init = b.create(TileOp.SPLAT, [init], [acc_t], loc=o.loc).result
     loop, body, chunk = _loop(b, o, plan, remap, const, o.operands[0], [init])
@@ -269,7 +269,7 @@ def reduce_loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const) -
     t, src, kind, loc = o.result.type, o.operands[0], o.attrs.kind, o.loc
     acc_dt = dtypes.float32 if kind is ReduceKind.SUM and t.dtype.is_float and t.dtype.bits < 32 else t.dtype
     acc_t = ir.TileType(src.type.shape[:-1] + (plan.chunk,), acc_dt)
-    init = b.create(TileOp.SPLAT, [const(_identity(kind, acc_dt), acc_dt, loc)], [acc_t], loc=loc).result
+    init = b.create(TileOp.SPLAT, [const(identity(kind, acc_dt), acc_dt, loc)], [acc_t], loc=loc).result
     loop, body, chunk = _loop(b, o, plan, remap, const, src, [init])
     value = chunk.value(src)
     if value.type.dtype != acc_dt:

@@ -52,6 +52,10 @@ ONE_LOAD = True                     # (False: rows of several loads too; the tes
 # copy at 32K / 64K / 128K): float32 0.82 / 0.80 / 0.76 against 0.82 / 0.79 / 0.75 with two,
 # bfloat16 (64K / 128K) 0.57 / 0.51 against 0.57 / 0.53: the barriers are not the limiter.
 ONE_EXCHANGE = True
+# In an exchange, lane r < C of each warp reads CTA r's values and the warp combines them by
+# shuffles (C remote reads per warp and register), or (False) every thread reads all C CTAs'
+# (32 * C per warp, the first version, measured above).  Not yet measured on the GPU.
+LANE_READS = True
 # Threads per SM that a clustered kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: the
 # pipeline's hint, which kernels under 512 threads do not get), and the values each thread loads
 # at most (``passes.warps`` gives the part more warps until it holds).  H200 (2026-12-04,

@@ -13,6 +13,8 @@ from tilejit.ir import ReduceKind, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_shared
 from tilejit.passes.assign_layouts import is_tile
+from tilejit.passes import cluster_rows
+from tilejit.passes.chunk_loops import identity
 
 _COMBINE = {ReduceKind.SUM: TileOp.ADD, ReduceKind.MAX: TileOp.MAXIMUM, ReduceKind.MIN: TileOp.MINIMUM}
 _ARG_BETTER = {ReduceKind.ARGMAX: TileOp.GT, ReduceKind.ARGMIN: TileOp.LT}
@@ -111,12 +113,14 @@ def reduce(lw, o: ir.Operation) -> ir.Value:
     return lw.cast(pair[1] if red.is_arg else pair[0], out_dt)
 
 
-def _exchange(lw, xs: list) -> list:
+def _exchange(lw, xs: list, others: list) -> list:
     """Every CTA writes its values of the tiles ``xs`` (one layout) to small shared buffers (each
     at most ``shared_memory.DEDICATED_BYTES``: never reused, so no CTA overwrites what another
-    still reads); after one cluster barrier each thread reads its elements of every tile from
-    all the cluster's CTAs: per tile, the registers of rank 0, 1, ... ."""
-    stores, reads = [], []
+    still reads); after one cluster barrier lane r < C of every warp reads them from the
+    cluster's CTA r (the other lanes hold ``others``: one identity per tile), so a warp reads C
+    remote values per register, not 32 times C.  Returns the registers read, per tile (with
+    ``cluster_rows.LANE_READS`` off: every thread reads all C CTAs', a list per tile)."""
+    stores = []
     for x in xs:
         item = x.type.dtype.itemsize
         if is_tile(x):
@@ -128,40 +132,58 @@ def _exchange(lw, xs: list) -> list:
             value = lw.get(x)
             base, buf = lw.alloc_shared(item)
             addr, vec = base, 1
-        stores.append((addr, value, simt.SharedAttrs(vec, buf)))
-        reads.append((addr, value.type, buf))
-    for addr, value, attrs in stores:
-        lw.emit(simt.SimtOp.STORE_SHARED, [addr, value], None, attrs)
+        stores.append((addr, value, buf, vec))
+    for addr, value, buf, vec in stores:
+        lw.emit(simt.SimtOp.STORE_SHARED, [addr, value], None, simt.SharedAttrs(vec, buf))
     lw.emit(simt.SimtOp.CLUSTER_BARRIER, [])
     ctas = lw.fn.meta["cluster_ctas"]
-    return [[lw.emit(simt.SimtOp.LOAD_SHARED_CLUSTER, [addr], rtype, simt.ClusterSharedAttrs(1, buf, rank)).result
-             for rank in range(ctas)] for addr, rtype, buf in reads]
+    if not cluster_rows.LANE_READS:         # every thread reads every CTA's values
+        yes = lw.const(D.bool_, [True])
+        return [[lw.emit(simt.SimtOp.LOAD_SHARED_CLUSTER, [addr, lw.const(D.int32, [r]), yes], value.type,
+                         simt.ClusterSharedAttrs(1, buf, other)).result for r in range(ctas)]
+                for (addr, value, buf, _), other in zip(stores, others)]
+    lane = lw.thread_id("lane")
+    on = lw.ew(TileOp.LT, [lane, lw.const(D.int32, [ctas])], D.bool_)
+    return [lw.emit(simt.SimtOp.LOAD_SHARED_CLUSTER, [addr, lane, on], value.type,
+                    simt.ClusterSharedAttrs(1, buf, other)).result
+            for (addr, value, buf, _), other in zip(stores, others)]
+
+
+def _across_cluster(lw, v, combine):
+    """``v`` (lane r: CTA r's values) combined over lanes 0 .. C-1 by butterfly shuffles, then
+    every lane given lane 0's result: the same order, so the same bits, in every warp and CTA.
+    (Without ``LANE_READS``, ``v`` is the list of every CTA's values, combined in rank order.)"""
+    if isinstance(v, list):
+        total = v[0]
+        for part in v[1:]:
+            total = combine(total, part)
+        return total
+    mask = 1
+    while mask < lw.fn.meta["cluster_ctas"]:
+        v = combine(v, lw.emit(simt.SimtOp.SHUFFLE_XOR, [v], v.type, simt.MaskAttrs(mask)).result)
+        mask *= 2
+    return lw.emit(simt.SimtOp.SHUFFLE_IDX, [v, lw.const(D.int32, [0])], v.type).result
 
 
 def cluster_reduce(lw, o: ir.Operation) -> ir.Value:
-    """CLUSTER_REDUCE: the CTAs' partial results combined in rank order (the same bits in every
-    CTA)."""
-    red = Reduction(lw, o.attrs.kind, o.operands[0].type.dtype)
-    parts = _exchange(lw, [o.operands[0]])[0]
-    total = parts[0]
-    for part in parts[1:]:
-        total = red.combine((total, None), (part, None))[0]
-    return total
+    """CLUSTER_REDUCE: the CTAs' partial results combined over the cluster."""
+    x = o.operands[0]
+    red = Reduction(lw, o.attrs.kind, x.type.dtype)
+    (part,) = _exchange(lw, [x], [identity(o.attrs.kind, x.type.dtype)])
+    return _across_cluster(lw, part, lambda a, b: red.combine((a, None), (b, None))[0])
 
 
 def cluster_softmax(lw, o: ir.Operation) -> tuple[ir.Value, ir.Value]:
     """CLUSTER_SOFTMAX: M = max of the CTAs' m, S = sum of s * exp(m - M) with M read as 0
-    where it is -inf (then every m is -inf and each term exp(-inf) * s = 0), in rank order."""
-    ms, ss = _exchange(lw, list(o.operands))
+    where it is -inf (then every m is -inf and each term s * exp(-inf) = 0; so are the terms of
+    the lanes that read nothing, m = -inf and s = 0)."""
     f32 = D.float32
-    big = ms[0]
-    for m in ms[1:]:
-        big = lw.ew(TileOp.MAXIMUM, [big, m], f32)
+    m, s = _exchange(lw, list(o.operands), [float("-inf"), 0.0])
+    big = _across_cluster(lw, m, lambda a, b: lw.ew(TileOp.MAXIMUM, [a, b], f32))
     n = big.type.n
     empty = lw.ew(TileOp.EQ, [big, lw.const(f32, [float("-inf")] * n)], D.bool_)
     safe = lw.ew(TileOp.WHERE, [empty, lw.const(f32, [0.0] * n), big], f32)
-    total = None
-    for m, s in zip(ms, ss):
-        term = lw.ew(TileOp.MUL, [s, lw.ew(TileOp.EXP, [lw.ew(TileOp.SUB, [m, safe], f32)], f32)], f32)
-        total = term if total is None else lw.ew(TileOp.ADD, [total, term], f32)
-    return big, total
+    def term(m, s):
+        return lw.ew(TileOp.MUL, [s, lw.ew(TileOp.EXP, [lw.ew(TileOp.SUB, [m, safe], f32)], f32)], f32)
+    terms = [term(a, b) for a, b in zip(m, s)] if isinstance(m, list) else term(m, s)
+    return big, _across_cluster(lw, terms, lambda a, b: lw.ew(TileOp.ADD, [a, b], f32))

@@ -135,8 +135,9 @@ class SimtOp(enum.Enum):
     #   ``id`` over attrs.threads threads (one program's warps when a CTA holds several)  BarrierAttrs
     CLUSTER_BARRIER = enum.auto()  # () -> (): barrier.cluster arrive (release) and wait (acquire): every
     #   thread of every CTA of the cluster; shared bytes written before it are seen by all of them
-    LOAD_SHARED_CLUSTER = enum.auto()  # (addr) -> n values read at shared byte addresses ``addr`` of the
-    #   cluster's CTA of rank attrs.rank (mapa + ld.shared::cluster)       ClusterSharedAttrs
+    LOAD_SHARED_CLUSTER = enum.auto()  # (addr, rank: i32 n=1, on: bool n=1) -> n values read at shared
+    #   byte addresses ``addr`` of the cluster's CTA ``rank`` (mapa + ld.shared::cluster) where ``on``
+    #   holds, attrs.other where it does not (nothing read)               ClusterSharedAttrs
     SHARED_ALLOC = enum.auto()   # () -> i32: byte address of shared buffer attrs.buffer   AllocAttrs
     #   (made by lowering; ``plan_shared_memory`` replaces each by a CONSTANT, so emitted code
     #   never contains one)
@@ -245,7 +246,7 @@ class SharedAttrs(Attrs):
 
 @dataclass(frozen=True)
 class ClusterSharedAttrs(SharedAttrs):
-    rank: int = 0                 # the CTA of the cluster whose shared memory is read
+    other: float | int = 0        # the value of registers whose ``on`` is false
 
 
 @dataclass(frozen=True)
@@ -403,9 +404,10 @@ _SPECS = {
     else "SHUFFLE_XOR mask must be in 1..31 and keep the type",
     SimtOp.LOAD_GLOBAL: _check_memory, SimtOp.STORE_GLOBAL: _check_memory, SimtOp.ATOMIC_GLOBAL: _check_memory,
     SimtOp.LOAD_SHARED: _check_memory, SimtOp.STORE_SHARED: _check_memory,
-    SimtOp.LOAD_SHARED_CLUSTER: lambda o: None if len(o.operands) == 1 and _n(o.operands[0]) == _n(o.results[0])
-    and isinstance(o.attrs, ClusterSharedAttrs) and o.attrs.rank >= 0
-    else "LOAD_SHARED_CLUSTER takes one address per register and ClusterSharedAttrs",
+    SimtOp.LOAD_SHARED_CLUSTER: lambda o: None if len(o.operands) == 3 and _n(o.operands[0]) == _n(o.results[0])
+    and _n(o.operands[1]) == 1 and _n(o.operands[2]) == 1 and o.operands[2].type.dtype.is_bool
+    and isinstance(o.attrs, ClusterSharedAttrs)
+    else "LOAD_SHARED_CLUSTER takes one address per register, a rank, a bool and ClusterSharedAttrs",
     SimtOp.CONSTANT: lambda o: None if len(o.attrs.values) == _n(o.results[0]) else "CONSTANT size",
     SimtOp.LDMATRIX: lambda o: None if _n(o.operands[0]) == 1 and _n(o.results[0]) == o.attrs.num
     and o.attrs.num in (1, 2, 4) else "LDMATRIX takes one address and gives attrs.num registers",

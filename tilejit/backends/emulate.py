@@ -317,17 +317,23 @@ class Machine:
 
     def op_LOAD_SHARED_CLUSTER(self, o, f):
         dt = o.result.type.dtype.np
-        rank = o.attrs.rank
-        if not 0 <= rank < self.cluster:
-            raise EmulatorError(f"LOAD_SHARED_CLUSTER of rank {rank} in clusters of {self.cluster} CTAs")
         addr = f[o.operands[0]].astype(np.int64)
+        rank, on = f[o.operands[1]][:, :, 0].astype(np.int64), f[o.operands[2]][:, :, 0].astype(bool)
+        out = self.full(f, o.attrs.other, dt, addr.shape[-1]).copy()
+        if not on.any():
+            return out
+        if (rank[on] < 0).any() or (rank[on] >= self.cluster).any():
+            raise EmulatorError(f"LOAD_SHARED_CLUSTER of rank {int(rank[on].max())} in clusters of {self.cluster} CTAs")
         rows, addr = self.shared_index(o, f, addr, dt.itemsize)
-        rows = rows - self.block_ids[rows, 0] % self.cluster + rank        # the batch row of CTA ``rank``
-        if self.unordered[rows[..., None], addr[..., None] + np.arange(dt.itemsize)].any():
-            raise EmulatorError(f"LOAD_SHARED_CLUSTER reads shared memory of the cluster's CTA {rank} that it "
+        rows = rows - self.block_ids[rows, 0] % self.cluster + rank[:, :, None]    # the batch row of that CTA
+        sel = np.broadcast_to(on[:, :, None], addr.shape)
+        rows, addr = rows[sel], addr[sel]
+        if self.unordered[rows[:, None], addr[:, None] + np.arange(dt.itemsize)].any():
+            raise EmulatorError("LOAD_SHARED_CLUSTER reads shared memory of another CTA of the cluster that it "
                                 "wrote after the last cluster barrier (a CLUSTER_BARRIER is missing)")
         self.remote_reads = True
-        return self.shared.view(dt)[rows, addr // dt.itemsize]
+        out[sel] = self.shared.view(dt)[rows, addr // dt.itemsize]
+        return out
 
     def op_BARRIER(self, o, f):
         self.writer[f.ids] = -1

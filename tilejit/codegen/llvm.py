@@ -47,7 +47,7 @@ from tilejit import simt
 from tilejit.codegen.base import GLOBAL, I8, I32, I64, Ctx, const, mem_type, reg_type
 from tilejit.codegen.elementwise import elementwise
 from tilejit.codegen.memory import (atomic_global, cp_async, device_assert, device_print, load_global, load_shared, pack, shared_pointer,
-                                    store_global, store_shared, to_reg)
+                                    store_global, store_shared, to_mem, to_reg)
 from tilejit.errors import CompileError
 from tilejit.ir import UNKNOWN_LOC
 from tilejit.simt import ParamDesc, RegType, SimtOp
@@ -355,9 +355,16 @@ class KernelEmitter:
 
     def op_LOAD_SHARED_CLUSTER(self, op):
         dt = op.result.type.dtype
+        width = max(8 * dt.itemsize, 16)
+        rank = self.get(op.operands[1])[0]
+        on = self.b.zext(self.get(op.operands[2])[0], I32)
+        other = self.b.bitcast(to_mem(self.ctx, const(dt, op.attrs.other), dt), ir.IntType(8 * dt.itemsize)) \
+            if dt.itemsize > 1 else to_mem(self.ctx, const(dt, op.attrs.other), dt)
+        if dt.itemsize == 1:
+            other = self.b.zext(other, ir.IntType(16))
         out = []
         for addr in self.get(op.operands[0]):
-            bits = mma.load_shared_cluster(self.b, shared_pointer(self.ctx, addr), op.attrs.rank, 8 * dt.itemsize)
+            bits = mma.load_shared_cluster(self.b, shared_pointer(self.ctx, addr), rank, on, other, 8 * dt.itemsize)
             if dt.itemsize == 1:
                 bits = self.b.trunc(bits, ir.IntType(8))
             value = self.b.bitcast(bits, mem_type(dt)) if mem_type(dt) != bits.type else bits

@@ -266,16 +266,20 @@ def cluster_barrier(builder: ir.IRBuilder) -> None:
               "~{memory}", [])
 
 
-def load_shared_cluster(builder: ir.IRBuilder, addr: ir.Value, rank: int, bits: int) -> ir.Value:
-    """The ``bits``-wide integer at shared byte address ``addr`` (i32) of the cluster's CTA ``rank``
-    (8-bit values come back in an i16)."""
+def load_shared_cluster(builder: ir.IRBuilder, addr: ir.Value, rank: ir.Value, on: ir.Value, other: ir.Value,
+                        bits: int) -> ir.Value:
+    """The ``bits``-wide integer at shared byte address ``addr`` of the cluster's CTA ``rank``
+    where ``on`` (an i32, nonzero) holds, else ``other`` (8-bit values travel in an i16).  The
+    result is early-clobber: ``other`` is moved into it before the address and rank are read."""
     width = max(bits, 16)
     reg, kind = {16: ("h", "b16" if bits == 16 else "u8"), 32: ("r", "b32"), 64: ("l", "b64")}[width]
-    text = ("{\n.reg .b32 %tj_remote;\n"
-            f"mapa.shared::cluster.u32 %tj_remote, $1, {rank};\n"
-            f"ld.shared::cluster.{kind} $0, [%tj_remote];\n}}")
-    fnty = ir.FunctionType(ir.IntType(width), [addr.type])
-    return builder.asm(fnty, text, f"={reg},r,~{{memory}}", [addr], side_effect=True)
+    text = ("{\n.reg .pred %tj_on;\n.reg .b32 %tj_remote;\n"
+            "setp.ne.b32 %tj_on, $3, 0;\n"
+            f"mov.b{width} $0, $4;\n"
+            "@%tj_on mapa.shared::cluster.u32 %tj_remote, $1, $2;\n"
+            f"@%tj_on ld.shared::cluster.{kind} $0, [%tj_remote];\n}}")
+    fnty = ir.FunctionType(ir.IntType(width), [addr.type, rank.type, on.type, other.type])
+    return builder.asm(fnty, text, f"=&{reg},r,r,r,{reg},~{{memory}}", [addr, rank, on, other], side_effect=True)
 
 
 def setmaxnreg(builder: ir.IRBuilder, n: int, inc: bool) -> None:
