@@ -354,3 +354,24 @@ def test_a_cluster_kernel_launches_c_ctas_per_program_and_keeps_that_in_the_cach
     monkeypatch.setattr(launch, "launch_arrays", launch_arrays)
     CudaBackend().launch(art, (5, 2, 1), ["array"], None)            # the full path
     assert captured["geometry"] == ((20, 2, 1), ["view"])
+
+
+def test_the_1d_tutorial_spelling_is_split_alike_and_matches_numpy(monkeypatch):
+    """Triton's spelling (the row reshaped to 1-D, scalar max and sum) gets the same cluster and
+    warps as the example and NumPy's result on emulate.  Its max and sum take two exchanges
+    (softmax_pairs matches keepdims reductions only): measured as fast as one on the H200."""
+    from test_chunk_rows import softmax_1d
+    x = np.zeros((2, 65536), np.float32)
+    assert plan_cluster(tile_ir(softmax_1d, x, x, BLOCK=65536)) == plan_cluster(
+        tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)) == (65536, 4)
+    fn = cluster_rows(tile_ir(softmax_1d, x, x, BLOCK=65536))
+    assert [o.attrs.kind.value for o in ops_of(fn, TileOp.CLUSTER_REDUCE)] == ["max", "sum"]
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    monkeypatch.setenv("TILEJIT_DEBUG", "1")
+    k = getattr(softmax_1d, "kernel", softmax_1d)
+    assert k.inspect(x, x, BLOCK=65536).cluster_ctas == 4
+    assert k.inspect(x, x, BLOCK=65536).num_warps == softmax.softmax_kernel.inspect(x, x, BLOCK=65536).num_warps
+    x = np.random.default_rng(7).standard_normal((2, 50000)).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    softmax_1d[(2,)](x, y, BLOCK=65536)
+    tj.testing.assert_close(y, softmax.reference(x))
