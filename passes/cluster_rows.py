@@ -76,6 +76,12 @@ def supports(target: str) -> bool:
 
 def plan_cluster(fn: ir.Function) -> tuple[int, int] | None:
     """(W, C): the row width and the CTAs per cluster, or None when ``fn`` is not split."""
+    plan = _plan(fn)
+    return plan[:2] if plan else None
+
+
+def _plan(fn: ir.Function) -> tuple[int, int, frozenset] | None:
+    """(W, C, the wide values) of ``plan_cluster``."""
     if fn.meta.get("cluster_ctas", 1) > 1:
         return None
     tiles = [v for o in fn.walk() if (v := _memory_tile(o)) is not None]
@@ -100,15 +106,14 @@ def plan_cluster(fn: ir.Function) -> tuple[int, int] | None:
     ctas = 2
     while ctas < min(MAX_CTAS, width) and not fits(size // ctas):
         ctas *= 2
-    return width, ctas
+    return width, ctas, frozenset(wide)
 
 
 def cluster_rows(fn: ir.Function) -> ir.Function:
-    plan = plan_cluster(fn)
+    plan = _plan(fn)
     if plan is None:
         return fn
-    width, ctas = plan
-    wide = frozenset(splittable(fn, width))
+    width, ctas, wide = plan
     part = width // ctas
     top, fn.body.ops = fn.body.ops, []
     b = ir.Builder(fn.body)
@@ -122,8 +127,9 @@ def cluster_rows(fn: ir.Function) -> ir.Function:
     def remap(v: ir.Value) -> ir.Value:
         return mapped.get(v, v)
 
-    chunk = _Chunk(b, ChunkPlan(width, part, wide), first, remap)
-    pairs = softmax_pairs(top, ChunkPlan(width, part, wide)) if ONE_EXCHANGE else {}
+    parts = ChunkPlan(width, part, wide)
+    chunk = _Chunk(b, parts, first, remap)
+    pairs = softmax_pairs(top, parts) if ONE_EXCHANGE else {}
     deferred = set(pairs.values())
     for o in top:
         if o in pairs:

@@ -375,3 +375,22 @@ def test_the_1d_tutorial_spelling_is_split_alike_and_matches_numpy(monkeypatch):
     y = np.full_like(x, np.nan)
     softmax_1d[(2,)](x, y, BLOCK=65536)
     tj.testing.assert_close(y, softmax.reference(x))
+
+
+@tj.kernel
+def row_max_int8(x, out, BLOCK: tj.constexpr):
+    row = tj.program_id(0)
+    tj.store(out, (row,), tj.max(tj.load(x, (row, 0), (1, BLOCK)), axis=1))
+
+
+def test_one_byte_partials_cross_the_cluster(monkeypatch):
+    """int8 maxima of 128 KiB rows: 8 CTAs, the 1-byte exchange assembles (in 16-bit registers)
+    and gives NumPy's maxima on emulate."""
+    x = np.random.default_rng(4).integers(-100, 100, (3, 131072)).astype(np.int8)
+    out = np.zeros(3, np.int8)
+    fn = pipeline.compile_to_simt(tile_ir(row_max_int8, x, out, BLOCK=131072), 16, verify=True)
+    assert fn.meta.cluster_ctas == 8
+    assert ptxas.assemble(codegen.compile_ptx(fn), "sm_90a").spills == 0
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    row_max_int8[(3,)](x, out, BLOCK=131072)
+    np.testing.assert_array_equal(out, x.max(axis=1))

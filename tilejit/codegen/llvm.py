@@ -355,13 +355,10 @@ class KernelEmitter:
 
     def op_LOAD_SHARED_CLUSTER(self, op):
         dt = op.result.type.dtype
-        width = max(8 * dt.itemsize, 16)
         rank = self.get(op.operands[1])[0]
         on = self.b.zext(self.get(op.operands[2])[0], I32)
-        other = self.b.bitcast(to_mem(self.ctx, const(dt, op.attrs.other), dt), ir.IntType(8 * dt.itemsize)) \
-            if dt.itemsize > 1 else to_mem(self.ctx, const(dt, op.attrs.other), dt)
-        if dt.itemsize == 1:
-            other = self.b.zext(other, ir.IntType(16))
+        other = to_mem(self.ctx, const(dt, op.attrs.other), dt)           # as the integer the load gives
+        other = self.b.zext(other, ir.IntType(16)) if dt.itemsize == 1 else self.b.bitcast(other, ir.IntType(8 * dt.itemsize))
         out = []
         for addr in self.get(op.operands[0]):
             bits = mma.load_shared_cluster(self.b, shared_pointer(self.ctx, addr), rank, on, other, 8 * dt.itemsize)
