@@ -46,6 +46,14 @@ from tilejit.passes.warps import loaded_values, small_program
 from tilejit.passes.widen_offsets import widen_offsets
 
 
+# Threads per SM that a kernel of several programs per CTA (``pack_programs``) asks ptxas to
+# fit (its ``min_ctas_per_sm``; None: no hint beyond ``occupancy_hint``).  A short row keeps one
+# row's bytes in flight per program, so the bytes in flight per SM grow with the programs it
+# holds: bf16 layernorm at 128 columns takes 47 registers, 5 CTAs of 256 threads; at 1536
+# threads ptxas fits it in 40 with no spill.
+PACKED_THREADS_PER_SM = None
+
+
 @dataclass(frozen=True)
 class Options:
     """What the pipeline is asked for.  The switches are read from the environment once, at the
@@ -145,6 +153,8 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
     if fn.meta.cluster_ctas > 1 and cluster_module.THREADS_PER_SM and (     # (not where it would spill)
             loaded_values(tile_fn) // fn.meta.cluster_ctas <= fn.meta.cta_threads * cluster_module.VALUES_PER_THREAD):
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, cluster_module.THREADS_PER_SM // fn.meta.cta_threads)
+    if fn.meta.programs_per_cta > 1 and PACKED_THREADS_PER_SM:           # (at most 32 CTAs per SM)
+        fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, min(32, PACKED_THREADS_PER_SM // fn.meta.cta_threads))
     if fn.meta.persistent and persist_module.THREADS_PER_SM:
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)
     fn.meta.fast_math = fast_math             # codegen: approximate sin/cos (a launch option)
