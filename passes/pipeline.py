@@ -50,8 +50,8 @@ from tilejit.passes.widen_offsets import widen_offsets
 # fit (its ``min_ctas_per_sm``; None: no hint beyond ``occupancy_hint``).  A short row keeps one
 # row's bytes in flight per program, so the bytes in flight per SM grow with the programs it
 # holds: bf16 layernorm at 128 columns takes 47 registers, 5 CTAs of 256 threads; at 1536
-# threads ptxas fits it in 40 with no spill.
-PACKED_THREADS_PER_SM = None
+# threads ptxas fits it in 40 with no spill.  Tried in turn: the first that does not spill wins.
+PACKED_THREADS_PER_SM = (2048, 1536)
 
 
 @dataclass(frozen=True)
@@ -149,14 +149,20 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
         if dump:
             dump(stage.name, stage_text(fn, stage.level))
     fn.meta.target = target
-    fn.meta.min_ctas_per_sm = occupancy_hint(tile_fn, num_warps)
+    fn.meta.min_ctas_per_sm = plain = occupancy_hint(tile_fn, num_warps)
     if fn.meta.cluster_ctas > 1 and cluster_module.THREADS_PER_SM and (     # (not where it would spill)
             loaded_values(tile_fn) // fn.meta.cluster_ctas <= fn.meta.cta_threads * cluster_module.VALUES_PER_THREAD):
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, cluster_module.THREADS_PER_SM // fn.meta.cta_threads)
-    if fn.meta.programs_per_cta > 1 and PACKED_THREADS_PER_SM:           # (at most 32 CTAs per SM)
-        fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, min(32, PACKED_THREADS_PER_SM // fn.meta.cta_threads))
+    wishes = sorted({min(32, threads // fn.meta.cta_threads) for threads in PACKED_THREADS_PER_SM or ()}
+                    if fn.meta.programs_per_cta > 1 else (), reverse=True)     # (at most 32 CTAs per SM)
     if fn.meta.persistent and persist_module.THREADS_PER_SM:
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)
+    wishes = [w for w in wishes if w > fn.meta.min_ctas_per_sm]
+    if wishes:                  # the most CTAs that assemble without spilling (the backend tries)
+        fn.meta.min_ctas_per_sm, *rest = wishes
+        fn.meta.min_ctas_fallbacks = (*rest, plain)
+    elif fn.meta.min_ctas_per_sm != plain:
+        fn.meta.min_ctas_fallbacks = (plain,)
     fn.meta.fast_math = fast_math             # codegen: approximate sin/cos (a launch option)
     return fn
 

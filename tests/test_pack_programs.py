@@ -8,7 +8,7 @@ import pytest
 import tilejit as tj
 from tilejit import backends, codegen, ir, simt
 from tilejit import dtypes as D
-from tilejit.backends import emulate
+from tilejit.backends import cuda, emulate
 from tilejit.examples.layernorm import layernorm_kernel
 from tilejit.examples.matmul import matmul_kernel
 from tilejit.examples.rmsnorm import rmsnorm_kernel
@@ -274,7 +274,8 @@ def test_sub_warp_programs_match_the_unpacked_kernel_bit_for_bit(name, dtype, bl
     simt.verify(packed)
     ptx = codegen.compile_ptx(packed, "sm_90a")
     assert ".maxntid 256" in ptx
-    assert assemble_or_skip(ptx, "sm_90a").spills == 0
+    assemble_or_skip(ptx, "sm_90a")
+    assert cuda.assemble_hinted(packed, "sm_90a")[0].spills == 0       # (the hint the backend keeps)
 
 
 def test_a_kernel_that_shuffles_across_replica_lanes_keeps_whole_warps():
@@ -330,3 +331,52 @@ def test_kernels_with_branches_are_not_coarsened(monkeypatch):
     kernel, specs, _ = CASES["layernorm"]           # uniform_masks puts its edge test in an IF
     fn = compile_to_simt(kernel.tile_ir(specs(D.float32), {"BLOCK": 1024}), num_warps=2)
     assert any(o.op is SimtOp.IF for o in fn.walk()) and fn.meta.programs_per_cta == 1
+
+
+def test_packed_kernels_wish_for_more_ctas_and_say_what_to_fall_back_to(monkeypatch):
+    """A packed kernel asks ptxas for 2048, then 1536 threads per SM, then for the plain hint; an
+    unpacked one keeps the plain hint and has nothing to fall back to."""
+    from tilejit.passes import pipeline
+    kernel, specs, _ = CASES["layernorm"]
+    packed = compile_to_simt(kernel.tile_ir(specs(D.bfloat16), {"BLOCK": 128}), 1, pack=True)
+    threads = packed.meta.cta_threads
+    assert packed.meta.programs_per_cta > 1
+    assert (packed.meta.min_ctas_per_sm, packed.meta.min_ctas_fallbacks) == (2048 // threads, (1536 // threads, 0))
+    one = compile_to_simt(kernel.tile_ir(specs(D.bfloat16), {"BLOCK": 4096}), 4, pack=True)
+    assert (one.meta.programs_per_cta, one.meta.min_ctas_per_sm, one.meta.min_ctas_fallbacks) == (1, 0, ())
+    monkeypatch.setattr(pipeline, "PACKED_THREADS_PER_SM", ())
+    plain = compile_to_simt(kernel.tile_ir(specs(D.bfloat16), {"BLOCK": 128}), 1, pack=True)
+    assert (plain.meta.min_ctas_per_sm, plain.meta.min_ctas_fallbacks) == (0, ())
+
+
+@pytest.mark.parametrize("spilling, kept", [((8,), 6), ((8, 6), 0), ((), 8), ((8, 6, 0), 6)])
+def test_the_backend_keeps_the_first_hint_that_does_not_spill(monkeypatch, spilling, kept):
+    """The cuda backend assembles with each hint in turn while the last one spilled, and keeps the
+    first without spills (where all spill: the one that spilled least, here hint 6)."""
+    from tilejit.codegen import ptxas
+    kernel, specs, _ = CASES["layernorm"]
+    tried = []
+
+    def fake_assemble(ptx, target, options=()):
+        hint = int(ptx.split(".minnctapersm")[1].split()[0]) if ".minnctapersm" in ptx else 0
+        tried.append(hint)
+        spills = {8: 64, 6: 8, 0: 16}[hint] if hint in spilling else 0
+        return ptxas.Assembled(b"cubin", 40, spills, 0, "")
+
+    monkeypatch.setattr(ptxas, "available", lambda: True)
+    monkeypatch.setattr(ptxas, "assemble", fake_assemble)
+    state = cuda.build(kernel.tile_ir(specs(D.bfloat16), {"BLOCK": 128}), 1, "sm_90a", pack=True)
+    assert state["simt_fn"].meta.min_ctas_per_sm == kept
+    assert (f".minnctapersm {kept}" in state["ptx"]) == bool(kept)
+    assert state["spills"] == (0 if kept != 6 or spilling == (8,) else 8)
+    assert tried == [8, 6, 0][:len(spilling) + 1 if len(spilling) < 3 else 3]
+
+
+def test_without_nvjitlink_the_backend_keeps_the_plain_hint(monkeypatch):
+    """The driver JIT reports no spills to judge the wish by: the PTX carries the plain hint."""
+    from tilejit.codegen import ptxas
+    kernel, specs, _ = CASES["layernorm"]
+    monkeypatch.setattr(ptxas, "available", lambda: False)
+    state = cuda.build(kernel.tile_ir(specs(D.bfloat16), {"BLOCK": 128}), 1, "sm_90a", pack=True)
+    assert state["simt_fn"].meta.min_ctas_per_sm == 0 and ".minnctapersm" not in state["ptx"]
+    assert "cubin" not in state

@@ -126,11 +126,42 @@ def stage_cubin(state: dict) -> None:
     if not ptxas.available() or "setmaxnreg" in state["ptx"]:
         # (nvJitLink compiles relocatable code, where ptxas ignores setmaxnreg (C7504): a
         # warp-specialised kernel is JIT-compiled whole by the driver, which honours it)
+        meta = state["simt_fn"].meta if "simt_fn" in state else None
+        if meta and meta.min_ctas_fallbacks:           # no spill report to judge a wish by: the plain hint
+            meta.min_ctas_per_sm, meta.min_ctas_fallbacks = meta.min_ctas_fallbacks[-1], ()
+            stage_llvm(state)
+            stage_ptx(state)
         return
-    asm = ptxas.assemble(state["ptx"], state["target"])
+    asm, state["llvm_ir"], state["ptx"] = assemble_hinted(state["simt_fn"], state["target"],
+                                                          state["llvm_ir"], state["ptx"])
     # a log without ptxas's "Used N registers" line (seen under compute-sanitizer's racecheck)
     # leaves registers unknown, never 0: registers_per_thread then asks the loaded function
     state["cubin"], state["registers"], state["spills"] = asm.cubin, asm.registers or None, asm.spills
+
+
+def assemble_hinted(fn, target: str, llvm_ir: str | None = None, ptx: str | None = None):
+    """nvJitLink's assembly of SIMT ``fn`` (and its LLVM IR and PTX, when given), and, while it
+    spills, again with each of ``fn.meta.min_ctas_fallbacks`` as the occupancy hint: the pipeline's
+    hint for packed kernels is a wish.  Keeps the first that does not spill (else the one that
+    spills least; the later on a tie) and leaves its hint in ``fn.meta``.
+    Returns (``ptxas.Assembled``, LLVM IR, PTX)."""
+    from tilejit import codegen
+    from tilejit.codegen import ptxas
+    if ptx is None:
+        llvm_ir = codegen.emit_llvm(fn, target)
+        ptx = codegen.ptx_from_llvm(llvm_ir, target)
+    best = ptxas.assemble(ptx, target), fn.meta.min_ctas_per_sm, llvm_ir, ptx
+    for hint in fn.meta.min_ctas_fallbacks:
+        if not best[0].spills:
+            break
+        fn.meta.min_ctas_per_sm = hint
+        llvm_ir = codegen.emit_llvm(fn, target)
+        ptx = codegen.ptx_from_llvm(llvm_ir, target)
+        asm = ptxas.assemble(ptx, target)
+        if asm.spills <= best[0].spills:
+            best = asm, hint, llvm_ir, ptx
+    asm, fn.meta.min_ctas_per_sm, llvm_ir, ptx = best
+    return asm, llvm_ir, ptx
 
 
 STAGES = {"simt": stage_simt, "llvm": stage_llvm, "ptx": stage_ptx, "cubin": stage_cubin}
