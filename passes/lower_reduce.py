@@ -13,7 +13,6 @@ from tilejit.ir import ReduceKind, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_shared
 from tilejit.passes.assign_layouts import is_tile
-from tilejit.passes import cluster_rows
 from tilejit.passes.chunk_loops import identity
 
 _COMBINE = {ReduceKind.SUM: TileOp.ADD, ReduceKind.MAX: TileOp.MAXIMUM, ReduceKind.MIN: TileOp.MINIMUM}
@@ -118,8 +117,7 @@ def _exchange(lw, xs: list, others: list) -> list:
     at most ``shared_memory.DEDICATED_BYTES``: never reused, so no CTA overwrites what another
     still reads); after one cluster barrier lane r < C of every warp reads them from the
     cluster's CTA r (the other lanes hold ``others``: one identity per tile), so a warp reads C
-    remote values per register, not 32 times C.  Returns the registers read, per tile (with
-    ``cluster_rows.LANE_READS`` off: every thread reads all C CTAs', a list per tile)."""
+    remote values per register, not 32 times C.  Returns the registers read, per tile."""
     stores = []
     for x in xs:
         item = x.type.dtype.itemsize
@@ -137,11 +135,6 @@ def _exchange(lw, xs: list, others: list) -> list:
         lw.emit(simt.SimtOp.STORE_SHARED, [addr, value], None, simt.SharedAttrs(vec, buf))
     lw.emit(simt.SimtOp.CLUSTER_BARRIER, [])
     ctas = lw.fn.meta["cluster_ctas"]
-    if not cluster_rows.LANE_READS:         # every thread reads every CTA's values
-        yes = lw.const(D.bool_, [True])
-        return [[lw.emit(simt.SimtOp.LOAD_SHARED_CLUSTER, [addr, lw.const(D.int32, [r]), yes], value.type,
-                         simt.ClusterSharedAttrs(1, buf, other)).result for r in range(ctas)]
-                for (addr, value, buf, _), other in zip(stores, others)]
     lane = lw.thread_id("lane")
     on = lw.ew(TileOp.LT, [lane, lw.const(D.int32, [ctas])], D.bool_)
     return [lw.emit(simt.SimtOp.LOAD_SHARED_CLUSTER, [addr, lane, on], value.type,
@@ -151,13 +144,7 @@ def _exchange(lw, xs: list, others: list) -> list:
 
 def _across_cluster(lw, v, combine):
     """``v`` (lane r: CTA r's values) combined over lanes 0 .. C-1 by butterfly shuffles, then
-    every lane given lane 0's result: the same order, so the same bits, in every warp and CTA.
-    (Without ``LANE_READS``, ``v`` is the list of every CTA's values, combined in rank order.)"""
-    if isinstance(v, list):
-        total = v[0]
-        for part in v[1:]:
-            total = combine(total, part)
-        return total
+    every lane given lane 0's result: the same order, so the same bits, in every warp and CTA."""
     mask = 1
     while mask < lw.fn.meta["cluster_ctas"]:
         v = combine(v, lw.emit(simt.SimtOp.SHUFFLE_XOR, [v], v.type, simt.MaskAttrs(mask)).result)
@@ -185,5 +172,4 @@ def cluster_softmax(lw, o: ir.Operation) -> tuple[ir.Value, ir.Value]:
     safe = lw.ew(TileOp.WHERE, [empty, lw.const(f32, [0.0] * n), big], f32)
     def term(m, s):
         return lw.ew(TileOp.MUL, [s, lw.ew(TileOp.EXP, [lw.ew(TileOp.SUB, [m, safe], f32)], f32)], f32)
-    terms = [term(a, b) for a, b in zip(m, s)] if isinstance(m, list) else term(m, s)
-    return big, _across_cluster(lw, terms, lambda a, b: lw.ew(TileOp.ADD, [a, b], f32))
+    return big, _across_cluster(lw, term(m, s), lambda a, b: lw.ew(TileOp.ADD, [a, b], f32))
