@@ -13,8 +13,10 @@ for spec in ${1:-softmax:4096:bfloat16 layernorm:4096:bfloat16}; do
       -k "regex:$kern" -s 1 -c 1 --section SpeedOfLight --section WarpStateStats --section Occupancy \
       --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       --section InstructionStats --section SourceCounters \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
       python3 benchmarks/profile_one.py "$kern" --columns "$cols" --dtype "$dt" > "$f" 2>&1
     echo "== $kern $cols $dt ${SWITCH:-TILEJIT_PERSIST}=$mode"
-    grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Warp Cycles Per Issued|Executed Instructions  |Grid Size|Block Size|Issued Warp|No Eligible|Cluster|Waves" "$f" | head -40
+    grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Warp Cycles Per Issued|Executed Instructions  |Grid Size|Block Size|Issued Warp|No Eligible|Cluster Size|Waves" "$f" | head -40
+    grep -E "issue_stalled" "$f" | awk '$NF+0 >= 0.3 {print "    stall", $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' 
   done
 done
