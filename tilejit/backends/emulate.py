@@ -320,8 +320,7 @@ class Machine:
         self.remote_reads = False
 
     def op_CLUSTER_ARRIVE(self, o, f):
-        """The split exit barrier's arrive (shared writes before it stay unordered: only remote
-        reads before the arrive are allowed, and none after it)."""
+        """A relaxed arrive: it orders nothing, so shared writes before it stay unordered."""
         self._whole_cluster(o, f)
         if self.arrived:
             raise EmulatorError("CLUSTER_ARRIVE twice with no CLUSTER_WAIT between")

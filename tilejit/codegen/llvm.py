@@ -372,7 +372,7 @@ class KernelEmitter:
         mma.cluster_barrier(self.b)
 
     def op_CLUSTER_ARRIVE(self, op):
-        mma.cluster_arrive(self.b)
+        mma.cluster_arrive_relaxed(self.b)
 
     def op_CLUSTER_WAIT(self, op):
         mma.cluster_wait(self.b)

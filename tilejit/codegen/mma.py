@@ -266,16 +266,14 @@ def cluster_barrier(builder: ir.IRBuilder) -> None:
               "~{memory}", [])
 
 
-def cluster_arrive(builder: ir.IRBuilder) -> None:
-    """The thread arrives at the cluster barrier (release: its remote reads are performed first;
-    a relaxed arrive let ptxas or the hardware pass them, and the CTAs they read could leave:
-    launch failures on the H200)."""
-    _void_asm(builder, "barrier.cluster.arrive.release.aligned;", "~{memory}", [])
+def cluster_arrive_relaxed(builder: ir.IRBuilder) -> None:
+    """The thread arrives at the cluster barrier with no memory ordering (the split exit barrier)."""
+    _void_asm(builder, "barrier.cluster.arrive.relaxed.aligned;", "~{memory}", [])
 
 
 def cluster_wait(builder: ir.IRBuilder) -> None:
     """The thread waits until every thread of the cluster has arrived."""
-    _void_asm(builder, "barrier.cluster.wait.acquire.aligned;", "~{memory}", [])
+    _void_asm(builder, "barrier.cluster.wait.aligned;", "~{memory}", [])
 
 
 def load_shared_cluster(builder: ir.IRBuilder, addr: ir.Value, rank: ir.Value, on: ir.Value, other: ir.Value,
