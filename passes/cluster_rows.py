@@ -57,11 +57,6 @@ ONE_EXCHANGE = True
 # copy) against every thread reading all C CTAs' (32 * C per warp): softmax bf16 64K / 128K 0.60 /
 # 0.55 against 0.58 / 0.50, fp32 0.80 / 0.77 against 0.80 / 0.76, so that version is gone.  Norms
 # over clusters stay slower than chunk loops with lane reads too (layernorm bf16 16K 0.24).
-# The exit barrier (no CTA leaves while another may still read its shared memory) split in two:
-# each thread arrives (relaxed: its global stores need not be done) once the remote reads are
-# consumed, and waits at the end; else (False) one barrier.cluster arrive.release + wait.acquire
-# at the end, whose release waits for the row's stores.
-SPLIT_EXIT = True
 # Threads per SM that a clustered kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: the
 # pipeline's hint, which kernels under 512 threads do not get), and the values each thread loads
 # at most (``passes.warps`` gives the part more warps until it holds).  H200 (2026-12-04,

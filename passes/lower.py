@@ -17,7 +17,6 @@ from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.errors import CompileError
 from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
-from tilejit.passes import cluster_rows
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads
 from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
@@ -608,28 +607,6 @@ class Lowering:
         regions = [self.region(r, o.results) for r in o.regions]
         self.control(o, SimtOp.IF, [self.get(o.operands[0])], regions)
 
-    def exit_barrier(self) -> None:
-        """The cluster barrier before the CTAs leave: split (``cluster_rows.SPLIT_EXIT``) where
-        every remote read is in the top-level block: CLUSTER_ARRIVE right after the op that
-        consumes the last of them (issue is in order, so each read is done by then) and
-        CLUSTER_WAIT at the end; else one CLUSTER_BARRIER at the end."""
-        ops = self.b.block.ops
-        reads = {o.result for o in ops if o.op is SimtOp.LOAD_SHARED_CLUSTER}
-        if not cluster_rows.SPLIT_EXIT or len(reads) != sum(o.op is SimtOp.LOAD_SHARED_CLUSTER
-                                                            for o in self.b.block.walk()):
-            self.emit(SimtOp.CLUSTER_BARRIER, [])
-            return
-        uses = {}                               # read -> the index of the top-level op that first uses it
-        for i, o in enumerate(ops):
-            for x in (x for n in (o, *(n for r in o.regions for n in r.walk())) for x in n.operands):
-                if x in reads:
-                    uses.setdefault(x, i)
-        after = max(uses.get(r, len(ops) - 1) for r in reads)
-        arrive = self.emit(SimtOp.CLUSTER_ARRIVE, [])
-        ops.remove(arrive)
-        ops.insert(after + 1, arrive)
-        self.emit(SimtOp.CLUSTER_WAIT, [])
-
     # --- the function ------------------------------------------------------------------------------
     def run(self) -> ir.Function:
         for i, a in enumerate(self.fn.args):
@@ -637,7 +614,7 @@ class Lowering:
                 self.values[a] = self.param(ParamKind.SCALAR, i)
         self.block(self.fn.body)
         if any(o.op is SimtOp.LOAD_SHARED_CLUSTER for o in self.b.block.walk()):
-            self.exit_barrier()                 # no CTA leaves while another may still read its shared memory
+            self.emit(SimtOp.CLUSTER_BARRIER, [])   # no CTA leaves while another may still read its shared memory
         body = ir.Block([], self.prologue.block.ops + self.b.block.ops)
         meta = simt.SimtMeta(self.fn.name, self.params, self.num_warps, sorted(self.writes),
                              self.fn.meta.get("loc", ir.UNKNOWN_LOC), self.self_synced)

@@ -138,10 +138,6 @@ class SimtOp(enum.Enum):
     #   ``id`` over attrs.threads threads (one program's warps when a CTA holds several)  BarrierAttrs
     CLUSTER_BARRIER = enum.auto()  # () -> (): barrier.cluster arrive (release) and wait (acquire): every
     #   thread of every CTA of the cluster; shared bytes written before it are seen by all of them
-    CLUSTER_ARRIVE = enum.auto()   # () -> (): barrier.cluster.arrive.relaxed (no memory ordering): the
-    #   thread's part of a split exit barrier, placed where the CTA's remote reads are all consumed
-    CLUSTER_WAIT = enum.auto()     # () -> (): barrier.cluster.wait: the CTAs of the cluster have all
-    #   arrived (so no CTA leaves while another may still read its shared memory)
     LOAD_SHARED_CLUSTER = enum.auto()  # (addr, rank: i32 n=1, on: bool n=1) -> n values read at shared
     #   byte addresses ``addr`` of the cluster's CTA ``rank`` (mapa + ld.shared::cluster) where ``on``
     #   holds, attrs.other where it does not (nothing read)               ClusterSharedAttrs

@@ -120,10 +120,7 @@ class Machine:
                 self.mbarriers = emulate_tma.Mbarriers(self.shared_bytes, c)
                 self.unordered = np.zeros((c, self.shared_bytes), bool)   # written since the last cluster barrier
                 self.remote_reads = False                # another CTA's bytes read since then
-                self.arrived = False                     # a CLUSTER_ARRIVE not yet waited for
                 self.block(self.fn.body, Frame({}, np.arange(c)))
-                if self.arrived:
-                    raise EmulatorError(f"kernel '{self.fn.name}' ends after a CLUSTER_ARRIVE with no CLUSTER_WAIT")
                 if self.remote_reads:
                     raise EmulatorError(f"kernel '{self.fn.name}' ends without a cluster barrier after reading "
                                         "another CTA's shared memory: that CTA may already have left")
@@ -312,30 +309,11 @@ class Machine:
 
     # --- thread-block clusters (cluster_rows) ------------------------------------------------------
     def op_CLUSTER_BARRIER(self, o, f):
-        self._whole_cluster(o, f)
-        if self.arrived:
-            raise EmulatorError("CLUSTER_BARRIER after a CLUSTER_ARRIVE that was not waited for")
+        if len(f.ids) != len(self.block_ids):
+            raise EmulatorError("CLUSTER_BARRIER reached by only some of a cluster's CTAs")
         self.op_BARRIER(o, f)
         self.unordered[:] = False
         self.remote_reads = False
-
-    def op_CLUSTER_ARRIVE(self, o, f):
-        """A relaxed arrive: it orders nothing, so shared writes before it stay unordered."""
-        self._whole_cluster(o, f)
-        if self.arrived:
-            raise EmulatorError("CLUSTER_ARRIVE twice with no CLUSTER_WAIT between")
-        self.arrived = True
-
-    def op_CLUSTER_WAIT(self, o, f):
-        self._whole_cluster(o, f)
-        if not self.arrived:
-            raise EmulatorError("CLUSTER_WAIT with no CLUSTER_ARRIVE before it: the cluster would never meet")
-        self.arrived = False
-        self.remote_reads = False
-
-    def _whole_cluster(self, o, f):
-        if len(f.ids) != len(self.block_ids):
-            raise EmulatorError(f"{o.op.name} reached by only some of a cluster's CTAs")
 
     def op_LOAD_SHARED_CLUSTER(self, o, f):
         dt = o.result.type.dtype.np
@@ -344,9 +322,6 @@ class Machine:
         out = self.full(f, o.attrs.other, dt, addr.shape[-1]).copy()
         if not on.any():
             return out
-        if self.arrived:
-            raise EmulatorError("LOAD_SHARED_CLUSTER after this CTA's CLUSTER_ARRIVE: the CTA it reads may "
-                                "already have left")
         if (rank[on] < 0).any() or (rank[on] >= self.cluster).any():
             raise EmulatorError(f"LOAD_SHARED_CLUSTER of rank {int(rank[on].max())} in clusters of {self.cluster} CTAs")
         rows, addr = self.shared_index(o, f, addr, dt.itemsize)

@@ -371,12 +371,6 @@ class KernelEmitter:
     def op_CLUSTER_BARRIER(self, op):
         mma.cluster_barrier(self.b)
 
-    def op_CLUSTER_ARRIVE(self, op):
-        mma.cluster_arrive_relaxed(self.b)
-
-    def op_CLUSTER_WAIT(self, op):
-        mma.cluster_wait(self.b)
-
     def op_STORE_SHARED(self, op):
         vec = op.attrs.vec if op.attrs is not None else 1
         store_shared(self.ctx, self.get(op.operands[0]), self.get(op.operands[1]),

@@ -266,16 +266,6 @@ def cluster_barrier(builder: ir.IRBuilder) -> None:
               "~{memory}", [])
 
 
-def cluster_arrive_relaxed(builder: ir.IRBuilder) -> None:
-    """The thread arrives at the cluster barrier with no memory ordering (the split exit barrier)."""
-    _void_asm(builder, "barrier.cluster.arrive.relaxed.aligned;", "~{memory}", [])
-
-
-def cluster_wait(builder: ir.IRBuilder) -> None:
-    """The thread waits until every thread of the cluster has arrived."""
-    _void_asm(builder, "barrier.cluster.wait.aligned;", "~{memory}", [])
-
-
 def load_shared_cluster(builder: ir.IRBuilder, addr: ir.Value, rank: ir.Value, on: ir.Value, other: ir.Value,
                         bits: int) -> ir.Value:
     """The ``bits``-wide integer at shared byte address ``addr`` of the cluster's CTA ``rank``
