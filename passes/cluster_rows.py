@@ -57,6 +57,11 @@ ONE_EXCHANGE = True
 # copy) against every thread reading all C CTAs' (32 * C per warp): softmax bf16 64K / 128K 0.60 /
 # 0.55 against 0.58 / 0.50, fp32 0.80 / 0.77 against 0.80 / 0.76, so that version is gone.  Norms
 # over clusters stay slower than chunk loops with lane reads too (layernorm bf16 16K 0.24).
+# The exit barrier is one barrier.cluster arrive.release + wait.acquire after the stores.  Split
+# (H200, 2026-12-04, same call, ratio to copy at 32K / 64K / 128K): an arrive.release right after
+# the exchange and the wait at the end gave softmax bf16 0.66 / 0.60 / 0.54 and fp32 0.80 / 0.76
+# / 0.74, against 0.66 / 0.59 / 0.55 and 0.82 / 0.80 / 0.77 whole; an arrive.relaxed failed
+# launches (a remote read passed it).  So the barrier stays whole.
 # Threads per SM that a clustered kernel asks ptxas to fit (its ``min_ctas_per_sm``; None: the
 # pipeline's hint, which kernels under 512 threads do not get), and the values each thread loads
 # at most (``passes.warps`` gives the part more warps until it holds).  H200 (2026-12-04,
