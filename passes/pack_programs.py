@@ -21,6 +21,12 @@ exactly as before: this SIMT pass, the last of the pipeline, rewrites only the g
   address is moved by ``group * that``, and each ``BARRIER`` syncs only its group (named
   barrier ``1 + group`` over ``32 * num_warps`` threads).
 
+A packed kernel's programs each keep one short row's bytes in flight, so the bytes in flight
+per SM grow with the CTAs it holds: the pipeline asks ptxas to fit 2048, then 1536 threads per
+SM (``pipeline.PACKED_THREADS_PER_SM``, ``SimtMeta.min_ctas_fallbacks``), and the cuda backend
+keeps the first hint that assembles without spills (``backends.cuda.assemble_hinted``).  bf16
+layernorm at 128 columns: 47 registers (5 CTAs of 256 threads) become 40 (6 CTAs), +6%.
+
 Only kernels without tensor cores or async copies (their rings and descriptors hold shared
 addresses this pass does not move) and whose control flow is the same for every program are
 packed: the emulator runs a CTA's threads in lockstep, so it could not run programs of one CTA
