@@ -52,6 +52,9 @@ from tilejit.passes.widen_offsets import widen_offsets
 # holds: bf16 layernorm at 128 columns takes 47 registers, 5 CTAs of 256 threads; at 1536
 # threads ptxas fits it in 40 with no spill.  Tried in turn: the first that does not spill wins.
 PACKED_THREADS_PER_SM = (2048, 1536)
+# The same wishes for the other kernels that get ``occupancy_hint``'s (memory-bound, 512 threads
+# or more: long rows in chunk loops, whose loads wait at 2 CTAs per SM).  () : none.
+ROW_THREADS_PER_SM = ()
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,10 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
     if fn.meta.cluster_ctas > 1 and cluster_module.THREADS_PER_SM and (     # (not where it would spill)
             loaded_values(tile_fn) // fn.meta.cluster_ctas <= fn.meta.cta_threads * cluster_module.VALUES_PER_THREAD):
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, cluster_module.THREADS_PER_SM // fn.meta.cta_threads)
-    wishes = sorted({min(32, threads // fn.meta.cta_threads) for threads in PACKED_THREADS_PER_SM or ()}
-                    if fn.meta.programs_per_cta > 1 else (), reverse=True)     # (at most 32 CTAs per SM)
+    wanted = PACKED_THREADS_PER_SM if fn.meta.programs_per_cta > 1 else \
+        ROW_THREADS_PER_SM if plain and fn.meta.cluster_ctas == 1 and not fn.meta.persistent else ()
+    wishes = sorted({min(32, threads // fn.meta.cta_threads) for threads in wanted or ()},
+                    reverse=True)                                          # (at most 32 CTAs per SM)
     if fn.meta.persistent and persist_module.THREADS_PER_SM:
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)
     wishes = [w for w in wishes if w > fn.meta.min_ctas_per_sm]
