@@ -25,7 +25,8 @@ A packed kernel's programs each keep one short row's bytes in flight, so the byt
 per SM grow with the CTAs it holds: the pipeline asks ptxas to fit 2048, then 1536 threads per
 SM (``pipeline.PACKED_THREADS_PER_SM``, ``SimtMeta.min_ctas_fallbacks``), and the cuda backend
 keeps the first hint that assembles without spills (``backends.cuda.assemble_hinted``).  bf16
-layernorm at 128 columns: 47 registers (5 CTAs of 256 threads) become 40 (6 CTAs), +6%.
+layernorm at 128 columns: 47 registers (5 CTAs of 256 threads) become 40 (6 CTAs), +6%.  Long-
+row kernels of 512 threads or more make the same wishes (``pipeline.ROW_THREADS_PER_SM``).
 
 Only kernels without tensor cores or async copies (their rings and descriptors hold shared
 addresses this pass does not move) and whose control flow is the same for every program are

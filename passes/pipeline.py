@@ -53,8 +53,11 @@ from tilejit.passes.widen_offsets import widen_offsets
 # threads ptxas fits it in 40 with no spill.  Tried in turn: the first that does not spill wins.
 PACKED_THREADS_PER_SM = (2048, 1536)
 # The same wishes for the other kernels that get ``occupancy_hint``'s (memory-bound, 512 threads
-# or more: long rows in chunk loops, whose loads wait at 2 CTAs per SM).  () : none.
-ROW_THREADS_PER_SM = ()
+# or more: long rows in chunk loops, whose loads wait at 2 CTAs per SM).  H200 (2026-12-04, same
+# call, ratio to copy, with / without): RMSNorm bf16 16K 0.84 / 0.69, 32K 0.79 / 0.72 (40
+# registers, 3 CTAs of 512 threads), softmax bf16 32K 0.70 / 0.66; the other 15 cells of softmax,
+# layernorm and RMSNorm at 16K-64K, fp32 and bf16, within 2%.
+ROW_THREADS_PER_SM = (2048, 1536)
 
 
 @dataclass(frozen=True)

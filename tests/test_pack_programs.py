@@ -380,3 +380,22 @@ def test_without_nvjitlink_the_backend_keeps_the_plain_hint(monkeypatch):
     state = cuda.build(kernel.tile_ir(specs(D.bfloat16), {"BLOCK": 128}), 1, "sm_90a", pack=True)
     assert state["simt_fn"].meta.min_ctas_per_sm == 0 and ".minnctapersm" not in state["ptx"]
     assert "cubin" not in state
+
+
+def test_long_row_kernels_wish_too_but_not_clustered_or_persistent_ones(monkeypatch):
+    """A 512-thread chunk-loop kernel (bf16 layernorm over 65536 columns) wishes for 4, then 3 CTAs
+    per SM, falling back to occupancy_hint's 2; a clustered softmax keeps its own hint and wishes
+    for nothing; with ROW_THREADS_PER_SM=() the plain hint stays."""
+    from tilejit.passes import pipeline
+    kernel, specs, _ = CASES["layernorm"]
+    tile = kernel.tile_ir(specs(D.bfloat16), {"BLOCK": 65536})
+    fn = compile_to_simt(tile, 16)
+    assert (fn.meta.cta_threads, fn.meta.cluster_ctas, fn.meta.persistent) == (512, 1, False)
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (4, (3, 2))
+    soft, soft_specs, _ = CASES["softmax"]
+    clustered = compile_to_simt(soft.tile_ir(soft_specs(D.bfloat16), {"BLOCK": 65536}), 16)
+    assert clustered.meta.cluster_ctas > 1 and clustered.meta.cta_threads == 512
+    assert (clustered.meta.min_ctas_per_sm, clustered.meta.min_ctas_fallbacks) == (2, ())   # its THREADS_PER_SM
+    monkeypatch.setattr(pipeline, "ROW_THREADS_PER_SM", ())
+    fn = compile_to_simt(tile, 16)
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (2, ())
