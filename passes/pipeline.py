@@ -58,6 +58,8 @@ PACKED_THREADS_PER_SM = (2048, 1536)
 # registers, 3 CTAs of 512 threads), softmax bf16 32K 0.70 / 0.66; the other 15 cells of softmax,
 # layernorm and RMSNorm at 16K-64K, fp32 and bf16, within 2%.
 ROW_THREADS_PER_SM = (2048, 1536)
+# ... and for persistent row kernels (``persist_programs``).  () : none (not yet measured).
+PERSIST_THREADS_PER_SM = ()
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,8 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
             loaded_values(tile_fn) // fn.meta.cluster_ctas <= fn.meta.cta_threads * cluster_module.VALUES_PER_THREAD):
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, cluster_module.THREADS_PER_SM // fn.meta.cta_threads)
     wanted = PACKED_THREADS_PER_SM if fn.meta.programs_per_cta > 1 else \
-        ROW_THREADS_PER_SM if plain and fn.meta.cluster_ctas == 1 and not fn.meta.persistent else ()
+        PERSIST_THREADS_PER_SM if fn.meta.persistent and not any(o.op is TileOp.DOT for o in tile_fn.walk()) else \
+        ROW_THREADS_PER_SM if plain and fn.meta.cluster_ctas == 1 else ()
     wishes = sorted({min(32, threads // fn.meta.cta_threads) for threads in wanted or ()},
                     reverse=True)                                          # (at most 32 CTAs per SM)
     if fn.meta.persistent and persist_module.THREADS_PER_SM:
