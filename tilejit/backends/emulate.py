@@ -10,32 +10,30 @@ definition; elementwise ops use the interpreter's reference semantics.
 Checks that catch compiler bugs without a GPU: a shared-memory read of bytes another thread
 wrote since the last BARRIER (or a write of bytes another thread read or wrote since then)
 is a race; a ``vec`` access whose offsets are not contiguous or whose address is not aligned
-is an error; control values must be uniform across each CTA.  Tensor-core ops and async
-copies run through ``emulate_mma`` (the PTX fragment maps); an async copy writes shared
+is an error; control values must be uniform across each CTA.  Tensor-core ops, async copies,
+TMA, mbarriers and warp specialisation are ``emulate_async.AsyncOps``, a mixin of ``Machine``
+(through ``emulate_mma``'s PTX fragment maps and ``emulate_tma``); an async copy writes shared
 memory only when a CP_ASYNC_WAIT retires its group, and reading bytes a copy still has in
-flight is an error, so a missing or too-weak wait is caught.
+flight is an error, so a missing or too-weak wait is caught.  ``emulate_frame`` holds the
+pieces all of them share (``EmulatorError``, ``Frame``, ``uniform``).
 """
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 
 from tilejit.abi import ParamKind
 from tilejit import backends, ir, simt
 from tilejit.backends import emulate_mma, emulate_tma
+from tilejit.backends.emulate_async import AsyncOps
+from tilejit.backends.emulate_frame import WARP, EmulatorError, Frame, uniform  # noqa: F401 (re-exported)
 from tilejit.errors import DeviceAssertError, LaunchError
 from tilejit.backends.interpret import atomic_combine, elementwise_fn
 from tilejit.simt import MapType, PtrType, SimtOp, SplitAttrs
 
-WARP = 32
 MAX_BATCH_THREADS = 1 << 16
 
-
-class EmulatorError(LaunchError):
-    """The SIMT program did something the hardware would not do correctly (race, misaligned
-    vector access, divergent control flow): always a compiler bug."""
 
 
 class GlobalArray:
@@ -62,32 +60,8 @@ class GlobalArray:
         return idx
 
 
-class Frame:
-    """The values of a set of CTAs of the batch (``ids`` index the batch)."""
 
-    def __init__(self, env: dict, ids: np.ndarray):
-        self.env, self.ids = env, ids
-
-    def subset(self, sel: np.ndarray) -> "Frame":
-        env = {k: (v[sel] if isinstance(v, np.ndarray) else v) for k, v in self.env.items()}
-        return Frame(env, self.ids[sel])
-
-    def __getitem__(self, v):
-        return self.env[v]
-
-    def __setitem__(self, v, x):
-        self.env[v] = x
-
-
-def uniform(x: np.ndarray, what: str) -> np.ndarray:
-    """The per-CTA value of a control operand, which every thread must agree on."""
-    first = x[:, 0, 0]
-    if not (x == first[:, None, None]).all():
-        raise EmulatorError(f"{what} differs between threads of a CTA")
-    return first
-
-
-class Machine:
+class Machine(AsyncOps):
     """One launch of a SIMT function over a grid."""
 
     def __init__(self, fn: ir.Function, grid, params: list, race_check: bool = True):
@@ -338,281 +312,6 @@ class Machine:
     def op_BARRIER(self, o, f):
         self.writer[f.ids] = -1
         self.reader[f.ids] = -1
-
-    # --- tensor cores and async copies ---------------------------------------------------------------
-    def check_landed(self, o, rows, addr) -> None:
-        """Reading shared bytes that an async copy has not written yet is undefined behaviour."""
-        if self.mbarriers.bars and self.mbarriers.pending[rows, addr].any():
-            raise EmulatorError(f"{o.op.name} reads shared bytes a TMA copy has not landed "
-                                f"(a missing MBARRIER_WAIT)")
-        if self.copies.groups or self.copies.uncommitted:
-            if self.copies.pending_mask(self.shared)[rows, addr].any():
-                raise EmulatorError(f"{o.op.name} reads shared bytes an async copy has not landed "
-                                    f"(a missing or too-weak CP_ASYNC_WAIT)")
-
-    def op_LDMATRIX(self, o, f):
-        num = o.attrs.num
-        addr = f[o.operands[0]][:, :, 0].astype(np.int64)
-        lanes = (self.tid % WARP) < 8 * num          # the lanes whose row address is used
-        rows16 = addr[:, lanes][:, :, None] + np.arange(16)
-        ctas = np.broadcast_to(f.ids[:, None, None], rows16.shape)
-        if rows16.min() < 0 or rows16.max() >= self.shared_bytes:
-            raise EmulatorError("LDMATRIX: row address out of range")
-        self.check_landed(o, ctas, rows16)
-        readers = np.broadcast_to(self.tid[lanes][None, :, None], rows16.shape)
-        if self.race_check:
-            seen = self.writer[ctas, rows16]
-            if ((seen != -1) & (seen != readers)).any():
-                raise EmulatorError("shared-memory race: LDMATRIX reads bytes written by another "
-                                    "thread since the last BARRIER")
-            self.reader[ctas, rows16] = readers
-        regs = emulate_mma.ldmatrix(self.shared[f.ids], addr, num, o.attrs.trans)
-        return np.ascontiguousarray(regs).view(np.int32)
-
-    def op_MMA(self, o, f):
-        a, b, c = (f[x] for x in o.operands)
-        d = emulate_mma.mma(a, b, c, o.attrs.kind)
-        return d.astype(o.result.type.dtype.np)
-
-    def op_WGMMA(self, o, f):
-        """Computed at issue; the bytes it reads stay *in flight* (the hardware may read them
-        any time) until a WGMMA_WAIT retires its group: writing them before that is a race."""
-        acc, a, b = (f[x] for x in o.operands)
-        n = o.attrs.n
-        B, A = emulate_mma.ML.Operand.B, emulate_mma.ML.Operand.A
-        for v, operand in ((b, B),) if o.attrs.a_regs else ((a, A), (b, B)):
-            for c, cta in enumerate(f.ids):
-                for first in range(0, self.threads, emulate_mma.WARPGROUP):
-                    addrs = emulate_mma.wgmma_operand_addresses(int(v[c, first, 0]), o.attrs, operand, n)
-                    self.check_landed(o, np.full(addrs.shape, cta), addrs)
-                    read = np.unique(addrs.ravel()[:, None] + np.arange(emulate_mma.wgmma_item(o.attrs)))
-                    if self.race_check:     # any store since the last BARRIER (and fence) is a race
-                        if (self.writer[cta, read] != -1).any():
-                            raise EmulatorError("shared-memory race: WGMMA reads bytes written since the "
-                                                "last BARRIER")
-                        self.reader[cta, read] = first
-                    self.wgmma_open.append((int(cta), read))
-        return emulate_mma.wgmma(self.shared[f.ids], a if o.attrs.a_regs else a[:, :, 0], b[:, :, 0],
-                                  acc, o.attrs)
-
-    def op_WGMMA_COMMIT(self, o, f):
-        self.wgmma_groups.append(self.wgmma_open)
-        self.wgmma_open = []
-
-    def op_WGMMA_WAIT(self, o, f):
-        del self.wgmma_groups[:max(0, len(self.wgmma_groups) - o.attrs.n)]
-        for a, r in zip(o.operands, o.results):
-            f[r] = f[a]
-        return f[o.operands[0]] if len(o.results) == 1 else None      # (block() stores a lone result)
-
-    def check_wgmma_reads(self, o, f, addr: np.ndarray) -> None:
-        """``addr`` (ctas of ``f``, ...) byte addresses ``o`` writes must not be read by a wgmma
-        still in flight (a missing or too-weak WGMMA_WAIT, or a ring slot reused too soon)."""
-        for group in self.wgmma_groups + [self.wgmma_open]:
-            for cta, read in group:
-                rows = np.nonzero(f.ids == cta)[0]
-                if len(rows) and np.isin(addr[rows], read).any():
-                    raise EmulatorError(f"shared-memory race: {o.op.name} writes bytes an in-flight "
-                                        f"WGMMA reads (before the WGMMA_WAIT that retires it)")
-
-    def op_WGMMA_FENCE(self, o, f):          # ordering only: the emulator runs wgmma in program order
-        pass
-
-    op_FENCE_PROXY_ASYNC = op_WGMMA_FENCE
-
-    def op_PACK(self, o, f):
-        x = f[o.operands[0]]
-        bits = o.operands[0].type.dtype.bits
-        raw = np.ascontiguousarray(x).view(np.dtype(f"uint{bits}")).astype(np.uint32)
-        per = 32 // bits
-        raw = raw.reshape(raw.shape[:2] + (-1, per)) << (np.arange(per, dtype=np.uint32) * bits)
-        return np.bitwise_or.reduce(raw, axis=-1).view(np.int32)
-
-    def op_CP_ASYNC(self, o, f):
-        ptr = f[o.operands[0]]
-        offs, addr, src = (f[x] for x in o.operands[1:4])
-        issue = f[o.operands[4]][:, :, 0].astype(bool) if len(o.operands) == 5 else None
-        if self.wgmma_groups or self.wgmma_open:
-            self.check_wgmma_reads(o, f, addr.astype(np.int64)[..., None] + np.arange(16))
-        if self.race_check:                   # the copy may land any time from now on
-            bytes_ = addr.astype(np.int64)[..., None] + np.arange(16)
-            rows = np.broadcast_to(f.ids[:, None, None, None], bytes_.shape)
-            tid = np.broadcast_to(self.tid[None, :, None, None], bytes_.shape)
-            if issue is not None:           # only the threads that issue copy anything
-                bytes_, rows, tid = bytes_[issue], rows[issue], tid[issue]
-            for track, what in ((self.reader, "read by"), (self.writer, "written by")):
-                seen = track[rows, bytes_]
-                if ((seen != -1) & (seen != tid)).any():
-                    raise EmulatorError(f"shared-memory race: CP_ASYNC overwrites bytes {what} "
-                                        f"another thread since the last BARRIER")
-            # two threads copying into the same bytes (replicas of a layout): which lands last
-            # is undefined, and compute-sanitizer's racecheck reports it
-            key = (rows * self.shared.shape[1] + bytes_).ravel()
-            order = np.argsort(key, kind="stable")
-            key, who = key[order], tid.ravel()[order]
-            if ((key[1:] == key[:-1]) & (who[1:] != who[:-1])).any():
-                raise EmulatorError("shared-memory race: two threads of one CP_ASYNC copy into the "
-                                    "same bytes")
-        ctas = len(self.block_ids)
-        for i in range(addr.shape[2]):
-            full = [np.zeros((ctas, self.threads), np.int64) for _ in range(3)]
-            active = np.zeros((ctas, self.threads), bool)
-            active[f.ids] = True if issue is None else issue
-            for dst, v in zip(full, (addr[:, :, i], offs[:, :, i], src[:, :, i])):
-                dst[f.ids] = v
-            goff = (full[1] + ptr.base) * ptr.item
-            reading = active & (full[2] > 0)
-            if ((ptr.address + full[1] * ptr.item) % 16 != 0)[reading].any():
-                raise EmulatorError(f"cp.async from argument '{ptr.name}' at an address that is not "
-                                    "16-byte aligned (the hardware requires it)")
-            self.copies.cp_async(self.shared, full[0], ptr.flat, np.where(full[2] > 0, goff, 0),
-                                 full[2], active)
-
-    def op_CP_ASYNC_COMMIT(self, o, f):
-        self.copies.commit_group()
-
-    def op_CP_ASYNC_WAIT(self, o, f):
-        # every CTA of the batch shares one queue: a CTA group split off by divergent control flow
-        # may see its copies land early (never late), which is still a legal schedule
-        for mem, smem in self.copies.wait_group(o.attrs.n):
-            cta, thread = np.nonzero(smem >= 0)
-            if self.race_check:
-                self.writer[cta[:, None], smem[cta, thread][:, None] + np.arange(16)] = thread[:, None]
-
-    # --- TMA and mbarriers (emulate_tma) ----------------------------------------------------------
-    def issuers(self, o, f, operand: int):
-        """(batch row, thread) of the one thread per CTA of ``f`` whose ``issue`` holds."""
-        issue = f[o.operands[operand]][:, :, 0].astype(bool)
-        for c, row in enumerate(f.ids):
-            who = np.nonzero(issue[c])[0]
-            if len(who) > 1:
-                raise EmulatorError(f"{o.op.name} is issued by {len(who)} threads of a CTA (one must issue it)")
-            if len(who):
-                yield c, int(row), int(who[0])
-
-    def mbarrier_op(self, o, f, act) -> None:
-        bar = f[o.operands[0]]
-        try:
-            for c, row, t in self.issuers(o, f, 1):
-                act((row, int(bar[c, t, 0])))
-        except emulate_tma.TmaError as e:
-            raise EmulatorError(str(e)) from None
-
-    def op_MBARRIER_INIT(self, o, f):
-        self.mbarrier_op(o, f, lambda key: self.mbarriers.init(key, o.attrs.n))
-
-    def op_MBARRIER_EXPECT_TX(self, o, f):
-        self.mbarrier_op(o, f, lambda key: self.mbarriers.expect_tx(key, o.attrs.n))
-
-    def op_MBARRIER_INVAL(self, o, f):
-        self.mbarrier_op(o, f, self.mbarriers.inval)
-
-    def op_MBARRIER_WAIT(self, o, f):
-        bar = uniform(f[o.operands[0]], "an mbarrier address")
-        parity = uniform(f[o.operands[1]], "an mbarrier parity")
-        keys = [((int(row), int(b)), int(p)) for row, b, p in zip(f.ids, bar, parity)]
-        try:
-            while self.baton is not None and not all(self.mbarriers.ready(k, p) for k, p in keys):
-                side = self.side
-                moved = self.baton.pause(side)
-                self.enter(side)
-                if not moved:
-                    break                             # the wait below reports the hang
-            for k, p in keys:
-                self.mbarriers.wait(k, p)
-        except emulate_tma.TmaError as e:
-            raise EmulatorError(str(e)) from None
-        self.writer[f.ids] = -1                       # the phase orders what came before it
-        self.reader[f.ids] = -1
-
-    def op_MBARRIER_ARRIVE(self, o, f):
-        bar, on = f[o.operands[0]], f[o.operands[1]][:, :, 0].astype(bool)
-        try:
-            for c, row in enumerate(f.ids):
-                who = np.nonzero(on[c])[0]
-                if len(who):
-                    self.mbarriers.arrive((int(row), int(bar[c, who[0], 0])), len(who))
-        except emulate_tma.TmaError as e:
-            raise EmulatorError(str(e)) from None
-
-    def op_SETMAXNREG(self, o, f):               # registers are not modelled
-        pass
-
-    # --- warp specialisation: two sides of the CTA at once ---------------------------------------------
-    def enter(self, side: int) -> None:
-        """Make ``side``'s threads the machine's (after taking the baton)."""
-        self.side = side
-        self.threads, self.tid = self.side_threads[side]
-
-    def run_split(self, o, f):
-        """An IF with SplitAttrs: its regions on the threads below and from ``attrs.threads``,
-        interleaved at mbarrier waits (``emulate_tma.Baton``)."""
-        if self.baton is not None:
-            raise EmulatorError("a warp-specialised IF inside another")
-        cut, whole = o.attrs.threads, (self.threads, self.tid)
-        self.side_threads = [(cut, self.tid[:cut]), (self.threads - cut, self.tid[cut:])]
-        frames = [Frame({k: (v[:, lo:hi] if isinstance(v, np.ndarray) and v.ndim == 3 else v)
-                         for k, v in f.env.items()}, f.ids)
-                  for lo, hi in ((0, cut), (cut, self.threads))]
-        baton = self.baton = emulate_tma.Baton(self.mbarriers)
-        errors = [None, None]
-
-        def run(side):
-            try:
-                baton.acquire(side)
-                self.enter(side)
-                self.block(o.regions[side], frames[side])
-                baton.finish(side)
-            except emulate_tma._Abandoned:
-                pass
-            except BaseException as e:          # reported by the launching thread
-                errors[side] = e
-                baton.finish(side, failed=True)
-        workers = [threading.Thread(target=run, args=(side,), daemon=True) for side in (0, 1)]
-        try:
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-        finally:
-            self.baton = None
-            self.threads, self.tid = whole
-        for e in errors:
-            if e is not None:
-                raise e
-
-    op_FENCE_MBARRIER_INIT = op_WGMMA_FENCE
-
-    def op_TMA_LOAD(self, o, f):
-        tmap = f[o.operands[0]]
-        dst, bar = f[o.operands[1]], f[o.operands[2]]
-        coords = [f[x] for x in o.operands[4:]]
-        for c, row, t in self.issuers(o, f, 3):
-            if not tmap.usable:
-                raise EmulatorError(f"TMA_LOAD through the tensor map of '{tmap.array.name}', which breaks TMA's "
-                                    f"rules (the runtime passes zeros): the kernel must not copy through it")
-            data = tmap.box(tuple(int(x[c, t, 0]) for x in coords))
-            start = int(dst[c, t, 0])
-            if start % 128 or start < 0 or start + len(data) > self.shared_bytes:
-                raise EmulatorError("TMA_LOAD: shared destination not 128-byte aligned or out of range")
-            addrs = emulate_tma.swizzle(start + np.arange(len(data)), tmap.desc.swizzle)
-            cta = np.full(addrs.shape, row)
-            if self.mbarriers.pending[row, addrs].any():
-                raise EmulatorError("TMA_LOAD overwrites bytes of an earlier copy no thread has waited for "
-                                    "(a ring slot refilled before its consumers released it)")
-            if self.wgmma_groups or self.wgmma_open:
-                self.check_wgmma_reads(o, f.subset(np.array([c])), addrs[None, None, :])
-            if self.race_check:              # the copy may land any time from now on
-                for track, what in ((self.reader, "read by"), (self.writer, "written by")):
-                    seen = track[cta, addrs]
-                    if (seen != -1).any():
-                        raise EmulatorError(f"shared-memory race: TMA_LOAD overwrites bytes {what} a thread "
-                                            f"since the last BARRIER")
-            self.shared[row, addrs] = data
-            try:
-                self.mbarriers.copy((row, int(bar[c, t, 0])), row, addrs, len(data))
-            except emulate_tma.TmaError as e:
-                raise EmulatorError(str(e)) from None
 
     # --- control flow ------------------------------------------------------------------------------
     def split(self, o, f: Frame, keys: np.ndarray, run) -> None:
