@@ -399,3 +399,17 @@ def test_long_row_kernels_wish_too_but_not_clustered_or_persistent_ones(monkeypa
     monkeypatch.setattr(pipeline, "ROW_THREADS_PER_SM", ())
     fn = compile_to_simt(tile, 16)
     assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (2, ())
+
+
+def test_persistent_kernels_wish_only_when_asked(monkeypatch):
+    """A persistent row kernel (bf16 RMSNorm over 4096 columns at 4 warps) keeps the plain hint
+    by default; PERSIST_THREADS_PER_SM=(2048, 1536) makes it wish for 16, then 12 CTAs of 128
+    threads."""
+    from tilejit.passes import pipeline
+    kernel, specs, _ = CASES["rmsnorm"]
+    tile = kernel.tile_ir(specs(D.bfloat16), {"BLOCK": 4096})
+    fn = compile_to_simt(tile, 4)
+    assert fn.meta.persistent and (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (0, ())
+    monkeypatch.setattr(pipeline, "PERSIST_THREADS_PER_SM", (2048, 1536))
+    fn = compile_to_simt(tile, 4)
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (16, (12, 0))
