@@ -349,7 +349,7 @@ def test_packed_kernels_wish_for_more_ctas_and_say_what_to_fall_back_to(monkeypa
     assert (plain.meta.min_ctas_per_sm, plain.meta.min_ctas_fallbacks) == (0, ())
 
 
-@pytest.mark.parametrize("spilling, kept", [((8,), 6), ((8, 6), 0), ((), 8), ((8, 6, 0), 6)])
+@pytest.mark.parametrize("spilling, kept", [((8,), 6), ((8, 6), 0), ((), 8), ((8, 6, 0), 6), ("tie", 0)])
 def test_the_backend_keeps_the_first_hint_that_does_not_spill(monkeypatch, spilling, kept):
     """The cuda backend assembles with each hint in turn while the last one spilled, and keeps the
     first without spills (where all spill: the one that spilled least, here hint 6)."""
@@ -360,7 +360,7 @@ def test_the_backend_keeps_the_first_hint_that_does_not_spill(monkeypatch, spill
     def fake_assemble(ptx, target, options=()):
         hint = int(ptx.split(".minnctapersm")[1].split()[0]) if ".minnctapersm" in ptx else 0
         tried.append(hint)
-        spills = {8: 64, 6: 8, 0: 16}[hint] if hint in spilling else 0
+        spills = 8 if spilling == "tie" else {8: 64, 6: 8, 0: 16}[hint] if hint in spilling else 0
         return ptxas.Assembled(b"cubin", 40, spills, 0, "")
 
     monkeypatch.setattr(ptxas, "available", lambda: True)
@@ -368,6 +368,9 @@ def test_the_backend_keeps_the_first_hint_that_does_not_spill(monkeypatch, spill
     state = cuda.build(kernel.tile_ir(specs(D.bfloat16), {"BLOCK": 128}), 1, "sm_90a", pack=True)
     assert state["simt_fn"].meta.min_ctas_per_sm == kept
     assert (f".minnctapersm {kept}" in state["ptx"]) == bool(kept)
+    if spilling == "tie":                   # all spill alike: the last, least aggressive hint
+        assert state["spills"] == 8 and tried == [8, 6, 0]
+        return
     assert state["spills"] == (0 if kept != 6 or spilling == (8,) else 8)
     assert tried == [8, 6, 0][:len(spilling) + 1 if len(spilling) < 3 else 3]
 
@@ -413,3 +416,32 @@ def test_persistent_kernels_wish_only_when_asked(monkeypatch):
     monkeypatch.setattr(pipeline, "PERSIST_THREADS_PER_SM", (2048, 1536))
     fn = compile_to_simt(tile, 4)
     assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (16, (12, 0))
+
+
+def test_a_hint_above_the_plain_one_falls_back_to_it(monkeypatch):
+    """A clustered kernel whose own hint (cluster_rows.THREADS_PER_SM) asks for more than the
+    plain one may fall back to the plain one where it spills."""
+    from tilejit.passes import cluster_rows
+    soft, soft_specs, _ = CASES["softmax"]
+    monkeypatch.setattr(cluster_rows, "THREADS_PER_SM", 2048)
+    fn = compile_to_simt(soft.tile_ir(soft_specs(D.bfloat16), {"BLOCK": 65536}), 16)
+    assert (fn.meta.cluster_ctas, fn.meta.cta_threads) == (4, 512)
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (4, (2,))
+
+
+def test_the_wishes_are_bounded_and_never_repeat_the_plain_hint(monkeypatch):
+    """A 1024-thread long row (fp32 RMSNorm, 32768 columns) wishes for 2 CTAs and falls back to
+    the plain 1, not to 1 twice; a 128-thread kernel outside every rule (a bf16 softmax over 4096
+    columns) wishes for nothing; a one-warp persistent kernel asks for at most 32 CTAs."""
+    from tilejit.passes import pipeline
+    rms, rms_specs, _ = CASES["rmsnorm"]
+    fn = compile_to_simt(rms.tile_ir(rms_specs(D.float32), {"BLOCK": 32768}), 32)
+    assert (fn.meta.cta_threads, fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (1024, 2, (1,))
+    soft, soft_specs, _ = CASES["softmax"]
+    fn = compile_to_simt(soft.tile_ir(soft_specs(D.bfloat16), {"BLOCK": 4096}), 4)
+    assert (fn.meta.persistent, fn.meta.programs_per_cta) == (False, 1)
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (0, ())
+    monkeypatch.setattr(pipeline, "PERSIST_THREADS_PER_SM", (2048, 1536))
+    fn = compile_to_simt(rms.tile_ir(rms_specs(D.bfloat16), {"BLOCK": 1024}), 1)
+    assert (fn.meta.cta_threads, fn.meta.persistent) == (32, True)
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (32, (0,))
