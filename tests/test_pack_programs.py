@@ -368,6 +368,7 @@ def test_the_backend_keeps_the_first_hint_that_does_not_spill(monkeypatch, spill
     state = cuda.build(kernel.tile_ir(specs(D.bfloat16), {"BLOCK": 128}), 1, "sm_90a", pack=True)
     assert state["simt_fn"].meta.min_ctas_per_sm == kept
     assert (f".minnctapersm {kept}" in state["ptx"]) == bool(kept)
+    assert (f'"nvvm.minctasm"="{kept}"' in state["llvm_ir"]) == bool(kept)        # remade to match
     if spilling == "tie":                   # all spill alike: the last, least aggressive hint
         assert state["spills"] == 8 and tried == [8, 6, 0]
         return
@@ -445,3 +446,20 @@ def test_the_wishes_are_bounded_and_never_repeat_the_plain_hint(monkeypatch):
     fn = compile_to_simt(rms.tile_ir(rms_specs(D.bfloat16), {"BLOCK": 1024}), 1)
     assert (fn.meta.cta_threads, fn.meta.persistent) == (32, True)
     assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (32, (0,))
+
+
+def test_an_edited_hint_gives_the_ptx_llvm_would_write():
+    """The backend retries a hint by editing the PTX's ``.minnctapersm`` line: for every pair of
+    hints (0: none) the edit equals the PTX LLVM writes for the other hint."""
+    from tilejit.codegen import ptxas
+    kernel, specs, _ = CASES["layernorm"]
+    fn = compile_to_simt(kernel.tile_ir(specs(D.float32), {"BLOCK": 8192}), 16)
+    ptx = {}
+    for hint in (4, 2, 0):
+        fn.meta.min_ctas_per_sm = hint
+        ptx[hint] = codegen.compile_ptx(fn, "sm_90a")
+    assert ".minnctapersm 4" in ptx[4] and ".minnctapersm" not in ptx[0]
+    for a in ptx:
+        for b in ptx:
+            assert ptxas.with_min_ctas(ptx[a], b) == ptx[b], (a, b)
+    assert ptxas.with_min_ctas(ptx[4].replace(".maxntid", ".reqntid"), 2) is None       # no anchor

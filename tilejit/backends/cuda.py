@@ -150,17 +150,19 @@ def assemble_hinted(fn, target: str, llvm_ir: str | None = None, ptx: str | None
     if ptx is None:
         llvm_ir = codegen.emit_llvm(fn, target)
         ptx = codegen.ptx_from_llvm(llvm_ir, target)
-    best = ptxas.assemble(ptx, target), fn.meta.min_ctas_per_sm, llvm_ir, ptx
+    first = fn.meta.min_ctas_per_sm
+    best = ptxas.assemble(ptx, target), first, ptx
     for hint in fn.meta.min_ctas_fallbacks:
         if not best[0].spills:
             break
         fn.meta.min_ctas_per_sm = hint
-        llvm_ir = codegen.emit_llvm(fn, target)
-        ptx = codegen.ptx_from_llvm(llvm_ir, target)
-        asm = ptxas.assemble(ptx, target)
+        again = ptxas.with_min_ctas(ptx, hint) or codegen.ptx_from_llvm(codegen.emit_llvm(fn, target), target)
+        asm = ptxas.assemble(again, target)
         if asm.spills <= best[0].spills:
-            best = asm, hint, llvm_ir, ptx
-    asm, fn.meta.min_ctas_per_sm, llvm_ir, ptx = best
+            best = asm, hint, again
+    asm, fn.meta.min_ctas_per_sm, ptx = best
+    if fn.meta.min_ctas_per_sm != first:        # (only the hint changed: the PTX was edited, not remade)
+        llvm_ir = codegen.emit_llvm(fn, target)
     return asm, llvm_ir, ptx
 
 

@@ -92,3 +92,18 @@ def assemble(ptx: str, arch: str, options: tuple[str, ...] = ()) -> Assembled:
         nvjitlink.destroy(handle)
     registers, spills, shared = parse_report(log)
     return Assembled(bytes(cubin), registers, spills, shared, log)
+
+
+def with_min_ctas(ptx: str, n: int) -> str | None:
+    """``ptx`` with its entry's occupancy hint set to ``n`` CTAs per SM (``.minnctapersm``, which
+    LLVM writes after ``.maxntid`` from the ``nvvm.minctasm`` attribute, and nothing else of the
+    PTX depends on); ``n == 0`` drops it.  None where there is no ``.maxntid`` line to place it
+    after, or more than one entry."""
+    lines = ptx.split("\n")
+    anchors = [i for i, line in enumerate(lines) if line.startswith(".maxntid")]
+    if len(anchors) != 1:
+        return None
+    lines = [line for line in lines if not line.startswith(".minnctapersm")]
+    if n:
+        lines.insert(anchors[0] + 1, f".minnctapersm {n}")
+    return "\n".join(lines)
