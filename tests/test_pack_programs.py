@@ -463,3 +463,21 @@ def test_an_edited_hint_gives_the_ptx_llvm_would_write():
         for b in ptx:
             assert ptxas.with_min_ctas(ptx[a], b) == ptx[b], (a, b)
     assert ptxas.with_min_ctas(ptx[4].replace(".maxntid", ".reqntid"), 2) is None       # no anchor
+
+
+def test_inspect_shows_the_occupancy_hint_kept():
+    """inspect() on the cuda backend (no device needed to compile) reports the hint in the PTX:
+    a packed bf16 RMSNorm at 128 columns keeps its wish of 8 CTAs of 256 threads where nvJitLink
+    can check it; the emulate backend has none to report."""
+    from tilejit.codegen import ptxas
+    from tilejit.examples.rmsnorm import rmsnorm_kernel as k
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    x = np.zeros((64, 128), D.bfloat16.np)
+    w = np.zeros(128, x.dtype)
+    specs, consts, _ = k.specialise(k.bind((x, w, x, 1e-6), {"BLOCK": 128}))
+    got = k.inspect_specs(specs, consts, backend="cuda")
+    assert got.programs_per_cta == 16 and got.min_ctas_per_sm in (8, 6, 0)    # (2048, 1536 threads, plain)
+    written = got.ptx.split(".minnctapersm ")[1].split()[0] if ".minnctapersm" in got.ptx else "0"
+    assert got.min_ctas_per_sm == int(written) and got.spills == 0
+    assert k.inspect_specs(specs, consts, backend="emulate").min_ctas_per_sm is None

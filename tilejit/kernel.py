@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 import warnings
 import inspect as pyinspect
@@ -96,6 +97,8 @@ class Inspection:
     copy_engines: tuple | None = None    # how pipelined loops fill their rings: "tma" and/or "cp.async"
     producer_warps: int | None = None    # warps that only issue TMA copies (a warp-specialised loop)
     cluster_ctas: int | None = None      # CTAs that share each program's row, as a cluster (cluster_rows)
+    min_ctas_per_sm: int | None = None   # the occupancy hint ptxas was given (0: none; the most CTAs
+    #                                      per SM that assembled without spills, where it wished)
 
 
 @dataclass
@@ -368,6 +371,9 @@ class Kernel:
             found["copy_engines"] = getattr(entry.artifact, "copy_engines", None)
             found["producer_warps"] = getattr(entry.artifact, "producer_warps", None)
             found["cluster_ctas"] = getattr(entry.artifact, "cluster_ctas", None)
+            if found["ptx"]:
+                hint = re.search(r"^\.minnctapersm (\d+)", found["ptx"], re.M)
+                found["min_ctas_per_sm"] = int(hint.group(1)) if hint else 0
             if hasattr(entry.artifact, "registers_per_thread"):    # never a silent 0 or None on a GPU
                 found["registers"] = entry.artifact.registers_per_thread()
             text = entry.tile_text or ir.print_function(self.tile_ir(specs, consts))
