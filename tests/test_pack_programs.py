@@ -481,3 +481,19 @@ def test_inspect_shows_the_occupancy_hint_kept():
     written = got.ptx.split(".minnctapersm ")[1].split()[0] if ".minnctapersm" in got.ptx else "0"
     assert got.min_ctas_per_sm == int(written) and got.spills == 0
     assert k.inspect_specs(specs, consts, backend="emulate").min_ctas_per_sm is None
+
+
+@pytest.mark.parametrize("dtype, block", [(D.bfloat16, 128), (D.float32, 128), (D.bfloat16, 32768)])
+def test_the_1d_tutorial_spelling_makes_the_same_occupancy_wishes(dtype, block):
+    """Triton's spelling of softmax (a 1-D row, scalar max and sum) is packed or chunked as the
+    example is, at the same warps, and wishes for the same CTAs per SM."""
+    from test_chunk_rows import softmax_1d
+    from tilejit.passes.warps import choose_num_warps
+    soft, soft_specs, _ = CASES["softmax"]
+    metas = []
+    for kernel in (soft, softmax_1d):
+        tile = kernel.tile_ir(soft_specs(dtype), {"BLOCK": block})
+        fn = compile_to_simt(tile, choose_num_warps(tile), pack=True)
+        metas.append((fn.meta.cta_threads, fn.meta.programs_per_cta, fn.meta.min_ctas_per_sm,
+                      fn.meta.min_ctas_fallbacks))
+    assert metas[0] == metas[1] and metas[0][2] > 0, metas
