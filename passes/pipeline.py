@@ -157,25 +157,32 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
         if dump:
             dump(stage.name, stage_text(fn, stage.level))
     fn.meta.target = target
+    set_occupancy(fn, tile_fn, num_warps)
+    fn.meta.fast_math = fast_math             # codegen: approximate sin/cos (a launch option)
+    return fn
+
+
+def set_occupancy(fn: ir.Function, tile_fn: ir.Function, num_warps: int) -> None:
+    """The SIMT program's occupancy hint (``min_ctas_per_sm``) and the hints the backend tries
+    in turn where that one spills (``min_ctas_fallbacks``, ending with the plain hint): the plain
+    ``occupancy_hint``, raised for clustered and persistent kernels by their passes' rules, and
+    wishes for more CTAs per SM for packed, long-row (and, when asked, persistent) kernels."""
     fn.meta.min_ctas_per_sm = plain = occupancy_hint(tile_fn, num_warps)
     if fn.meta.cluster_ctas > 1 and cluster_module.THREADS_PER_SM and (     # (not where it would spill)
             loaded_values(tile_fn) // fn.meta.cluster_ctas <= fn.meta.cta_threads * cluster_module.VALUES_PER_THREAD):
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, cluster_module.THREADS_PER_SM // fn.meta.cta_threads)
+    if fn.meta.persistent and persist_module.THREADS_PER_SM:
+        fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)
     wanted = PACKED_THREADS_PER_SM if fn.meta.programs_per_cta > 1 else \
         PERSIST_THREADS_PER_SM if fn.meta.persistent and not any(o.op is TileOp.DOT for o in tile_fn.walk()) else \
         ROW_THREADS_PER_SM if plain and fn.meta.cluster_ctas == 1 else ()
-    wishes = sorted({min(32, threads // fn.meta.cta_threads) for threads in wanted or ()},
-                    reverse=True)                                          # (at most 32 CTAs per SM)
-    if fn.meta.persistent and persist_module.THREADS_PER_SM:
-        fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)
-    wishes = [w for w in wishes if w > fn.meta.min_ctas_per_sm]
+    wishes = sorted({min(32, threads // fn.meta.cta_threads) for threads in wanted or ()}   # (at most 32 per SM)
+                    - set(range(fn.meta.min_ctas_per_sm + 1)), reverse=True)
     if wishes:                  # the most CTAs that assemble without spilling (the backend tries)
         fn.meta.min_ctas_per_sm, *rest = wishes
         fn.meta.min_ctas_fallbacks = (*rest, plain)
     elif fn.meta.min_ctas_per_sm != plain:
         fn.meta.min_ctas_fallbacks = (plain,)
-    fn.meta.fast_math = fast_math             # codegen: approximate sin/cos (a launch option)
-    return fn
 
 
 def occupancy_hint(tile_fn: ir.Function, num_warps: int) -> int:

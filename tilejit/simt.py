@@ -68,8 +68,7 @@ class SimtMeta:
     target: str = "sm_90a"
     min_ctas_per_sm: int = 0               # occupancy hint (ptxas caps registers to fit); 0: none
     min_ctas_fallbacks: tuple = ()         # the hints to try in turn where that one spills (the
-    #                                        backend assembles again; the hints for packed,
-    #                                        persistent and clustered kernels are such wishes)
+    #                                        backend assembles again; pipeline.set_occupancy)
     fast_math: bool = False                # approximate sin/cos (a launch option)
     programs_per_cta: int = 1              # pack_programs: programs along grid axis 0 per CTA
     lanes_per_program: int = 32            # pack_programs: 16 or 8 when several one-warp programs share a warp

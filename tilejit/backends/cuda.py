@@ -141,9 +141,10 @@ def stage_cubin(state: dict) -> None:
 
 def assemble_hinted(fn, target: str, llvm_ir: str | None = None, ptx: str | None = None):
     """nvJitLink's assembly of SIMT ``fn`` (and its LLVM IR and PTX, when given), and, while it
-    spills, again with each of ``fn.meta.min_ctas_fallbacks`` as the occupancy hint: the pipeline's
-    hint for packed kernels is a wish.  Keeps the first that does not spill (else the one that
-    spills least; the later on a tie) and leaves its hint in ``fn.meta``.
+    spills, again with each of ``fn.meta.min_ctas_fallbacks`` as the occupancy hint (the
+    pipeline's ``set_occupancy``: packed and long-row kernels wish for more CTAs per SM).  Keeps
+    the first that does not spill (else the one that spills least; the later on a tie) and leaves
+    its hint in ``fn.meta``.
     Returns (``ptxas.Assembled``, LLVM IR, PTX)."""
     from tilejit import codegen
     from tilejit.codegen import ptxas
