@@ -58,6 +58,10 @@ PACKED_THREADS_PER_SM = (2048, 1536)
 # registers, 3 CTAs of 512 threads), softmax bf16 32K 0.70 / 0.66; the other 15 cells of softmax,
 # layernorm and RMSNorm at 16K-64K, fp32 and bf16, within 2%.
 ROW_THREADS_PER_SM = (2048, 1536)
+# ... for CTAs of at least this many threads (those occupancy_hint gives a hint too).  Smaller
+# unpacked CTAs (e.g. several 128-column rows per program on 2 warps, where the one-row spelling
+# is packed and wishes) are not measured yet: 32 would give them the same wishes.
+ROW_MIN_THREADS = 512
 # ... and for persistent row kernels (``persist_programs``).  () : none (not yet measured).
 PERSIST_THREADS_PER_SM = ()
 
@@ -175,7 +179,8 @@ def set_occupancy(fn: ir.Function, tile_fn: ir.Function, num_warps: int) -> None
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)
     wanted = PACKED_THREADS_PER_SM if fn.meta.programs_per_cta > 1 else \
         PERSIST_THREADS_PER_SM if fn.meta.persistent and not any(o.op is TileOp.DOT for o in tile_fn.walk()) else \
-        ROW_THREADS_PER_SM if plain and fn.meta.cluster_ctas == 1 else ()
+        ROW_THREADS_PER_SM if fn.meta.cluster_ctas == 1 and fn.meta.cta_threads >= ROW_MIN_THREADS \
+        and not any(o.op is TileOp.DOT for o in tile_fn.walk()) else ()
     wishes = sorted({min(32, threads // fn.meta.cta_threads) for threads in wanted or ()}   # (at most 32 per SM)
                     - set(range(fn.meta.min_ctas_per_sm + 1)), reverse=True)
     if wishes:                  # the most CTAs that assemble without spilling (the backend tries)

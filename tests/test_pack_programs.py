@@ -497,3 +497,27 @@ def test_the_1d_tutorial_spelling_makes_the_same_occupancy_wishes(dtype, block):
         metas.append((fn.meta.cta_threads, fn.meta.programs_per_cta, fn.meta.min_ctas_per_sm,
                       fn.meta.min_ctas_fallbacks))
     assert metas[0] == metas[1] and metas[0][2] > 0, metas
+
+
+def test_several_rows_per_program_wish_only_past_row_min_threads(monkeypatch):
+    """Four bf16 rows of 128 columns per program run unpacked on 2 warps: below ROW_MIN_THREADS
+    they keep the plain hint; at ROW_MIN_THREADS=32 they wish for as many threads per SM as the
+    packed one-row spelling does (2048: 32 CTAs of 64 threads, capped; then 1536)."""
+    from test_warps import softmax_rows
+    from tilejit.passes import pipeline
+    tile = softmax_rows.tile_ir(CASES["softmax"][1](D.bfloat16), {"R": 4, "BLOCK": 128})
+    fn = compile_to_simt(tile, 2, pack=True)
+    assert (fn.meta.cta_threads, fn.meta.programs_per_cta) == (64, 1)
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (0, ())
+    monkeypatch.setattr(pipeline, "ROW_MIN_THREADS", 32)
+    fn = compile_to_simt(tile, 2, pack=True)
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (32, (24, 0))
+
+
+def test_gemms_make_no_wishes():
+    """A 512-thread GEMM (tensor cores, registers for its accumulators) keeps the plain hint: none."""
+    a = ArraySpec(D.bfloat16, 2, True, True, False)
+    k = getattr(matmul_kernel, "kernel", matmul_kernel)
+    fn = compile_to_simt(k.tile_ir((a, a, a), {"BM": 128, "BN": 256, "BK": 64, "STAGES": 3}), 16)
+    assert fn.meta.cta_threads >= 512
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (0, ())
