@@ -33,6 +33,7 @@ declare -A TESTS=(
   [tilejit/backends/emulate_tma.py]="tests/test_tma.py"
   [passes/specialise_warps.py]="tests/test_tma.py tests/test_attention.py"
   [passes/cluster_rows.py]="tests/test_cluster_rows.py tests/test_warps.py"
+  [tilejit/backends/cuda.py]="tests/test_occupancy.py tests/test_cluster_rows.py tests/test_tma.py tests/test_backends_elementwise.py"
   [tilejit/backends/emulate_async.py]="tests/test_tma.py tests/test_wgmma.py tests/test_emulator_mma.py tests/test_pipelining.py"
 )
 modules=("$@")
