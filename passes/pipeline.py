@@ -177,10 +177,10 @@ def set_occupancy(fn: ir.Function, tile_fn: ir.Function, num_warps: int) -> None
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, cluster_module.THREADS_PER_SM // fn.meta.cta_threads)
     if fn.meta.persistent and persist_module.THREADS_PER_SM:
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)
-    wanted = PACKED_THREADS_PER_SM if fn.meta.programs_per_cta > 1 else \
-        PERSIST_THREADS_PER_SM if fn.meta.persistent and not any(o.op is TileOp.DOT for o in tile_fn.walk()) else \
-        ROW_THREADS_PER_SM if fn.meta.cluster_ctas == 1 and fn.meta.cta_threads >= ROW_MIN_THREADS \
-        and not any(o.op is TileOp.DOT for o in tile_fn.walk()) else ()
+    dots = any(o.op is TileOp.DOT for o in tile_fn.walk())                 # (tensor-core kernels never wish)
+    wanted = PACKED_THREADS_PER_SM if fn.meta.programs_per_cta > 1 else () if dots else \
+        PERSIST_THREADS_PER_SM if fn.meta.persistent else \
+        ROW_THREADS_PER_SM if fn.meta.cluster_ctas == 1 and fn.meta.cta_threads >= ROW_MIN_THREADS else ()
     wishes = sorted({min(32, threads // fn.meta.cta_threads) for threads in wanted or ()}   # (at most 32 per SM)
                     - set(range(fn.meta.min_ctas_per_sm + 1)), reverse=True)
     if wishes:                  # the most CTAs that assemble without spilling (the backend tries)
