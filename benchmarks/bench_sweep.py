@@ -25,6 +25,7 @@ import tilejit as tj
 ELEMENTS = 2 ** 26
 TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}
 COLUMNS = [("kernel", "kernel", ""), ("cols", "C", ""), ("dtype", "dtype", ""), ("warps", "warps", ""),
+           ("regs", "regs", ""), ("ctas", "min CTAs/SM", ""), ("spills", "spills", ""),
            ("tj", "tilejit GB/s", ".0f"), ("torch", "torch GB/s", ".0f"), ("copy", "copy GB/s", ".0f"),
            ("vs_copy", "tj/copy", ".3f"), ("torch_vs_copy", "torch/copy", ".3f"), ("vs_torch", "tj/torch", ".3f"),
            ("triton_vs_copy", "triton/copy", ".3f"), ("vs_triton", "tj/triton", ".3f"), ("err", "rel err", ".1e")]
@@ -121,8 +122,10 @@ def main(argv=None) -> int:
                 if twin is not None:
                     common.checked(torch, twin, y, exact, TOLERANCE[name], f"triton {label} C={n} {name}")
                     triton_gbps = common.time_cuda(twin, warmup=10, reps=args.reps).gbps(nbytes)
-                warps = kernel.inspect(*kargs, BLOCK=block).num_warps
-                rows.append({"kernel": label, "cols": n, "dtype": name, "warps": warps, "tj": tj_gbps,
+                found = kernel.inspect(*kargs, BLOCK=block)
+                warps = found.num_warps
+                rows.append({"kernel": label, "cols": n, "dtype": name, "warps": warps, "regs": found.registers,
+                             "ctas": found.min_ctas_per_sm, "spills": found.spills, "tj": tj_gbps,
                              "torch": torch_gbps, "copy": copy, "vs_copy": tj_gbps / copy,
                              "torch_vs_copy": torch_gbps / copy, "vs_torch": tj_gbps / torch_gbps,
                              "triton_vs_copy": triton_gbps / copy, "vs_triton": tj_gbps / triton_gbps, "err": err})

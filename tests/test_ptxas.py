@@ -2,6 +2,7 @@
 that carry ptxas's log."""
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -82,3 +83,22 @@ def test_ptx_for_a_newer_target_is_refused():
     ptx = codegen.compile_ptx(exp_kernel(), "sm_90a")
     with pytest.raises(PtxAssemblyError):
         assemble(ptx, "sm_80")
+
+
+def test_a_cached_assembly_without_a_report_reads_the_cubin(monkeypatch):
+    """nvJitLink serves a PTX it has assembled before from the CUDA JIT cache and prints no
+    ``-verbose`` report (seen on the H200: a wish that spilled read as 0 spills and was kept,
+    running at 0.28x copy).  The registers and the stack frame then come from the cubin, and a
+    spilling assembly still reads as spilling."""
+    from tilejit.codegen import ptxas
+    ptx = codegen.compile_ptx(live_values_kernel(64), "sm_80")
+    capped_ptx = ptx.replace(".maxntid 128", ".maxntid 128\n.maxnreg 24")
+    logged, capped = assemble(ptx, "sm_80"), assemble(capped_ptx, "sm_80")
+    assert ptxas.cubin_report(logged.cubin) == (logged.registers, 0)
+    frame = int(re.search(r"(\d+) bytes stack frame", capped.log).group(1))
+    assert ptxas.cubin_report(capped.cubin) == (capped.registers, frame) and frame > 0
+    monkeypatch.setattr(ptxas, "_read_log", lambda *a: "")          # as a cached assembly
+    quiet, quiet_capped = assemble(ptx, "sm_80"), assemble(capped_ptx, "sm_80")
+    assert (quiet.registers, quiet.spills) == (logged.registers, 0)
+    assert (quiet_capped.registers, quiet_capped.spills) == (capped.registers, frame)
+    assert ptxas.cubin_report(b"not an elf") == (0, 0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 
 import re
+import struct
 from dataclasses import dataclass
 
 from tilejit.errors import CompileError
@@ -22,7 +23,8 @@ class Assembled:
     """A cubin and its ptxas resource report.
 
     registers: registers per thread (the most over the entry functions); spills: bytes of
-    spill stores plus spill loads (summed); shared_bytes: *static* shared memory (dynamic
+    spill stores plus spill loads (summed; where nvJitLink printed no report, the stack frame's
+    bytes, ``cubin_report``); shared_bytes: *static* shared memory (dynamic
     shared memory is chosen at launch and not counted); log: nvJitLink's info log."""
     cubin: bytes
     registers: int
@@ -53,6 +55,41 @@ def parse_report(log: str) -> tuple[int, int, int]:
         shared = max(shared, int(smem.group(1)) if smem else 0)
     spills = sum(int(stores) + int(loads) for stores, loads in _SPILLS.findall(log))
     return registers, spills, shared
+
+
+# .nv.info attributes (format 4: a 16-bit size, then a 32-bit symbol index and a 32-bit value)
+EIATTR_FRAME_SIZE, EIATTR_REGCOUNT = 0x11, 0x2f
+
+
+def cubin_report(cubin: bytes) -> tuple[int, int]:
+    """(registers, stack frame bytes), the most over the entry functions, read from the cubin's
+    ``.nv.info`` section.  nvJitLink serves a PTX it has assembled before from the CUDA JIT cache
+    (``~/.nv/ComputeCache``) and then prints no ``-verbose`` report: the cubin still says.  Our
+    kernels keep no arrays in local memory, so a stack frame is spilled registers."""
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:       # ELF64 only
+        return 0, 0
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    size, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * size) for i in range(count)]
+    table = heads[names][4]
+    registers = frame = 0
+    for name, _, _, _, offset, length in heads:
+        if not cubin[table + name:].startswith(b".nv.info\0"):
+            continue
+        i = offset
+        while i + 4 <= offset + length:
+            fmt, attr, n = cubin[i], cubin[i + 1], struct.unpack_from("<H", cubin, i + 2)[0]
+            if fmt != 4:                   # (formats 1-3 carry no 16-bit size)
+                i += 4
+                continue
+            if n == 8 and attr in (EIATTR_REGCOUNT, EIATTR_FRAME_SIZE):
+                value = struct.unpack_from("<I", cubin, i + 8)[0]
+                if attr == EIATTR_REGCOUNT:
+                    registers = max(registers, value)
+                else:
+                    frame = max(frame, value)
+            i += 4 + n
+    return registers, frame
 
 
 @functools.cache
@@ -91,6 +128,8 @@ def assemble(ptx: str, arch: str, options: tuple[str, ...] = ()) -> Assembled:
     finally:
         nvjitlink.destroy(handle)
     registers, spills, shared = parse_report(log)
+    if not registers:               # no report (a cached assembly): the cubin's registers and frame
+        registers, spills = cubin_report(bytes(cubin))
     return Assembled(bytes(cubin), registers, spills, shared, log)
 
 
