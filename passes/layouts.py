@@ -13,8 +13,6 @@ bits that no term reads are *replicas*: threads differing only there hold the sa
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import enum
 
 import itertools
@@ -23,21 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 WARP_SIZE = 32
-# The lanes a blocked layout may spread a tile over (the rest replicate it): 32, except while
-# ``program_lanes`` narrows it for one compilation (a packed short-row program, ``pipeline``).
-_LANES = contextvars.ContextVar("tilejit_layout_lanes", default=WARP_SIZE)
-
-
-@contextlib.contextmanager
-def program_lanes(lanes: int):
-    """Within this block, ``default_blocked`` spreads each tile over at most ``lanes`` lanes of a
-    warp: fewer threads per row, each holding more of it (a packed program's row reductions and
-    scalar work are then shared by fewer threads)."""
-    token = _LANES.set(lanes)
-    try:
-        yield
-    finally:
-        _LANES.reset(token)
 
 
 @dataclass(frozen=True)
@@ -159,14 +142,13 @@ def pow2_part(n: int) -> int:
 def default_blocked(shape, itemsize: int, num_warps: int, vec_bytes: int = 16) -> Layout:
     """The blocked layout for a tile of ``shape``: each thread holds ``vec_bytes`` contiguous
     bytes along the last dim, lanes go along the last dim first and then the rows, warps over
-    the rows first.  Dims that are not powers of two keep their odd factor in registers.  At
-    most ``program_lanes`` lanes are used (32 unless narrowed); the others hold replicas."""
+    the rows first.  Dims that are not powers of two keep their odd factor in registers."""
     rank = len(shape)
     room = [pow2_part(s) for s in shape]         # what threads may split along each dim
     spt = [1] * rank
     spt[-1] = min(max(1, vec_bytes // itemsize), room[-1])
     room[-1] //= spt[-1]
-    tpw, lanes = [1] * rank, _LANES.get()
+    tpw, lanes = [1] * rank, WARP_SIZE
     for d in reversed(range(rank)):
         tpw[d] = min(lanes, room[d])
         lanes //= tpw[d]

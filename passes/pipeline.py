@@ -42,8 +42,7 @@ from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
 from tilejit.passes.specialise_warps import specialise_warps
 from tilejit.passes.strip_asserts import strip_asserts
 from tilejit.passes.uniform_masks import uniform_masks
-from tilejit.passes import layouts as L
-from tilejit.passes.warps import loaded_values, memory_tile_bytes, small_program
+from tilejit.passes.warps import loaded_values, small_program
 from tilejit.passes.widen_offsets import widen_offsets
 
 
@@ -65,12 +64,6 @@ ROW_THREADS_PER_SM = (2048, 1536)
 ROW_MIN_THREADS = 512
 # ... and for persistent row kernels (``persist_programs``).  () : none (not yet measured).
 PERSIST_THREADS_PER_SM = ()
-# 16-byte chunks of its largest tile that each thread of a packed one-warp program holds (where
-# the tile has that many for 8 or more lanes; ``layouts.program_lanes``): a 128-column bf16 row
-# on 8 lanes, 32 bytes each, rather than 16 lanes of 16.  The row's reductions, divisions and
-# index work are per thread, so fewer threads per row issue fewer instructions in all (bf16
-# layernorm at 128 columns was issue-bound: 60.8M instructions against RMSNorm's 39.6M).
-PACKED_CHUNKS = 1
 
 
 @dataclass(frozen=True)
@@ -158,29 +151,19 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))
-    lanes = packed_lanes(tile_fn) if pack and num_warps == 1 and not programs_per_cta else L.WARP_SIZE
-    with L.program_lanes(lanes):
-        for stage in PIPELINE:
-            fn = stage.run(fn, options)
-            if options.verify:
-                if stage.level == "simt":
-                    simt.verify(fn)
-                else:
-                    verifier.verify(fn)
-            if dump:
-                dump(stage.name, stage_text(fn, stage.level))
+    for stage in PIPELINE:
+        fn = stage.run(fn, options)
+        if options.verify:
+            if stage.level == "simt":
+                simt.verify(fn)
+            else:
+                verifier.verify(fn)
+        if dump:
+            dump(stage.name, stage_text(fn, stage.level))
     fn.meta.target = target
     set_occupancy(fn, tile_fn, num_warps)
     fn.meta.fast_math = fast_math             # codegen: approximate sin/cos (a launch option)
     return fn
-
-
-def packed_lanes(tile_fn: ir.Function) -> int:
-    """The lanes of a warp that one packed one-warp program's layouts use: its largest memory
-    tile at ``PACKED_CHUNKS`` 16-byte chunks per lane, on 8 to 32 lanes (``pack_programs``
-    puts 32 / lanes programs in each warp)."""
-    lanes = memory_tile_bytes(tile_fn) // (16 * PACKED_CHUNKS)
-    return min(L.WARP_SIZE, max(8, 1 << max(0, lanes.bit_length() - 1)))
 
 
 def set_occupancy(fn: ir.Function, tile_fn: ir.Function, num_warps: int) -> None:

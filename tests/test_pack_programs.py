@@ -278,33 +278,6 @@ def test_sub_warp_programs_match_the_unpacked_kernel_bit_for_bit(name, dtype, bl
     assert cuda.assemble_hinted(packed, "sm_90a")[0].spills == 0       # (the hint the backend keeps)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("dtype, block, lanes", [(D.bfloat16, 128, 8), (D.bfloat16, 256, 16), (D.bfloat16, 64, 8),
-                                                 (D.float32, 128, 16), (D.float32, 256, 32)])
-def test_packed_programs_on_fewer_lanes_hold_two_chunks_per_thread(name, dtype, block, lanes, monkeypatch):
-    """With ``PACKED_CHUNKS = 2`` each lane of a packed program holds two 16-byte chunks of its
-    row (where the row has 16 or more): a 128-column bf16 row on 8 lanes, four programs to a warp.
-    The rows still match float64 NumPy (ragged, on the emulator), and the PTX assembles with the
-    hint the backend keeps, without spills."""
-    from tilejit.examples import layernorm, rmsnorm, softmax
-    from tilejit.passes import pipeline
-    monkeypatch.setattr(pipeline, "PACKED_CHUNKS", 2)
-    kernel, specs, inputs = CASES[name]
-    tile = kernel.tile_ir(specs(dtype), {"BLOCK": block})
-    packed = compile_to_simt(tile, num_warps=1, pack=True)
-    assert (packed.meta.programs_per_cta, packed.meta.lanes_per_program) == (8 * 32 // lanes, lanes)
-    rows, rng = 3 * packed.meta.programs_per_cta - 1, np.random.default_rng(block + lanes)
-    x = rng.standard_normal((rows, block - 8)).astype(dtype.np)
-    w = rng.standard_normal(block - 8).astype(dtype.np)
-    got = run(packed, inputs(x, w), x.shape, dtype.np, rows)
-    ref = {"softmax": lambda: softmax.reference(x), "rmsnorm": lambda: rmsnorm.reference(x, w, 1e-5),
-           "layernorm": lambda: layernorm.reference(x, w, w[::-1], 1e-5)}[name]()
-    tj.testing.assert_close(got, ref.astype(dtype.np), **({"rtol": 1e-5, "atol": 1e-5} if dtype is D.float32 else {}))
-    simt.verify(packed)
-    assemble_or_skip(codegen.compile_ptx(packed, "sm_90a"), "sm_90a")
-    assert cuda.assemble_hinted(packed, "sm_90a")[0].spills == 0
-
-
 def test_a_kernel_that_shuffles_across_replica_lanes_keeps_whole_warps():
     """An atomic whose old values are used ORs them across the replica lanes (shuffle xor 16):
     its programs need the whole warp."""
