@@ -1,6 +1,6 @@
 #!/bin/bash
 # GPU: A/B probes of compiler module switches in one call.  Each line of $PROBES (or of the
-# file given as $1, e.g. scripts/probes/occupancy.txt: the A/Bs not yet run) is
+# file given as $1, one probe per line) is
 # "LABEL|SWITCHES|BENCH_SWEEP_ARGS", run as
 #   switch_probe.py SWITCHES -- BENCH_SWEEP_ARGS     (SWITCHES may be empty: the defaults)
 # with a fresh cache per label (the cache key does not see module switches); each result goes to
