@@ -18,7 +18,7 @@ from tilejit import ir, simt
 from tilejit.errors import CompileError
 from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
 from tilejit.passes import layouts as L
-from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads
+from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads, row_rings
 from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
 from tilejit.passes.plans import CopyEngine
 from tilejit.simt import RegType, SimtOp
@@ -47,6 +47,7 @@ class Lowering:
         self.writes: set[int] = set()
         self.multiples = lower_memory.KnownMultiples(fn)
         self.staged: dict = {}                # DOT operand in shared memory -> plans.Staged
+        self.ring_reads: dict = {}            # LOAD op -> (row_rings.RowRing, slot): read from the ring
         self.loop_plans = fn.meta["loop_plans"]   # FOR op -> plans.LoopPlan (passes.plan_loops)
         self.pipelining: list = []            # the LoopPlans whose pipelined bodies are being lowered
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
@@ -96,6 +97,14 @@ class Lowering:
 
     def unstage(self, value: ir.Value) -> None:
         del self.staged[value]
+
+    def ring_read(self, load: ir.Operation, ring, slot) -> None:
+        """LOAD ``load`` reads ``ring`` (a ``row_rings.RowRing``) at ``slot`` from here on, until
+        ``ring_done``."""
+        self.ring_reads[load] = (ring, slot)
+
+    def ring_done(self, load: ir.Operation) -> None:
+        self.ring_reads.pop(load, None)
 
     def written(self, arg: int) -> None:
         """The kernel stores to runtime argument ``arg`` (``SimtMeta.writes``)."""
@@ -440,6 +449,10 @@ class Lowering:
         self.values[o.result] = self.cast(self.param(ParamKind.DIM, arg, o.attrs.axis), o.result.type.dtype)
 
     def op_LOAD(self, o):
+        if o in self.ring_reads:              # read from a thread-private ring (row_rings)
+            ring, slot = self.ring_reads[o]
+            self.values[o.result] = ring.read(self, slot)
+            return
         self.values[o.result] = lower_memory.load(self, o)
 
     def op_STORE(self, o):
@@ -563,6 +576,13 @@ class Lowering:
                                                           s.tile, s.align))
         if plan.pipelined and plan.engine is CopyEngine.TMA:    # the specialisation promises TMA's rules
             pipeline_loads.lower_pipelined_for(self, o, plan)
+        elif plan.row_rings:
+            aligned = row_rings.strides_aligned(self, plan.row_rings)
+            if aligned is None:
+                row_rings.lower_row_ring_for(self, o, plan)
+            else:
+                self.two_ways(o, aligned, lambda: row_rings.lower_row_ring_for(self, o, plan),
+                              lambda: self.plain_for(o))
         elif plan.pipelined:
             self.two_ways(o, pipeline_loads.rows_aligned(self, plan.rings),
                           lambda: pipeline_loads.lower_pipelined_for(self, o, plan),

@@ -19,7 +19,7 @@ import dataclasses
 
 from tilejit import ir
 from tilejit.ir import TileOp
-from tilejit.passes import lower_memory, tma as tma_copies, wgmma
+from tilejit.passes import lower_memory, row_rings, tma as tma_copies, wgmma
 from tilejit.passes.assign_layouts import is_tile, layouts_text
 from tilejit.passes.mma_tiling import DEFAULT_STAGES, pipeline_stages
 from tilejit.passes.plans import CopyEngine, DotFamily, LoopPlan, LoopPlans, RingPlan, SharedTile, StagedOperand
@@ -72,7 +72,10 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
             engine = CopyEngine.TMA if tma and target == "sm_90a" and rings and all(
                 tma_copies.ring_copies(fn, r, facts.dot_plans.config(r.dot).tile_bytes(r.tile)) for r in rings) \
                 else CopyEngine.CP_ASYNC
-            plans[o] = LoopPlan(stages, rings, _in_flight(o, rings, stages, facts.dot_plans), tuple(staged), engine)
+            row_stages, row = (0, ()) if rings or staged else \
+                row_rings.row_ring_plans(fn, facts.layouts, facts.multiples, o, num_warps)
+            plans[o] = LoopPlan(row_stages or stages, rings, _in_flight(o, rings, stages, facts.dot_plans),
+                                tuple(staged), engine, row)
             walk(o.regions[0])
             for s in staged:
                 del facts.staged[s.value]

@@ -95,6 +95,14 @@ class RingPlan:
     wgmma: bool                            # read by wgmma (atoms, 1024-byte aligned slots)
 
 
+@dataclass(frozen=True)
+class RowRingPlan:
+    """One load of a loop without tensor cores, copied ``LoopPlan.ahead`` iterations ahead into
+    a thread-private ring (``passes.row_rings``): each thread copies and reads its own chunks."""
+    load: ir.Operation
+    offsets: tuple[ir.Operation, ...]      # the body ops computing the load's offsets
+
+
 class CopyEngine(enum.Enum):
     CP_ASYNC = "cp.async"                  # 16-byte copies issued by every thread
     TMA = "tma"                            # one thread's cp.async.bulk.tensor boxes, on mbarriers (passes.tma)
@@ -110,6 +118,7 @@ class LoopPlan:
     wgmma_in_flight: int
     staged_before: tuple[StagedOperand, ...] = ()
     engine: CopyEngine = CopyEngine.CP_ASYNC
+    row_rings: tuple[RowRingPlan, ...] = ()     # with no ``rings``: loads read from thread-private rings
     replaced: frozenset = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -143,6 +152,7 @@ class LoopPlan:
                 for s in self.staged_before]
         out += [f"  ring: {name(r.load.result)} as {r.tile.name}{' (wgmma)' if r.wgmma else ''} "
                 f"for {name(r.dot.result)}" for r in self.rings]
+        out += [f"  row ring: {name(r.load.result)} ({self.stages} slots, thread-private)" for r in self.row_rings]
         return out
 
 

@@ -41,11 +41,11 @@ def ring_source(fn: ir.Function, multiples, dot: ir.Operation, v: ir.Value, body
         return None
     if (multiples.of(load.operands[-1]) * spec.dtype.itemsize) % 16:
         return None
-    offsets = _offset_slice(body, load)
+    offsets = offset_slice(body, load)
     return None if offsets is None else RingSource(load, tuple(chain), n_major, tuple(offsets))
 
 
-def _offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:
+def offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:
     """The body ops (in order) that compute ``load``'s offsets, or None when they read a
     loop-carried value or have effects (then the load cannot be issued ahead)."""
     if ir.gathers(load):

@@ -1,0 +1,190 @@
+"""Thread-private cp.async rings for memory-bound loops: the loads of a FOR loop without tensor
+cores (a long row's chunk loops, ``chunk_rows``) are copied ``stages - 1`` iterations ahead
+into shared memory, so each thread keeps several chunks in flight without holding registers
+for them.  Each thread copies its own 16-byte chunks and reads them back itself, so the ring
+needs no barrier: a thread's ``cp.async.wait_group`` is enough.
+
+    row_ring_plans(fn, layouts, multiples, loop, num_warps) -> (stages, (RowRingPlan, ...))
+    lower_row_ring_for(lw, loop, plan)
+
+    prologue:     for s in 0..S-2: copy iteration s into slot s; commit     (zero past ub)
+    iteration t:  copy iteration t+S-1 into slot (t+S-1)%S; commit          (the slot read at t-1)
+                  wait_group(S-1)                                           # slot t%S landed
+                  the body, each ringed load read from slot t%S (elements outside the array
+                  read ``other``: a copy zero-fills them)
+    after:        wait_group(0)
+
+The slot a copy overwrites was read in the previous iteration by the same thread, and those
+values were used there (a load nobody uses is gone by now), so the read is complete.  Chunk
+``c`` of thread ``t`` lives at ``slot + (c * threads + t) * 16``: neighbouring threads read
+neighbouring 16 bytes.  A row stride that is not a multiple of 16 bytes is checked at run time
+and takes the plain loop (as the DOT rings do).
+"""
+from __future__ import annotations
+
+from tilejit import dtypes as D
+from tilejit import ir, simt
+from tilejit.abi import ParamKind
+from tilejit.ir import TileOp
+from tilejit.passes import layouts as L
+from tilejit.passes import lower_memory
+from tilejit.passes.assign_layouts import array_spec, is_tile
+from tilejit.passes.plans import RowRingPlan
+from tilejit.passes.ring_sources import offset_slice
+from tilejit.simt import SimtOp
+
+I32 = D.int32
+ROW_RINGS = False                   # ring the loads of loops without tensor cores (a switch, until measured)
+ROW_RING_BYTES = 64 * 1024          # the shared memory a loop's rings may take, all slots
+ROW_RING_STAGES = 4                 # the most slots (3 iterations ahead)
+
+
+def ringable(fn: ir.Function, layouts: dict, multiples, body: ir.Block, o: ir.Operation) -> RowRingPlan | None:
+    """LOAD ``o`` of loop ``body`` as a ring, or None: a block (not a gather) of an array with a
+    unit-stride, 16-byte aligned last dim, a last offset that is a multiple of 16 bytes, offsets
+    from the induction variable and loop invariants only, and a layout of whole 16-byte chunks."""
+    if o.op is not TileOp.LOAD or not is_tile(o.result) or o.result not in layouts:
+        return None
+    spec = array_spec(fn, o.operands[0])
+    item = spec.dtype.itemsize
+    if not (spec.unit_inner_stride and spec.aligned16) or item > 16 or spec.dtype.bits < 8:
+        return None
+    layout = layouts[o.result]
+    if L.contiguous_run(layout) * item < 16 or layout.n % (16 // item):
+        return None
+    if (multiples.of(o.operands[-1]) * item) % 16:
+        return None
+    offsets = offset_slice(body, o)
+    return None if offsets is None else RowRingPlan(o, tuple(offsets))
+
+
+def row_ring_plans(fn: ir.Function, layouts: dict, multiples, loop: ir.Operation,
+                   num_warps: int) -> tuple[int, tuple[RowRingPlan, ...]]:
+    """(stages, rings) for FOR ``loop``: its ringable loads (``ringable``) at as many slots as
+    ``ROW_RING_BYTES`` holds (at most ``ROW_RING_STAGES``, at least 2), or (0, ()) when there
+    are none or the switch is off.  Loops with DOTs or nested regions keep their own plans."""
+    body = loop.regions[0]
+    if not ROW_RINGS or any(o.regions or o.op is TileOp.DOT for o in body.ops):
+        return 0, ()
+    rings = tuple(r for r in (ringable(fn, layouts, multiples, body, o) for o in body.ops) if r is not None)
+    per_stage = sum(slot_bytes(layouts[r.load.result], r.load.result.type.dtype.itemsize, num_warps) for r in rings)
+    stages = min(ROW_RING_STAGES, ROW_RING_BYTES // per_stage) if rings else 0
+    return (stages, rings) if stages >= 2 else (0, ())
+
+
+def slot_bytes(layout: L.Layout, item: int, num_warps: int) -> int:
+    """One slot of a ring of ``item``-byte tiles in ``layout``: every thread's registers
+    (replicas keep their own copy)."""
+    return layout.n * item * 32 * num_warps
+
+
+class RowRing:
+    """The S-slot thread-private ring of one load (``plan`` is its ``RowRingPlan``)."""
+
+    def __init__(self, lw, plan: RowRingPlan, stages: int):
+        self.load, self.offsets = plan.load, plan.offsets
+        self.layout = lw.layouts[self.load.result]
+        self.spec = array_spec(lw.fn, self.load.operands[0])
+        self.item = self.spec.dtype.itemsize
+        self.per = 16 // self.item                      # elements per chunk
+        self.chunks = L.Layout(L.LayoutKind.CHUNKS, self.layout.shape, self.layout.num_warps,
+                               self.layout.regs[::self.per], self.layout.terms)
+        self.threads = 32 * lw.num_warps
+        self.slot_bytes = self.chunks.n * 16 * self.threads
+        self.base, self.buf = lw.alloc_shared(stages * self.slot_bytes, align=16)
+        self.ops: list[ir.Operation] = []             # its copies and reads (ordered by the ring)
+
+    def chunk_addresses(self, lw, slot) -> ir.Value:
+        """Shared byte address of each of the thread's chunks in ``slot`` (i32, one per chunk)."""
+        tid = lw.thread_id("tid", placing=False)
+        start = lw.ew(TileOp.ADD, [lw.ew(TileOp.MUL, [slot, lw.const(I32, [self.slot_bytes])], I32),
+                                   lw.ew(TileOp.MUL, [tid, lw.const(I32, [16])], I32)], I32)
+        start = lw.ew(TileOp.ADD, [self.base, start], I32)
+        n = self.chunks.n
+        return lw.ew(TileOp.ADD, [lw.splat(start, n), lw.const(I32, [c * 16 * self.threads for c in range(n)])], I32)
+
+    def issue(self, lw, iv: ir.Value, iv_value, slot, valid) -> None:
+        """cp.async of the thread's chunks of the tile the load reads when the induction variable
+        is ``iv_value``, into ``slot``; zero-filled unless ``valid`` (bool scalar)."""
+        from tilejit.passes.pipeline_loads import _chunk_sources
+        with lw.at_iteration(iv, iv_value):
+            lw.block(ir.Block([], list(self.offsets)))
+            ptr, offs, src = _chunk_sources(lw, self.load, self.chunks, self.item)
+            n = self.chunks.n
+            src = lw.ew(TileOp.WHERE, [lw.splat(valid, n), src, lw.const(I32, [0] * n)], I32)
+            addr = self.chunk_addresses(lw, slot)
+            self.ops.append(lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, simt.SharedAttrs(1, self.buf)))
+
+    def read(self, lw, slot) -> ir.Value:
+        """The load's tile, in its layout, from ``slot`` (elements outside the array: ``other``)."""
+        n, per = self.layout.n, self.per
+        chunk = self.chunk_addresses(lw, slot)
+        addr = lw.ew(TileOp.ADD, [lw.gather(chunk, [r // per for r in range(n)]),
+                                  lw.const(I32, [(r % per) * self.item for r in range(n)])], I32)
+        dt = self.load.result.type.dtype
+        op = lw.emit(SimtOp.LOAD_SHARED, [addr], simt.RegType(dt, n), simt.SharedAttrs(per, self.buf))
+        self.ops.append(op)
+        other = self.load.attrs.other if self.load.attrs else 0
+        if other == 0:
+            return op.result
+        _, _, inside, _ = lower_memory.element_offsets(lw, self.load.operands[0], self.load.operands[1:], self.layout)
+        return lw.ew(TileOp.WHERE, [inside, op.result, lw.const(dt, [other] * n)], dt)
+
+
+def strides_aligned(lw, rings) -> ir.Value | None:
+    """bool scalar: the row stride of every ringed array (``rings``: RowRingPlans) of rank 2 or more is a multiple of 16
+    bytes (cp.async reads 16-byte aligned chunks); None when there is nothing to check."""
+    ok = None
+    for ring in rings:
+        array = ring.load.operands[0]
+        arg, item = lower_memory.arg_index(lw, array), array.type.dtype.itemsize
+        for d in range(array.type.rank - 1):
+            stride = lw.param(ParamKind.STRIDE, arg, d)
+            dt = stride.type.dtype
+            bytes_ = lw.ew(TileOp.MUL, [stride, lw.const(dt, [item])], dt)
+            test = lw.ew(TileOp.EQ, [lw.ew(TileOp.AND, [bytes_, lw.const(dt, [15])], dt), lw.const(dt, [0])], D.bool_)
+            ok = test if ok is None else lw.ew(TileOp.AND, [ok, test], D.bool_)
+    return ok
+
+
+def lower_row_ring_for(lw, o: ir.Operation, plan) -> None:
+    """FOR ``o`` with the loads of ``plan.row_rings`` read from thread-private rings (see the
+    module docstring)."""
+    stages = plan.stages
+    ahead = stages - 1
+    region = o.regions[0]
+    iv, args = region.args[0], region.args[1:]
+    lb, ub = (lw.get(x) for x in o.operands[:2])
+    step = o.operands[2].owner.attrs.value
+    iv_dt = iv.type.dtype
+    ub_iv, lb_iv = lw.cast(ub, iv_dt), lw.cast(lb, iv_dt)
+    rings = [RowRing(lw, r, stages) for r in plan.row_rings]
+    for s in range(ahead):
+        iv_s = lw.ew(TileOp.ADD, [lb_iv, lw.const(iv_dt, [s * step])], iv_dt)
+        valid = lw.ew(TileOp.LT, [iv_s, ub_iv], D.bool_)
+        for ring in rings:
+            ring.issue(lw, iv, iv_s, lw.const(I32, [s]), valid)
+        lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
+
+    def before_body(iv_value):
+        trip = lw.ew(TileOp.FLOORDIV, [lw.cast(lw.ew(TileOp.SUB, [iv_value, lb_iv], iv_dt), I32),
+                                       lw.const(I32, [step])], I32)
+        write = lw.ew(TileOp.MOD, [lw.ew(TileOp.ADD, [trip, lw.const(I32, [ahead])], I32),
+                                   lw.const(I32, [stages])], I32)
+        iv_ahead = lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [ahead * step])], iv_dt)
+        valid = lw.ew(TileOp.LT, [iv_ahead, ub_iv], D.bool_)
+        for ring in rings:
+            ring.issue(lw, iv, iv_ahead, write, valid)
+        lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
+        lw.emit(SimtOp.CP_ASYNC_WAIT, [], None, simt.WaitAttrs(ahead))
+        read = lw.ew(TileOp.MOD, [trip, lw.const(I32, [stages])], I32)
+        for ring in rings:
+            lw.ring_read(ring.load, ring, read)
+
+    inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
+    body = lw.region(region, args, before=before_body)
+    lw.control(o, SimtOp.FOR, [lw.get(x) for x in o.operands[:3]] + inits, [body])
+    for ring in rings:
+        lw.ring_done(ring.load)
+    lw.emit(SimtOp.CP_ASYNC_WAIT, [], None, simt.WaitAttrs(0))
+    lw.ordered_by_pipeliner(op for ring in rings for op in ring.ops)

@@ -1,0 +1,104 @@
+"""Thread-private cp.async rings for the loops of long rows (``passes.row_rings``, behind the
+``ROW_RINGS`` switch): the plan names the ringed loads, the kernels give NumPy's results on
+emulate (which runs the copies, their groups and waits), ragged rows and rows whose stride is
+not a multiple of 16 bytes included, and the PTX assembles without spills."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import codegen
+from tilejit.backends import cuda
+from tilejit.passes import row_rings
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.simt import SimtOp
+
+from conftest import assemble_or_skip
+from examples import layernorm, rmsnorm, softmax
+
+BF16 = tj.bfloat16.np
+KERNELS = (softmax.softmax_kernel, layernorm.layernorm_kernel, rmsnorm.rmsnorm_kernel)
+
+
+@pytest.fixture
+def rings(monkeypatch):
+    """Rings on, rows in one CTA (a cluster would share them: ``cluster_rows``), fresh compiles."""
+    monkeypatch.setattr(row_rings, "ROW_RINGS", True)
+    monkeypatch.setenv("TILEJIT_CLUSTER", "0")
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    for k in KERNELS:
+        k._cache.clear()
+        k._fast.clear()
+    yield
+    for k in KERNELS:
+        k._cache.clear()
+        k._fast.clear()
+
+
+def simt_of(kernel, *args, **consts):
+    specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
+    tile = kernel.tile_ir(specs, consts)
+    from tilejit.passes.warps import choose_num_warps
+    texts = {}
+    fn = compile_to_simt(tile, choose_num_warps(tile), cluster=False, dump=texts.__setitem__)
+    return fn, texts["plan_loops"]
+
+
+@pytest.mark.parametrize("dtype, loops", [(BF16, 3), (np.float32, 0)])
+def test_the_chunk_loops_of_a_long_softmax_row_are_ringed(rings, dtype, loops):
+    """bf16 at 65,536 columns: three chunk loops of 8192-value chunks (16 KiB a slot), each
+    ringed 4 slots deep; float32 chunks of 64 KiB leave no room for two slots."""
+    x = np.zeros((2, 65536), dtype)
+    fn, plans = simt_of(softmax.softmax_kernel, x, x, BLOCK=65536)
+    assert plans.count("row ring:") == loops
+    copies = [o for o in fn.walk() if o.op is SimtOp.CP_ASYNC]
+    assert len(copies) == 4 * loops                 # 3 in each prologue, 1 in each body
+    waits = sorted(o.attrs.n for o in fn.walk() if o.op is SimtOp.CP_ASYNC_WAIT)
+    assert waits == [0] * loops + [3] * loops
+    ringed = [o for o in fn.walk() if o.op is SimtOp.FOR and any(x.op is SimtOp.CP_ASYNC for x in o.regions[0].walk())]
+    assert len(ringed) == loops
+    assert not any(x.op is SimtOp.BARRIER for o in ringed for x in o.regions[0].walk())   # thread-private
+
+
+def test_without_the_switch_nothing_is_ringed(monkeypatch):
+    monkeypatch.setattr(row_rings, "ROW_RINGS", False)
+    x = np.zeros((2, 65536), BF16)
+    _, plans = simt_of(softmax.softmax_kernel, x, x, BLOCK=65536)
+    assert "row ring:" not in plans
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32])
+@pytest.mark.parametrize("cols", [65536, 40000, 20000])
+def test_ringed_long_rows_match_numpy_on_emulate(rings, dtype, cols):
+    """softmax (other=-inf: the zero-filled copies are replaced), layernorm and RMSNorm, the last
+    chunk partly or wholly past the row, against float64 NumPy."""
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((3, cols)) * 3).astype(dtype)
+    w, b = rng.standard_normal(cols).astype(dtype), rng.standard_normal(cols).astype(dtype)
+    tj.testing.assert_close(softmax.run(x), softmax.reference(x).astype(dtype))
+    tj.testing.assert_close(layernorm.run(x, w, b), layernorm.reference(x, w, b).astype(dtype))
+    tj.testing.assert_close(rmsnorm.run(x, w), rmsnorm.reference(x, w).astype(dtype))
+
+
+def test_a_row_stride_off_16_bytes_takes_the_plain_loop(rings):
+    """Rows 65,537 bf16 apart: cp.async could not read them in aligned chunks, so the launch
+    checks the stride and runs the loop without the ring; the results are the same."""
+    rng = np.random.default_rng(1)
+    wide = rng.standard_normal((3, 65537)).astype(BF16)
+    x = wide[:, :65536]
+    tj.testing.assert_close(softmax.run(x), softmax.reference(x).astype(BF16))
+    aligned = np.ascontiguousarray(x)
+    np.testing.assert_array_equal(softmax.run(x).view(np.uint16), softmax.run(aligned).view(np.uint16))
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+def test_ringed_kernels_assemble_without_spills(rings, kernel):
+    x = np.zeros((2, 65536), BF16)
+    w = np.zeros(65536, BF16)
+    args = {"softmax_kernel": (x, x), "layernorm_kernel": (x, w, w, x, 1e-5),
+            "rmsnorm_kernel": (x, w, x, 1e-5)}[kernel.name]
+    fn, plans = simt_of(kernel, *args, BLOCK=65536)
+    assert "row ring:" in plans
+    assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a")
+    assert cuda.assemble_hinted(fn, "sm_90a")[0].spills == 0
