@@ -37,6 +37,12 @@ I32 = D.int32
 ROW_RINGS = False                   # ring the loads of loops without tensor cores (a switch, until measured)
 ROW_RING_BYTES = 64 * 1024          # the shared memory a loop's rings may take, all slots
 ROW_RING_STAGES = 4                 # the most slots (3 iterations ahead)
+# A ring never takes the shared memory that would cost the SM a CTA: with the kernel's stashes
+# (``chunk_rows``), CTAs of ``num_warps`` warps must still fit as many per SM as before, counting
+# at most ``RING_THREADS_PER_SM`` threads (what the occupancy wishes usually get).
+SHARED_PER_SM = 228 * 1024          # sm_90 (and sm_80: 164 KiB, which only lowers the budget further)
+CTA_RESERVED = 1024                 # shared memory the hardware keeps per CTA
+RING_THREADS_PER_SM = 1536
 
 
 def ringable(fn: ir.Function, layouts: dict, multiples, body: ir.Block, o: ir.Operation) -> RowRingPlan | None:
@@ -68,8 +74,28 @@ def row_ring_plans(fn: ir.Function, layouts: dict, multiples, loop: ir.Operation
         return 0, ()
     rings = tuple(r for r in (ringable(fn, layouts, multiples, body, o) for o in body.ops) if r is not None)
     per_stage = sum(slot_bytes(layouts[r.load.result], r.load.result.type.dtype.itemsize, num_warps) for r in rings)
-    stages = min(ROW_RING_STAGES, ROW_RING_BYTES // per_stage) if rings else 0
+    stages = min(ROW_RING_STAGES, ring_budget(fn, num_warps) // per_stage) if rings else 0
     return (stages, rings) if stages >= 2 else (0, ())
+
+
+def ring_budget(fn: ir.Function, num_warps: int) -> int:
+    """The bytes one loop's rings may take (see ``RING_THREADS_PER_SM``): a 32,768-column bf16
+    softmax stashes its 64 KiB row, three CTAs of 512 threads per SM; a ring of 32 KiB would
+    leave room for two (H200: 0.71 -> 0.62x copy)."""
+    stashed = stash_bytes(fn) + CTA_RESERVED
+    ctas = min(max(1, RING_THREADS_PER_SM // (32 * num_warps)), SHARED_PER_SM // stashed)
+    return max(0, min(ROW_RING_BYTES, SHARED_PER_SM // ctas - stashed))
+
+
+def stash_bytes(fn: ir.Function) -> int:
+    """Shared memory ``fn``'s stashes take (each stash buffer holds its rows at full width)."""
+    found: dict[int, int] = {}
+    for o in fn.walk():
+        if o.op is TileOp.STASH:
+            tile = o.operands[0].type
+            rows = tile.numel // tile.shape[-1]
+            found[o.attrs.buffer] = max(found.get(o.attrs.buffer, 0), rows * o.attrs.width * tile.dtype.itemsize)
+    return sum(found.values())
 
 
 def slot_bytes(layout: L.Layout, item: int, num_warps: int) -> int:
