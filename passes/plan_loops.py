@@ -73,7 +73,7 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
                 tma_copies.ring_copies(fn, r, facts.dot_plans.config(r.dot).tile_bytes(r.tile)) for r in rings) \
                 else CopyEngine.CP_ASYNC
             row_stages, row = (0, ()) if rings or staged else \
-                row_rings.row_ring_plans(fn, facts.layouts, facts.multiples, o, num_warps)
+                row_rings.row_ring_plans(fn, facts.layouts, facts.multiples, o, num_warps, target)
             plans[o] = LoopPlan(row_stages or stages, rings, _in_flight(o, rings, stages, facts.dot_plans),
                                 tuple(staged), engine, row)
             walk(o.regions[0])

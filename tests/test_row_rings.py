@@ -102,3 +102,22 @@ def test_ringed_kernels_assemble_without_spills(rings, kernel):
     assert "row ring:" in plans
     assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a")
     assert cuda.assemble_hinted(fn, "sm_90a")[0].spills == 0
+
+
+@pytest.mark.parametrize("kernel, target, cols, dtype, ringed", [
+    ("softmax", "sm_90a", 32768, BF16, 0),   # a 64 KiB stash, 3 CTAs of 512 threads: no room for 2 slots
+    ("rmsnorm", "sm_90a", 16384, BF16, 2),   # a 32 KiB stash: 3 CTAs keep their room with the rings
+    ("softmax", "sm_80", 32768, np.float32, 0),     # a 128 KiB stash on 164 KiB: nothing left
+    ("softmax", "sm_80", 65536, BF16, 3)])   # no stash: slots of 16 KiB under sm_80's limit
+def test_a_ring_never_costs_the_sm_a_cta_or_the_target_its_limit(rings, kernel, target, cols, dtype, ringed):
+    from tilejit.backends.cuda import check_resources
+    from tilejit.passes.warps import choose_num_warps
+    x, w = np.zeros((2, cols), dtype), np.zeros(cols, dtype)
+    k = {"softmax": softmax.softmax_kernel, "rmsnorm": rmsnorm.rmsnorm_kernel}[kernel]
+    args = (x, x) if kernel == "softmax" else (x, w, x, 1e-5)
+    specs, consts, _ = k.specialise(k.bind(args, {"BLOCK": cols}))
+    tile = k.tile_ir(specs, consts)
+    texts = {}
+    fn = compile_to_simt(tile, choose_num_warps(tile), target=target, cluster=False, dump=texts.__setitem__)
+    assert texts["plan_loops"].count("row ring:") == ringed
+    check_resources(fn, target)              # raises past the target's shared memory
