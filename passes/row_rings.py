@@ -48,6 +48,7 @@ ROW_RING_STAGES = 4                 # the most slots (3 iterations ahead)
 SHARED_PER_SM = {"sm_80": 164 * 1024, "sm_90a": 228 * 1024}
 CTA_RESERVED = 1024                 # shared memory the hardware keeps per CTA
 OTHER_BYTES = 4096                  # room left for the kernel's other buffers (reductions' scratch)
+MAX_CTAS_PER_SM = 32
 RING_THREADS_PER_SM = 1536
 
 
@@ -74,11 +75,14 @@ def row_ring_plans(fn: ir.Function, layouts: dict, multiples, loop: ir.Operation
                    num_warps: int, target: str = "sm_90a") -> tuple[int, tuple[RowRingPlan, ...]]:
     """(stages, rings) for FOR ``loop``: its ringable loads (``ringable``) at as many slots as
     ``ROW_RING_BYTES`` holds (at most ``ROW_RING_STAGES``, at least 2), or (0, ()) when there
-    are none or the switch is off.  Loops with DOTs or nested regions keep their own plans."""
+    are none or the switch is off.  Loops with DOTs keep their own plans; a loop that writes
+    memory rings only the loads whose block every write of the loop is (``_same_block``)."""
     body = loop.regions[0]
-    if not ROW_RINGS or any(o.regions or o.op is TileOp.DOT for o in body.ops):
+    if not ROW_RINGS or any(o.op is TileOp.DOT for o in body.walk()):
         return 0, ()
-    rings = tuple(r for r in (ringable(fn, layouts, multiples, body, o) for o in body.ops) if r is not None)
+    writes = [o for o in body.walk() if o.op in (TileOp.STORE, TileOp.ATOMIC)]
+    rings = tuple(r for r in (ringable(fn, layouts, multiples, body, o) for o in body.ops)
+                  if r is not None and all(_same_block(w, r.load, body) for w in writes))
     per_stage = sum(slot_bytes(layouts[r.load.result], r.load.result.type.dtype.itemsize, num_warps) for r in rings)
     stages = min(ROW_RING_STAGES, ring_budget(fn, num_warps, target) // per_stage) if rings else 0
     return (stages, rings) if stages >= 2 else (0, ())
@@ -90,8 +94,8 @@ def ring_budget(fn: ir.Function, num_warps: int, target: str = "sm_90a") -> int:
     leave room for two (H200: 0.71 -> 0.62x copy)."""
     per_sm = SHARED_PER_SM.get(target, SHARED_PER_SM["sm_80"])
     stashed = stash_bytes(fn) + CTA_RESERVED
-    ctas = max(1, min(RING_THREADS_PER_SM // (32 * num_warps), per_sm // stashed))
-    return max(0, min(ROW_RING_BYTES, per_sm // ctas - stashed - OTHER_BYTES))
+    ctas = max(1, min(RING_THREADS_PER_SM // (32 * num_warps), per_sm // stashed, MAX_CTAS_PER_SM))
+    return max(0, min(ROW_RING_BYTES, per_sm // ctas - stashed, per_sm - stashed - OTHER_BYTES))
 
 
 def stash_bytes(fn: ir.Function) -> int:
@@ -103,6 +107,17 @@ def stash_bytes(fn: ir.Function) -> int:
             rows = tile.numel // tile.shape[-1]
             found[o.attrs.buffer] = max(found.get(o.attrs.buffer, 0), rows * o.attrs.width * tile.dtype.itemsize)
     return sum(found.values())
+
+
+def _same_block(write: ir.Operation, load: ir.Operation, body: ir.Block) -> bool:
+    """Whether ``write`` (a STORE or ATOMIC of the loop) cannot change what a copy issued ahead
+    reads: a top-level STORE of ``load``'s block (the same offsets and shape), which writes the
+    columns of this iteration only, after its own load.  Any other write might alias a later
+    iteration's block (two arguments may be one array), so the load is not ringed."""
+    rank = load.operands[0].type.rank
+    return write.op is TileOp.STORE and write in body.ops and write.operands[0].type.rank == rank \
+        and tuple(write.operands[1:1 + rank]) == tuple(load.operands[1:]) \
+        and ir.stored_tile(write).type.shape == load.result.type.shape
 
 
 def slot_bytes(layout: L.Layout, item: int, num_warps: int) -> int:
