@@ -21,9 +21,10 @@ neighbouring 16 bytes.  A row stride that is not a multiple of 16 bytes is check
 and takes the plain loop (as the DOT rings do).
 
 On the H200 (2026-12-04, same call, ratio to copy, rings / none): layernorm bf16 16K 0.71 /
-0.57, float32 32K 0.60 / 0.53; RMSNorm bf16 64K 0.72 / 0.58, 16K 0.87 / 0.85, float32 32K
-0.81 / 0.77; the other cells of softmax, layernorm and RMSNorm from 8K to 64K within 1%.  A
-ring that took shared memory the SM needed for a CTA lost (``ring_budget``).
+0.58, 64K 0.47 / 0.45, float32 32K 0.58 / 0.52; RMSNorm bf16 16K 0.92 / 0.84, 64K 0.70 /
+0.58, float32 32K 0.84 / 0.77; RMSNorm bf16 32K 0.80 / 0.81; the other cells of softmax,
+layernorm and RMSNorm from 8K to 64K within 1%.  A ring that took shared memory the SM
+needed for a CTA lost (``ring_budget``).
 """
 from __future__ import annotations
 
