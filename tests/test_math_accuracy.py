@@ -305,3 +305,20 @@ def test_erf_matches_math_erf_on_the_cpu_backends(backend, monkeypatch):
     want = np.float32([math.erf(v) for v in x.astype(np.float64)])
     np.testing.assert_array_equal(y[0], want)
     np.testing.assert_array_equal(y[1], want)
+
+
+def test_inline_division_fast_range_is_correctly_rounded():
+    """Operands of magnitude 2**-70 to 2**70 (most on the fast path, ``Ctx.fast_div_f32``: a
+    reciprocal estimate of 22 bits here, one Newton step, two residual corrections; the rest on
+    the float64 path), divisors just under 1 (all-ones significands) among them: NumPy's bits."""
+    rng = np.random.default_rng(7)
+    n = 400000
+    a, b = (((rng.random(n) + 1) * np.exp2(rng.integers(-70, 71, n).astype(np.float64))
+             * rng.choice([-1, 1], n)).astype(np.float32) for _ in range(2))
+    b[:20000] = np.float32(1) - np.float32(2 ** -24) * rng.integers(1, 64, 20000).astype(np.float32)
+    a[20000:20100] = np.float32(2.0 ** -60)                  # the fast range's edges
+    b[20100:20200] = np.float32(2.0 ** 60)
+    with np.errstate(all="ignore"):
+        want = a / b
+    got = host_eval(TileOp.TRUEDIV, D.float32, a, b, inline_division=True)
+    assert _same_bits(got, want).all()

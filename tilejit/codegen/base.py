@@ -17,6 +17,10 @@ from tilejit.dtypes import DType
 from tilejit.errors import CompileError
 from tilejit.errors import Loc
 
+# one-register float32 divisions take ``Ctx.fast_div_f32`` where their operands allow (False: always
+# the float64 path, ``Ctx.wide_div_f32``)
+FAST_DIVISION = True
+
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 GLOBAL, SHARED = 1, 3                     # NVPTX address spaces
@@ -106,6 +110,48 @@ class Ctx:
         return self.builder.fdiv(a, b)
 
     def ieee_div_f32(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        """float32 ``x / y`` correctly rounded: ``fast_div_f32`` where both operands lie in
+        [2**-60, 2**60] in magnitude (every intermediate is then a normal float32), else
+        ``wide_div_f32``, on a branch (the wide path's float64 registers are not live on the
+        fast one)."""
+        b = self.builder
+        if not FAST_DIVISION:
+            return self.wide_div_f32(x, y)
+        ok = None
+        for v in (x, y):                    # |v| in [2**-60, 2**60]: one subtract, one unsigned compare
+            bits = b.and_(b.bitcast(v, I32), ir.Constant(I32, 0x7FFFFFFF))
+            inside = b.icmp_unsigned("<", b.sub(bits, ir.Constant(I32, 0x21800000)),
+                                     ir.Constant(I32, 0x5D800000 - 0x21800000 + 1))
+            ok = inside if ok is None else b.and_(ok, inside)
+        with b.if_else(ok) as (fast, wide):
+            with fast:
+                q_fast, from_fast = self.fast_div_f32(x, y), b.block
+            with wide:
+                q_wide, from_wide = self.wide_div_f32(x, y), b.block
+        q = b.phi(F32)
+        q.add_incoming(q_fast, from_fast)
+        q.add_incoming(q_wide, from_wide)
+        return q
+
+    def fast_div_f32(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        """``x / y`` correctly rounded for operands whose magnitudes lie in [2**-60, 2**60]: the
+        reciprocal estimate (``rcp.approx.ftz.f32``) refined by one Newton step, the quotient
+        ``x * r`` and two residual corrections ``q + r * (x - y*q)`` (FMAs; each residual is exact
+        because q is within an ulp of x/y and nothing under- or overflows in that range).  This
+        is the sequence ptxas gives ``div.rn.f32`` on its fast path, without the slow path's call."""
+        b = self.builder
+
+        def fma(p, q, r):
+            return self.call("llvm.fma.f32", F32, [p, q, r])
+        ny = b.fneg(y)
+        r = self.call("llvm.nvvm.rcp.approx.ftz.f", F32, [y])
+        r = fma(r, fma(ny, r, ir.Constant(F32, 1.0)), r)
+        q = b.fmul(x, r)
+        for _ in range(2):
+            q = fma(r, fma(ny, q, x), q)
+        return q
+
+    def wide_div_f32(self, x: ir.Value, y: ir.Value) -> ir.Value:
         """float32 ``x / y`` correctly rounded, as ``div.rn.f32`` gives it, but inline: ptxas
         expands ``div.rn.f32`` with a slow-path subroutine call, and the values live across the
         call cost a layernorm (two scalar divisions by n) 62 instead of 47 registers at 256

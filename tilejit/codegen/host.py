@@ -31,6 +31,9 @@ HOST_APPROX = {   # NVVM approximation -> the exact operation it stands for (x i
     "llvm.nvvm.div.full": ("float %x, float %y", "%r = fdiv float %x, %y"),
     # MUFU.RCP64H's estimate is good to about 2**-22: keep 22 bits of the exact reciprocal, so
     # the refinement that follows it (``Ctx.ieee_div_f32``) is tested as the GPU runs it
+    # MUFU.RCP's is good to about 2**-23: keep 22 bits (``Ctx.fast_div_f32`` must cope with less)
+    "llvm.nvvm.rcp.approx.ftz.f": ("float %x", "%e = fdiv float 1.0, %x\n  %i = bitcast float %e to i32\n"
+                                   "  %m = and i32 %i, -2\n  %r = bitcast i32 %m to float"),
     "llvm.nvvm.rcp.approx.ftz.d": ("double %x", "%e = fdiv double 1.0, %x\n  %i = bitcast double %e to i64\n"
                                    "  %m = and i64 %i, -1073741824\n  %r = bitcast i64 %m to double", "double"),
 }
