@@ -258,6 +258,17 @@ def test_gpu_scalar_division_is_correctly_rounded():
     assert _same_bits(out[:len(a)], want).all()
 
 
+@pytest.mark.gpu
+def test_gpu_fast_range_division_is_correctly_rounded():
+    """The fast path with the hardware's reciprocal estimate (MUFU.RCP), a million quotients."""
+    a, b = _fast_range_operands(1 << 20, 8)
+    out = np.zeros(2 * len(a), np.float32)
+    mean_and_scale[(len(a),)](a, b, out, len(a))
+    with np.errstate(all="ignore"):
+        want = a / b
+    assert _same_bits(out[:len(a)], want).all()
+
+
 def test_pow_is_within_one_ulp_and_keeps_c_pows_special_values():
     """x ** y in float64 from log2 |x| (about 47 bits) and one rounding: even results near 2**128,
     where y log2 x is large, stay within an ulp (the float32 ex2.approx form was ~110 ulp there;
@@ -307,17 +318,21 @@ def test_erf_matches_math_erf_on_the_cpu_backends(backend, monkeypatch):
     np.testing.assert_array_equal(y[1], want)
 
 
+def _fast_range_operands(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    a, b = (((rng.random(n) + 1) * np.exp2(rng.integers(-70, 71, n).astype(np.float64))
+             * rng.choice([-1, 1], n)).astype(np.float32) for _ in range(2))
+    b[:n // 20] = np.float32(1) - np.float32(2 ** -24) * rng.integers(1, 64, n // 20).astype(np.float32)
+    a[n // 20:n // 20 + 100] = np.float32(2.0 ** -60)         # the fast range's edges
+    b[n // 20 + 100:n // 20 + 200] = np.float32(2.0 ** 60)
+    return a, b
+
+
 def test_inline_division_fast_range_is_correctly_rounded():
     """Operands of magnitude 2**-70 to 2**70 (most on the fast path, ``Ctx.fast_div_f32``: a
     reciprocal estimate of 22 bits here, one Newton step, two residual corrections; the rest on
     the float64 path), divisors just under 1 (all-ones significands) among them: NumPy's bits."""
-    rng = np.random.default_rng(7)
-    n = 400000
-    a, b = (((rng.random(n) + 1) * np.exp2(rng.integers(-70, 71, n).astype(np.float64))
-             * rng.choice([-1, 1], n)).astype(np.float32) for _ in range(2))
-    b[:20000] = np.float32(1) - np.float32(2 ** -24) * rng.integers(1, 64, 20000).astype(np.float32)
-    a[20000:20100] = np.float32(2.0 ** -60)                  # the fast range's edges
-    b[20100:20200] = np.float32(2.0 ** 60)
+    a, b = _fast_range_operands(400000, 7)
     with np.errstate(all="ignore"):
         want = a / b
     got = host_eval(TileOp.TRUEDIV, D.float32, a, b, inline_division=True)
