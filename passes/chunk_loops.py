@@ -334,3 +334,114 @@ def online_softmax_loop(b: ir.Builder, r1: ir.Operation, r2: ir.Operation, plan:
         total = ew(b, TileOp.CAST, [total], st)
     big_m.hint, total.hint = r1.result.hint, r2.result.hint
     return big_m, total
+
+
+# ------------------------------------------------------------------ variance in the sum's pass
+@dataclass(frozen=True)
+class VariancePair:
+    """``r2 = sum(c * c)`` with ``c = x - broadcast(mu)`` or ``where(m, x - broadcast(mu), 0)``,
+    where ``r1 = sum(x)`` comes first and ``mu`` is any per-row value (a layernorm's mean)."""
+    r1: ir.Operation
+    x: ir.Value
+    mu: ir.Value
+    mask: ir.Value | None
+
+
+def _zero(v: ir.Value) -> bool:
+    o = v.owner
+    return o is not None and o.op is TileOp.CONSTANT and o.attrs.value == 0
+
+
+def _defined_before(v: ir.Value, r1: ir.Operation, top: list, wide: frozenset) -> bool:
+    """Every narrow value the wide value ``v`` is made from exists where ``r1`` runs (so a
+    loop at ``r1`` can make ``v``'s chunks), and ``v`` does not read ``r1``'s result."""
+    if v is r1.result:
+        return False
+    if v in wide:
+        return all(_defined_before(x, r1, top, wide) for x in v.owner.operands)
+    return v.owner is None or v.owner not in top or top.index(v.owner) < top.index(r1)
+
+
+def variance_pairs(top: list, plan: ChunkPlan) -> dict:
+    """sum REDUCE op -> ``VariancePair`` for each sum of squared deviations that the loop of an
+    earlier ``sum(x)`` can accumulate (float32 ``x``, the last axis, keepdims alike)."""
+    pairs, f32 = {}, dtypes.float32
+    sums = {o.operands[0]: o for o in top if o.op is TileOp.REDUCE and o.attrs.kind is ReduceKind.SUM
+            and o.operands[0] in plan.wide}
+    for r2 in top:
+        if not (r2.op is TileOp.REDUCE and r2.attrs.kind is ReduceKind.SUM and r2.operands[0] in plan.wide):
+            continue
+        q = r2.operands[0].owner
+        if q.op is not TileOp.MUL or q.operands[0] is not q.operands[1]:
+            continue
+        c, mask = q.operands[0], None
+        if c.owner.op is TileOp.WHERE:
+            mask, c, other = c.owner.operands
+            if not _zero(other) or mask not in plan.wide:
+                continue
+        if c.owner.op is not TileOp.SUB:
+            continue
+        x, bcast = c.owner.operands
+        r1 = sums.get(x)
+        if (r1 is None or r1 is r2 or top.index(r1) > top.index(r2) or x.type.dtype != f32 or bcast.owner is None
+                or bcast.owner.op is not TileOp.BROADCAST or r1.attrs.keepdims != r2.attrs.keepdims
+                or r1.attrs.axis != r2.attrs.axis or any(p.r1 is r1 for p in pairs.values())):
+            continue
+        if mask is not None and not _defined_before(mask, r1, top, plan.wide):
+            continue
+        pairs[r2] = VariancePair(r1, x, bcast.owner.operands[0], mask)
+    return pairs
+
+
+def variance_loop(b: ir.Builder, pair: VariancePair, plan: ChunkPlan, remap, const):
+    """``sum(x)`` of ``pair.r1`` from a loop that also accumulates, per element slot of the chunk,
+    the deviations from a shift ``s`` (the slot's value in chunk 0, loaded before the loop):
+    ``S1 = sum(m * (x - s))``, ``S2 = sum(m * (x - s)**2)`` and the count ``N = sum(m)``.
+    Returns (the sum, the state ``variance_sum`` needs)."""
+    r1, x, loc = pair.r1, pair.x, pair.r1.loc
+    f32, i32 = dtypes.float32, dtypes.int32
+    ct = ir.TileType(x.type.shape[:-1] + (plan.chunk,), f32)
+
+    def ew(builder, op, operands, t=ct):
+        return builder.create(op, operands, [t], loc=loc).result
+
+    def splat(value, builder):
+        return ew(builder, TileOp.SPLAT, [const(value, f32, loc)])
+
+    unstashed = ChunkPlan(plan.width, plan.chunk, plan.wide, plan.elementwise, False, plan.num_warps, None)
+    shift = _Chunk(b, unstashed, const(0, i32, loc), remap).value(x)      # (read again in the loop: L1/L2)
+    inits = [splat(0.0, b), splat(0.0, b), splat(0.0, b)] + ([splat(0.0, b)] if pair.mask is not None else [])
+    loop, body, chunk = _loop(b, r1, plan, remap, const, x, inits)
+    total, s1, s2 = body.block.args[1:4]
+    xc = chunk.value(x)
+    d = ew(body, TileOp.SUB, [xc, shift])
+    outs = [ew(body, TileOp.ADD, [total, xc])]
+    if pair.mask is not None:
+        mc = chunk.value(pair.mask)
+        d = ew(body, TileOp.WHERE, [mc, d, splat(0.0, body)])
+        one = ew(body, TileOp.WHERE, [mc, splat(1.0, body), splat(0.0, body)])
+        count = ew(body, TileOp.ADD, [body.block.args[4], one])
+    outs += [ew(body, TileOp.ADD, [s1, d]), ew(body, TileOp.FMA, [d, d, s2])]
+    if pair.mask is not None:
+        outs.append(count)
+    body.create(TileOp.YIELD, outs + chunk.nexts, loc=loc)
+    results = loop.results
+    n = results[3] if pair.mask is not None else splat(float(plan.width // plan.chunk), b)
+    result = b.create(TileOp.REDUCE, [results[0]], [r1.result.type], r1.attrs, loc=loc).result
+    result.hint = r1.result.hint
+    return result, (shift, results[1], results[2], n)
+
+
+def variance_sum(b: ir.Builder, r2: ir.Operation, pair: VariancePair, state, remap) -> ir.Value:
+    """``r2``'s ``sum(m * (x - mu)**2)`` from ``variance_loop``'s state, once ``mu`` exists: per
+    slot ``S2 + 2 (s - mu) S1 + (s - mu)**2 N``, then summed over the chunk."""
+    shift, s1, s2, n = state
+    loc, ct = r2.loc, shift.type
+
+    def ew(op, operands):
+        return b.create(op, operands, [ct], loc=loc).result
+    gap = ew(TileOp.SUB, [shift, ew(TileOp.BROADCAST, [remap(pair.mu)])])
+    inner = ew(TileOp.FMA, [gap, n, ew(TileOp.ADD, [s1, s1])])
+    result = b.create(TileOp.REDUCE, [ew(TileOp.FMA, [gap, inner, s2])], [r2.result.type], r2.attrs, loc=loc).result
+    result.hint = r2.result.hint
+    return result

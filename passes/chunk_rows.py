@@ -40,7 +40,7 @@ from __future__ import annotations
 from tilejit import ir
 from tilejit.ir import ConstAttrs, TileOp
 from tilejit.passes.chunk_loops import (_COMBINE, ChunkPlan, Stashes, _wide_loads, online_softmax_loop, reduce_loop,
-                                         softmax_pairs, store_loop)
+                                         softmax_pairs, store_loop, variance_loop, variance_pairs, variance_sum)
 
 CHUNK_VALUES = 32 * 32 * 16         # a row tile of more values is split: 16 per thread at 32 warps
 CHUNK_BUDGET = CHUNK_VALUES         # the values of all the loads of one chunk (with PREFETCH, twice),
@@ -53,6 +53,10 @@ CHUNK_BUDGET = CHUNK_VALUES         # the values of all the loads of one chunk (
 # layernorm at 32768 columns.
 PREFETCH = False                    # each chunk loop loads the next chunk before computing this one
 ONLINE_SOFTMAX = False              # max(x) and sum(exp(x - max)) in one loop (a running max)
+# A sum of squared deviations from a per-row value (a layernorm's variance) accumulated in the
+# loop of the earlier sum(x), from each slot's deviations from a shift (chunk_loops.variance_loop):
+# one read of the row fewer.  (A switch, until measured.)
+ONE_PASS_VARIANCE = False
 ELEMENTWISE_ACC = True              # accumulate chunk-shaped tiles, reduce once after the loop
 COUNT_LOADS = True                  # rows of several loads that fit alone but not together are split too
 # ... when they load more than this in all.  H200, 2026-12-04 (warps_probe.py --without chunk_rows,
@@ -248,9 +252,15 @@ def chunk_rows(fn: ir.Function) -> ir.Function:
 
     pairs = softmax_pairs(top, plan) if ONLINE_SOFTMAX else {}
     deferred = set(pairs.values())
+    variances = variance_pairs(top, plan) if ONE_PASS_VARIANCE and plan.elementwise else {}
+    firsts, states = {p.r1: p for p in variances.values()}, {}
     for o in top:
         if o in pairs:
             mapped[pairs[o].result], mapped[o.result] = online_softmax_loop(b, pairs[o], o, plan, remap, const)
+        elif o in firsts:                           # sum(x), with the deviations a later sum squares
+            mapped[o.result], states[o] = variance_loop(b, firsts[o], plan, remap, const)
+        elif o in variances:
+            mapped[o.result] = variance_sum(b, o, variances[o], states[variances[o].r1], remap)
         elif o in deferred:
             continue                                # computed by its sum's online loop
         elif o.op is TileOp.REDUCE and o.operands[0] in plan.wide:

@@ -59,7 +59,9 @@ def plain_loops(monkeypatch):
 
 VARIANTS = {"default": {}, "per-chunk reduce": {"ELEMENTWISE_ACC": False}, "no stash": {"STASH": False},
             "online, prefetched": {"ONLINE_SOFTMAX": True, "PREFETCH": True},
-            "online, prefetched, per-chunk": {"ONLINE_SOFTMAX": True, "PREFETCH": True, "ELEMENTWISE_ACC": False}}
+            "online, prefetched, per-chunk": {"ONLINE_SOFTMAX": True, "PREFETCH": True, "ELEMENTWISE_ACC": False},
+            "one-pass variance": {"ONE_PASS_VARIANCE": True},
+            "one-pass variance, stashed rows off": {"ONE_PASS_VARIANCE": True, "STASH": False}}
 
 
 @pytest.fixture(params=sorted(VARIANTS))
@@ -345,3 +347,40 @@ def test_the_1d_tutorial_spelling_is_split_alike_and_matches_numpy(monkeypatch):
     y = np.full_like(x, np.nan)
     softmax_1d[(2,)](x, y, BLOCK=65536)
     tj.testing.assert_close(y, softmax.reference(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("cols", [65536, 40000])
+@pytest.mark.parametrize("offset", [0.0, 100.0])
+def test_the_variance_is_summed_in_the_mean_s_pass(dtype, cols, offset, monkeypatch, plain_loops):
+    """With ``ONE_PASS_VARIANCE`` a layernorm's sum((x - mean)**2) is accumulated by the loop of
+    sum(x) (deviations from chunk 0's values, combined once the mean exists): two chunk loops,
+    not three, and the rows match the three-loop kernel's within float32 rounding (also far
+    from zero, where a plain sum of squares would cancel), and NumPy."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((3, cols)) * 3 + offset).astype(dtype)
+    w, b = rng.standard_normal(cols).astype(dtype), rng.standard_normal(cols).astype(dtype)
+    k = layernorm.layernorm_kernel
+    runs = {}
+    for one_pass in (False, True):
+        monkeypatch.setattr(chunk_rows_module, "ONE_PASS_VARIANCE", one_pass)
+        k._cache.clear()
+        k._fast.clear()
+        fn = chunk_rows(tile_ir(k, x, w, b, x, 1e-5, BLOCK=65536))
+        assert len(loops_of(fn)) == (2 if one_pass else 3)
+        runs[one_pass] = layernorm.run(x, w, b).astype(np.float64)
+    k._cache.clear()
+    k._fast.clear()
+    scale = np.abs(runs[False]).max()
+    assert np.abs(runs[True] - runs[False]).max() <= (2e-6 if dtype == np.float32 else 2e-2) * scale
+    want = layernorm.reference(x, w, b)
+    assert np.abs(runs[True] - want).max() <= np.abs(runs[False] - want).max() * 1.5 + 1e-6 * scale
+
+
+def test_only_a_sum_of_squared_deviations_from_a_row_value_joins_the_sum_s_loop(monkeypatch, plain_loops):
+    """RMSNorm's sum(x * x) is no deviation (two loops stay); the mean's sum keeps its loop."""
+    monkeypatch.setattr(chunk_rows_module, "ONE_PASS_VARIANCE", True)
+    x, w = np.zeros((2, 65536), np.float32), np.zeros(65536, np.float32)
+    assert len(loops_of(chunk_rows(tile_ir(rmsnorm.rmsnorm_kernel, x, w, x, 1e-5, BLOCK=65536)))) == 2
+    assert len(loops_of(chunk_rows(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)))) == 3
