@@ -364,7 +364,9 @@ def _defined_before(v: ir.Value, r1: ir.Operation, top: list, wide: frozenset) -
 
 def variance_pairs(top: list, plan: ChunkPlan) -> dict:
     """sum REDUCE op -> ``VariancePair`` for each sum of squared deviations that the loop of an
-    earlier ``sum(x)`` can accumulate (float32 ``x``, the last axis, keepdims alike)."""
+    earlier ``sum(x)`` can accumulate (float32 ``x``, the last axis, keepdims), where ``x``'s row
+    is not stashed (a stashed row is read again from shared memory, and the fused loop's
+    accumulators cost registers: a 16K-column layernorm spilled)."""
     pairs, f32 = {}, dtypes.float32
     sums = {o.operands[0]: o for o in top if o.op is TileOp.REDUCE and o.attrs.kind is ReduceKind.SUM
             and o.operands[0] in plan.wide}
@@ -384,64 +386,74 @@ def variance_pairs(top: list, plan: ChunkPlan) -> dict:
         x, bcast = c.owner.operands
         r1 = sums.get(x)
         if (r1 is None or r1 is r2 or top.index(r1) > top.index(r2) or x.type.dtype != f32 or bcast.owner is None
-                or bcast.owner.op is not TileOp.BROADCAST or r1.attrs.keepdims != r2.attrs.keepdims
+                or bcast.owner.op is not TileOp.BROADCAST or not (r1.attrs.keepdims and r2.attrs.keepdims)
+                or bcast.owner.operands[0].type != r1.result.type
                 or r1.attrs.axis != r2.attrs.axis or any(p.r1 is r1 for p in pairs.values())):
             continue
         if mask is not None and not _defined_before(mask, r1, top, plan.wide):
             continue
+        if plan.stashes and any(v in plan.stashes.ids for v in _wide_loads(x, plan.wide, [])):
+            continue            # the later loop reads the row from shared memory: nothing to save
         pairs[r2] = VariancePair(r1, x, bcast.owner.operands[0], mask)
     return pairs
 
 
 def variance_loop(b: ir.Builder, pair: VariancePair, plan: ChunkPlan, remap, const):
     """``sum(x)`` of ``pair.r1`` from a loop that also accumulates, per element slot of the chunk,
-    the deviations from a shift ``s`` (the slot's value in chunk 0, loaded before the loop):
-    ``S1 = sum(m * (x - s))``, ``S2 = sum(m * (x - s)**2)`` and the count ``N = sum(m)``.
-    Returns (the sum, the state ``variance_sum`` needs)."""
+    the deviations from a shift ``s`` (the row's first value, loaded before the loop):
+    ``S1 = sum(m * (x - s))``, ``S2 = sum(m * (x - s)**2)`` and, with a mask, ``N = sum(m)``
+    and ``sum(x)`` itself (without one, ``sum(x) = sum(S1) + s * W``).  Returns (the sum, the
+    state ``variance_sum`` needs)."""
     r1, x, loc = pair.r1, pair.x, pair.r1.loc
     f32, i32 = dtypes.float32, dtypes.int32
     ct = ir.TileType(x.type.shape[:-1] + (plan.chunk,), f32)
+    rt = r1.result.type
 
     def ew(builder, op, operands, t=ct):
         return builder.create(op, operands, [t], loc=loc).result
 
-    def splat(value, builder):
-        return ew(builder, TileOp.SPLAT, [const(value, f32, loc)])
+    def splat(value, builder, t=ct):
+        return ew(builder, TileOp.SPLAT, [const(value, f32, loc)], t)
 
-    unstashed = ChunkPlan(plan.width, plan.chunk, plan.wide, plan.elementwise, False, plan.num_warps, None)
-    shift = _Chunk(b, unstashed, const(0, i32, loc), remap).value(x)      # (read again in the loop: L1/L2)
-    inits = [splat(0.0, b), splat(0.0, b), splat(0.0, b)] + ([splat(0.0, b)] if pair.mask is not None else [])
+    first = ChunkPlan(plan.width, 1, plan.wide, plan.elementwise, False, plan.num_warps, None)
+    shift = _Chunk(b, first, const(0, i32, loc), remap).value(x)          # (…, 1): the row's first value
+    masked = pair.mask is not None
+    inits = [splat(0.0, b) for _ in range(4 if masked else 2)]
     loop, body, chunk = _loop(b, r1, plan, remap, const, x, inits)
-    total, s1, s2 = body.block.args[1:4]
+    s1, s2 = body.block.args[1:3]
     xc = chunk.value(x)
-    d = ew(body, TileOp.SUB, [xc, shift])
-    outs = [ew(body, TileOp.ADD, [total, xc])]
-    if pair.mask is not None:
+    d = ew(body, TileOp.SUB, [xc, ew(body, TileOp.BROADCAST, [shift])])
+    if masked:
         mc = chunk.value(pair.mask)
         d = ew(body, TileOp.WHERE, [mc, d, splat(0.0, body)])
-        one = ew(body, TileOp.WHERE, [mc, splat(1.0, body), splat(0.0, body)])
-        count = ew(body, TileOp.ADD, [body.block.args[4], one])
-    outs += [ew(body, TileOp.ADD, [s1, d]), ew(body, TileOp.FMA, [d, d, s2])]
-    if pair.mask is not None:
-        outs.append(count)
+    outs = [ew(body, TileOp.ADD, [s1, d]), ew(body, TileOp.FMA, [d, d, s2])]
+    if masked:
+        outs.append(ew(body, TileOp.ADD, [body.block.args[3], ew(body, TileOp.WHERE, [mc, splat(1.0, body),
+                                                                                     splat(0.0, body)])]))
+        outs.append(ew(body, TileOp.ADD, [body.block.args[4], xc]))
     body.create(TileOp.YIELD, outs + chunk.nexts, loc=loc)
-    results = loop.results
-    n = results[3] if pair.mask is not None else splat(float(plan.width // plan.chunk), b)
-    result = b.create(TileOp.REDUCE, [results[0]], [r1.result.type], r1.attrs, loc=loc).result
+
+    def total(v):
+        return b.create(TileOp.REDUCE, [v], [rt], r1.attrs, loc=loc).result
+    sum1, sum2 = total(loop.results[0]), total(loop.results[1])
+    if masked:
+        count, result = total(loop.results[2]), total(loop.results[3])
+    else:
+        count = splat(float(plan.width), b, rt)
+        result = ew(b, TileOp.FMA, [shift, count, sum1], rt)
     result.hint = r1.result.hint
-    return result, (shift, results[1], results[2], n)
+    return result, (shift, sum1, sum2, count)
 
 
 def variance_sum(b: ir.Builder, r2: ir.Operation, pair: VariancePair, state, remap) -> ir.Value:
-    """``r2``'s ``sum(m * (x - mu)**2)`` from ``variance_loop``'s state, once ``mu`` exists: per
-    slot ``S2 + 2 (s - mu) S1 + (s - mu)**2 N``, then summed over the chunk."""
-    shift, s1, s2, n = state
-    loc, ct = r2.loc, shift.type
+    """``r2``'s ``sum(m * (x - mu)**2)`` from ``variance_loop``'s sums, once ``mu`` exists:
+    ``sum(S2) + 2 (s - mu) sum(S1) + (s - mu)**2 sum(N)``."""
+    shift, sum1, sum2, count = state
+    loc, rt = r2.loc, r2.result.type
 
     def ew(op, operands):
-        return b.create(op, operands, [ct], loc=loc).result
-    gap = ew(TileOp.SUB, [shift, ew(TileOp.BROADCAST, [remap(pair.mu)])])
-    inner = ew(TileOp.FMA, [gap, n, ew(TileOp.ADD, [s1, s1])])
-    result = b.create(TileOp.REDUCE, [ew(TileOp.FMA, [gap, inner, s2])], [r2.result.type], r2.attrs, loc=loc).result
+        return b.create(op, operands, [rt], loc=loc).result
+    gap = ew(TileOp.SUB, [shift, remap(pair.mu)])
+    result = ew(TileOp.FMA, [gap, ew(TileOp.FMA, [gap, count, ew(TileOp.ADD, [sum1, sum1])]), sum2])
     result.hint = r2.result.hint
     return result
