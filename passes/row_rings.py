@@ -43,6 +43,9 @@ I32 = D.int32
 ROW_RINGS = True                    # ring the loads of loops without tensor cores (False: never)
 ROW_RING_BYTES = 64 * 1024          # the shared memory a loop's rings may take, all slots
 ROW_RING_STAGES = 4                 # the most slots (3 iterations ahead)
+# Loops carrying more tiles than this keep their loads in registers: a 65,536-column bf16
+# layernorm's one-pass loop (four chunk-shaped sums) spilled 8 bytes with a ring at 64 registers.
+MAX_CARRIED = 3
 # A ring never takes the shared memory that would cost the SM a CTA: with the kernel's stashes
 # (``chunk_rows``), CTAs of ``num_warps`` warps must still fit as many per SM as before, counting
 # at most ``RING_THREADS_PER_SM`` threads (what the occupancy wishes usually get).
@@ -81,6 +84,8 @@ def row_ring_plans(fn: ir.Function, layouts: dict, multiples, loop: ir.Operation
     body = loop.regions[0]
     if not ROW_RINGS or any(o.op is TileOp.DOT for o in body.walk()):
         return 0, ()
+    if sum(1 for a in body.args[1:] if is_tile(a)) > MAX_CARRIED:
+        return 0, ()            # the ring's addresses would not fit beside the accumulators
     writes = [o for o in body.walk() if o.op in (TileOp.STORE, TileOp.ATOMIC)]
     rings = tuple(r for r in (ringable(fn, layouts, multiples, body, o) for o in body.ops)
                   if r is not None and all(_same_block(w, r.load, body) for w in writes))
