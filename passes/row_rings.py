@@ -43,8 +43,8 @@ I32 = D.int32
 ROW_RINGS = True                    # ring the loads of loops without tensor cores (False: never)
 ROW_RING_BYTES = 64 * 1024          # the shared memory a loop's rings may take, all slots
 ROW_RING_STAGES = 4                 # the most slots (3 iterations ahead)
-# Loops carrying more tiles than this keep their loads in registers: a 65,536-column bf16
-# layernorm's one-pass loop (four chunk-shaped sums) spilled 8 bytes with a ring at 64 registers.
+# Loops carrying more tiles than this get 2 slots at most: a 65,536-column bf16 layernorm's one-
+# pass loop (four chunk-shaped sums) spilled 8 bytes at 64 registers with 4 slots, none with 2.
 MAX_CARRIED = 3
 # A ring never takes the shared memory that would cost the SM a CTA: with the kernel's stashes
 # (``chunk_rows``), CTAs of ``num_warps`` warps must still fit as many per SM as before, counting
@@ -84,13 +84,12 @@ def row_ring_plans(fn: ir.Function, layouts: dict, multiples, loop: ir.Operation
     body = loop.regions[0]
     if not ROW_RINGS or any(o.op is TileOp.DOT for o in body.walk()):
         return 0, ()
-    if sum(1 for a in body.args[1:] if is_tile(a)) > MAX_CARRIED:
-        return 0, ()            # the ring's addresses would not fit beside the accumulators
+    most = ROW_RING_STAGES if sum(1 for a in body.args[1:] if is_tile(a)) <= MAX_CARRIED else 2
     writes = [o for o in body.walk() if o.op in (TileOp.STORE, TileOp.ATOMIC)]
     rings = tuple(r for r in (ringable(fn, layouts, multiples, body, o) for o in body.ops)
                   if r is not None and all(_same_block(w, r.load, body) for w in writes))
     per_stage = sum(slot_bytes(layouts[r.load.result], r.load.result.type.dtype.itemsize, num_warps) for r in rings)
-    stages = min(ROW_RING_STAGES, ring_budget(fn, num_warps, target) // per_stage) if rings else 0
+    stages = min(most, ring_budget(fn, num_warps, target) // per_stage) if rings else 0
     return (stages, rings) if stages >= 2 else (0, ())
 
 
