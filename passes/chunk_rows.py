@@ -55,12 +55,11 @@ PREFETCH = False                    # each chunk loop loads the next chunk befor
 ONLINE_SOFTMAX = False              # max(x) and sum(exp(x - max)) in one loop (a running max)
 # A sum of squared deviations from a per-row value (a layernorm's variance) accumulated in the
 # loop of the earlier sum(x), as deviations from the row's first value (chunk_loops.variance_loop):
-# one read of the row fewer where the row is not stashed.  H200 (2026-12-04, ratio to copy, one
-# pass / two, same calls): layernorm at 65536 columns 0.53 / 0.47 (bf16, but 8 bytes spilled
-# beside the loop's ring), 0.49 / 0.47 (fp32); with the fused loop unringed (row_rings.MAX_CARRIED,
-# no spill) 0.49 / 0.47 (bf16), 0.47 / 0.48 (fp32).  Stashed rows (16K, 32K) are left alone (a
-# fused 16K bf16 row spilled: 0.57 / 0.71).  Off until the fused loop keeps its ring unspilled.
-ONE_PASS_VARIANCE = False
+# one read of the row fewer where the row is not stashed.  H200 (2026-12-04, same call, ratio to
+# copy, one pass / two): layernorm at 65536 columns 0.53 / 0.46 (bf16), 0.49 / 0.47 (fp32), the
+# fused loop on a 2-slot ring (row_rings.MAX_CARRIED; 4 slots spilled in bf16).  Stashed rows
+# (16K, 32K) are left alone (a fused 16K bf16 row spilled: 0.57 / 0.71).
+ONE_PASS_VARIANCE = True
 ELEMENTWISE_ACC = True              # accumulate chunk-shaped tiles, reduce once after the loop
 COUNT_LOADS = True                  # rows of several loads that fit alone but not together are split too
 # ... when they load more than this in all.  H200, 2026-12-04 (warps_probe.py --without chunk_rows,
