@@ -27,7 +27,10 @@ shared memory by the first (``STASH``) while it fits, and read there by the othe
 softmax reads its row three times (max, sum, then the store), the later times from L2 where the rows in flight fit it (a 64K-column bf16 layernorm's do not:
 ncu on the H200 shows DRAM 78% busy moving three reads and a write).  Module switches, measured in ``benchmarks/chunk_variants.py``, select
 the alternatives (the figures are in the comments below), among them softmax's ``max`` and
-``sum(exp(x - m))`` in one loop with a running max (online softmax).
+``sum(exp(x - m))`` in one loop with a running max (online softmax), and a layernorm's
+``sum((x - mean)**2)`` accumulated in the loop of ``sum(x)`` (``ONE_PASS_VARIANCE``, on: the
+deviations from the row's first value, combined once the mean exists, where the row is not
+stashed).
 
 The loops are built by ``passes.chunk_loops``; ``plan_loops`` then gives their loads thread-
 private cp.async rings where shared memory allows (``passes.row_rings``).  Loads past the array read ``other`` and stores
