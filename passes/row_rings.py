@@ -14,6 +14,8 @@ needs no barrier: a thread's ``cp.async.wait_group`` is enough.
                   read ``other``: a copy zero-fills them)
     after:        wait_group(0)
 
+A loop that stores rings only loads of the stored block (an in-place update of the same array,
+or another array: launches take arrays that are the same or do not overlap, the README says).
 The slot a copy overwrites was read in the previous iteration by the same thread, and those
 values were used there (a load nobody uses is gone by now), so the read is complete.  Chunk
 ``c`` of thread ``t`` lives at ``slot + (c * threads + t) * 16``: neighbouring threads read
