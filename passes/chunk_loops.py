@@ -362,39 +362,60 @@ def _defined_before(v: ir.Value, r1: ir.Operation, top: list, wide: frozenset) -
     return v.owner is None or v.owner not in top or top.index(v.owner) < top.index(r1)
 
 
+def _squared(q: ir.Operation) -> ir.Value | None:
+    """``c`` where ``q`` is ``c * c`` or ``c ** 2``."""
+    if q.op is TileOp.MUL and q.operands[0] is q.operands[1]:
+        return q.operands[0]
+    if q.op is TileOp.POW and q.operands[1].owner is not None and q.operands[1].owner.op is TileOp.CONSTANT \
+            and q.operands[1].owner.attrs.value == 2:
+        return q.operands[0]
+    return None
+
+
+def _row_value(v: ir.Value) -> ir.Value | None:
+    """The per-row value ``v`` spreads along the row: a BROADCAST or SPLAT of it, through a unit-dim
+    RESHAPE (``mean[:, None]``)."""
+    o = v.owner
+    if o is None or o.op not in (TileOp.BROADCAST, TileOp.SPLAT):
+        return None
+    mu = o.operands[0]
+    if mu.owner is not None and mu.owner.op is TileOp.RESHAPE:
+        mu = mu.owner.operands[0]
+    return mu
+
+
 def variance_pairs(top: list, plan: ChunkPlan) -> dict:
     """sum REDUCE op -> ``VariancePair`` for each sum of squared deviations that the loop of an
-    earlier ``sum(x)`` can accumulate (float32 ``x``, the last axis, keepdims), where ``x``'s row
-    is not stashed (a stashed row is read again from shared memory, and the fused loop's
-    accumulators cost registers: a 16K-column layernorm spilled)."""
+    earlier ``sum(x)`` can accumulate (float32 ``x``, the last axis; ``c * c`` or ``c ** 2``, the
+    row value broadcast, splat or reshaped, keepdims or not), where ``x``'s row is not stashed (a
+    stashed row is read again from shared memory, and the fused loop's accumulators cost
+    registers: a 16K-column layernorm spilled)."""
     pairs, f32 = {}, dtypes.float32
     sums = {o.operands[0]: o for o in top if o.op is TileOp.REDUCE and o.attrs.kind is ReduceKind.SUM
             and o.operands[0] in plan.wide}
     for r2 in top:
         if not (r2.op is TileOp.REDUCE and r2.attrs.kind is ReduceKind.SUM and r2.operands[0] in plan.wide):
             continue
-        q = r2.operands[0].owner
-        if q.op is not TileOp.MUL or q.operands[0] is not q.operands[1]:
+        c, mask = _squared(r2.operands[0].owner), None
+        if c is None:
             continue
-        c, mask = q.operands[0], None
         if c.owner.op is TileOp.WHERE:
             mask, c, other = c.owner.operands
             if not _zero(other) or mask not in plan.wide:
                 continue
         if c.owner.op is not TileOp.SUB:
             continue
-        x, bcast = c.owner.operands
-        r1 = sums.get(x)
-        if (r1 is None or r1 is r2 or top.index(r1) > top.index(r2) or x.type.dtype != f32 or bcast.owner is None
-                or bcast.owner.op is not TileOp.BROADCAST or not (r1.attrs.keepdims and r2.attrs.keepdims)
-                or bcast.owner.operands[0].type != r1.result.type
+        x, spread = c.owner.operands
+        r1, mu = sums.get(x), _row_value(spread)
+        if (r1 is None or r1 is r2 or top.index(r1) > top.index(r2) or x.type.dtype != f32 or mu is None
+                or mu.type != r1.result.type or r1.result.type != r2.result.type
                 or r1.attrs.axis != r2.attrs.axis or any(p.r1 is r1 for p in pairs.values())):
             continue
         if mask is not None and not _defined_before(mask, r1, top, plan.wide):
             continue
         if plan.stashes and any(v in plan.stashes.ids for v in _wide_loads(x, plan.wide, [])):
             continue            # the later loop reads the row from shared memory: nothing to save
-        pairs[r2] = VariancePair(r1, x, bcast.owner.operands[0], mask)
+        pairs[r2] = VariancePair(r1, x, mu, mask)
     return pairs
 
 
@@ -436,13 +457,16 @@ def variance_loop(b: ir.Builder, pair: VariancePair, plan: ChunkPlan, remap, con
     def total(v):
         return b.create(TileOp.REDUCE, [v], [rt], r1.attrs, loc=loc).result
     sum1, sum2 = total(loop.results[0]), total(loop.results[1])
+    first_value = total(shift)                  # (one element: exact) in the sums' shape
     if masked:
         count, result = total(loop.results[2]), total(loop.results[3])
     else:
-        count = splat(float(plan.width), b, rt)
-        result = ew(b, TileOp.FMA, [shift, count, sum1], rt)
+        count = const(float(plan.width), f32, loc)
+        if isinstance(rt, ir.TileType):
+            count = ew(b, TileOp.SPLAT, [count], rt)
+        result = ew(b, TileOp.FMA, [first_value, count, sum1], rt)
     result.hint = r1.result.hint
-    return result, (shift, sum1, sum2, count)
+    return result, (first_value, sum1, sum2, count)
 
 
 def variance_sum(b: ir.Builder, r2: ir.Operation, pair: VariancePair, state, remap) -> ir.Value:

@@ -384,3 +384,53 @@ def test_only_a_sum_of_squared_deviations_from_a_row_value_joins_the_sum_s_loop(
     x, w = np.zeros((2, 65536), np.float32), np.zeros(65536, np.float32)
     assert len(loops_of(chunk_rows(tile_ir(rmsnorm.rmsnorm_kernel, x, w, x, 1e-5, BLOCK=65536)))) == 2
     assert len(loops_of(chunk_rows(tile_ir(softmax.softmax_kernel, x, x, BLOCK=65536)))) == 3
+
+
+@tj.kernel
+def layernorm_1d(x, w, b, y, eps, BLOCK: tj.constexpr):
+    """The Triton tutorial's spelling: a 1-D row, a column mask, scalar statistics, ``** 2``."""
+    row = tj.program_id(0)
+    n = x.shape[1]
+    cols = tj.arange(0, BLOCK)
+    t = tj.load(x, (row, 0), (1, BLOCK)).reshape((BLOCK,)).to(tj.float32)
+    mean = tj.sum(t, axis=0) / n
+    xc = tj.where(cols < n, t - mean, 0.0)
+    var = tj.sum(xc ** 2, axis=0) / n
+    out = xc * tj.rsqrt(var + eps) * tj.load(w, (0,), (BLOCK,)).to(tj.float32) \
+        + tj.load(b, (0,), (BLOCK,)).to(tj.float32)
+    tj.store(y, (row, 0), out.to(y.dtype).reshape((1, BLOCK)))
+
+
+@tj.kernel
+def layernorm_flat_stats(x, w, y, eps, BLOCK: tj.constexpr):
+    """2-D rows, statistics without keepdims, ``mean[:, None]``, no mask (the padding is 0)."""
+    row = tj.program_id(0)
+    t = tj.load(x, (row, 0), (1, BLOCK)).to(tj.float32)
+    mean = tj.sum(t, axis=1) / BLOCK
+    xc = t - mean[:, None]
+    var = tj.sum(xc * xc, axis=1) / BLOCK
+    out = xc * tj.rsqrt(var + eps)[:, None] * tj.load(w, (0,), (BLOCK,)).to(tj.float32)[None, :]
+    tj.store(y, (row, 0), out.to(y.dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_other_spellings_of_the_variance_join_the_sum_s_loop(dtype, monkeypatch, plain_loops):
+    """The tutorial's 1-D spelling (scalar statistics, a column mask, ``** 2``) and 2-D statistics
+    without keepdims (``mean[:, None]``, no mask) take the one-pass variance too, and match NumPy."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    monkeypatch.setattr(chunk_rows_module, "ONE_PASS_VARIANCE", True)
+    rng = np.random.default_rng(3)
+    cols = 60000
+    x = (rng.standard_normal((2, cols)) * 2 + 5).astype(dtype)
+    w, b = rng.standard_normal(cols).astype(dtype), rng.standard_normal(cols).astype(dtype)
+    y = np.full_like(x, np.nan)
+    assert len(loops_of(chunk_rows(tile_ir(layernorm_1d, x, w, b, y, 1e-5, BLOCK=65536)))) == 2
+    layernorm_1d[(2,)](x, w, b, y, 1e-5, BLOCK=65536)
+    tight = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 else {}        # (as examples/layernorm.py)
+    tj.testing.assert_close(y, layernorm.reference(x, w, b).astype(dtype), **tight)
+    full = (rng.standard_normal((2, 65536)) * 2 + 5).astype(dtype)
+    w = rng.standard_normal(65536).astype(dtype)
+    y = np.full_like(full, np.nan)
+    assert len(loops_of(chunk_rows(tile_ir(layernorm_flat_stats, full, w, y, 1e-5, BLOCK=65536)))) == 2
+    layernorm_flat_stats[(2,)](full, w, y, 1e-5, BLOCK=65536)
+    tj.testing.assert_close(y, layernorm.reference(full, w, np.zeros_like(w)).astype(dtype), **tight)
