@@ -146,7 +146,8 @@ class LoopPlan:
 
     def describe(self, name) -> list[str]:
         """Lines for the IR dump (``name``: value -> its printed name)."""
-        out = [f"stages={self.stages} pipelined={self.pipelined} ahead={self.ahead if self.pipelined else 0} "
+        out = [f"stages={self.stages} pipelined={self.pipelined} "
+               f"ahead={self.ahead if self.pipelined or self.row_rings else 0} "
                f"wgmma_in_flight={self.wgmma_in_flight} engine={self.engine.value}"]
         out += [f"  staged before: {name(s.value)} as {s.tile.name} (align {s.align}) for {name(s.dot.result)}"
                 for s in self.staged_before]

@@ -205,8 +205,7 @@ def strides_aligned(lw, rings) -> ir.Value | None:
 def lower_row_ring_for(lw, o: ir.Operation, plan) -> None:
     """FOR ``o`` with the loads of ``plan.row_rings`` read from thread-private rings (see the
     module docstring)."""
-    stages = plan.stages
-    ahead = stages - 1
+    stages, ahead = plan.stages, plan.ahead
     region = o.regions[0]
     iv, args = region.args[0], region.args[1:]
     lb, ub = (lw.get(x) for x in o.operands[:2])
