@@ -168,12 +168,14 @@ def _reduce_loop_per_chunk(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, rema
 
 
 def store_loop(b: ir.Builder, o: ir.Operation, plan: ChunkPlan, remap, const) -> None:
-    """The store ``o`` of a wide value as a loop that stores chunk by chunk."""
-    loop, body, chunk = _loop(b, o, plan, remap, const, o.operands[-1], [])
-    tile = chunk.value(o.operands[-1])
-    operands = [remap(x) for x in o.operands[:-1]]
+    """The store ``o`` of a wide value as a loop that stores chunk by chunk (its mask, when it
+    has one, chunk by chunk alongside)."""
+    stored, mask = ir.stored_tile(o), ir.store_mask(o)
+    loop, body, chunk = _loop(b, o, plan, remap, const, stored, [])
+    tiles = [chunk.value(stored)] + ([chunk.value(mask)] if mask is not None else [])
+    operands = [remap(x) for x in o.operands[:1 + o.operands[0].type.rank]]
     operands[-1] = chunk.offset(operands[-1], o.loc)
-    body.create(TileOp.STORE, operands + [tile], [], o.attrs, loc=o.loc)
+    body.create(TileOp.STORE, operands + tiles, [], o.attrs, loc=o.loc)
     body.create(TileOp.YIELD, chunk.nexts, loc=o.loc)
 
 

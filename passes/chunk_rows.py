@@ -10,12 +10,13 @@ when its row-wide loads together have more (``COUNT_LOADS``: a layernorm's x, we
 The pass applies when every wide value is made at the top level of the kernel by a load,
 ``arange``, constant, splat, broadcast, a reshape that adds or drops unit dims or an elementwise
 op, and is used only by other such ops, by a reduction over the last axis (sum, max or min) or
-by a store.  Then:
+by a store (as its tile or its mask).  Then:
 
 - each reduction of a wide value becomes a loop over chunks of ``K`` columns (``K`` divides
   ``W``; the chunks of all the wide loads together have at most ``CHUNK_BUDGET`` elements): the
   loop recomputes the chunk from its loads and accumulates it (16-bit float sums in float32);
-- each store of a wide value becomes a loop that recomputes and stores chunk by chunk;
+- each store of a wide value becomes a loop that recomputes and stores chunk by chunk (a masked
+  store with its mask's chunks);
 - everything else stays where it was.
 
 How the loops run is the plan's ``mode`` (``ChunkPlan``): for rows past ``CHUNK_VALUES`` a
@@ -152,9 +153,9 @@ def splittable(fn: ir.Function, width: int) -> set | None:
     top = fn.body.ops
     if any(_memory_tile(o) is not None and o not in top for o in fn.walk()):
         return None                                 # a load or store in a loop or branch
-    if any(o.op is TileOp.STORE and ir.store_mask(o) is not None or o.op in (TileOp.ATOMIC, TileOp.SCAN)
-           or o.op in (TileOp.LOAD, TileOp.STORE) and ir.gathers(o) for o in fn.walk()):
-        return None                                 # masked stores, atomics, scans, gathers are not split (yet)
+    if any(o.op in (TileOp.ATOMIC, TileOp.SCAN) or o.op in (TileOp.LOAD, TileOp.STORE) and ir.gathers(o)
+           for o in fn.walk()):
+        return None                                 # atomics, scans, gathers are not split (yet)
     wide: set[ir.Value] = set()
     for o in top:
         shaped = [r for r in o.results if isinstance(r.type, ir.TileType) and r.type.shape]
@@ -176,8 +177,8 @@ def splittable(fn: ir.Function, width: int) -> set | None:
                 if u.attrs.axis != len(v.type.shape) - 1 or u.attrs.kind not in _COMBINE:
                     return None
             elif u.op is TileOp.STORE:
-                if any(x is v for x in u.operands[:-1]):
-                    return None
+                if any(x is v for x in u.operands[:1 + u.operands[0].type.rank]):
+                    return None                     # (as an offset; the stored tile and its mask split)
             elif u.op not in _WIDE_OPS or u.result not in wide:
                 return None
     return wide
@@ -188,10 +189,11 @@ def _stashes(top: list, wide: set, budget: int) -> Stashes | None:
     rows fit ``budget`` bytes together (the first loop's reads, in program order, first)."""
     uses: dict[ir.Value, int] = {}
     for o in top:
-        root = o.operands[0] if o.op is TileOp.REDUCE else o.operands[-1] if o.op is TileOp.STORE else None
-        if root is not None and root in wide:
-            for v in _wide_loads(root, frozenset(wide), []):
-                uses[v] = uses.get(v, 0) + 1
+        found: list = []
+        for root in loop_roots(o, wide):
+            _wide_loads(root, frozenset(wide), found)
+        for v in found:
+            uses[v] = uses.get(v, 0) + 1
     kept, total = [], 0
     for v, n in uses.items():
         size = v.type.numel * v.type.dtype.itemsize
@@ -199,6 +201,17 @@ def _stashes(top: list, wide: set, budget: int) -> Stashes | None:
             kept.append(v)
             total += size
     return Stashes(kept) if kept else None
+
+
+def loop_roots(o: ir.Operation, wide) -> list:
+    """The wide values a chunk loop for top-level ``o`` makes: a reduction's operand, a store's
+    tile and its mask; none for other ops."""
+    if o.op is TileOp.REDUCE and o.operands[0] in wide:
+        return [o.operands[0]]
+    if o.op is TileOp.STORE and ir.stored_tile(o) in wide:
+        mask = ir.store_mask(o)
+        return [ir.stored_tile(o)] + ([mask] if mask is not None and mask in wide else [])
+    return []
 
 
 def _unit_reshape(o: ir.Operation, width: int) -> bool:
@@ -230,11 +243,9 @@ def _no_store_before_reload(top: list, wide: set) -> bool:
     the loop's own store (each chunk is read before it is written)."""
     stored: set = set()
     for o in top:
-        reads = set()
-        if o.op is TileOp.REDUCE and o.operands[0] in wide:
-            reads = _loads_of(o.operands[0], wide, set())
-        elif o.op is TileOp.STORE and o.operands[-1] in wide:
-            reads = _loads_of(o.operands[-1], wide, set())
+        reads, seen = set(), set()
+        for root in loop_roots(o, wide):
+            reads |= _loads_of(root, wide, seen)
         if reads & stored:
             return False
         if o.op is TileOp.STORE:
@@ -271,7 +282,7 @@ def chunk_rows(fn: ir.Function) -> ir.Function:
             continue                                # computed by its sum's online loop
         elif o.op is TileOp.REDUCE and o.operands[0] in plan.wide:
             mapped[o.result] = reduce_loop(b, o, plan, remap, const)
-        elif o.op is TileOp.STORE and o.operands[-1] in plan.wide:
+        elif o.op is TileOp.STORE and ir.stored_tile(o) in plan.wide:
             store_loop(b, o, plan, remap, const)
         elif any(r in plan.wide for r in o.results):
             continue                                # made again inside the loops that use it

@@ -434,3 +434,39 @@ def test_other_spellings_of_the_variance_join_the_sum_s_loop(dtype, monkeypatch,
     assert len(loops_of(chunk_rows(tile_ir(layernorm_flat_stats, full, w, y, 1e-5, BLOCK=65536)))) == 2
     layernorm_flat_stats[(2,)](full, w, y, 1e-5, BLOCK=65536)
     tj.testing.assert_close(y, layernorm.reference(full, w, np.zeros_like(w)).astype(dtype), **tight)
+
+
+@tj.kernel
+def layernorm_flat(x, w, b, y, n, eps, BLOCK: tj.constexpr):
+    """The Triton tutorial's spelling whole: flat arrays, a row offset, ``mask=`` on every load
+    and on the store."""
+    row = tj.program_id(0)
+    cols = tj.arange(0, BLOCK)
+    inside = cols < n
+    t = tj.load(x, (row * n,), (BLOCK,), mask=inside).to(tj.float32)
+    mean = tj.sum(t, axis=0) / n
+    xc = tj.where(inside, t - mean, 0.0)
+    var = tj.sum(xc * xc, axis=0) / n
+    out = xc * tj.rsqrt(var + eps) * tj.load(w, (0,), (BLOCK,), mask=inside).to(tj.float32) \
+        + tj.load(b, (0,), (BLOCK,), mask=inside).to(tj.float32)
+    tj.store(y, (row * n,), out.to(y.dtype), mask=inside)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("cols", [65536, 50000])
+def test_a_masked_store_is_split_with_its_mask(dtype, cols, monkeypatch, plain_loops):
+    """A store with ``mask=`` becomes a loop storing chunk by chunk with the mask's chunks (left
+    whole, the bf16 kernel spilled 9,492 bytes at 32 warps): the rows match NumPy, and nothing
+    past the last row's end is written."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((3, cols)) * 2 + 1).astype(dtype)
+    w, b = rng.standard_normal(cols).astype(dtype), rng.standard_normal(cols).astype(dtype)
+    y = np.full(3 * cols + 8, 7.0, dtype)
+    fn = chunk_rows(tile_ir(layernorm_flat, x.ravel(), w, b, y, cols, 1e-5, BLOCK=65536))
+    stores = [o for loop in loops_of(fn) for o in loop.regions[0].ops if o.op is TileOp.STORE]
+    assert len(stores) == 1 and ir.store_mask(stores[0]) is not None
+    layernorm_flat[(3,)](x.ravel(), w, b, y, cols, 1e-5, BLOCK=65536)
+    tight = {"rtol": 1e-4, "atol": 1e-4} if dtype == np.float32 else {}
+    tj.testing.assert_close(y[:3 * cols].reshape(3, cols), layernorm.reference(x, w, b).astype(dtype), **tight)
+    assert (y[3 * cols:].astype(np.float32) == 7).all()
