@@ -44,7 +44,8 @@ from __future__ import annotations
 from tilejit import ir
 from tilejit.ir import ConstAttrs, TileOp
 from tilejit.passes.chunk_loops import (_COMBINE, ChunkPlan, Stashes, _wide_loads, online_softmax_loop, reduce_loop,
-                                         softmax_pairs, store_loop, variance_loop, variance_pairs, variance_sum)
+                                         softmax_pairs, store_loop)
+from tilejit.passes.chunk_variance import variance_loop, variance_pairs, variance_sum
 
 CHUNK_VALUES = 32 * 32 * 16         # a row tile of more values is split: 16 per thread at 32 warps
 CHUNK_BUDGET = CHUNK_VALUES         # the values of all the loads of one chunk (with PREFETCH, twice),
@@ -58,7 +59,7 @@ CHUNK_BUDGET = CHUNK_VALUES         # the values of all the loads of one chunk (
 PREFETCH = False                    # each chunk loop loads the next chunk before computing this one
 ONLINE_SOFTMAX = False              # max(x) and sum(exp(x - max)) in one loop (a running max)
 # A sum of squared deviations from a per-row value (a layernorm's variance) accumulated in the
-# loop of the earlier sum(x), as deviations from the row's first value (chunk_loops.variance_loop):
+# loop of the earlier sum(x), as deviations from the row's first value (chunk_variance):
 # one read of the row fewer where the row is not stashed.  H200 (2026-12-04, same call, ratio to
 # copy, one pass / two): layernorm at 65536 columns 0.53 / 0.46 (bf16), 0.49 / 0.47 (fp32), the
 # fused loop on a 2-slot ring (row_rings.MAX_CARRIED; 4 slots spilled in bf16).  Stashed rows

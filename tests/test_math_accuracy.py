@@ -249,19 +249,12 @@ def test_scalar_division_has_no_call_and_costs_layernorm_fewer_registers(tmp_pat
 
 
 @pytest.mark.gpu
-def test_gpu_scalar_division_is_correctly_rounded():
-    a, b = _division_operands(1 << 16, 6)
-    out = np.zeros(2 * len(a), np.float32)
-    mean_and_scale[(len(a),)](a, b, out, len(a))
-    with np.errstate(all="ignore"):
-        want = a / b
-    assert _same_bits(out[:len(a)], want).all()
-
-
-@pytest.mark.gpu
-def test_gpu_fast_range_division_is_correctly_rounded():
-    """The fast path with the hardware's reciprocal estimate (MUFU.RCP), a million quotients."""
-    a, b = _fast_range_operands(1 << 20, 8)
+@pytest.mark.parametrize("operands", [lambda: _division_operands(1 << 16, 6), lambda: _fast_range_operands(1 << 20, 8)],
+                         ids=["special and random", "fast range, a million"])
+def test_gpu_scalar_division_is_correctly_rounded(operands):
+    """Special and random operands (the float64 path and the fast one), and a million quotients
+    on the fast path with the hardware's reciprocal estimate (MUFU.RCP): NumPy's bits."""
+    a, b = operands()
     out = np.zeros(2 * len(a), np.float32)
     mean_and_scale[(len(a),)](a, b, out, len(a))
     with np.errstate(all="ignore"):
