@@ -413,10 +413,21 @@ def layernorm_flat_stats(x, w, y, eps, BLOCK: tj.constexpr):
     tj.store(y, (row, 0), out.to(y.dtype))
 
 
+@tj.kernel
+def layernorm_two_rows(x, y, eps, BLOCK: tj.constexpr):
+    """Two rows per program: (2, BLOCK) tiles and (2, 1) statistics."""
+    r = tj.program_id(0) * 2
+    t = tj.load(x, (r, 0), (2, BLOCK)).to(tj.float32)
+    xc = t - tj.sum(t, axis=1, keepdims=True) / BLOCK
+    var = tj.sum(xc * xc, axis=1, keepdims=True) / BLOCK
+    tj.store(y, (r, 0), (xc * tj.rsqrt(var + eps)).to(y.dtype))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 def test_other_spellings_of_the_variance_join_the_sum_s_loop(dtype, monkeypatch, plain_loops):
-    """The tutorial's 1-D spelling (scalar statistics, a column mask, ``** 2``) and 2-D statistics
-    without keepdims (``mean[:, None]``, no mask) take the one-pass variance too, and match NumPy."""
+    """The tutorial's 1-D spelling (scalar statistics, a column mask, ``** 2``), 2-D statistics
+    without keepdims (``mean[:, None]``, no mask) and two rows per program take the one-pass
+    variance too, and match NumPy."""
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
     monkeypatch.setattr(chunk_rows_module, "ONE_PASS_VARIANCE", True)
     rng = np.random.default_rng(3)
@@ -434,6 +445,12 @@ def test_other_spellings_of_the_variance_join_the_sum_s_loop(dtype, monkeypatch,
     assert len(loops_of(chunk_rows(tile_ir(layernorm_flat_stats, full, w, y, 1e-5, BLOCK=65536)))) == 2
     layernorm_flat_stats[(2,)](full, w, y, 1e-5, BLOCK=65536)
     tj.testing.assert_close(y, layernorm.reference(full, w, np.zeros_like(w)).astype(dtype), **tight)
+    rows = np.concatenate([full, full[::-1] * 3])
+    y = np.full_like(rows, np.nan)
+    assert len(loops_of(chunk_rows(tile_ir(layernorm_two_rows, rows, y, 1e-5, BLOCK=65536)))) == 2
+    layernorm_two_rows[(2,)](rows, y, 1e-5, BLOCK=65536)
+    ones = np.ones(65536, dtype)
+    tj.testing.assert_close(y, layernorm.reference(rows, ones, np.zeros_like(ones)).astype(dtype), **tight)
 
 
 @tj.kernel
