@@ -101,7 +101,6 @@ class RowRingPlan:
     a thread-private ring (``passes.row_rings``): each thread copies and reads its own chunks."""
     load: ir.Operation
     offsets: tuple[ir.Operation, ...]      # the body ops computing the load's offsets
-    l2: str = "normal"                     # L2 eviction priority of its copies (row_rings.l2_priority)
 
 
 class CopyEngine(enum.Enum):
@@ -154,8 +153,7 @@ class LoopPlan:
                 for s in self.staged_before]
         out += [f"  ring: {name(r.load.result)} as {r.tile.name}{' (wgmma)' if r.wgmma else ''} "
                 f"for {name(r.dot.result)}" for r in self.rings]
-        out += [f"  row ring: {name(r.load.result)} ({self.stages} slots, thread-private"
-                f"{'' if r.l2 == 'normal' else ', L2 evict_' + r.l2})" for r in self.row_rings]
+        out += [f"  row ring: {name(r.load.result)} ({self.stages} slots, thread-private)" for r in self.row_rings]
         return out
 
 

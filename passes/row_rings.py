@@ -30,9 +30,6 @@ needed for a CTA lost (``ring_budget``).
 """
 from __future__ import annotations
 
-import dataclasses
-import os
-
 from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.abi import ParamKind
@@ -58,9 +55,6 @@ SHARED_PER_SM = {"sm_80": 164 * 1024, "sm_90a": 228 * 1024}
 CTA_RESERVED = 1024                 # shared memory the hardware keeps per CTA
 OTHER_BYTES = 4096                  # room left for the kernel's other buffers (reductions' scratch)
 MAX_CTAS_PER_SM = 32
-# Copies of a row that a later loop reads again are kept in L2 (evict_last), its last read and
-# the loop's stores are streamed (evict_first), so that the second pass hits L2 (False: no hints).
-L2_HINTS = os.environ.get("TILEJIT_L2_HINTS", "0") == "1"
 RING_THREADS_PER_SM = 1536
 
 
@@ -96,26 +90,9 @@ def row_ring_plans(fn: ir.Function, layouts: dict, multiples, loop: ir.Operation
     writes = [o for o in body.walk() if o.op in (TileOp.STORE, TileOp.ATOMIC)]
     rings = tuple(r for r in (ringable(fn, layouts, multiples, body, o) for o in body.ops)
                   if r is not None and all(_same_block(w, r.load, body) for w in writes))
-    rings = tuple(dataclasses.replace(r, l2=l2_priority(fn, loop, r.load)) for r in rings)
     per_stage = sum(slot_bytes(layouts[r.load.result], r.load.result.type.dtype.itemsize, num_warps) for r in rings)
     stages = min(most, ring_budget(fn, num_warps, target) // per_stage) if rings else 0
     return (stages, rings) if stages >= 2 else (0, ())
-
-
-def l2_priority(fn: ir.Function, loop: ir.Operation, load: ir.Operation) -> str:
-    """L2 eviction priority for the copies of ``load`` in FOR ``loop`` (``L2_HINTS``): "last"
-    when a later loop of ``fn`` loads the same array again (a long row's first pass: keep it in
-    L2 for the second), "first" when an earlier loop did and no later one does (its last read),
-    "normal" otherwise (weights that every program reads keep the default)."""
-    if not L2_HINTS:
-        return "normal"
-    loops = [o for o in fn.walk() if o.op is TileOp.FOR]
-    here = loops.index(loop)
-    reads = [i for i, other in enumerate(loops)
-             if any(x.op is TileOp.LOAD and x.operands[0] is load.operands[0] for x in other.regions[0].walk())]
-    if any(i > here for i in reads):
-        return "last"
-    return "first" if any(i < here for i in reads) else "normal"
 
 
 def ring_budget(fn: ir.Function, num_warps: int, target: str = "sm_90a") -> int:
@@ -169,9 +146,7 @@ class RowRing:
                                self.layout.regs[::self.per], self.layout.terms)
         self.threads = 32 * lw.num_warps
         self.slot_bytes = self.chunks.n * 16 * self.threads
-        self.l2 = plan.l2
         self.base, self.buf = lw.alloc_shared(stages * self.slot_bytes, align=16)
-        self.attrs = simt.SharedAttrs(1, self.buf) if self.l2 == "normal" else simt.CopyAttrs(1, self.buf, self.l2)
         self.ops: list[ir.Operation] = []             # its copies and reads (ordered by the ring)
 
     def chunk_addresses(self, lw, slot) -> ir.Value:
@@ -193,7 +168,7 @@ class RowRing:
             n = self.chunks.n
             src = lw.ew(TileOp.WHERE, [lw.splat(valid, n), src, lw.const(I32, [0] * n)], I32)
             addr = self.chunk_addresses(lw, slot)
-            self.ops.append(lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, self.attrs))
+            self.ops.append(lw.emit(SimtOp.CP_ASYNC, [ptr, offs, addr, src], None, simt.SharedAttrs(1, self.buf)))
 
     def read(self, lw, slot) -> ir.Value:
         """The load's tile, in its layout, from ``slot`` (elements outside the array: ``other``)."""
@@ -262,10 +237,6 @@ def lower_row_ring_for(lw, o: ir.Operation, plan) -> None:
 
     inits = [lw.get(x, lw.layouts.get(a)) for x, a in zip(o.operands[3:], args)]
     body = lw.region(region, args, before=before_body)
-    if any(r.l2 == "first" for r in rings):              # the row's last pass: its stores stream
-        for op in body.walk():
-            if op.op is SimtOp.STORE_GLOBAL:
-                op.attrs = simt.CachedGlobalAttrs(op.attrs.vec, op.attrs.other, "first")
     lw.control(o, SimtOp.FOR, [lw.get(x) for x in o.operands[:3]] + inits, [body])
     for ring in rings:
         lw.ring_done(ring.load)

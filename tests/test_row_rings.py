@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tilejit as tj
-from tilejit import codegen, ir, simt
+from tilejit import codegen
 from tilejit.backends import cuda
 from tilejit.passes import row_rings
 from tilejit.passes.pipeline import compile_to_simt
@@ -159,53 +159,3 @@ def test_a_loop_that_stores_its_own_block_in_place_is_ringed(rings):
     assert plans.count("row ring:") == 1
     in_place_scale[(3,)](x, x, BLOCK=64)
     np.testing.assert_array_equal(x.view(np.uint16), want.view(np.uint16))
-
-
-@pytest.mark.parametrize("kernel, cols, dtype, priorities", [
-    ("layernorm", 65536, BF16, ["last", "first"]),      # one-pass mean and variance, then y
-    ("rmsnorm", 65536, BF16, ["last", "first"]),
-    ("rmsnorm", 65536, np.float32, ["last", "first"]),
-    ("layernorm", 16384, BF16, ["normal"]),             # stashed: the row is read once
-])
-def test_a_row_read_twice_keeps_its_first_pass_in_l2(rings, monkeypatch, kernel, cols, dtype, priorities):
-    """``L2_HINTS``: the copies of a loop whose array a later loop reads again are evict_last,
-    the last read's copies and its loop's stores evict_first (``st.global.cs``); a weight that
-    one loop reads keeps the default.  The SIMT text parses back, the PTX assembles, and the
-    kernel still matches NumPy on emulate."""
-    monkeypatch.setattr(row_rings, "L2_HINTS", True)
-    k = {"layernorm": layernorm.layernorm_kernel, "rmsnorm": rmsnorm.rmsnorm_kernel}[kernel]
-    x = np.zeros((2, cols), dtype)
-    w = np.zeros(cols, dtype)
-    args = (x, w, w, x, 1e-5) if kernel == "layernorm" else (x, w, x, 1e-5)
-    fn, plans = simt_of(k, *args, BLOCK=cols)
-    rings_ = [ln for ln in plans.splitlines() if "row ring:" in ln]
-    assert [("normal" if "L2" not in ln else ln.split("evict_")[1].rstrip(")")) for ln in rings_] == priorities
-    copies = [o for o in fn.walk() if o.op is SimtOp.CP_ASYNC]
-    assert {getattr(o.attrs, "l2", "normal") for o in copies} == set(priorities)
-    streamed = [o for o in fn.walk() if o.op is SimtOp.STORE_GLOBAL and getattr(o.attrs, "l2", "normal") == "first"]
-    assert bool(streamed) == ("first" in priorities)
-    text = ir.print_function(fn)
-    assert ir.print_function(ir.parse_function(text, simt.DIALECT)) == text
-    ptx = codegen.compile_ptx(fn, "sm_90a")
-    assert ptx.count("createpolicy.fractional.L2::evict_") == len(set(priorities) - {"normal"})
-    assert ("st.global.cs" in ptx) == ("first" in priorities)
-    assemble_or_skip(ptx, "sm_90a")
-    if cols == 65536 and dtype is BF16:                 # the hinted kernel on emulate, a ragged row too
-        rng = np.random.default_rng(5)
-        for n in (cols, cols - 40):
-            x = (rng.standard_normal((2, n)) * 3).astype(dtype)
-            w, b = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
-            if kernel == "layernorm":
-                tj.testing.assert_close(layernorm.run(x, w, b), layernorm.reference(x, w, b).astype(dtype))
-            else:
-                tj.testing.assert_close(rmsnorm.run(x, w), rmsnorm.reference(x, w).astype(dtype))
-
-
-def test_without_l2_hints_no_copy_or_store_carries_a_priority(rings, monkeypatch):
-    monkeypatch.setattr(row_rings, "L2_HINTS", False)
-    x = np.zeros((2, 65536), BF16)
-    w = np.zeros(65536, BF16)
-    fn, plans = simt_of(layernorm.layernorm_kernel, x, w, w, x, 1e-5, BLOCK=65536)
-    assert "row ring:" in plans and "L2" not in plans
-    assert not any(hasattr(o.attrs, "l2") for o in fn.walk())
-    assert "createpolicy" not in codegen.compile_ptx(fn, "sm_90a")

@@ -231,11 +231,6 @@ class GlobalAttrs(Attrs):
 
 
 @dataclass(frozen=True)
-class CachedGlobalAttrs(GlobalAttrs):
-    l2: str = "normal"            # L2 eviction priority: "first" (streamed), "last" (read again soon)
-
-
-@dataclass(frozen=True)
 class VolatileAttrs(Attrs):
     volatile: bool = True
 
@@ -249,11 +244,6 @@ class BarrierAttrs(Attrs):
 class SharedAttrs(Attrs):
     vec: int = 1                  # groups of `vec` registers are contiguous and vec*itemsize aligned
     buffer: int = -1              # which SHARED_ALLOC buffer the addresses point into (-1: unknown)
-
-
-@dataclass(frozen=True)
-class CopyAttrs(SharedAttrs):
-    l2: str = "normal"            # L2 eviction priority of the copy's global reads (CachedGlobalAttrs)
 
 
 @dataclass(frozen=True)
@@ -362,7 +352,7 @@ def assert_sites(fn: Function) -> list:
 
 
 DIALECT = Dialect(SimtOp, parse_type,
-                  (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, CachedGlobalAttrs, VolatileAttrs, SharedAttrs, CopyAttrs,
+                  (AxisAttrs, ForAttrs, VectorConstAttrs, IndicesAttrs, EwAttrs, MaskAttrs, GlobalAttrs, VolatileAttrs, SharedAttrs,
                    MaskedSharedAttrs, ClusterSharedAttrs, LdmatrixAttrs, MmaAttrs, WgmmaAttrs, WaitAttrs, MbarrierAttrs, TmaAttrs, RegCountAttrs, SplitAttrs, AllocAttrs, BarrierAttrs, AtomicAttrs, PrintAttrs, AssertAttrs),
                   {"TileOp": TileOp}, lambda name: SimtMeta(name, [], 4))
 

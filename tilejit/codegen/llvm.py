@@ -325,7 +325,7 @@ class KernelEmitter:
         ptr, offsets, values = (self.get(v) for v in op.operands[:3])
         masks = self.get(op.operands[3]) if len(op.operands) > 3 else None
         dt = op.operands[2].type.dtype
-        store_global(self.ctx, ptr[0], offsets, values, masks, dt, op.attrs.vec, getattr(op.attrs, "l2", "normal"))
+        store_global(self.ctx, ptr[0], offsets, values, masks, dt, op.attrs.vec)
 
     def op_PRINT(self, op):
         rank = op.attrs.rank
@@ -391,12 +391,11 @@ class KernelEmitter:
     def op_CP_ASYNC(self, op):
         ptr = self.get(op.operands[0])[0]
         offsets, addrs, sizes = (self.get(v) for v in op.operands[1:4])
-        l2 = getattr(op.attrs, "l2", "normal")
         if len(op.operands) == 4:
-            cp_async(self.ctx, ptr, offsets, addrs, sizes, op.operands[0].type.dtype, l2)
+            cp_async(self.ctx, ptr, offsets, addrs, sizes, op.operands[0].type.dtype)
             return
         with self.b.if_then(self.get(op.operands[4])[0]):       # replicas issue nothing
-            cp_async(self.ctx, ptr, offsets, addrs, sizes, op.operands[0].type.dtype, l2)
+            cp_async(self.ctx, ptr, offsets, addrs, sizes, op.operands[0].type.dtype)
 
     def op_CP_ASYNC_COMMIT(self, op):
         mma.cp_async_commit_group(self.b)

@@ -44,12 +44,8 @@ def _vector_load(ctx: Ctx, ptr, dt: DType, size: int) -> list:
     return [to_reg(ctx, b.extract_element(vector, ir.Constant(I32, j)), dt) for j in range(size)]
 
 
-def _vector_store(ctx: Ctx, ptr, values: list, dt: DType, l2: str = "normal") -> None:
+def _vector_store(ctx: Ctx, ptr, values: list, dt: DType) -> None:
     b = ctx.builder
-    nbytes = len(values) * dt.itemsize
-    if l2 == "first" and not dt.is_bool and nbytes in (4, 8, 16):
-        _streaming_store(ctx, ptr, values, dt, nbytes // 4)
-        return
     if len(values) == 1:
         b.store(to_mem(ctx, values[0], dt), ptr, align=dt.itemsize)
         return
@@ -57,20 +53,6 @@ def _vector_store(ctx: Ctx, ptr, values: list, dt: DType, l2: str = "normal") ->
     for j, v in enumerate(values):
         vector = b.insert_element(vector, to_mem(ctx, v, dt), ir.Constant(I32, j))
     b.store(vector, ptr, align=len(values) * dt.itemsize)
-
-
-def _streaming_store(ctx: Ctx, ptr, values: list, dt: DType, words: int) -> None:
-    """``st.global.cs`` (evict-first in L1 and L2) of ``values`` as ``words`` 32-bit words."""
-    b = ctx.builder
-    vector = ir.Constant(ir.VectorType(mem_type(dt), len(values)), None)
-    for j, v in enumerate(values):
-        vector = b.insert_element(vector, v, ir.Constant(I32, j))
-    packed = b.bitcast(vector, ir.VectorType(I32, words))
-    regs = [b.extract_element(packed, ir.Constant(I32, j)) for j in range(words)]
-    shape = "" if words == 1 else f".v{words}"
-    operands = "$1" if words == 1 else "{" + ", ".join(f"${j + 1}" for j in range(words)) + "}"
-    b.asm(ir.FunctionType(ir.VoidType(), [I64] + [I32] * words), f"st.global.cs{shape}.b32 [$0], {operands};",
-          "l" + ",r" * words + ",~{memory}", [b.ptrtoint(ptr, I64), *regs], side_effect=True)
 
 
 def _element_ptr(ctx: Ctx, base, offset, dt: DType):
@@ -143,15 +125,13 @@ def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, ve
     return out
 
 
-def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None, dt: DType, vec: int,
-                 l2: str = "normal") -> None:
-    """``base[offsets[i]] = values[i]`` where ``masks[i]`` is true; whole vector groups are
-    streamed (``st.global.cs``) when ``l2`` is "first"."""
+def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None, dt: DType, vec: int) -> None:
+    """``base[offsets[i]] = values[i]`` where ``masks[i]`` is true."""
     for first, size in _groups(len(offsets), vec, dt):
         ptrs = [_element_ptr(ctx, base, offsets[first + j], dt) for j in range(size)]
         group = values[first:first + size]
         if masks is None:
-            _vector_store(ctx, ptrs[0], group, dt, l2)
+            _vector_store(ctx, ptrs[0], group, dt)
             continue
         group_masks = masks[first:first + size]
 
@@ -163,7 +143,7 @@ def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None
             slow()
         else:
             _if_else(ctx, _all_true(ctx, group_masks),
-                     lambda ptrs=ptrs, group=group: _vector_store(ctx, ptrs[0], group, dt, l2) or [], slow, "vst")
+                     lambda ptrs=ptrs, group=group: _vector_store(ctx, ptrs[0], group, dt) or [], slow, "vst")
 
 
 _ATOM_OPS = {"add": "add", "max": "max", "min": "min", "and": "and", "or": "or", "xor": "xor", "xchg": "exch",
@@ -348,13 +328,8 @@ def pack(ctx: Ctx, values: list, dt: DType) -> list:
     return out
 
 
-def cp_async(ctx: Ctx, base, offsets: list, addrs: list, sizes: list, dt: DType, l2: str = "normal") -> None:
-    """One 16-byte ``cp.async.cg`` (zero-filling past ``sizes[i]`` bytes) per register, with
-    an L2 eviction priority unless ``l2`` is "normal" (``simt.CopyAttrs``)."""
-    policy = None if l2 == "normal" else mma.l2_policy(ctx.builder, l2)
+def cp_async(ctx: Ctx, base, offsets: list, addrs: list, sizes: list, dt: DType) -> None:
+    """One 16-byte ``cp.async.cg`` (zero-filling past ``sizes[i]`` bytes) per register."""
     for offset, addr, size in zip(offsets, addrs, sizes):
-        dst, src = _shared_ptr(ctx, addr), _element_ptr(ctx, base, offset, dt)
-        if policy is None:
-            mma.cp_async_16(ctx.builder, dst, src, size)
-        else:
-            mma.cp_async_16_hinted(ctx.builder, dst, src, size, policy)
+        mma.cp_async_16(ctx.builder, _shared_ptr(ctx, addr),
+                                _element_ptr(ctx, base, offset, dt), size)

@@ -122,25 +122,6 @@ def cp_async_16(builder: ir.IRBuilder, shared_ptr: ir.Value, global_ptr: ir.Valu
     builder.call(_declare(builder, name, ir.VoidType(), [x.type for x in args]), args)
 
 
-def l2_policy(builder: ir.IRBuilder, priority: str) -> ir.Value:
-    """A 64-bit L2 cache policy (``createpolicy.fractional.L2::evict_<priority>``, fraction 1)
-    for the ``.L2::cache_hint`` forms of cp.async and st.global."""
-    if priority not in ("first", "last"):
-        raise ValueError(f"L2 eviction priority must be 'first' or 'last', got {priority!r}")
-    return builder.asm(ir.FunctionType(I64, []), f"createpolicy.fractional.L2::evict_{priority}.b64 $0, 1.0;",
-                       "=l", [], side_effect=False)
-
-
-def cp_async_16_hinted(builder: ir.IRBuilder, shared_ptr: ir.Value, global_ptr: ir.Value,
-                       src_bytes: ir.Value, policy: ir.Value) -> None:
-    """``cp_async_16`` with an L2 cache policy (``l2_policy``)."""
-    _check_pointer(shared_ptr, SHARED, "cp.async destination")
-    _check_pointer(global_ptr, GLOBAL, "cp.async source")
-    dst, src = builder.ptrtoint(shared_ptr, I32), builder.ptrtoint(global_ptr, I64)
-    _void_asm(builder, "cp.async.cg.shared.global.L2::cache_hint [$0], [$1], 16, $2, $3;",
-              "r,l,r,l,~{memory}", [dst, src, src_bytes, policy])
-
-
 def cp_async_commit_group(builder: ir.IRBuilder) -> None:
     """``cp.async.commit_group``."""
     builder.call(_declare(builder, "llvm.nvvm.cp.async.commit.group", ir.VoidType(), []), [])
