@@ -4,9 +4,11 @@
 
 Each ``MODULE.NAME=VALUE`` (a Python literal) is set before anything compiles; the arguments after
 ``--`` go to ``bench_sweep.py``.  Use a fresh ``TILEJIT_CACHE_DIR``: the cache key does not see
-the switches.  ``division_probe.py`` is the same idea for codegen's division."""
+the switches.  ``PROBE_SCRIPT=bench_matmul.py`` runs that benchmark instead of ``bench_sweep.py``.
+``division_probe.py`` is the same idea for codegen's division."""
 import ast
 import importlib
+import os
 import runpy
 import sys
 
@@ -21,9 +23,10 @@ def main() -> None:
         if not hasattr(mod, name):
             raise SystemExit(f"switch_probe: {module} has no {name}")
         setattr(mod, name, ast.literal_eval(value))
-    sys.argv = ["bench_sweep.py"] + args[split + 1:]
+    script = os.environ.get("PROBE_SCRIPT", "bench_sweep.py")
+    sys.argv = [script] + args[split + 1:]
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    runpy.run_path(__file__.replace("switch_probe.py", "bench_sweep.py"), run_name="__main__")
+    runpy.run_path(__file__.replace("switch_probe.py", script), run_name="__main__")
 
 
 if __name__ == "__main__":

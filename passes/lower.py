@@ -24,6 +24,9 @@ from tilejit.passes.plans import CopyEngine
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
+# Tensor-core kernels walk their 2-D grid in groups of this many blocks along axis 0
+# (``grouped_program_ids``); 1: launch order.
+GROUP_PROGRAMS = 8
 rowmajor = lower_shared.rowmajor
 
 
@@ -53,7 +56,7 @@ class Lowering:
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
         self.tma_loops: list = []             # pipeline_loads.TmaLoop of each TMA-filled loop
         self.dot_plans = fn.meta["dot_plans"]     # DOT op -> plans.DotPlan (passes.plan_dots)
-        self.grouped_ids = any(p.config is not None for p in self.dot_plans.values())
+        self.grouped_ids = GROUP_PROGRAMS > 1 and any(p.config is not None for p in self.dot_plans.values())
         self.describe_params()
 
     # --- scoped state: helpers change the context only through these --------------------------
@@ -414,14 +417,14 @@ class Lowering:
         else:
             self.values[o.result] = self.block_id(o.attrs.axis)
 
-    def grouped_program_ids(self, group: int = 8) -> tuple[ir.Value, ir.Value]:
+    def grouped_program_ids(self) -> tuple[ir.Value, ir.Value]:
         """(program_id(0), program_id(1)) in grouped order: CTAs launched one after another
         walk ``group`` blocks along axis 0 before stepping along axis 1, so a GEMM's concurrent
         CTAs share A row blocks and B column blocks in L2.  A permutation of the grid (programs
         are independent), the identity for a 1-D grid.  32-bit math: a 64-bit division is a
         subroutine call in PTX, and any call makes ptxas serialise wgmma; grids of 2^31 or more
         programs keep the plain order."""
-        p = self.prologue
+        p, group = self.prologue, GROUP_PROGRAMS
 
         def op(kind, a, b, dt=I32):
             return self.ew(kind, [a, b], dt, p)
