@@ -65,3 +65,26 @@ def test_only_tensor_core_kernels_with_the_switch_on_are_grouped(fresh):
     fresh.setattr(lower, "GROUP_PROGRAMS", 8)
     x = np.zeros((4, 256), np.float32)
     assert not grouped(simt_of(softmax.softmax_kernel, x, x, BLOCK=256))
+
+
+@tj.kernel
+def gemm_plain(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    """A Triton user's spelling: a plain ``range`` loop, ``acc +=``, B's columns along axis 0."""
+    n = tj.program_id(0) * BN
+    m = tj.program_id(1) * BM
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, a.shape[1], BK):
+        acc += tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (k, n), (BK, BN)))
+    tj.store(c, (m, n), acc)
+
+
+def test_a_plain_range_gemm_with_its_axes_swapped_is_grouped_and_exact(fresh):
+    gemm_plain._cache.clear()
+    gemm_plain._fast.clear()
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((16 * 7 + 3, 48)).astype(np.float16)
+    b = rng.standard_normal((48, 16 * 10)).astype(np.float16)
+    c = np.full((a.shape[0], b.shape[1]), np.nan, np.float32)
+    assert grouped(simt_of(gemm_plain, a, b, c, num_warps=1, BM=16, BN=16, BK=16))
+    gemm_plain[(tj.cdiv(b.shape[1], 16), tj.cdiv(a.shape[0], 16))](a, b, c, BM=16, BN=16, BK=16, num_warps=1)
+    np.testing.assert_allclose(c, matmul.reference(a, b), rtol=1e-3, atol=1e-3)
