@@ -419,7 +419,7 @@ class Lowering:
 
     def grouped_program_ids(self) -> tuple[ir.Value, ir.Value]:
         """(program_id(0), program_id(1)) in grouped order: CTAs launched one after another
-        walk ``group`` blocks along axis 0 before stepping along axis 1, so a GEMM's concurrent
+        walk ``GROUP_PROGRAMS`` blocks along axis 0 before stepping along axis 1, so a GEMM's concurrent
         CTAs share A row blocks and B column blocks in L2.  A permutation of the grid (programs
         are independent), the identity for a 1-D grid.  32-bit math: a 64-bit division is a
         subroutine call in PTX, and any call makes ptxas serialise wgmma; grids of 2^31 or more

@@ -2,11 +2,11 @@
 # GPU: GEMM A/B probes of compiler switches (``gpu_probe.sh`` with ``bench_matmul.py``), then an
 # ncu profile of one config.  Usage: bash scripts/gemm_probe.sh PROBE_FILE
 # Env: NCU_CONFIG (BMxBNxBKxSTAGESxwarps, default 128x256x64x4x8), NCU_SIZE (default 4096),
-# NCU_SWITCHES (python -c statements run before the profiled launch; default none).
+# NCU=0 skips the profile.
 export PROBE_SCRIPT=bench_matmul.py
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LINES_SHOWN=${LINES_SHOWN:-12} bash "$(dirname "$0")/gpu_probe.sh" "$1"
-if [ -n "${NCU_SIZE:-4096}" ] && [ "${NCU:-1}" != 0 ]; then
+if [ "${NCU:-1}" != 0 ]; then
   f="$OUT/ncu-matmul.txt"
   TILEJIT_CACHE_DIR=/tmp/tjc_ncu timeout 240 ncu --clock-control none -k regex:matmul -s 1 -c 1 \
     --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
