@@ -61,7 +61,23 @@ _MULTIPLE_RULES = {
     TileOp.SUB: lambda o, m: math.gcd(m[0], m[1]),               # p*x - q*y = gcd(p,q)*(...)
     TileOp.CAST: lambda o, m: m[0],                              # same integer, other width
     TileOp.SHL: lambda o, m: m[0] << (_small_const(o.operands[1]) or 0),   # (p*x) << k = p*2^k*x
+    TileOp.FLOORDIV: lambda o, m: _exact_quotient(m[0], _positive_const(o.operands[1])),  # (p*x) // q = (p/q)*x
+    TileOp.SHR: lambda o, m: _exact_quotient(m[0], 1 << k if (k := _small_const(o.operands[1])) is not None
+                                             else None),          # (p*x) >> k = (p/2^k)*x
 }
+
+
+def _positive_const(v: ir.Value):
+    o = v.owner
+    if o is not None and o.op is TileOp.CONSTANT and type(o.attrs.value) is int and o.attrs.value > 0:
+        return o.attrs.value
+    return None
+
+
+def _exact_quotient(p: int, q) -> int:
+    """What ``(p*x) // q`` is a multiple of: ``p / q`` when ``q`` divides ``p`` (then the
+    division is exact, floor or not, and the shift of a signed ``p*x`` too), else nothing."""
+    return p // q if q and p % q == 0 else 1
 
 
 def arg_index(lw, array: ir.Value) -> int:

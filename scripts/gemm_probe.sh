@@ -5,7 +5,7 @@
 # NCU=0 skips the profile.
 export PROBE_SCRIPT=bench_matmul.py
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-LINES_SHOWN=${LINES_SHOWN:-12} bash "$(dirname "$0")/gpu_probe.sh" "$1"
+NCU= LINES_SHOWN=${LINES_SHOWN:-12} bash "$(dirname "$0")/gpu_probe.sh" "$1"
 if [ "${NCU:-1}" != 0 ]; then
   f="$OUT/ncu-matmul.txt"
   TILEJIT_CACHE_DIR=/tmp/tjc_ncu timeout 240 ncu --clock-control none -k regex:matmul -s 1 -c 1 \

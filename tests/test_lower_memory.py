@@ -57,6 +57,28 @@ def test_arithmetic_rules():
         1, 24, 6, 6, 6, 24, 48, 3, 3, 1, 6, 3 << 30, 3]
 
 
+def test_exact_divisions_keep_the_quotient_of_the_multiple():
+    """``(p*x) // q`` and ``(p*x) >> k`` are multiples of ``p / q`` (``p / 2**k``) when that
+    divides exactly (a packed 4-bit array's ``n // 2`` at ``n = pid * 64``: 32 bytes, so its
+    loads stay 16-byte vectors); otherwise, or by a non-constant or non-positive divisor,
+    nothing is known."""
+    m = multiples("""  %1 = program_id {axis=0} : int32
+  %2 = constant {value=64} : int32
+  %3 = mul %1, %2 : int32
+  %4 = constant {value=2} : int32
+  %5 = floordiv %3, %4 : int32
+  %6 = shr %3, %4 : int32
+  %7 = constant {value=3} : int32
+  %8 = floordiv %3, %7 : int32
+  %9 = floordiv %3, %1 : int32
+  %10 = constant {value=-2} : int32
+  %11 = floordiv %3, %10 : int32
+  %12 = constant {value=7} : int32
+  %13 = shr %3, %12 : int32
+  %14 = floordiv %3, %2 : int32""")
+    assert [m[f"%{i}"] for i in (5, 6, 8, 9, 11, 13, 14)] == [32, 16, 1, 1, 1, 1, 1]
+
+
 def test_a_loop_variable_is_a_multiple_of_the_gcd_of_its_start_and_step():
     """start 8, step 12: 4 (the bound, 96, plays no part)."""
     fn = ir.parse_function("""func @k(%0: int32) {

@@ -45,6 +45,8 @@ def test_the_weights_are_dequantised_in_registers_and_the_ptx_assembles(target):
     tile = ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16), {"BM": 64, "BN": 64, "BK": 64, "GROUP": 64})
     fn = compile_to_simt(tile, num_warps=4, target=target)
     assert len([o for o in fn.walk() if o.op is SimtOp.STORE_GLOBAL]) == 1      # only C is written
+    packed = [o for o in fn.walk() if o.op is SimtOp.LOAD_GLOBAL and o.result.type.dtype == tj.uint8]
+    assert packed and all(o.attrs.vec == 16 for o in packed)     # n // 2 keeps 16-byte vectors
     ptx = codegen.compile_ptx(fn, target)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
     assert assemble_or_skip(ptx, target).spills == 0
