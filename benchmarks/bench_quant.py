@@ -22,7 +22,10 @@ import numpy as np
 import common
 import tilejit as tj
 
-W4_CONFIGS = [(16, 64, 128, 4), (16, 128, 128, 4), (16, 64, 64, 4), (64, 64, 128, 4), (64, 128, 64, 4)]
+# (BM, BN, BK, warps, split): split > 1 cuts K into slices (``run(split=)``: float32 atomics into a
+# zeroed C, then a cast to bfloat16, both timed with the kernel)
+W4_CONFIGS = [(16, 64, 128, 4, 1), (16, 128, 128, 4, 1), (16, 64, 64, 4, 1), (64, 64, 128, 4, 1), (64, 128, 64, 4, 1),
+              (16, 64, 128, 4, 4), (16, 64, 128, 4, 8), (16, 128, 128, 4, 8), (16, 64, 128, 4, 16), (64, 64, 128, 4, 8)]
 FP8_CONFIGS = [(64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 128, 4)]
 
 
@@ -37,20 +40,29 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float) -> None
     w_bf16 = torch.from_numpy(ex.dequantize(packed, scales, zeros, 128).astype(np.float32)).cuda().to(torch.bfloat16)
     exact = lambda: a.double() @ w_bf16.double()       # noqa: E731 (the kernel rounds W to bf16 too)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    c32 = torch.empty(m, n, device="cuda", dtype=torch.float32)
     best = None
-    for bm, bn, bk, warps in W4_CONFIGS:
+    for bm, bn, bk, warps, split in W4_CONFIGS:
         grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
+        ks = ex.k_slice(k, split, bk)
 
-        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid):
-            ex.w4a16_matmul_kernel[grid](a, dev["w"], s, z, c, BM=bm, BN=bn, BK=bk, GROUP=128, num_warps=warps)
+        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid, split=split, ks=ks):
+            if split == 1:
+                ex.w4a16_matmul_kernel[grid](a, dev["w"], s, z, c, BM=bm, BN=bn, BK=bk, GROUP=128, num_warps=warps)
+                return
+            c32.zero_()
+            ex.w4a16_matmul_kernel[grid + (tj.cdiv(k, ks),)](a, dev["w"], s, z, c32, BM=bm, BN=bn, BK=bk, GROUP=128,
+                                                              K_SLICE=ks, num_warps=warps)
+            c.copy_(c32)
+        name = f"{bm}x{bn}x{bk}x{warps}" + (f" split {split}" if split > 1 else "")
         try:
-            common.checked(torch, launch, c, exact, 2e-2, f"w4a16 {m}x{n}x{k} {bm}x{bn}x{bk}")
+            common.checked(torch, launch, c, exact, 2e-2, f"w4a16 {m}x{n}x{k} {name}")
         except Exception as e:          # a config that does not compile or fit: report, go on
-            print(f"  w4a16 config {bm}x{bn}x{bk}x{warps}: {type(e).__name__}: {str(e)[:120]}")
+            print(f"  w4a16 config {name}: {type(e).__name__}: {str(e)[:120]}")
             continue
         ms = common.time_cuda(launch, reps=reps).median_ms
         if best is None or ms < best[0]:
-            best = (ms, f"{bm}x{bn}x{bk}x{warps}")
+            best = (ms, name)
     cublas = common.time_cuda(lambda: torch.matmul(a, w_bf16), reps=reps).median_ms
     if best is None:
         print(f"w4a16 M={m} N={n} K={k}: no config ran")

@@ -3,7 +3,14 @@ unsigned 4-bit integers packed two per byte along N (low nibble first, ``tj.unpa
 scale and one zero point per group of ``GROUP`` rows of K and per column:
 ``w = (q - zero) * scale``.  The weights are dequantised in registers, tile by tile, and feed the
 tensor cores as bfloat16; no dequantised copy of W is ever written to memory.  The loop is a
-plain ``range``: the compiler pipelines it."""
+plain ``range``: the compiler pipelines it.
+
+Decode shapes (M of 1-64) give few output blocks: N / BN programs cannot fill the GPU, and each
+runs the whole K loop.  ``run(..., split=S)`` cuts K into S slices along a third grid axis
+(``K_SLICE`` values each, a multiple of BK so no tile straddles a group); each program
+``tj.atomic_add``s its float32 partial product into a zeroed float32 C, which is then rounded to
+bfloat16.  The partial sums land in no set order on the GPU, so the last bits may differ from
+run to run."""
 import numpy as np
 
 import tilejit as tj
@@ -11,18 +18,24 @@ import tilejit as tj
 
 @tj.kernel
 def w4a16_matmul_kernel(a, w, scales, zeros, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
-                        GROUP: tj.constexpr):
+                        GROUP: tj.constexpr, K_SLICE: tj.constexpr = 0):
     tj.static_assert(GROUP % BK == 0, "a K tile must lie inside one quantisation group")
+    tj.static_assert(K_SLICE % BK == 0, "a K slice must be whole K tiles")
     m = tj.program_id(0) * BM
     n = tj.program_id(1) * BN
+    k0 = tj.program_id(2) * K_SLICE
+    k1 = tj.minimum(k0 + K_SLICE, a.shape[1]) if K_SLICE else a.shape[1]
     acc = tj.zeros((BM, BN), tj.float32)
-    for k in range(0, a.shape[1], BK):
+    for k in range(k0, k1, BK):
         x = tj.load(a, (m, k), (BM, BK))
         q = tj.unpack(tj.load(w, (k, n // 2), (BK, BN // 2)), tj.uint4)       # (BK, BN) in 0..15
         s = tj.load(scales, (k // GROUP, n), (1, BN)).to(tj.float32)
         z = tj.load(zeros, (k // GROUP, n), (1, BN)).to(tj.float32)
         acc = tj.dot(x, ((q.to(tj.float32) - z) * s).to(x.dtype), acc)
-    tj.store(c, (m, n), acc.to(c.dtype))
+    if K_SLICE:
+        tj.atomic_add(c, (m, n), acc)                  # a float32 C, zeroed before the launch
+    else:
+        tj.store(c, (m, n), acc.to(c.dtype))
 
 
 def quantize(w, group):
@@ -44,11 +57,24 @@ def dequantize(packed, scales, zeros, group):
     return (q - z) * s
 
 
-def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64):
-    c = np.empty((a.shape[0], packed.shape[1] * 2), tj.bfloat16.np)
-    grid = (tj.cdiv(a.shape[0], BM), tj.cdiv(c.shape[1], BN))
-    w4a16_matmul_kernel[grid](a, packed, scales, zeros, c, BM=BM, BN=BN, BK=min(BK, group), GROUP=group)
-    return c
+def k_slice(k, split, bk):
+    """The K values each of ``split`` slices takes: whole BK tiles."""
+    return tj.cdiv(tj.cdiv(k, split), bk) * bk
+
+
+def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1):
+    bk = min(BK, group)
+    n = packed.shape[1] * 2
+    grid = (tj.cdiv(a.shape[0], BM), tj.cdiv(n, BN))
+    if split == 1:
+        c = np.empty((a.shape[0], n), tj.bfloat16.np)
+        w4a16_matmul_kernel[grid](a, packed, scales, zeros, c, BM=BM, BN=BN, BK=bk, GROUP=group)
+        return c
+    c = np.zeros((a.shape[0], n), np.float32)
+    ks = k_slice(a.shape[1], split, bk)
+    w4a16_matmul_kernel[grid + (tj.cdiv(a.shape[1], ks),)](a, packed, scales, zeros, c, BM=BM, BN=BN, BK=bk,
+                                                           GROUP=group, K_SLICE=ks)
+    return c.astype(tj.bfloat16.np)
 
 
 def reference(a, packed, scales, zeros, group=64, **_):

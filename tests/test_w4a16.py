@@ -30,6 +30,21 @@ def test_w4a16_matches_the_dequantised_product(backend, m, n, k, group, monkeypa
     np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("m, n, k, group, split", [(1, 192, 512, 64, 4), (16, 64, 448, 32, 3), (5, 130, 256, 128, 8)])
+def test_split_k_matches_the_dequantised_product(backend, m, n, k, group, split, monkeypatch):
+    """Decode shapes with K cut into slices (the last one short or empty of whole groups), the
+    float32 partial products added atomically, then rounded to bfloat16."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(m + n + k + split)
+    a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
+    packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), group)
+    ref = ex.reference(a, packed, scales, zeros, group)
+    out = ex.run(a, packed, scales, zeros, group, BM=16, BN=64, BK=32, split=split).astype(np.float64)
+    np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
+    assert ex.k_slice(k, split, 32) % 32 == 0 and tj.cdiv(k, ex.k_slice(k, split, 32)) <= split
+
+
 def test_quantize_round_trips_within_half_a_step():
     w = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
     packed, scales, zeros = ex.quantize(w, 32)
