@@ -147,10 +147,38 @@ class LayoutAssigner:
             # deferred unless the reshape moves elements (then its source must be concrete)
             ok = not is_tile(src) or L.unit_dims_changed(
                 default_layout(src.type, self.num_warps), o.result.type.shape) is not None
-            self.set(o.result, None if ok else default_layout(o.result.type, self.num_warps))
+            merged = None if ok else self.merged_from_leaves(src, o.result.type.shape)
+            self.set(o.result, None if ok else merged or default_layout(o.result.type, self.num_warps))
             return
         moved = L.unit_dims_changed(self.layouts[src], o.result.type.shape)
         self.set(o.result, moved or default_layout(o.result.type, self.num_warps))
+
+    def merged_from_leaves(self, src: ir.Value, shape) -> L.Layout | None:
+        """For ``reshape(src)`` that merges ``src``'s last two dims ``(..., n, r) -> (..., n*r)``
+        with ``src`` deferred (``tj.unpack``'s interleave: a WHERE of two broadcast ``(..., n, 1)``
+        tiles): the merged layout of a concrete ``(..., n, 1)`` tile the deferred ops read
+        (``expanded_last`` then ``merged_last``), so that the broadcasts, the WHERE and the
+        reshape all stay inside each thread; None when there is no such tile."""
+        st = src.type.shape
+        if len(st) < 2 or tuple(shape) != tuple(st[:-2]) + (st[-2] * st[-1],):
+            return None
+        todo, seen = [src], set()
+        while todo:
+            v = todo.pop()
+            if v in seen or not is_tile(v):
+                continue
+            seen.add(v)
+            if v in self.layouts:
+                lay = self.layouts[v]
+                if tuple(lay.shape) == tuple(st[:-1]) + (1,):
+                    grown = L.expanded_last(lay, st[-1])
+                    if grown is not None:
+                        return L.merged_last(grown)
+                continue
+            o = v.owner
+            if o is not None and (o.op in ELEMENTWISE_OPS or o.op is TileOp.BROADCAST):
+                todo += o.operands
+        return None
 
     def op_TRANS(self, o: ir.Operation) -> None:
         src = o.operands[0]

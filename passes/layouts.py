@@ -233,6 +233,43 @@ def unit_dims_changed(layout: Layout, new_shape: tuple[int, ...]) -> Layout | No
                   layout.desc)
 
 
+def expanded_last(layout: Layout, r: int) -> Layout | None:
+    """``layout`` (shape ``(..., 1)``, nothing of the last dim on threads) grown to ``(..., r)``
+    in registers: each register followed by its ``r - 1`` neighbours along the last dim (the
+    layout in which a broadcast of the unit dim stays inside each thread); None otherwise."""
+    if layout.shape[-1] != 1 or layout.terms[-1]:
+        return None
+    regs = tuple(c[:-1] + (j,) for c in layout.regs for j in range(r))
+    return Layout(LayoutKind.COLLAPSED, layout.shape[:-1] + (r,), layout.num_warps, regs, layout.terms,
+                  f"expanded of {layout}")
+
+
+def merged_last(layout: Layout) -> Layout | None:
+    """Layout of the reshape ``(..., n, r) -> (..., n * r)`` that moves no data: element
+    ``(..., a, j)`` becomes ``(..., a * r + j)`` in the same register of the same thread.  None
+    when the last dim is spread over threads (the merged dim would not be ``layout``'s then)."""
+    if layout.rank < 2 or layout.terms[-1]:
+        return None
+    r = layout.shape[-1]
+    regs = tuple(c[:-2] + (c[-2] * r + c[-1],) for c in layout.regs)
+    terms = layout.terms[:-2] + (tuple(BitTerm(t.src, t.shift, t.bits, t.scale * r) for t in layout.terms[-2]),)
+    return Layout(LayoutKind.COLLAPSED, layout.shape[:-2] + (layout.shape[-2] * r,), layout.num_warps, regs,
+                  terms, f"merged of {layout}")
+
+
+def split_last(layout: Layout, r: int) -> Layout | None:
+    """The inverse of ``merged_last``: ``layout`` of shape ``(..., m)`` as ``(..., m / r, r)``
+    with the same registers, when every thread step along the last dim is a multiple of ``r``
+    (each thread holds whole groups of ``r``); else None."""
+    m = layout.shape[-1]
+    if m % r or any(t.scale % r for t in layout.terms[-1]):
+        return None
+    regs = tuple(c[:-1] + (c[-1] // r, c[-1] % r) for c in layout.regs)
+    terms = layout.terms[:-1] + (tuple(BitTerm(t.src, t.shift, t.bits, t.scale // r) for t in layout.terms[-1]), ())
+    return Layout(LayoutKind.COLLAPSED, layout.shape[:-1] + (m // r, r), layout.num_warps, regs, terms,
+                  f"split of {layout}")
+
+
 # ------------------------------------------------------------------------ in-thread conversions
 def register_map(src: Layout, dst: Layout, dst_to_src) -> tuple[int, ...] | None:
     """Register indices ``idx`` such that ``dst`` register ``j`` of every thread is ``src``

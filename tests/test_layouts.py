@@ -114,3 +114,27 @@ def test_conversion_between_different_layouts_needs_shared_memory():
     b = L.permuted(L.default_blocked((32, 32), 4, 4), (1, 0))
     assert L.same_elements(a, a) == tuple(range(a.n))
     assert L.same_elements(a, b) is None
+
+
+@pytest.mark.parametrize("shape, item, nw, r", [((128, 32, 1), 1, 4, 2), ((16, 8, 1), 2, 1, 2), ((4, 64, 1), 4, 8, 4)])
+def test_an_expanded_then_merged_last_dim_moves_no_data(shape, item, nw, r):
+    """``expanded_last`` grows a unit last dim in registers, ``merged_last`` merges it into the
+    dim before: the same thread holds element ``(…, a, j)`` and ``(…, a*r + j)`` in the same
+    register, and ``split_last`` gives the expanded layout back."""
+    base = L.unit_dims_changed(L.default_blocked(shape[:-1], item, nw), shape)
+    grown = L.expanded_last(base, r)
+    merged = L.merged_last(grown)
+    assert merged.shape == shape[:-2] + (shape[-2] * r,)
+    g, m = grown.table(), merged.table()
+    np.testing.assert_array_equal(m[..., -1], g[..., -2] * r + g[..., -1])
+    np.testing.assert_array_equal(m[..., :-1], g[..., :-2])
+    split = L.split_last(merged, r)
+    np.testing.assert_array_equal(split.table(), g)
+    assert L.same_elements(L.collapsed(grown, [len(shape) - 1]), base) is not None
+
+
+def test_split_last_refuses_a_dim_whose_threads_step_through_a_group():
+    lay = L.blocked((8, 64), (1, 1), (1, 32), (1, 1), (1, 0), 1)      # lane l holds columns l, l+32
+    assert L.split_last(lay, 2) is None
+    assert L.split_last(L.blocked((8, 64), (1, 2), (1, 32), (1, 1), (1, 0), 1), 2) is not None
+    assert L.merged_last(L.blocked((16, 2), (1, 1), (16, 2), (1, 1), (1, 0), 1)) is None   # dim -1 on lanes

@@ -97,6 +97,26 @@ def test_bad_arguments_are_compile_errors(monkeypatch):
             kernel[(1,)](*args, **consts)
 
 
+def test_unpack_interleaves_inside_each_thread():
+    """The interleave of low and high nibbles (a WHERE of two broadcasts, reshaped) is computed in
+    the layout of the loaded bytes, grown and merged (``assign_layouts.merged_from_leaves``): no
+    uint8 goes through shared memory, in the W4A16 kernel too."""
+    from tilejit.examples import w4a16_gemm as ex
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+    from tilejit.specs import ArraySpec
+    bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
+    u8 = ArraySpec(tj.uint8, 2, True, True, False)
+    for bm, bn, bk in ((16, 64, 128), (64, 128, 64)):
+        tile = ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16),
+                                              {"BM": bm, "BN": bn, "BK": bk, "GROUP": 128})
+        fn = compile_to_simt(tile, num_warps=4)
+        assert not [o for o in fn.walk() if o.op is SimtOp.STORE_SHARED and o.operands[1].type.dtype == tj.uint8]
+    tile = unpack_k.tile_ir((u8, ArraySpec(tj.int8, 2, True, True, False)), {"KIND": tj.int4, "M": 16, "N": 64})
+    fn = compile_to_simt(tile, num_warps=4)
+    assert not [o for o in fn.walk() if o.op in (SimtOp.STORE_SHARED, SimtOp.LOAD_SHARED)]
+
+
 def test_unpack_assembles_for_the_gpu():
     from tilejit.codegen import ptxas
     if not ptxas.available():
