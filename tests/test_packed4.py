@@ -117,6 +117,30 @@ def test_unpack_interleaves_inside_each_thread():
     assert not [o for o in fn.walk() if o.op in (SimtOp.STORE_SHARED, SimtOp.LOAD_SHARED)]
 
 
+@tj.kernel
+def interleave_by_hand(x, y, M: tj.constexpr, N: tj.constexpr):
+    """A user's own nibble interleave, spelled with expand_dims, a (1, 1, 2) pick and reshape."""
+    b = tj.load(x, (0, 0), (M, N))
+    pick = tj.reshape(tj.arange(0, 2), (1, 1, 2)) == 0
+    pair = tj.where(pick, tj.expand_dims(b & 15, 2), tj.expand_dims(b >> 4, 2))
+    tj.store(y, (0, 0), tj.reshape(pair, (M, 2 * N)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_interleave_spelled_by_hand_stays_in_registers_and_is_exact(backend, monkeypatch):
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+    from tilejit.specs import ArraySpec
+    u8 = ArraySpec(tj.uint8, 2, True, True, False)
+    fn = compile_to_simt(interleave_by_hand.tile_ir((u8, u8), {"M": 32, "N": 64}), num_warps=4)
+    assert not [o for o in fn.walk() if o.op in (SimtOp.STORE_SHARED, SimtOp.LOAD_SHARED)]
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    x = np.random.default_rng(3).integers(0, 256, (32, 64), dtype=np.uint8)
+    y = np.zeros((32, 128), np.uint8)
+    interleave_by_hand[(1,)](x, y, M=32, N=64)
+    np.testing.assert_array_equal(y, nibbles(x))
+
+
 def test_unpack_assembles_for_the_gpu():
     from tilejit.codegen import ptxas
     if not ptxas.available():
