@@ -38,8 +38,8 @@ from tilejit.passes.persist_programs import persist_programs
 from tilejit.passes.plan_dots import dot_plans_text, plan_dots
 from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes import remat_indices as remat_module
-from tilejit.passes.shared_memory import insert_barriers, plan_shared_memory
-from tilejit.passes.specialise_warps import specialise_warps
+from tilejit.passes.shared_memory import MAX_SHARED_BYTES, insert_barriers, plan_shared_memory, ring_buffers
+from tilejit.passes.specialise_warps import persistable, specialise_warps
 from tilejit.passes.strip_asserts import strip_asserts
 from tilejit.passes.uniform_masks import uniform_masks
 from tilejit.passes.warps import loaded_values, small_program
@@ -97,6 +97,10 @@ class Stage:
     level: str               # IR level of the stage's *output*: "tile" or "simt"
 
 
+# Shared bytes a persistent kernel's rings may not take: the consumers' mbarriers that
+# specialise_warps adds after planning (8 per slot) must still fit
+RING_MARGIN = 1024
+
 PIPELINE = [
     Stage("strip_asserts", lambda fn, opt: strip_asserts(fn, opt.debug), "tile"),
     Stage("cluster_rows", lambda fn, opt: cluster_module.cluster_rows(fn)
@@ -118,11 +122,14 @@ PIPELINE = [
           if opt.persist and not (
         opt.pack or opt.programs_per_cta or fn.meta.serial_programs) else fn, "simt"),
     Stage("remat_indices", lambda fn, opt: remat_module.remat_indices(fn) if remat_module.REMAT else fn, "simt"),
-    Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(fn), "simt"),
+    Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(
+        fn, ring_buffers(fn) if opt.warp_specialize and persistable(fn) else (),
+        MAX_SHARED_BYTES.get(opt.target, 0) - RING_MARGIN), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
     Stage("specialise_warps", lambda fn, opt: specialise_warps(fn, opt.warp_specialize is True)
           if opt.warp_specialize else fn, "simt"),
-    Stage("pack_programs", lambda fn, opt: fn if fn.meta.serial_programs or fn.meta.persistent else
+    Stage("pack_programs", lambda fn, opt: fn if fn.meta.serial_programs or fn.meta.persistent
+          or fn.meta.persistent_tiles else
           pack_programs(fn, *((opt.programs_per_cta,) if opt.programs_per_cta else choose_programs(fn, opt.pack))),
           "simt"),
 ]

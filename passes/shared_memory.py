@@ -17,6 +17,8 @@ from tilejit.simt import SimtOp
 SHARED_ACCESS = (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED, SimtOp.LDMATRIX, SimtOp.CP_ASYNC, SimtOp.MBARRIER_INIT,
                  SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL, SimtOp.MBARRIER_ARRIVE)
 SHARED_READS = (SimtOp.LOAD_SHARED, SimtOp.LDMATRIX, SimtOp.WGMMA)
+# shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin), per target
+MAX_SHARED_BYTES = {"sm_80": 166912, "sm_90a": 232448}
 DEDICATED_BYTES = 512    # buffers this small keep their own bytes: reuse would save almost
                          # nothing and would cost a barrier before the next writer
 
@@ -77,12 +79,41 @@ def _overlaps_in_time(a: Buffer, b: Buffer) -> bool:
     return a.start <= b.end and b.start <= a.end
 
 
-def plan_shared_memory(fn: ir.Function) -> ir.Function:
+def ring_buffers(fn: ir.Function) -> set:
+    """The buffers of ``fn``'s TMA rings and their mbarriers (``meta.tma_loops``)."""
+    out = set()
+    for rec in fn.meta.tma_loops:
+        out.add(rec.bar_buf)
+        out |= {o.attrs.buffer for o in rec.fills + rec.body_fills if o.op is SimtOp.TMA_LOAD}
+    return out
+
+
+def plan_shared_memory(fn: ir.Function, keep: set = frozenset(), limit: int | None = None) -> ir.Function:
     """Give each buffer a byte offset (first fit among the buffers live at the same time),
     replace each SHARED_ALLOC by a CONSTANT of its offset, and record ``meta["shared_bytes"]``
-    and ``meta["shared_buffers"]`` ({id: (offset, size)})."""
+    and ``meta["shared_buffers"]`` ({id: (offset, size)}).  The buffers in ``keep`` share their
+    bytes with no other (a persistent kernel's rings are refilled while its epilogue runs),
+    unless that takes more than ``limit`` bytes."""
+    buffers = live_ranges(fn)
+    if keep:
+        kept = sorted((Buffer(b.id, b.size, b.align, -1, 1 << 62) if b.id in keep else b for b in buffers),
+                      key=lambda b: (b.start, b.id))
+        if limit is None or _place(kept) <= limit:
+            buffers = kept
+    _place(buffers)
+    offsets = {b.id: b for b in buffers}
+    for o in fn.walk():
+        if o.op is SimtOp.SHARED_ALLOC:
+            o.op, o.attrs = SimtOp.CONSTANT, simt.VectorConstAttrs((offsets[o.attrs.buffer].offset,))
+    fn.meta.shared_bytes = max((b.offset + b.size for b in buffers), default=0)
+    fn.meta.shared_buffers = {b.id: (b.offset, b.size) for b in buffers}
+    return fn
+
+
+def _place(buffers: list[Buffer]) -> int:
+    """Set each buffer's offset (first fit, in order); the bytes they take."""
     placed: list[Buffer] = []
-    for buf in live_ranges(fn):
+    for buf in buffers:
         offset = 0
         for other in sorted((p for p in placed if _overlaps_in_time(p, buf)), key=lambda p: p.offset):
             if offset + buf.size <= other.offset:
@@ -90,13 +121,7 @@ def plan_shared_memory(fn: ir.Function) -> ir.Function:
             offset = max(offset, -(-(other.offset + other.size) // buf.align) * buf.align)
         buf.offset = offset
         placed.append(buf)
-    offsets = {b.id: b for b in placed}
-    for o in fn.walk():
-        if o.op is SimtOp.SHARED_ALLOC:
-            o.op, o.attrs = SimtOp.CONSTANT, simt.VectorConstAttrs((offsets[o.attrs.buffer].offset,))
-    fn.meta.shared_bytes = max((b.offset + b.size for b in placed), default=0)
-    fn.meta.shared_buffers = {b.id: (b.offset, b.size) for b in placed}
-    return fn
+    return max((b.offset + b.size for b in placed), default=0)
 
 
 # ----------------------------------------------------------------------------------- barriers

@@ -24,10 +24,23 @@ the loop and wait.  The mbarriers are never invalidated: the loop runs once per 
 mbarrier buffer is too small to be shared with another (``shared_memory.DEDICATED_BYTES``).
 The pass refuses (returns ``fn`` unchanged) when the copies depend on anything but pure values
 of the kernel's top level, the ops before the loop in the guard and the loop body.
+
+Persistent (``PERSIST_TILES``, where ``persistable``; ``meta.persistent_tiles``): the launch
+runs at most as many CTAs as the GPU holds at once, 1-D, and passes the grid's extents
+(``backends.launch_geometry``).  Each side loops over its CTA's programs ``c, c + n, ...``
+(program ids from the program number, the grouped order on top), carrying ``base``, the
+k-tiles of its earlier programs: every slot number and phase counts ``base + t``, so the
+producer fills the next program's first slots while the consumers still run this one's
+epilogue (its loop starts ``ahead`` iterations early instead of filling slots before it, and
+every fill waits for its slot).  The consumers release the last slots of a program in the next
+one's first iterations, and end each program with a named barrier.  The rings keep their
+bytes to themselves (``plan_shared_memory(keep=)``); where that does not fit, or another
+buffer shares their bytes, the kernel is specialised without the loop.
 """
 from __future__ import annotations
 
 from tilejit import dtypes as D
+from tilejit.abi import ParamDesc, ParamKind
 from tilejit import ir, simt
 from tilejit.ir import TileOp
 from tilejit.simt import RegType, SimtOp
@@ -40,6 +53,10 @@ MAX_REGISTERS = 248              # per thread: ptxas's limit is 255; setmaxnreg 
 _PURE = (SimtOp.PARAM, SimtOp.THREAD_ID, SimtOp.BLOCK_ID, SimtOp.GRID_DIM, SimtOp.CONSTANT, SimtOp.SPLAT,
          SimtOp.GATHER, SimtOp.CONCAT, SimtOp.ELEMENTWISE, SimtOp.SHARED_ALLOC)
 _FILLS = (SimtOp.MBARRIER_EXPECT_TX, SimtOp.TMA_LOAD)
+_IDS = (SimtOp.BLOCK_ID, SimtOp.GRID_DIM)
+# The switch (benchmarks/switch_probe.py): True makes every specialised kernel that can be
+# persistent (``persistable``), False none.
+PERSIST_TILES = False
 
 
 def worth_it(rec) -> bool:
@@ -63,6 +80,23 @@ def specialisable(fn: ir.Function):
         return rec, None
     guard = next((o for o in fn.body.ops if o.op is SimtOp.IF and rec.loop in o.regions[0].ops), None)
     return (rec, guard) if guard is not None else None
+
+
+def persistable(fn: ir.Function) -> bool:
+    """Whether ``specialise_warps`` (unless turned off) specialises ``fn`` and makes it persistent
+    (``PERSIST_TILES`` on, a TMA loop without a guard, a 32-bit induction variable):
+    ``plan_shared_memory`` then keeps its rings' bytes to themselves, as the producer refills
+    them while the consumers run an epilogue."""
+    found = specialisable(fn) if PERSIST_TILES else None
+    return found is not None and found[1] is None and found[0].loop.regions[0].args[0].type.dtype == I32
+
+
+def _private(fn: ir.Function, rec) -> bool:
+    """No other buffer shares a byte with ``rec``'s rings or their mbarriers."""
+    mine = {rec.bar_buf} | {o.attrs.buffer for o in rec.fills + rec.body_fills if o.op is SimtOp.TMA_LOAD}
+    spans = fn.meta.shared_buffers
+    return all(not (a < bo + bs and bo < a + n) for m in mine for a, n in [spans[m]]
+               for b, (bo, bs) in spans.items() if b not in mine)
 
 
 def _slice(roots, scopes: list[list[ir.Operation]], iv) -> set | None:
@@ -91,13 +125,16 @@ def _named_barriers(block: ir.Block, bar_id: ir.Value, threads: int) -> None:
             _named_barriers(r, bar_id, threads)
 
 
-def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
+def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | None = None) -> ir.Function:
     """``fn`` with its TMA loop's copies on a producer warpgroup (see the module docstring);
-    unless ``always``, only where ``worth_it``."""
+    unless ``always``, only where ``worth_it``.  ``persistent`` (default: ``persistable``) also
+    makes each side loop over the grid's programs, where the rings' bytes are their own."""
     found = specialisable(fn)
-    if found is None or not (always or worth_it(found[0])):
+    if found is None or not (always or worth_it(found[0]) or persistable(fn)):
         return fn
     rec, guard = found
+    persist = (persistable(fn) if persistent is None else persistent and guard is None
+               and rec.loop.regions[0].args[0].type.dtype == I32) and _private(fn, rec)
     loop = rec.loop
     body = loop.regions[0]
     iv = body.args[0]
@@ -137,6 +174,14 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
 
     # --- before the split: the pure values both sides read, the mbarriers
     head = [o for o in top if o in needed and o.op in _PURE and o not in leader_side]
+    moved: list = []                    # (persistent) what depends on the program: per tile, each side
+    if persist:
+        made = set()
+        for o in head:
+            if o.op in _IDS or any(x in made for x in o.operands):
+                moved.append(o)
+                made |= set(o.results)
+        head = [o for o in head if o not in moved]
     hoisted = set(head)
     buffers = 1 + max(fn.meta.shared_buffers, default=-1)          # (after plan_shared_memory)
     at = -(-fn.meta.shared_bytes // 8) * 8
@@ -159,6 +204,8 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
     # warp-uniform, and lets the consumers' code use the registers setmaxnreg gives them
     group = op(SimtOp.SHUFFLE_IDX, [ew(TileOp.SHR, tid, const(7, head), head), const(0, head)], RegType(I32), into=head)
     is_consumer = ew(TileOp.LT, group, const(consumers // 128, head), head, D.bool_)
+    if persist:
+        tiles = _Tiles(fn, head, op, ew, const, loc)
 
     # --- the consumers: the kernel without the copies, releasing each slot
     # (the barrier after the loop stays, as a named one: the ring's bytes may be reused after it)
@@ -183,6 +230,11 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
     # --- the producer: the copies, one warpgroup
     producer: list = []
     values = {}
+    outer = producer
+    if persist:
+        p_loop = tiles.block()
+        producer = p_loop.ops
+        values.update(tiles.ids(p_loop))
     values[rec.leader] = ew(TileOp.EQ, tid, const(consumers, producer), producer, D.bool_)
 
     def clone(o, into):
@@ -195,8 +247,11 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
     inner = producer
     if guard is not None:
         inner = []
+    for o in moved:
+        if o.op not in _IDS:
+            clone(o, inner)
     for o in before:
-        if o in needed:
+        if o in needed and not (persist and o.op in _FILLS):   # (persistent: the loop fills every slot)
             clone(o, inner)
     lb, ub, step = (values.get(x, x) for x in loop.operands[:3])
     iv_dt = iv.type.dtype
@@ -204,6 +259,7 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
     values[iv] = p_iv
     loop_body: list = []
     stop = ew(TileOp.SUB, ub, const(rec.ahead * rec.step, inner, iv_dt), inner, iv_dt)
+    start = ew(TileOp.SUB, lb, const(rec.ahead * rec.step, inner, iv_dt), inner, iv_dt) if persist else lb
     for o in body_ops:
         if o in needed:
             if o is body_fills[0]:              # the slot's previous contents are released
@@ -214,13 +270,27 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
                 where = slot_bar(empty, ew(TileOp.MOD, p, const(stages, loop_body), loop_body), loop_body)
                 op(SimtOp.MBARRIER_WAIT, [where, parity], None, simt.MbarrierAttrs(1, buffers), into=loop_body)
             clone(o, loop_body)
+            if persist and o is rec.trip.owner:
+                values[rec.trip] = ew(TileOp.ADD, values[rec.trip], p_loop.args[1], loop_body)
     loop_body.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
-    inner.append(ir.Operation(SimtOp.FOR, [lb, stop, step], [], loop.attrs, [ir.Block([p_iv], loop_body)], loc))
+    inner.append(ir.Operation(SimtOp.FOR, [start, stop, step], [], loop.attrs, [ir.Block([p_iv], loop_body)], loc))
     if guard is not None:
         cond = values.get(guard.operands[0], guard.operands[0])
         inner.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
         producer.append(ir.Operation(SimtOp.IF, [cond], [], None,
                                      [ir.Block([], inner), ir.Block([], [ir.Operation(SimtOp.YIELD, [], loc=loc)])], loc))
+    if persist:
+        producer = outer + tiles.wrap(p_loop, producer, [lb, ub], rec.step, False)
+        # the consumers (changed in place only now: the producer's ops are cloned from theirs)
+        # count slots and phases over the CTA's k-tiles of all its programs
+        c_loop = tiles.block()
+        at = body.ops.index(rec.trip.owner) + 1
+        body.ops.insert(at, ir.Operation(SimtOp.ELEMENTWISE, [rec.trip, c_loop.args[1]], [RegType(I32)],
+                                         simt.EwAttrs(TileOp.ADD), None, loc))
+        _replace(body, {rec.trip: body.ops[at].result}, skip=body.ops[at])
+        consumer.ops[-1:] = [ir.Operation(SimtOp.BARRIER, [bar_id], [], simt.BarrierAttrs(consumers), loc=loc)]
+        consumer = ir.Block([], tiles.wrap(c_loop, consumer.ops, loop.operands[:2], rec.step, True)
+                            + [ir.Operation(SimtOp.YIELD, [], loc=loc)])
     producer.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
 
     # --- registers: the producer gives back what the consumers take
@@ -235,5 +305,64 @@ def specialise_warps(fn: ir.Function, always: bool = True) -> ir.Function:
                          [consumer, ir.Block([], producer)], loc)
     fn.body.ops[:] = head + [split]
     fn.meta.producer_warps = PRODUCER_WARPS
+    fn.meta.persistent_tiles = persist
     fn.meta.self_synced_ops = set(fn.meta.self_synced_ops) | {o for o in fn.walk() if o.op in simt.TMA_OPS}
     return fn
+
+
+def _replace(block: ir.Block, subst: dict, skip=None) -> None:
+    """Operands of the ops in ``block`` (nested too; not ``skip``) replaced per ``subst``."""
+    for o in block.walk():
+        if o is not skip and any(x in subst for x in o.operands):
+            o.operands = [subst.get(x, x) for x in o.operands]
+
+
+class _Tiles:
+    """The persistent loops of a specialised kernel: CTA ``c`` of ``n`` runs programs
+    ``c, c + n, ...`` of the grid (the launch passes its three extents: ``launch_geometry``),
+    each side carrying ``base``, the k-tiles its loop ran for the CTA's earlier programs."""
+
+    def __init__(self, fn, head, op, ew, const, loc):
+        self.sources = [o for o in fn.walk() if o.op in _IDS]
+        first = len(fn.meta.params)
+        fn.meta.params = list(fn.meta.params) + [ParamDesc(ParamKind.SCALAR, len(fn.arg_names) + a, None, I32)
+                                                 for a in range(3)]
+        self.grid = [op(SimtOp.PARAM, [], RegType(I32), ir.AxisAttrs(first + a), into=head) for a in range(3)]
+        self.cta = op(SimtOp.BLOCK_ID, [], RegType(I32), ir.AxisAttrs(0), into=head)
+        self.ctas = op(SimtOp.GRID_DIM, [], RegType(I32), ir.AxisAttrs(0), into=head)
+        total = ew(TileOp.MUL, ew(TileOp.MUL, self.grid[0], self.grid[1], head), self.grid[2], head)
+        left = ew(TileOp.SUB, ew(TileOp.ADD, total, self.ctas, head), ew(TileOp.ADD, self.cta, const(1, head), head),
+                  head)
+        self.count = ew(TileOp.FLOORDIV, left, self.ctas, head)      # this CTA's programs
+        self.zero, self.one = const(0, head), const(1, head)
+        self.ew, self.const, self.loc = ew, const, loc
+
+    @staticmethod
+    def block() -> ir.Block:
+        return ir.Block([ir.Value(RegType(I32, 1), "i"), ir.Value(RegType(I32, 1), "base")], [])
+
+    def ids(self, blk: ir.Block) -> dict:
+        """{result of a BLOCK_ID / GRID_DIM op of the kernel: the program id or grid extent it
+        stands for} at iteration ``i`` of ``blk`` (computed at its end)."""
+        ew, g, into = self.ew, self.grid, blk.ops
+        tile = ew(TileOp.ADD, self.cta, ew(TileOp.MUL, blk.args[0], self.ctas, into), into)
+        rest = ew(TileOp.FLOORDIV, tile, g[0], into)
+        pids = [ew(TileOp.MOD, tile, g[0], into), ew(TileOp.MOD, rest, g[1], into), ew(TileOp.FLOORDIV, rest, g[1], into)]
+        return {o.result: (pids if o.op is SimtOp.BLOCK_ID else g)[o.attrs.axis] for o in self.sources}
+
+    def wrap(self, blk: ir.Block, ops: list, bounds, step: int, remap: bool) -> list:
+        """[the FOR over this CTA's programs] running ``ops`` (with ``remap``, the program ids
+        they read are replaced first; else they are ``blk``'s own ops already), ``base`` grown by
+        the trip count of the k-loop from ``bounds`` (its lower and upper bound) by ``step``."""
+        ew, const, into = self.ew, self.const, blk.ops
+        if remap:
+            subst = self.ids(blk)
+            _replace(ir.Block([], ops), subst)
+            bounds = [subst.get(x, x) for x in bounds]
+            into += ops
+        lb, ub = bounds
+        span = ew(TileOp.ADD, ew(TileOp.SUB, ub, lb, into), const(step - 1, into), into)
+        trips = ew(TileOp.MAXIMUM, ew(TileOp.FLOORDIV, span, const(step, into), into), const(0, into), into)
+        into.append(ir.Operation(SimtOp.YIELD, [ew(TileOp.ADD, blk.args[1], trips, into)], loc=self.loc))
+        return [ir.Operation(SimtOp.FOR, [self.zero, self.count, self.one, self.zero], [RegType(I32, 1)], None,
+                             [blk], self.loc)]

@@ -75,6 +75,7 @@ class SimtMeta:
     lane_bits: int = 31                    # the lowering: lane-id bits that place data (the rest are replicas)
     serial_programs: bool = False          # coarsen_programs: the CTA's programs run one after another
     persistent: bool = False               # persist_programs: each CTA loops over programs (grid0 passed)
+    persistent_tiles: bool = False         # specialise_warps: each CTA loops over all programs (the grid passed)
     producer_warps: int = 0                # specialise_warps: a warpgroup that only issues TMA copies,
     #                                        after the num_warps warps that compute
     max_registers: int = 0                 # registers per thread the kernel is compiled for (0: ptxas picks)
@@ -94,6 +95,7 @@ class SimtMeta:
                                                if self.programs_per_cta > 1 else "")
                 + (f" lanes_per_program={self.lanes_per_program}" if self.lanes_per_program < 32 else "")
                 + (" persistent" if self.persistent else "")
+                + (" persistent_tiles" if self.persistent_tiles else "")
                 + (f" cluster_ctas={self.cluster_ctas}" if self.cluster_ctas > 1 else ""))
 
 

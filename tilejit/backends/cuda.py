@@ -39,6 +39,7 @@ class CudaArtifact:
     copy_engines: tuple = ()               # how its pipelined loops fill their rings (simt.copy_engines)
     producer_warps: int = 0                # a warpgroup that only issues TMA copies (specialise_warps)
     cluster_ctas: int = 1                  # CTAs per program, launched as a cluster along x (cluster_rows)
+    persistent_tiles: bool = False         # each CTA loops over the whole grid (specialise_warps)
 
     def __post_init__(self):
         if not self.cta_threads:
@@ -82,6 +83,7 @@ class CudaArtifact:
                 "programs_per_cta": self.programs_per_cta, "cta_threads": self.cta_threads,
                 "persistent": self.persistent, "copy_engines": list(self.copy_engines),
                 "producer_warps": self.producer_warps, "cluster_ctas": self.cluster_ctas,
+                "persistent_tiles": self.persistent_tiles,
                 "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name, list(p.box), p.swizzle] for p in self.params]}
 
@@ -95,7 +97,7 @@ class CudaArtifact:
                    tuple((m, bool(s), int(r), Loc(f, ln, c, e, fn)) for m, s, r, f, ln, c, e, fn in meta.get("asserts", ())),
                    int(meta.get("cta_threads", 0)), bool(meta.get("persistent", False)),
                    tuple(meta.get("copy_engines", ())), int(meta.get("producer_warps", 0)),
-                   int(meta.get("cluster_ctas", 1)))
+                   int(meta.get("cluster_ctas", 1)), bool(meta.get("persistent_tiles", False)))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -227,7 +229,7 @@ class CudaBackend:
                            state.get("registers"), state.get("spills"), simt_fn.meta.programs_per_cta,
                            tuple((o.attrs.msg, o.attrs.scalar, o.attrs.rank, o.loc) for o in assert_sites(simt_fn)),
                            simt_fn.meta.cta_threads, simt_fn.meta.persistent, copy_engines(simt_fn),
-                           simt_fn.meta.producer_warps, simt_fn.meta.cluster_ctas)
+                           simt_fn.meta.producer_warps, simt_fn.meta.cluster_ctas, simt_fn.meta.persistent_tiles)
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())
@@ -242,9 +244,10 @@ class CudaBackend:
         threads, params, programs = art.cta_threads, art.params, art.programs_per_cta
 
         def run(grid, views, stream):
-            if art.persistent:
+            if art.persistent or art.persistent_tiles:
                 kernel = art.kernel_for_device(views[arrays[0]].device)
-                grid, views = backends.launch_geometry(programs, grid, views, kernel.resident_ctas(threads))
+                grid, views = backends.launch_geometry(programs, grid, views, kernel.resident_ctas(threads),
+                                                       tiles=art.persistent_tiles)
             elif programs > 1 or art.cluster_ctas > 1:
                 grid, views = backends.launch_geometry(programs, grid, views, cluster=art.cluster_ctas)
             if stream is None:      # the full path's rule: the first array that has a stream
@@ -259,8 +262,9 @@ class CudaBackend:
         from tilejit.runtime import launch
 
         def geometry(kernel, grid, views):      # on the device the arrays live on
-            resident = kernel.resident_ctas(art.cta_threads) if art.persistent else None
-            return backends.launch_geometry(art.programs_per_cta, tuple(grid), views, resident, art.cluster_ctas)
+            resident = kernel.resident_ctas(art.cta_threads) if art.persistent or art.persistent_tiles else None
+            return backends.launch_geometry(art.programs_per_cta, tuple(grid), views, resident, art.cluster_ctas,
+                                            art.persistent_tiles)
         launch.launch_arrays(art.kernel_for_device, grid, art.cta_threads, args,
                              art.params, art.writes, stream, geometry=geometry)
         if art.asserts:

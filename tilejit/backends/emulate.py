@@ -422,7 +422,10 @@ def run(fn: ir.Function, grid, args: list, race_check: bool = True) -> None:
     grid = (grid,) if isinstance(grid, int) else tuple(grid)
     if fn.meta.cluster_ctas > 1:            # ``grid`` counts programs: each is a cluster of CTAs
         grid, args = backends.launch_geometry(1, grid, args, cluster=fn.meta.cluster_ctas)
-    if fn.meta.persistent and len(args) == len(fn.arg_names):
+    if fn.meta.persistent_tiles and len(args) == len(fn.arg_names):
+        # CTAs for half the programs, so that each runs its loop over tiles about twice
+        grid, args = backends.launch_geometry(1, grid, args, -(-math.prod(grid) // 2), tiles=True)
+    elif fn.meta.persistent and len(args) == len(fn.arg_names):
         # CTAs for half the programs along axis 0, so that each runs its loop (and prefetch) twice
         grid, args = backends.launch_geometry(1, grid, args, -(-grid[0] // 2) * math.prod(grid[1:]))
     Machine(fn, grid + (1,) * (3 - len(grid)), bind_params(fn, list(args)), race_check).run()
@@ -437,6 +440,7 @@ class EmulatedKernel:
         self.shared_bytes = fn.meta.shared_bytes
         self.programs_per_cta = fn.meta.programs_per_cta
         self.persistent = fn.meta.persistent
+        self.persistent_tiles = fn.meta.persistent_tiles
         self.copy_engines = simt.copy_engines(fn)
         self.producer_warps = fn.meta.producer_warps
         self.cluster_ctas = fn.meta.cluster_ctas
@@ -456,7 +460,7 @@ class EmulateBackend:
         return EmulatedKernel(fn)
 
     def launch(self, artifact: EmulatedKernel, grid, args: list, stream=None) -> None:
-        if artifact.fn.meta.persistent:
+        if artifact.fn.meta.persistent or artifact.fn.meta.persistent_tiles:
             run(artifact.fn, grid, args)
         else:
             run(artifact.fn, *backends.launch_geometry(artifact.fn.meta.programs_per_cta, tuple(grid), args))

@@ -4,9 +4,8 @@ user's line."""
 from __future__ import annotations
 
 from tilejit.errors import CompileError
+from tilejit.passes.shared_memory import MAX_SHARED_BYTES
 
-# shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin), per target
-MAX_SHARED_BYTES = {"sm_80": 166912, "sm_90a": 232448}
 MAX_VALUES_PER_THREAD = 1024      # far past the 255 registers a thread has: LLVM would grind on
 
 
