@@ -137,9 +137,9 @@ def test_off_by_default_and_with_the_switch_off():
 
 
 def test_the_launch_is_one_dimensional_with_the_grid_appended():
-    assert backends.launch_geometry(1, (3, 5), ["a"], 4, tiles=True) == ((4,), ["a", 3, 5, 1])
-    assert backends.launch_geometry(1, (3, 5, 2), [], 1000, tiles=True) == ((30,), [3, 5, 2])
-    assert backends.launch_geometry(1, (7,), [], 132, tiles=True) == ((7,), [7, 1, 1])
+    assert backends.launch_geometry(1, (3, 5), ["a"], 4, tiles=True) == ((4, 1, 1), ["a", 3, 5, 1])
+    assert backends.launch_geometry(1, (3, 5, 2), [], 1000, tiles=True) == ((30, 1, 1), [3, 5, 2])
+    assert backends.launch_geometry(1, (7,), [], 132, tiles=True) == ((7, 1, 1), [7, 1, 1])
 
 
 def test_a_phase_restarted_per_program_is_caught(persist):

@@ -60,7 +60,7 @@ def launch_geometry(programs: int, grid: tuple, args: list, resident: int | None
     if tiles:
         extents = tuple(grid) + (1,) * (3 - len(grid))
         total = extents[0] * extents[1] * extents[2]
-        return (max(1, min(total, resident)),), list(args) + list(extents)
+        return (max(1, min(total, resident)), 1, 1), list(args) + list(extents)
     if cluster > 1:
         return (grid[0] * cluster,) + tuple(grid[1:]), args
     if resident is not None:
