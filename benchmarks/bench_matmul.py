@@ -13,6 +13,7 @@ as cuBLAS writes it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import common
@@ -92,6 +93,9 @@ def bench_shape(torch, shape, dtype_name, configs, reps):
         return lambda: kernel[grid](a, b, c, BM=BM, BN=BN, BK=BK, STAGES=stages, num_warps=nw)
     results = common.sweep(torch, configs, launcher, c, ref, 1e-2, reps)
     timed = {cfg: t.median_ms for cfg, (t, _) in results.items()}
+    if os.environ.get("BENCH_EACH"):            # every config's figure, not only the best
+        for cfg, ms in timed.items():
+            print(f"  {M}x{N}x{K} {dtype_name} {'x'.join(map(str, cfg))}: {tflops(ms):.0f} TFLOP/s", file=sys.stderr)
     best = None
     if results:
         cfg, (t, err) = min(results.items(), key=lambda item: item[1][0].median_ms)
