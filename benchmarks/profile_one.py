@@ -8,6 +8,8 @@
 ``softmax``, ``layernorm``, ``rmsnorm``: the examples over 2**26 values in rows of ``--columns``
 (``--dtype``, default bfloat16), as ``bench_sweep`` runs them (no num_warps unless ``--num-warps``;
 ``--triton``: Triton's tutorial kernel from ``triton_kernels.py``);
+``w4a16``: ``examples/w4a16_gemm.py`` at M ``--m``, N = K = <size>, group 128, split ``--split``,
+config BMxBNxBKxwarps (default 16x128x128x4);
 ``matmul``: <size>³ bf16, config BMxBNxBKxSTAGESxwarps (default 256x128x64x3x8); ``--size``
 defaults to 4096 (use a small one under ``compute-sanitizer``).  The first launch
 compiles; three more follow, so ``-c 1`` after a warm-up skip (``-s 1``) sees a steady one.
@@ -22,7 +24,9 @@ import tilejit as tj
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kernel", choices=["attention", "matmul", "softmax", "layernorm", "rmsnorm"])
+    parser.add_argument("kernel", choices=["attention", "matmul", "softmax", "layernorm", "rmsnorm", "w4a16"])
+    parser.add_argument("--m", type=int, default=1, help="w4a16: M (N = K = --size)")
+    parser.add_argument("--split", type=int, default=8, help="w4a16: K slices")
     parser.add_argument("--columns", type=int, default=1024)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--config", default=None)
@@ -62,6 +66,20 @@ def main() -> int:
             launch = {"softmax": lambda: triton_kernels.softmax(x, y),
                       "layernorm": lambda: triton_kernels.layernorm(x, w, b, y, 1e-5),
                       "rmsnorm": lambda: triton_kernels.rmsnorm(x, w, y, 1e-5)}[args.kernel]
+    elif args.kernel == "w4a16":
+        import numpy as np
+        BM, BN, BK, nw = (int(x) for x in (args.config or "16x128x128x4").split("x"))
+        ex, size = common.load_example("w4a16_gemm"), args.size
+        packed, scales, zeros = ex.quantize(np.random.default_rng(0).standard_normal((size, size)).astype(np.float32), 128)
+        a = common.random_tensor(torch, (args.m, size), torch.bfloat16, seed=1)
+        w, s, z = (torch.from_numpy(x.view(np.uint16) if x.dtype != np.uint8 else x).cuda() for x in (packed, scales, zeros))
+        s, z = s.view(torch.bfloat16), z.view(torch.bfloat16)
+        c = torch.zeros((args.m, size), device="cuda", dtype=torch.float32)
+        ks = ex.k_slice(size, args.split, BK)
+        grid = (tj.cdiv(args.m, BM), tj.cdiv(size, BN), tj.cdiv(size, ks))
+
+        def launch():
+            ex.w4a16_matmul_kernel[grid](a, w, s, z, c, BM=BM, BN=BN, BK=BK, GROUP=128, K_SLICE=ks, num_warps=nw)
     else:
         BM, BN, BK, S, nw = (int(x) for x in (args.config or "256x128x64x3x8").split("x"))
         size = args.size
