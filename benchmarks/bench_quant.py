@@ -15,6 +15,7 @@ it is timed; the best of a few configs is reported, with its config.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -29,7 +30,7 @@ W4_CONFIGS = [(16, 64, 128, 4, 1), (16, 128, 128, 4, 1), (16, 64, 64, 4, 1), (64
 FP8_CONFIGS = [(64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 128, 4)]
 
 
-def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float) -> None:
+def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs=None) -> None:
     ex = common.load_example("w4a16_gemm")
     rng = np.random.default_rng(m + n)
     packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), 128)
@@ -42,7 +43,7 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float) -> None
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     c32 = torch.empty(m, n, device="cuda", dtype=torch.float32)
     best = None
-    for bm, bn, bk, warps, split in W4_CONFIGS:
+    for bm, bn, bk, warps, split in configs or W4_CONFIGS:
         grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
         ks = ex.k_slice(k, split, bk)
 
@@ -61,6 +62,8 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float) -> None
             print(f"  w4a16 config {name}: {type(e).__name__}: {str(e)[:120]}")
             continue
         ms = common.time_cuda(launch, reps=reps).median_ms
+        if os.environ.get("BENCH_EACH"):
+            print(f"  w4a16 {m}x{n}x{k} {name}: {ms * 1e3:.1f} us", file=sys.stderr)
         if best is None or ms < best[0]:
             best = (ms, name)
     cublas = common.time_cuda(lambda: torch.matmul(a, w_bf16), reps=reps).median_ms
@@ -101,6 +104,8 @@ def bench_fp8(torch, size: int, reps: int) -> None:
             print(f"  fp8 config {bm}x{bn}x{bk}x{warps}: {type(e).__name__}: {str(e)[:120]}")
             continue
         ms = common.time_cuda(launch, reps=reps).median_ms
+        if os.environ.get("BENCH_EACH"):
+            print(f"  w4a16 {m}x{n}x{k} {name}: {ms * 1e3:.1f} us", file=sys.stderr)
         if best is None or ms < best[0]:
             best = (ms, f"{bm}x{bn}x{bk}x{warps}")
     refs = {}
@@ -126,6 +131,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--w4", default="1,16,64", help="W4A16 batch sizes M")
     parser.add_argument("--fp8", default="4096,8192", help="fp8 blockwise sizes (M = N = K)")
+    parser.add_argument("--w4-configs", default="", help="BMxBNxBKxwarpsxsplit,... (default: W4_CONFIGS)")
     parser.add_argument("--reps", type=int, default=30)
     args = parser.parse_args(argv)
     torch = common.cuda_torch()
@@ -138,7 +144,8 @@ def main(argv=None) -> int:
     print(f"{common.gpu_name()}: copy {copy_gbps:.0f} GB/s")
     for m in (int(x) for x in args.w4.split(",") if x):
         for n, k in ((8192, 8192), (28672, 8192)):
-            bench_w4(torch, m, n, k, args.reps, copy_gbps)
+            bench_w4(torch, m, n, k, args.reps, copy_gbps,
+                     [tuple(int(v) for v in c.split("x")) for c in args.w4_configs.split(",") if c])
     for size in (int(x) for x in args.fp8.split(",") if x):
         bench_fp8(torch, size, args.reps)
     return 0
