@@ -104,8 +104,6 @@ def bench_fp8(torch, size: int, reps: int) -> None:
             print(f"  fp8 config {bm}x{bn}x{bk}x{warps}: {type(e).__name__}: {str(e)[:120]}")
             continue
         ms = common.time_cuda(launch, reps=reps).median_ms
-        if os.environ.get("BENCH_EACH"):
-            print(f"  w4a16 {m}x{n}x{k} {name}: {ms * 1e3:.1f} us", file=sys.stderr)
         if best is None or ms < best[0]:
             best = (ms, f"{bm}x{bn}x{bk}x{warps}")
     refs = {}
