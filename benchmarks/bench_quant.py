@@ -43,17 +43,19 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     c32 = torch.empty(m, n, device="cuda", dtype=torch.float32)
     best = None
+    bf16_math = bool(os.environ.get("W4_BF16_MATH"))     # the example's bfloat16 spelling of the dequantisation
     for bm, bn, bk, warps, split in configs or W4_CONFIGS:
         grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
         ks = ex.k_slice(k, split, bk)
 
         def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid, split=split, ks=ks):
             if split == 1:
-                ex.w4a16_matmul_kernel[grid](a, dev["w"], s, z, c, BM=bm, BN=bn, BK=bk, GROUP=128, num_warps=warps)
+                ex.w4a16_matmul_kernel[grid](a, dev["w"], s, z, c, BM=bm, BN=bn, BK=bk, GROUP=128, num_warps=warps,
+                                             BF16_MATH=bf16_math)
                 return
             c32.zero_()
             ex.w4a16_matmul_kernel[grid + (tj.cdiv(k, ks),)](a, dev["w"], s, z, c32, BM=bm, BN=bn, BK=bk, GROUP=128,
-                                                              K_SLICE=ks, num_warps=warps)
+                                                              K_SLICE=ks, num_warps=warps, BF16_MATH=bf16_math)
             c.copy_(c32)
         name = f"{bm}x{bn}x{bk}x{warps}" + (f" split {split}" if split > 1 else "")
         try:

@@ -18,7 +18,7 @@ import tilejit as tj
 
 @tj.kernel
 def w4a16_matmul_kernel(a, w, scales, zeros, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
-                        GROUP: tj.constexpr, K_SLICE: tj.constexpr = 0):
+                        GROUP: tj.constexpr, K_SLICE: tj.constexpr = 0, BF16_MATH: tj.constexpr = False):
     tj.static_assert(GROUP % BK == 0, "a K tile must lie inside one quantisation group")
     tj.static_assert(K_SLICE % BK == 0, "a K slice must be whole K tiles")
     m = tj.program_id(0) * BM
@@ -29,9 +29,12 @@ def w4a16_matmul_kernel(a, w, scales, zeros, c, BM: tj.constexpr, BN: tj.constex
     for k in range(k0, k1, BK):
         x = tj.load(a, (m, k), (BM, BK))
         q = tj.unpack(tj.load(w, (k, n // 2), (BK, BN // 2)), tj.uint4)       # (BK, BN) in 0..15
-        s = tj.load(scales, (k // GROUP, n), (1, BN)).to(tj.float32)
-        z = tj.load(zeros, (k // GROUP, n), (1, BN)).to(tj.float32)
-        acc = tj.dot(x, ((q.to(tj.float32) - z) * s).to(x.dtype), acc)
+        s = tj.load(scales, (k // GROUP, n), (1, BN))
+        z = tj.load(zeros, (k // GROUP, n), (1, BN))
+        if BF16_MATH:          # (q - z) is exact in bfloat16 for integer zero points: one rounding
+            acc = tj.dot(x, (q.to(x.dtype) - z) * s, acc)
+        else:
+            acc = tj.dot(x, ((q.to(tj.float32) - z.to(tj.float32)) * s.to(tj.float32)).to(x.dtype), acc)
     if K_SLICE:
         tj.atomic_add(c, (m, n), acc)                  # a float32 C, zeroed before the launch
     else:
@@ -62,18 +65,20 @@ def k_slice(k, split, bk):
     return tj.cdiv(tj.cdiv(k, split), bk) * bk
 
 
-def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1):
+def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1, bf16_math=False):
+    """``bf16_math``: dequantise in bfloat16 (``(q - zero) * scale`` is exact then rounded once,
+    the same values as float32 for the integer zero points ``quantize`` gives)."""
     bk = min(BK, group)
     n = packed.shape[1] * 2
     grid = (tj.cdiv(a.shape[0], BM), tj.cdiv(n, BN))
     if split == 1:
         c = np.empty((a.shape[0], n), tj.bfloat16.np)
-        w4a16_matmul_kernel[grid](a, packed, scales, zeros, c, BM=BM, BN=BN, BK=bk, GROUP=group)
+        w4a16_matmul_kernel[grid](a, packed, scales, zeros, c, BM=BM, BN=BN, BK=bk, GROUP=group, BF16_MATH=bf16_math)
         return c
     c = np.zeros((a.shape[0], n), np.float32)
     ks = k_slice(a.shape[1], split, bk)
     w4a16_matmul_kernel[grid + (tj.cdiv(a.shape[1], ks),)](a, packed, scales, zeros, c, BM=BM, BN=BN, BK=bk,
-                                                           GROUP=group, K_SLICE=ks)
+                                                           GROUP=group, K_SLICE=ks, BF16_MATH=bf16_math)
     return c.astype(tj.bfloat16.np)
 
 

@@ -150,3 +150,31 @@ def test_unpack_assembles_for_the_gpu():
         specs, consts, _ = unpack_k.specialise(unpack_k.bind((x, np.zeros((16, 64), out)),
                                                              {"KIND": dtype, "M": 16, "N": 32}))
         assert unpack_k.compile(specs, consts, None, "cuda").artifact.spills == 0, kind
+
+
+@tj.kernel
+def nibbles_as_k(x, y, DT: tj.constexpr, M: tj.constexpr, N: tj.constexpr):
+    tj.store(y, (0, 0), tj.unpack(tj.load(x, (0, 0), (M, N)), tj.uint4).to(DT))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dt", [tj.bfloat16, tj.float16, tj.float32])
+def test_unpacked_nibbles_convert_to_floats_exactly(backend, dt, monkeypatch):
+    """On the GPU through the 16-bit magic number (``codegen.base._known_below``: values below
+    2**7 from a mask or a shift, 2**7 + v as bfloat16 bits minus 2**7) or float32's."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    x = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    y = np.zeros((16, 32), dt.np)
+    nibbles_as_k[(1,)](x, y, DT=dt, M=16, N=16)
+    np.testing.assert_array_equal(y.astype(np.float32), nibbles(x).astype(np.float32))
+
+
+@pytest.mark.parametrize("dt, magic", [(tj.bfloat16, 17152), (tj.float16, 25600)])     # 0x4300, 0x6400
+def test_nibbles_reach_16_bit_floats_without_cvt(dt, magic):
+    from tilejit.backends.cuda import build
+    x = np.zeros((16, 16), np.uint8)
+    specs, consts, _ = nibbles_as_k.specialise(nibbles_as_k.bind((x, np.zeros((16, 32), dt.np)),
+                                                                 {"DT": dt, "M": 16, "N": 16}))
+    ptx = build(nibbles_as_k.tile_ir(specs, consts), 4, "sm_90a")["ptx"]
+    assert "or.b16" in ptx and str(magic) in ptx
+    assert "cvt.rn.f32.u" not in ptx and "cvt.rn.bf16.f32" not in ptx and "cvt.rn.f16.f32" not in ptx

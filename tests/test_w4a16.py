@@ -19,13 +19,14 @@ from conftest import assemble_or_skip
 
 @pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("m, n, k, group", [(200, 192, 256, 64), (33, 64, 128, 32), (64, 130, 256, 128)])
-def test_w4a16_matches_the_dequantised_product(backend, m, n, k, group, monkeypatch):
+@pytest.mark.parametrize("bf16_math", [False, True])
+def test_w4a16_matches_the_dequantised_product(backend, m, n, k, group, bf16_math, monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     rng = np.random.default_rng(m + n + k)
     a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
     packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), group)
     ref = ex.reference(a, packed, scales, zeros, group)
-    out = ex.run(a, packed, scales, zeros, group).astype(np.float64)
+    out = ex.run(a, packed, scales, zeros, group, bf16_math=bf16_math).astype(np.float64)
     # the kernel rounds the product to bfloat16 once: 2**-8 of each value, and float32 sums
     np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
 

@@ -283,6 +283,13 @@ def _int_to_float(ctx: Ctx, x, src: DType, dst: DType):
     b = ctx.builder
     if dst in FP8_DTYPES:             # anything past 2**24 overflows fp8, so f32 is exact enough
         return from_f32(ctx, _int_to_float(ctx, x, src, D.float32), dst)
+    if dst in (D.bfloat16, D.float16) and MAGIC_INT_TO_FLOAT and _known_below(x, 1 << 7 if dst == D.bfloat16 else 1 << 10):
+        # 0 <= x < 2**7 (2**10): 2**7 + x is a bfloat16 (2**10 + x a float16) whose low mantissa
+        # bits are x; subtracting 2**7 (2**10) is exact: one logic op and one 16-bit subtraction
+        # (a 4-bit weight's dequantisation)
+        magic = 0x4300 if dst == D.bfloat16 else 0x6400
+        bits = b.or_(b.zext(x, I16) if x.type.width < 16 else x, ir.Constant(I16, magic))
+        return b.fsub(b.bitcast(bits, reg_type(dst)), ir.Constant(reg_type(dst), 128.0 if dst == D.bfloat16 else 1024.0))
     if x.type.width <= 16 and MAGIC_INT_TO_FLOAT:
         # exact in f32 (and so rounded once to any narrower float): 2**23 + u as bits, minus 2**23;
         # a logic op and an add at full rate instead of one I2F at an eighth of it (16 a clock
@@ -298,6 +305,37 @@ def _int_to_float(ctx: Ctx, x, src: DType, dst: DType):
     ty = F64 if dst == D.bfloat16 else reg_type(dst)
     wide = b.sitofp(x, ty) if src.kind == "i" else b.uitofp(x, ty)
     return b.fptrunc(wide, BF16) if dst == D.bfloat16 else wide
+
+
+def _known_below(x, bound: int, depth: int = 4) -> bool:
+    """Whether the unsigned integer ``x`` (an LLVM value) is known to be below ``bound`` from how
+    it was computed: a constant, ``y & c``, ``y >> c`` of a narrow ``y``, a zero extension or
+    a select of such values (``tj.unpack``'s nibbles)."""
+    if isinstance(x, ir.Constant):
+        return isinstance(x.constant, int) and 0 <= x.constant < bound
+    if depth == 0 or not isinstance(x, ir.Instruction) or not isinstance(x.type, ir.IntType):
+        return False
+    op, args = x.opname, x.operands
+    if op == "and":
+        return any(isinstance(a, ir.Constant) and isinstance(a.constant, int) and 0 <= a.constant < bound for a in args) \
+            or any(_known_below(a, bound, depth - 1) for a in args)
+    if op == "lshr" and _least(args[1]) is not None:        # (a shift amount chosen between constants too)
+        return (1 << max(0, x.type.width - _least(args[1]))) <= bound or _known_below(args[0], bound, depth - 1)
+    if op == "zext":
+        return (1 << args[0].type.width) <= bound or _known_below(args[0], bound, depth - 1)
+    if op == "select":
+        return _known_below(args[1], bound, depth - 1) and _known_below(args[2], bound, depth - 1)
+    return False
+
+
+def _least(v) -> int | None:
+    """The least value the integer ``v`` can take when it is a constant or a select of constants."""
+    if isinstance(v, ir.Constant):
+        return v.constant if isinstance(v.constant, int) else None
+    if isinstance(v, ir.Instruction) and v.opname == "select":
+        arms = [_least(a) for a in v.operands[1:]]
+        return None if None in arms else min(arms)
+    return None
 
 
 def _float_to_int(ctx: Ctx, x32, dst: DType):
