@@ -43,7 +43,7 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     c32 = torch.empty(m, n, device="cuda", dtype=torch.float32)
     best = None
-    bf16_math = bool(os.environ.get("W4_BF16_MATH"))     # the example's bfloat16 spelling of the dequantisation
+    bf16_math = not os.environ.get("W4_F32_MATH")     # the example's float32 spelling of the dequantisation instead
     for bm, bn, bk, warps, split in configs or W4_CONFIGS:
         grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
         ks = ex.k_slice(k, split, bk)

@@ -2,7 +2,9 @@
 unsigned 4-bit integers packed two per byte along N (low nibble first, ``tj.unpack``), with one
 scale and one zero point per group of ``GROUP`` rows of K and per column:
 ``w = (q - zero) * scale``.  The weights are dequantised in registers, tile by tile, and feed the
-tensor cores as bfloat16; no dequantised copy of W is ever written to memory.  The loop is a
+tensor cores as bfloat16; no dequantised copy of W is ever written to memory.  ``BF16_MATH``
+(the default) dequantises in bfloat16: with integer zero points ``q - zero`` is exact, so each
+weight is rounded once, as in float32, while the GPU works on pairs of values per instruction.  The loop is a
 plain ``range``: the compiler pipelines it.
 
 Decode shapes (M of 1-64) give few output blocks: N / BN programs cannot fill the GPU, and each
@@ -18,7 +20,7 @@ import tilejit as tj
 
 @tj.kernel
 def w4a16_matmul_kernel(a, w, scales, zeros, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
-                        GROUP: tj.constexpr, K_SLICE: tj.constexpr = 0, BF16_MATH: tj.constexpr = False):
+                        GROUP: tj.constexpr, K_SLICE: tj.constexpr = 0, BF16_MATH: tj.constexpr = True):
     tj.static_assert(GROUP % BK == 0, "a K tile must lie inside one quantisation group")
     tj.static_assert(K_SLICE % BK == 0, "a K slice must be whole K tiles")
     m = tj.program_id(0) * BM
@@ -65,9 +67,10 @@ def k_slice(k, split, bk):
     return tj.cdiv(tj.cdiv(k, split), bk) * bk
 
 
-def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1, bf16_math=False):
+def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1, bf16_math=True):
     """``bf16_math``: dequantise in bfloat16 (``(q - zero) * scale`` is exact then rounded once,
-    the same values as float32 for the integer zero points ``quantize`` gives)."""
+    the same values as float32 for the integer zero points ``quantize`` gives; pairs of values
+    per instruction on the GPU), else in float32 (any zero points)."""
     bk = min(BK, group)
     n = packed.shape[1] * 2
     grid = (tj.cdiv(a.shape[0], BM), tj.cdiv(n, BN))

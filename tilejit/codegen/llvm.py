@@ -587,9 +587,15 @@ def emit_llvm(simt_fn: simt.Function, target: str = "sm_90a") -> str:
     return text
 
 
+# LLVM's SLP vectorizer in the pipeline: pairs of 16-bit float ops become bf16x2 / f16x2
+# instructions (half the issue slots of a dequantising loop); the switch for switch_probe.py
+SLP_VECTORIZE = True
+
+
 def optimize(module: llvm.ModuleRef, target: str, level: int = 3) -> None:
     """Run LLVM's standard O<level> pipeline on a parsed module, in place."""
     tuning = llvm.create_pipeline_tuning_options(speed_level=level)
+    tuning.slp_vectorization = SLP_VECTORIZE
     builder = llvm.create_pass_builder(target_machine(target), tuning)
     builder.getModulePassManager().run(module, builder)
 
