@@ -138,9 +138,7 @@ def main(argv=None) -> int:
     if torch is None:
         print("bench_quant: needs torch with a CUDA device")
         return 2
-    src = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    copy_gbps = common.time_cuda(lambda: dst.copy_(src), reps=args.reps).gbps(2 * src.numel())
+    copy_gbps = common.copy_gbps(torch, args.reps)
     print(f"{common.gpu_name()}: copy {copy_gbps:.0f} GB/s")
     for m in (int(x) for x in args.w4.split(",") if x):
         for n, k in ((8192, 8192), (28672, 8192)):

@@ -98,6 +98,14 @@ def copy_ratio(torch, launch, out, nbytes: int, copy_gbps: float, what, reps: in
     return round(time_cuda(launch, warmup=5, reps=reps).gbps(nbytes) / copy_gbps, 3)
 
 
+def copy_gbps(torch, reps: int = 30) -> float:
+    """Device-to-device copy bandwidth of 256 MiB (bytes read plus written, GB/s): the
+    memory-bound kernels' reference."""
+    src = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return time_cuda(lambda: dst.copy_(src), reps=reps).gbps(2 * src.numel())
+
+
 def checked(torch, launch, out, exact, tolerance: float, what: str) -> float:
     """Poison ``out`` with NaN, run ``launch`` once and return its relative error against
     ``exact()``; AssertionError over ``tolerance`` (every output must have been written)."""
