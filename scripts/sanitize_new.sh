@@ -15,9 +15,9 @@ ref = ex.reference(*(x.cpu().numpy() for x in (q, k, v)))
 print("decode max error", float(np.abs(out.float().cpu().numpy() - ref).max()))
 PY
 for tool in memcheck racecheck; do
-  echo "== $tool: persistent GEMM 512^3 128x256x64x3x8"
+  echo "== $tool: persistent GEMM 3072^3 128x256x64x3x8 (288 programs on 132 CTAs)"
   TILEJIT_CACHE_DIR=/tmp/tjc_s1 PROBE_SCRIPT=profile_one.py timeout 150 compute-sanitizer --tool $tool \
-    python3 benchmarks/switch_probe.py tilejit.passes.specialise_warps.PERSIST_TILES=True -- matmul --size 512 \
+    python3 benchmarks/switch_probe.py tilejit.passes.specialise_warps.PERSIST_TILES=True -- matmul --size 3072 \
     --config 128x256x64x3x8 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error" | head -5
   echo "== $tool: decode attention"
   TILEJIT_CACHE_DIR=/tmp/tjc_s2 timeout 150 compute-sanitizer --tool $tool python3 /tmp/decode_small.py 2>&1 \
