@@ -11,10 +11,48 @@ second kernel merges the slices per query row:
 Shapes: q (B, H, L, D), k and v (B, H_kv, S, D), H = GROUP * H_kv; partial outputs
 (NS * B, H, L, D) and log-sum-exps (NS * B, H, L) in float32, NS = ceil(S / SPLIT) (no slice
 is empty).  Causal masking inside the window: query row i (of L) sees cache positions up to
-S - L + i, as the last L tokens of the cache are the window's own."""
+S - L + i, as the last L tokens of the cache are the window's own.
+
+A paged cache (``decode_paged_split_kernel``, ``run_paged``): K and V live in a pool of pages
+(pages, H_kv, PAGE, D), shared by all sequences in any order; a block table (B, pages per
+sequence) says which page holds positions ``[j * PAGE, (j + 1) * PAGE)`` of sequence b, and
+``seq_lens`` each sequence's length.  Each key block is one page, gathered through the table."""
 import numpy as np
 
 import tilejit as tj
+
+
+@tj.func
+def begin(q, batch, head, seq, GROUP, BL, BD):
+    """The program's query rows (GROUP heads of BL window positions each), the last cache
+    position each sees, and an empty online softmax (row maxima, sums, output)."""
+    qt = tj.load(q, (batch, head, 0, 0), (1, GROUP, BL, BD)).reshape((GROUP * BL, BD))
+    # row r is window position r % BL of head r // BL; it sees keys up to seq - window + r % BL
+    last = seq - q.shape[2] + tj.arange(0, GROUP * BL) % BL
+    return (qt, last, tj.full((GROUP * BL,), -tj.inf, tj.float32), tj.zeros((GROUP * BL,), tj.float32),
+            tj.zeros((GROUP * BL, BD), tj.float32))
+
+
+@tj.func
+def attend(qt, kt, vt, keep, scale, m_i, l_i, acc):
+    """One block of keys and values into the online softmax of the rows of ``qt`` (``keep``: the
+    (rows, keys) pairs that count)."""
+    s = tj.where(keep, tj.dot(qt, tj.trans(kt)) * scale, -tj.inf)
+    m_new = tj.maximum(m_i, tj.max(s, axis=1))
+    safe = tj.where(m_new == -tj.inf, 0.0, m_new)                # a row that sees nothing yet
+    alpha = tj.exp(m_i - safe)
+    p = tj.exp(s - safe[:, None])
+    return m_new, l_i * alpha + tj.sum(p, axis=1), acc * alpha[:, None] + tj.dot(p.to(vt.dtype), vt)
+
+
+@tj.func
+def finish(o_part, lse_part, row, head, m_i, l_i, acc, GROUP, BL, BD):
+    """The slice's normalised output and log-sum-exp (-inf, with zeros, where it saw no key)."""
+    seen = l_i > 0
+    out = acc / tj.where(seen, l_i, 1.0)[:, None]
+    lse = tj.where(seen, m_i + tj.log(tj.where(seen, l_i, 1.0)), -tj.inf)
+    tj.store(o_part, (row, head, 0, 0), out.reshape((1, GROUP, BL, BD)))
+    tj.store(lse_part, (row, head, 0), lse.reshape((1, GROUP, BL)))
 
 
 @tj.kernel
@@ -24,35 +62,44 @@ def decode_split_kernel(q, k, v, o_part, lse_part, scale, GROUP: tj.constexpr, B
     kv_heads = k.shape[1]
     batch = tj.program_id(1) // kv_heads
     kv_head = tj.program_id(1) % kv_heads
-    seq, window = k.shape[2], q.shape[2]
+    seq = k.shape[2]
     head = kv_head * GROUP
-    qt = tj.load(q, (batch, head, 0, 0), (1, GROUP, BL, BD)).reshape((GROUP * BL, BD))
-    # row r is query position r % BL of head r // BL; it sees keys up to seq - window + r % BL
-    last = seq - window + tj.arange(0, GROUP * BL) % BL
+    qt, last, m_i, l_i, acc = begin(q, batch, head, seq, GROUP, BL, BD)
     start = split * SPLIT
     end = tj.minimum(start + SPLIT, seq)
-    m_i = tj.full((GROUP * BL,), -tj.inf, tj.float32)
-    l_i = tj.zeros((GROUP * BL,), tj.float32)
-    acc = tj.zeros((GROUP * BL, BD), tj.float32)
     for n in range(start, end, BN):
         kt = tj.load(k, (batch, kv_head, n, 0), (1, 1, BN, BD)).reshape((BN, BD))
         vt = tj.load(v, (batch, kv_head, n, 0), (1, 1, BN, BD)).reshape((BN, BD))
-        s = tj.dot(qt, tj.trans(kt)) * scale
         cols = n + tj.arange(0, BN)
-        s = tj.where((cols[None, :] < end) & (cols[None, :] <= last[:, None]), s, -tj.inf)
-        m_new = tj.maximum(m_i, tj.max(s, axis=1))
-        safe = tj.where(m_new == -tj.inf, 0.0, m_new)           # a row that sees nothing yet
-        alpha = tj.exp(m_i - safe)
-        p = tj.exp(s - safe[:, None])
-        l_i = l_i * alpha + tj.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tj.dot(p.to(vt.dtype), vt)
-        m_i = m_new
-    seen = l_i > 0
-    out = acc / tj.where(seen, l_i, 1.0)[:, None]
-    lse = tj.where(seen, m_i + tj.log(tj.where(seen, l_i, 1.0)), -tj.inf)
-    row = split * q.shape[0] + batch
-    tj.store(o_part, (row, head, 0, 0), out.reshape((1, GROUP, BL, BD)))
-    tj.store(lse_part, (row, head, 0), lse.reshape((1, GROUP, BL)))
+        keep = (cols[None, :] < end) & (cols[None, :] <= last[:, None])
+        m_i, l_i, acc = attend(qt, kt, vt, keep, scale, m_i, l_i, acc)
+    finish(o_part, lse_part, split * q.shape[0] + batch, head, m_i, l_i, acc, GROUP, BL, BD)
+
+
+@tj.kernel
+def decode_paged_split_kernel(q, k_pages, v_pages, block_table, seq_lens, o_part, lse_part, scale,
+                              GROUP: tj.constexpr, BL: tj.constexpr, BD: tj.constexpr, PAGE: tj.constexpr,
+                              SPLIT: tj.constexpr):
+    """As ``decode_split_kernel`` over a paged cache: ``k_pages``/``v_pages`` (pages, H_kv, PAGE,
+    D), sequence b's positions ``[j * PAGE, (j + 1) * PAGE)`` in page ``block_table[b, j]``, its
+    length ``seq_lens[b]`` (a slice past it sees no key)."""
+    split = tj.program_id(0)
+    kv_heads = k_pages.shape[1]
+    batch = tj.program_id(1) // kv_heads
+    kv_head = tj.program_id(1) % kv_heads
+    seq = tj.sum(tj.load(seq_lens, (batch,), (1,)))
+    head = kv_head * GROUP
+    qt, last, m_i, l_i, acc = begin(q, batch, head, seq, GROUP, BL, BD)
+    start = split * SPLIT
+    end = tj.minimum(start + SPLIT, seq)
+    for n in range(start, end, PAGE):
+        page = tj.load(block_table, (batch, n // PAGE), (1, 1)).reshape((1,))      # a gathered page
+        kt = tj.load(k_pages, (page, kv_head, 0, 0), (1, 1, PAGE, BD)).reshape((PAGE, BD))
+        vt = tj.load(v_pages, (page, kv_head, 0, 0), (1, 1, PAGE, BD)).reshape((PAGE, BD))
+        cols = n + tj.arange(0, PAGE)
+        keep = (cols[None, :] < end) & (cols[None, :] <= last[:, None])
+        m_i, l_i, acc = attend(qt, kt, vt, keep, scale, m_i, l_i, acc)
+    finish(o_part, lse_part, split * q.shape[0] + batch, head, m_i, l_i, acc, GROUP, BL, BD)
 
 
 @tj.kernel
@@ -105,6 +152,54 @@ def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None):
                                                 BD=BD, SPLIT=split, num_warps=num_warps)
     decode_combine_kernel[(batch * heads,)](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD)
     return out
+
+
+def run_paged(q, k_pages, v_pages, block_table, seq_lens, split=1024, num_warps=4):
+    """``run`` over a paged cache (see ``decode_paged_split_kernel``; NumPy arrays)."""
+    batch, heads, window, dim = q.shape
+    kv_heads, page = k_pages.shape[1], k_pages.shape[2]
+    group = heads // kv_heads
+    BL = max(tj.next_power_of_2(window), 16 // min(group, 16))
+    BD = tj.next_power_of_2(dim)
+    split = max(page, split // page * page)
+    ns = splits_for(int(seq_lens.max()), split)
+    o_part = np.empty((ns * batch, heads, window, dim), np.float32)
+    lse_part = np.empty((ns * batch, heads, window), np.float32)
+    out = np.empty_like(q)
+    decode_paged_split_kernel[(ns, batch * kv_heads)](q, k_pages, v_pages, block_table, seq_lens, o_part, lse_part,
+                                                      1.0 / float(np.sqrt(dim)), GROUP=group, BL=BL, BD=BD, PAGE=page,
+                                                      SPLIT=split, num_warps=num_warps)
+    decode_combine_kernel[(batch * heads,)](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD)
+    return out
+
+
+def to_pages(k, v, seq_lens, page, rng):
+    """A paged copy of the caches ``k``, ``v`` (B, H_kv, S, D): the pages of all sequences in a
+    shuffled pool (pages, H_kv, page, D) and the block table (B, ceil(S / page)) int32 (-1 past
+    a sequence's pages)."""
+    batch, kv_heads, seq, dim = k.shape
+    per = tj.cdiv(seq, page)
+    need = [tj.cdiv(int(n), page) for n in seq_lens]
+    order = rng.permutation(sum(need))
+    k_pages = np.zeros((sum(need), kv_heads, page, dim), k.dtype)
+    v_pages = np.zeros_like(k_pages)
+    table = np.full((batch, per), -1, np.int32)
+    used = 0
+    for b, pages in enumerate(need):
+        for j in range(pages):
+            slot = order[used]
+            used += 1
+            table[b, j] = slot
+            width = min(page, seq - j * page)
+            k_pages[slot, :, :width] = k[b, :, j * page:j * page + width]
+            v_pages[slot, :, :width] = v[b, :, j * page:j * page + width]
+    return k_pages, v_pages, table
+
+
+def reference_paged(q, k, v, seq_lens):
+    """``reference`` per sequence over its first ``seq_lens[b]`` cache positions."""
+    return np.concatenate([reference(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n])
+                           for b, n in enumerate(int(x) for x in seq_lens)])
 
 
 def reference(q, k, v, **_):

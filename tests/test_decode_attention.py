@@ -44,3 +44,41 @@ def test_the_decode_kernel_takes_the_tensor_cores():
     fn = compile_to_simt(tile, num_warps=4)
     kinds = {o.op for o in fn.walk()}
     assert kinds & {SimtOp.MMA, SimtOp.WGMMA}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("heads, kv_heads, window, seq_lens, page, split", [
+    (8, 2, 1, (700, 300), 64, 256),      # sequences of different lengths, the last page partial
+    (16, 2, 4, (128, 65), 32, 64),       # GQA 8, a window of 4, a split of two pages
+    (4, 4, 1, (17, 200), 16, 1024),      # one slice: every page of a sequence in one program
+])
+def test_paged_decode_matches_float64(backend, monkeypatch, heads, kv_heads, window, seq_lens, page, split):
+    """A paged cache (pages shuffled in one pool, a block table per sequence) and per-sequence
+    lengths: slices past a sequence's end see no key and drop out of the merge."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(page + window)
+    seq_lens = np.array(seq_lens, np.int32)
+    q, k, v = ex.example_inputs(rng, len(seq_lens), heads, kv_heads, window, int(seq_lens.max()), 64)
+    k_pages, v_pages, table = ex.to_pages(k, v, seq_lens, page, rng)
+    out = ex.run_paged(q, k_pages, v_pages, table, seq_lens, split=split)
+    assert not np.isnan(out.astype(np.float32)).any()
+    tj.testing.assert_close(out, ex.reference_paged(q, k, v, seq_lens), dtype=tj.bfloat16)
+
+
+def test_both_decode_kernels_assemble_for_sm_90a_without_spills():
+    from tilejit.codegen import ptxas
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    rng = np.random.default_rng(0)
+    q, k, v = ex.example_inputs(rng, 2, 32, 8, 1, 512, 128)
+    seq_lens = np.array([512, 300], np.int32)
+    k_pages, v_pages, table = ex.to_pages(k, v, seq_lens, 64, rng)
+    f32 = np.float32
+    cases = [(ex.decode_split_kernel, (q, k, v, np.zeros((2, 32, 1, 128), f32), np.zeros((2, 32, 1), f32), 0.1),
+              {"GROUP": 4, "BL": 4, "BN": 64, "BD": 128, "SPLIT": 1024}),
+             (ex.decode_paged_split_kernel, (q, k_pages, v_pages, table, seq_lens, np.zeros((2, 32, 1, 128), f32),
+                                             np.zeros((2, 32, 1), f32), 0.1),
+              {"GROUP": 4, "BL": 4, "BD": 128, "PAGE": 64, "SPLIT": 1024})]
+    for kernel, args, consts in cases:
+        specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
+        assert kernel.compile(specs, consts, 4, "cuda").artifact.spills == 0
