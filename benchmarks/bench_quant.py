@@ -28,6 +28,8 @@ import tilejit as tj
 W4_CONFIGS = [(16, 64, 128, 4, 1), (16, 128, 128, 4, 1), (16, 64, 64, 4, 1), (64, 64, 128, 4, 1), (64, 128, 64, 4, 1),
               (16, 64, 128, 4, 4), (16, 64, 128, 4, 8), (16, 128, 128, 4, 8), (16, 64, 128, 4, 16), (64, 64, 128, 4, 8)]
 FP8_CONFIGS = [(64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 128, 4)]
+# the weights stored (N, K), as DeepGEMM keeps them (``B_NK``): float8 wgmma, TMA rings
+FP8_NK_CONFIGS = [(128, 128, 128, 8), (64, 128, 128, 4), (128, 128, 64, 8)]
 
 
 def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs=None) -> None:
@@ -85,6 +87,7 @@ def bench_fp8(torch, size: int, reps: int) -> None:
     to_dev = lambda x: torch.from_numpy(x.view(np.uint8)).cuda().view(torch.float8_e4m3fn)  # noqa: E731
     a, b = to_dev(a8), to_dev(b8)
     sa_d, sb_d = torch.from_numpy(sa).cuda(), torch.from_numpy(sb).cuda()
+    b_nk, sb_nk = to_dev(np.ascontiguousarray(b8.T)), torch.from_numpy(np.ascontiguousarray(sb.T)).cuda()
     exact_cpu = None
 
     def exact():
@@ -95,19 +98,23 @@ def bench_fp8(torch, size: int, reps: int) -> None:
     c = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
     flop = 2 * size ** 3
     best = None
-    for bm, bn, bk, warps in FP8_CONFIGS:
+    for (bm, bn, bk, warps), nk in [(c_, False) for c_ in FP8_CONFIGS] + [(c_, True) for c_ in FP8_NK_CONFIGS]:
         grid = (tj.cdiv(size, bm), tj.cdiv(size, bn))
+        name = f"{bm}x{bn}x{bk}x{warps}" + (" (N, K) weights" if nk else "")
 
-        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid):
-            ex.fp8_blockwise_matmul_kernel[grid](a, sa_d, b, sb_d, c, BM=bm, BN=bn, BK=bk, num_warps=warps)
+        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid, nk=nk):
+            ex.fp8_blockwise_matmul_kernel[grid](a, sa_d, b_nk if nk else b, sb_nk if nk else sb_d, c, BM=bm, BN=bn,
+                                                 BK=bk, B_NK=nk, num_warps=warps)
         try:
-            common.checked(torch, launch, c, exact, 2e-2, f"fp8 blockwise {size}³ {bm}x{bn}x{bk}")
+            common.checked(torch, launch, c, exact, 2e-2, f"fp8 blockwise {size}³ {name}")
         except Exception as e:
-            print(f"  fp8 config {bm}x{bn}x{bk}x{warps}: {type(e).__name__}: {str(e)[:120]}")
+            print(f"  fp8 config {name}: {type(e).__name__}: {str(e)[:120]}")
             continue
         ms = common.time_cuda(launch, reps=reps).median_ms
+        if os.environ.get("BENCH_EACH"):
+            print(f"  fp8 blockwise {size}³ {name}: {flop / (ms * 1e-3) / 1e12:.0f} TFLOP/s", file=sys.stderr)
         if best is None or ms < best[0]:
-            best = (ms, f"{bm}x{bn}x{bk}x{warps}")
+            best = (ms, name)
     refs = {}
     try:                                   # rowwise scales: what torch's fp8 GEMM takes
         row_a = torch.ones(size, 1, device="cuda")

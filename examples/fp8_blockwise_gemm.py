@@ -2,7 +2,9 @@
 one float32 scale per row and per block of 128 columns (1x128), B (K x N) is float8 e4m3 with one
 scale per 128 x 128 block, ``x ≈ x8 * scale``.  Tiles divide the 128-blocks, so each K tile lies in one scale block:
 ``tj.dot_scaled`` multiplies the raw fp8 tiles on the tensor cores and applies the row's and
-the block's scales to the float32 product before it joins the accumulator."""
+the block's scales to the float32 product before it joins the accumulator.  ``B_NK=True``
+(``run_nk``) reads B stored (N, K), with (N/128, K/128) scales, transposed: both operands are
+then K-major, which float8 ``wgmma`` needs."""
 import numpy as np
 
 import tilejit as tj
@@ -12,15 +14,21 @@ BLOCK = 128             # the scale block along K (and along N for B)
 
 
 @tj.kernel
-def fp8_blockwise_matmul_kernel(a, a_scale, b, b_scale, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+def fp8_blockwise_matmul_kernel(a, a_scale, b, b_scale, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
+                                B_NK: tj.constexpr = False):
     tj.static_assert(128 % BK == 0 and 128 % BN == 0, "BK and BN must divide the 128-wide scale blocks")
     m = tj.program_id(0) * BM
     n = tj.program_id(1) * BN
     acc = tj.zeros((BM, BN), tj.float32)
     for k in range(0, a.shape[1], BK):
         sa = tj.load(a_scale, (m, k // 128), (BM, 1))                 # this block's row scales
-        sb = tj.load(b_scale, (k // 128, n // 128), (1, 1))           # this block's one scale
-        acc = tj.dot_scaled(tj.load(a, (m, k), (BM, BK)), sa, tj.load(b, (k, n), (BK, BN)), sb, acc)
+        if B_NK:                       # b stored (N, K) with (N/128, K/128) scales, as DeepGEMM keeps it
+            w = tj.load(b, (n, k), (BN, BK)).T
+            sb = tj.load(b_scale, (n // 128, k // 128), (1, 1))
+        else:
+            w = tj.load(b, (k, n), (BK, BN))
+            sb = tj.load(b_scale, (k // 128, n // 128), (1, 1))       # this block's one scale
+        acc = tj.dot_scaled(tj.load(a, (m, k), (BM, BK)), sa, w, sb, acc)
     tj.store(c, (m, n), acc.to(c.dtype))
 
 
@@ -39,6 +47,17 @@ def quantize_blocks(x):
     scales = np.maximum(np.abs(blocks).max(axis=(1, 3)), 1e-12) / E4M3_MAX
     q = (blocks / scales[:, None, :, None]).reshape(x.shape).astype(tj.float8e4m3.np)
     return q, scales.astype(np.float32)
+
+
+def run_nk(a8, a_scale, b8_nk, b_scale_nk, BM=128, BN=128, BK=128, num_warps=8):
+    """The product with the weights stored (N, K) and their scales (N/128, K/128), as DeepGEMM
+    keeps them: both operands K-major, so on sm_90a float8 ``wgmma`` from TMA rings (ptxas: no
+    spills at 128 x 128 x 128, 8 warps)."""
+    c = np.empty((a8.shape[0], b8_nk.shape[0]), tj.bfloat16.np)
+    grid = (tj.cdiv(a8.shape[0], BM), tj.cdiv(b8_nk.shape[0], BN))
+    fp8_blockwise_matmul_kernel[grid](a8, a_scale, b8_nk, b_scale_nk, c, BM=BM, BN=BN, BK=BK, B_NK=True,
+                                      num_warps=num_warps)
+    return c
 
 
 def run(a8, a_scale, b8, b_scale, BM=64, BN=64, BK=64):

@@ -98,3 +98,29 @@ def test_bad_dot_scaled_calls_are_errors_at_the_users_line(call, message):
     with pytest.raises(tj.CompileError, match=message) as err:
         compile_source(src, [ArraySpec(tj.bfloat16, 2), ArraySpec(tj.float32, 2)], {"B": 4}, "scaled_kernel.py")
     assert err.value.loc.line == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("m, n, k, tiles", [(200, 256, 384, {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4}),
+                                            (130, 384, 256, {}), (64, 128, 128, {"BK": 64})])
+def test_block_scaled_fp8_with_weights_stored_n_by_k(backend, m, n, k, tiles, monkeypatch):
+    """``B_NK`` (``run_nk``): B stored (N, K) with (N/128, K/128) scales, read transposed."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(m + n + k + 1)
+    a, sa = ex.quantize_rows(rng.standard_normal((m, k)).astype(np.float32) * 3)
+    b, sb = ex.quantize_blocks(rng.standard_normal((k, n)).astype(np.float32))
+    ref = ex.reference(a, sa, b, sb)
+    out = ex.run_nk(a, sa, np.ascontiguousarray(b.T), np.ascontiguousarray(sb.T), **tiles).astype(np.float64)
+    np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-4 * np.abs(ref).max())
+
+
+def test_weights_stored_n_by_k_take_fp8_wgmma_from_tma_rings_without_spills():
+    from tilejit.simt import SimtOp
+    a8 = np.zeros((1024, 1024), tj.float8e4m3.np)
+    args = (a8, np.zeros((1024, 8), np.float32), a8, np.zeros((8, 8), np.float32), np.zeros((1024, 1024), tj.bfloat16.np))
+    kernel = ex.fp8_blockwise_matmul_kernel
+    specs, consts, _ = kernel.specialise(kernel.bind(args, {"BM": 128, "BN": 128, "BK": 128, "B_NK": True}))
+    fn = compile_to_simt(kernel.tile_ir(specs, consts), num_warps=8, target="sm_90a")
+    kinds = [o.op for o in fn.walk()]
+    assert SimtOp.WGMMA in kinds and SimtOp.TMA_LOAD in kinds and SimtOp.MMA not in kinds
+    assert assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a").spills == 0
