@@ -181,3 +181,26 @@ def test_nibbles_reach_16_bit_floats_without_cvt(dt, magic):
     pair = magic * 0x10001                          # two lanes at once where LLVM pairs them (SLP)
     assert re.search(rf"or\.b16\s+%rs\d+, %rs\d+, {magic};", ptx) or re.search(rf"or\.b32\s+%r\d+, %r\d+, {pair};", ptx)
     assert "cvt.rn.f32.u" not in ptx and "cvt.rn.bf16.f32" not in ptx and "cvt.rn.f16.f32" not in ptx
+
+
+@tj.kernel
+def nibbles_by_hand_k(x, lo, hi, M: tj.constexpr, N: tj.constexpr):
+    b = tj.load(x, (0, 0), (M, N))
+    tj.store(lo, (0, 0), (b & 15).to(tj.bfloat16) * 0.5)
+    tj.store(hi, (0, 0), (b >> 4).to(tj.bfloat16) * 0.5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nibbles_masked_or_shifted_by_hand_convert_the_same_way(backend, monkeypatch):
+    """No ``tj.unpack``: ``b & 15`` and ``b >> 4`` of a uint8 reach the 16-bit magic as well."""
+    from tilejit.backends.cuda import build
+    x = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    specs, consts, _ = nibbles_by_hand_k.specialise(nibbles_by_hand_k.bind(
+        (x, np.zeros((16, 16), tj.bfloat16.np), np.zeros((16, 16), tj.bfloat16.np)), {"M": 16, "N": 16}))
+    ptx = build(nibbles_by_hand_k.tile_ir(specs, consts), 4, "sm_90a")["ptx"]
+    assert "cvt.rn.bf16.f32" not in ptx and "cvt.rn.f32.u" not in ptx
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    lo, hi = np.zeros((16, 16), tj.bfloat16.np), np.zeros((16, 16), tj.bfloat16.np)
+    nibbles_by_hand_k[(1,)](x, lo, hi, M=16, N=16)
+    np.testing.assert_array_equal(lo.astype(np.float32), (x & 15) * 0.5)
+    np.testing.assert_array_equal(hi.astype(np.float32), (x >> 4) * 0.5)

@@ -33,11 +33,12 @@ KERNEL = matmul.matmul_kernel.kernel
 def persist(monkeypatch):
     monkeypatch.setattr(SW, "PERSIST_TILES", True)
     monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
-    for k in (KERNEL, attention.attention_kernel):
+    kernels = (KERNEL, attention.attention_kernel, gemm_as_triton_users_write_it)
+    for k in kernels:
         k._cache.clear()
         k._fast.clear()
     yield monkeypatch
-    for k in (KERNEL, attention.attention_kernel):
+    for k in kernels:
         k._cache.clear()
         k._fast.clear()
 
@@ -218,3 +219,28 @@ def test_the_persistent_attention_on_the_gpu(monkeypatch, tmp_path, causal):
     tj.testing.assert_close(o, attention.reference(q, k, v, causal), dtype=tj.bfloat16)
     attention.attention_kernel._cache.clear()
     attention.attention_kernel._fast.clear()
+
+
+@tj.kernel
+def gemm_as_triton_users_write_it(a, w, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    """A plain ``range`` loop, ``acc +=``, weights stored (N, K) and read ``.T``, N along axis 0."""
+    n = tj.program_id(0) * BN
+    m = tj.program_id(1) * BM
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, a.shape[1], BK):
+        acc += tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(w, (n, k), (BN, BK)).T)
+    tj.store(c, (m, n), acc.to(c.dtype))
+
+
+@pytest.mark.parametrize("warps, BM", [(4, 64), (8, 128)])
+def test_another_spelling_reaches_the_persistent_path(persist, warps, BM):
+    rng = np.random.default_rng(warps)
+    m, n, k = 3 * BM + 5, 200, 320
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((n, k)).astype(ml_dtypes.bfloat16)
+    c = np.full((m, n), np.nan, ml_dtypes.bfloat16)
+    grid = (tj.cdiv(n, 64), tj.cdiv(m, BM))
+    gemm_as_triton_users_write_it[grid](a, w, c, BM=BM, BN=64, BK=64, num_warps=warps)
+    info = gemm_as_triton_users_write_it.inspect(a, w, c, BM=BM, BN=64, BK=64, num_warps=warps)
+    assert info.persistent_tiles and info.producer_warps == 4
+    tj.testing.assert_close(c, a.astype(np.float64) @ w.astype(np.float64).T, dtype=tj.bfloat16)
