@@ -16,7 +16,10 @@ S - L + i, as the last L tokens of the cache are the window's own.
 A paged cache (``decode_paged_split_kernel``, ``run_paged``): K and V live in a pool of pages
 (pages, H_kv, PAGE, D), shared by all sequences in any order; a block table (B, pages per
 sequence) says which page holds positions ``[j * PAGE, (j + 1) * PAGE)`` of sequence b, and
-``seq_lens`` each sequence's length.  Each key block is one page, gathered through the table."""
+``seq_lens`` each sequence's length.  Each key block is one page, gathered through the table.
+The compiler does not yet pipeline loads whose offsets come from another load (the page index),
+so the paged kernel's K and V loads wait in each iteration, where the contiguous kernel's are
+copied ahead."""
 import numpy as np
 
 import tilejit as tj
