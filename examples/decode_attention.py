@@ -16,10 +16,9 @@ S - L + i, as the last L tokens of the cache are the window's own.
 A paged cache (``decode_paged_split_kernel``, ``run_paged``): K and V live in a pool of pages
 (pages, H_kv, PAGE, D), shared by all sequences in any order; a block table (B, pages per
 sequence) says which page holds positions ``[j * PAGE, (j + 1) * PAGE)`` of sequence b, and
-``seq_lens`` each sequence's length.  Each key block is one page, gathered through the table.
-The compiler does not yet pipeline loads whose offsets come from another load (the page index),
-so the paged kernel's K and V loads wait in each iteration, where the contiguous kernel's are
-copied ahead."""
+``seq_lens`` each sequence's length.  Each key block is one page, found through the table; the
+compiler copies the pages ahead as it does the contiguous cache's blocks (a block offset may
+come from a small load in a loop that writes no memory)."""
 import numpy as np
 
 import tilejit as tj
@@ -96,7 +95,7 @@ def decode_paged_split_kernel(q, k_pages, v_pages, block_table, seq_lens, o_part
     start = split * SPLIT
     end = tj.minimum(start + SPLIT, seq)
     for n in range(start, end, PAGE):
-        page = tj.load(block_table, (batch, n // PAGE), (1, 1)).reshape((1,))      # a gathered page
+        page = tj.sum(tj.load(block_table, (batch, n // PAGE), (1, 1)))      # this block's page
         kt = tj.load(k_pages, (page, kv_head, 0, 0), (1, 1, PAGE, BD)).reshape((PAGE, BD))
         vt = tj.load(v_pages, (page, kv_head, 0, 0), (1, 1, PAGE, BD)).reshape((PAGE, BD))
         cols = n + tj.arange(0, PAGE)

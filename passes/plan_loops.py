@@ -11,7 +11,8 @@ rings of ``stages`` slots (``pipeline_loads`` describes the schedule), in which 
 many wgmma groups stay in flight across an iteration.  A load is ringed when its only use is a
 tensor-core DOT in the same loop body (seen through unit-dim reshapes and one transpose), its
 array has a unit-stride, 16-byte aligned last dim, its ``other`` is 0, and its offsets are
-computed from the induction variable and loop-invariant values.  A loop without DOTs and
+computed from the induction variable and loop-invariant values (or small loads of them, such as
+a page table's entry: ``ring_sources``).  A loop without DOTs and
 without such rings gets thread-private rings for its loads instead (``passes.row_rings``).
 """
 from __future__ import annotations

@@ -7,7 +7,9 @@ wgmma only when the loads it reads will be ringed.
 A source is a LOAD of the loop body whose only use is ``dot`` (seen through unit-dim reshapes
 and at most one 2-D transpose, each used once), of an array with a unit-stride, 16-byte aligned
 last dim, ``other`` 0, a last offset that is a multiple of 16 bytes, and offsets computed from
-the induction variable and loop-invariant values only.
+the induction variable and loop-invariant values only, or from loads of at most ``SMALL_LOAD``
+elements in a body that writes no memory (a paged cache's page number: the copy issued ahead
+reads the table ahead too).
 """
 from __future__ import annotations
 
@@ -41,17 +43,24 @@ def ring_source(fn: ir.Function, multiples, dot: ir.Operation, v: ir.Value, body
         return None
     if (multiples.of(load.operands[-1]) * spec.dtype.itemsize) % 16:
         return None
-    offsets = offset_slice(body, load)
+    offsets = offset_slice(body, load, small_loads=True)
     return None if offsets is None else RingSource(load, tuple(chain), n_major, tuple(offsets))
 
 
-def offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | None:
+SMALL_LOAD = 16          # elements of a load an offset may be computed from (a page table's entry)
+
+
+def offset_slice(body: ir.Block, load: ir.Operation, small_loads: bool = False) -> list[ir.Operation] | None:
     """The body ops (in order) that compute ``load``'s offsets, or None when they read a
-    loop-carried value or have effects (then the load cannot be issued ahead)."""
+    loop-carried value or have effects (then the load cannot be issued ahead).  With
+    ``small_loads``, the offsets may also come from loads of at most ``SMALL_LOAD`` elements
+    (a paged cache's page number) in a body that writes no memory: the copy issued ahead reads
+    them ahead too."""
     if ir.gathers(load):
         return None                           # per-element indices: not a block a copy can fetch ahead
     in_body = {r: o for o in body.ops for r in o.results}
     carried = set(body.args[1:])
+    small_loads = small_loads and not any(o.op in (TileOp.STORE, TileOp.ATOMIC) or o.regions for o in body.ops)
     needed, stack = set(), list(load.operands[1:])
     while stack:
         v = stack.pop()
@@ -60,11 +69,20 @@ def offset_slice(body: ir.Block, load: ir.Operation) -> list[ir.Operation] | Non
         o = in_body.get(v)
         if o is None or o in needed:
             continue
-        if o.regions or is_tile(v) or o.op in (TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC):
+        small = small_loads and (not is_tile(v) or _elements(v) <= SMALL_LOAD)
+        if o.regions or (is_tile(v) and not small) or o.op in (TileOp.STORE, TileOp.ATOMIC) or \
+                (o.op is TileOp.LOAD and not (small and not ir.gathers(o))):
             return None
         needed.add(o)
         stack.extend(o.operands)
     return [o for o in body.ops if o in needed]
+
+
+def _elements(v: ir.Value) -> int:
+    n = 1
+    for d in v.type.shape:
+        n *= d
+    return n
 
 
 def _load_chain(v: ir.Value, uses: dict, body: ir.Block):

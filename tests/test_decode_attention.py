@@ -82,3 +82,42 @@ def test_both_decode_kernels_assemble_for_sm_90a_without_spills():
     for kernel, args, consts in cases:
         specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
         assert kernel.compile(specs, consts, 4, "cuda").artifact.spills == 0
+
+
+@tj.kernel
+def paged_gemm(a, pages, table, c, log, BM: tj.constexpr, PAGE: tj.constexpr, BN: tj.constexpr, LOG: tj.constexpr):
+    """c = a @ B, B's K rows in pages of PAGE rows picked through ``table``."""
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, a.shape[1], PAGE):
+        page = tj.sum(tj.load(table, (k // PAGE,), (1,)))
+        acc = tj.dot(tj.load(a, (0, k), (BM, PAGE)), tj.load(pages, (page, 0, 0), (1, PAGE, BN)).reshape((PAGE, BN)), acc)
+        if LOG:
+            tj.store(log, (k // PAGE,), tj.full((1,), page, tj.int32))      # a store: nothing is read ahead
+    tj.store(c, (0, 0), acc)
+
+
+def test_a_block_whose_offset_comes_from_a_small_load_is_copied_ahead():
+    """``ring_sources.offset_slice(small_loads=True)``: a page number read from a table in the
+    loop (at most ``SMALL_LOAD`` elements, a body that writes no memory) may place a ringed
+    copy, as ``a``'s block is; with a store in the body only ``a`` is ringed.  Either way the
+    emulated result is the product of the pages in table order."""
+    from tilejit.backends import emulate
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((16, 96)).astype(tj.bfloat16.np)
+    pages = rng.standard_normal((5, 32, 64)).astype(tj.bfloat16.np)
+    table = np.array([3, 0, 4], np.int32)
+    ref = a.astype(np.float64) @ np.concatenate([pages[p] for p in table]).astype(np.float64)
+    copies = {}
+    for log in (False, True):
+        c, journal = np.zeros((16, 64), np.float32), np.zeros(3, np.int32)
+        specs, consts, _ = paged_gemm.specialise(paged_gemm.bind((a, pages, table, c, journal),
+                                                                 {"BM": 16, "PAGE": 32, "BN": 64, "LOG": log}))
+        fn = compile_to_simt(paged_gemm.tile_ir(specs, consts), 4)
+        copies[log] = {o.attrs.buffer for o in fn.walk() if o.op is SimtOp.CP_ASYNC}
+        emulate.run(fn, (1,), [a, pages, table, c, journal])
+        np.testing.assert_allclose(c, ref, rtol=1e-2, atol=1e-2)
+        if log:
+            np.testing.assert_array_equal(journal, table)
+    assert len(copies[False]) == 2 and len(copies[True]) == 1          # a's ring and the pages' / a's only
