@@ -204,3 +204,24 @@ def test_nibbles_masked_or_shifted_by_hand_convert_the_same_way(backend, monkeyp
     nibbles_by_hand_k[(1,)](x, lo, hi, M=16, N=16)
     np.testing.assert_array_equal(lo.astype(np.float32), (x & 15) * 0.5)
     np.testing.assert_array_equal(hi.astype(np.float32), (x >> 4) * 0.5)
+
+
+@tj.kernel
+def masked_ints_k(x, y, DT: tj.constexpr, B: tj.constexpr):
+    tj.store(y, (0,), (tj.load(x, (0,), (B,)) & 15).to(DT))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("src", [np.int32, np.int64, np.int16, np.uint8])
+@pytest.mark.parametrize("dt", [tj.bfloat16, tj.float16])
+def test_masked_integers_of_any_width_convert_to_16_bit_floats(backend, src, dt, monkeypatch):
+    """``x & 15`` of 8- to 64-bit integers (negative ones too) reaches the 16-bit magic
+    conversion, narrowed to 16 bits first."""
+    x = np.arange(-100, 156).astype(src)
+    specs, consts, _ = masked_ints_k.specialise(masked_ints_k.bind((x, np.zeros(256, dt.np)), {"DT": dt, "B": 256}))
+    from tilejit.backends.cuda import build
+    assert "or.b" in build(masked_ints_k.tile_ir(specs, consts), 4, "sm_90a")["ptx"]
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    y = np.zeros(256, dt.np)
+    masked_ints_k[(1,)](x, y, DT=dt, B=256)
+    np.testing.assert_array_equal(y.astype(np.float32), (x & 15).astype(np.float32))

@@ -288,7 +288,8 @@ def _int_to_float(ctx: Ctx, x, src: DType, dst: DType):
         # bits are x; subtracting 2**7 (2**10) is exact: one logic op and one 16-bit subtraction
         # (a 4-bit weight's dequantisation)
         magic = 0x4300 if dst == D.bfloat16 else 0x6400
-        bits = b.or_(b.zext(x, I16) if x.type.width < 16 else x, ir.Constant(I16, magic))
+        narrow = b.zext(x, I16) if x.type.width < 16 else b.trunc(x, I16) if x.type.width > 16 else x
+        bits = b.or_(narrow, ir.Constant(I16, magic))          # (x < 2**10: truncation keeps it)
         return b.fsub(b.bitcast(bits, reg_type(dst)), ir.Constant(reg_type(dst), 128.0 if dst == D.bfloat16 else 1024.0))
     if x.type.width <= 16 and MAGIC_INT_TO_FLOAT:
         # exact in f32 (and so rounded once to any narrower float): 2**23 + u as bits, minus 2**23;
