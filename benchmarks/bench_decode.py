@@ -3,6 +3,10 @@ SDPA's flash and cuDNN backends (``enable_gqa=True``: the cache read once, as th
 it) on the same inputs, and against copy bandwidth: K and V bytes over the time.
 
     python3 benchmarks/bench_decode.py [--seqs 8192,65536] [--configs 1024x64x4,...] [--reps 30]
+                                       [--page 64]
+
+``--page P`` times the paged kernel instead (``run_paged``): the cache cut into pages of P
+positions, shuffled in one pool, read through a block table; each config's BN is then P.
 
 Shape: batch 8, 32 query heads, 8 KV heads, D 128, one query token (``--window``), bf16.
 Each output is checked against SDPA's math backend in float32 before it is timed.
@@ -25,6 +29,7 @@ def main(argv=None) -> int:
     parser.add_argument("--window", type=int, default=1)
     parser.add_argument("--configs", default=",".join("x".join(map(str, c)) for c in CONFIGS))
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--page", type=int, default=0, help="time the paged kernel with pages of this many positions")
     args = parser.parse_args(argv)
     torch = common.cuda_torch()
     if torch is None:
@@ -59,15 +64,20 @@ def main(argv=None) -> int:
                 refs[name] = common.time_cuda(sdpa, reps=args.reps).median_ms
             except Exception as e:          # a backend that refuses the shape: report without it
                 print(f"  SDPA {name}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
+        paged = to_pages(torch, k, v, args.page) if args.page else None
         best = None
         for cfg in (tuple(int(x) for x in c.split("x")) for c in args.configs.split(",") if c):
             split, bn, warps = cfg
-            ns = ex.splits_for(seq, max(bn, split // bn * bn))
+            blk = args.page or bn
+            ns = ex.splits_for(seq, max(blk, split // blk * blk))
             parts = (torch.empty((ns * batch, heads, window, dim), device="cuda", dtype=torch.float32),
                      torch.empty((ns * batch, heads, window), device="cuda", dtype=torch.float32))
 
             def launch(split=split, bn=bn, warps=warps, parts=parts):
-                ex.run(q, k, v, split=split, BN=bn, num_warps=warps, parts=parts, out=out)
+                if paged is None:
+                    ex.run(q, k, v, split=split, BN=bn, num_warps=warps, parts=parts, out=out)
+                else:
+                    ex.run_paged(q, *paged, split=split, num_warps=warps, max_seq=seq, parts=parts, out=out)
             try:
                 common.checked(torch, launch, out, lambda: ref, 2e-2, f"decode {seq} {cfg}")
             except Exception as e:
@@ -87,15 +97,31 @@ def main(argv=None) -> int:
                "vs_best": faster / best[0], "copy": kv_bytes / (best[0] * 1e-3) / 1e9 / copy_gbps,
                "ref_copy": kv_bytes / (faster * 1e-3) / 1e9 / copy_gbps}
         rows.append(row)
-        common.record("decode attention", f"B8 H32 Hkv8 S{seq} D128 L{window}", "bfloat16", row["us"], "us",
+        common.record("decode attention" + (f" paged {args.page}" if args.page else ""),
+                      f"B8 H32 Hkv8 S{seq} D128 L{window}", "bfloat16", row["us"], "us",
                       "faster SDPA", faster * 1e3, row["vs_best"])
     common.print_table(rows, [("seq", "KV length", "d"), ("config", "SPLITxBNxwarps", "s"), ("us", "tilejit us", ".1f"),
                               ("flash", "SDPA flash us", ".1f"), ("cudnn", "SDPA cuDNN us", ".1f"),
                               ("vs_best", "vs faster SDPA", ".3f"), ("copy", "K/V of copy", ".3f"),
                               ("ref_copy", "SDPA K/V of copy", ".3f")],
-                       title=f"decode attention bf16 B8 H32 Hkv8 D128 L{window} on {common.gpu_name()} "
+                       title=f"decode attention{f' (pages of {args.page})' if args.page else ''} bf16 B8 H32 Hkv8 D128 L{window} on {common.gpu_name()} "
                              "(CUDA events, median, L2 flushed; both kernels timed)")
     return 0
+
+
+def to_pages(torch, k, v, page):
+    """The caches (B, H_kv, S, D) as a shuffled pool of pages (pages, H_kv, page, D) with the
+    block table (B, S / page) int32 and the lengths (B,) int32 (S a multiple of ``page``)."""
+    batch, kv_heads, seq, dim = k.shape
+    per = seq // page
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    order = torch.randperm(batch * per, device="cuda", generator=gen)       # pool slot -> (b, j)
+    pool = [t.reshape(batch, kv_heads, per, page, dim).permute(0, 2, 1, 3, 4).reshape(batch * per, kv_heads, page, dim)
+            [order].contiguous() for t in (k, v)]
+    table = torch.empty(batch * per, dtype=torch.int32, device="cuda")
+    table[order] = torch.arange(batch * per, dtype=torch.int32, device="cuda")
+    lens = torch.full((batch,), seq, dtype=torch.int32, device="cuda")
+    return pool[0], pool[1], table.reshape(batch, per), lens
 
 
 if __name__ == "__main__":

@@ -156,18 +156,24 @@ def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None):
     return out
 
 
-def run_paged(q, k_pages, v_pages, block_table, seq_lens, split=1024, num_warps=4):
-    """``run`` over a paged cache (see ``decode_paged_split_kernel``; NumPy arrays)."""
+def run_paged(q, k_pages, v_pages, block_table, seq_lens, split=1024, num_warps=4, max_seq=None, parts=None,
+              out=None):
+    """``run`` over a paged cache (see ``decode_paged_split_kernel``; NumPy arrays or device
+    tensors).  ``max_seq``: the longest sequence (else read from ``seq_lens``); ``parts`` and
+    ``out`` as in ``run``."""
     batch, heads, window, dim = q.shape
     kv_heads, page = k_pages.shape[1], k_pages.shape[2]
     group = heads // kv_heads
     BL = max(tj.next_power_of_2(window), 16 // min(group, 16))
     BD = tj.next_power_of_2(dim)
     split = max(page, split // page * page)
-    ns = splits_for(int(seq_lens.max()), split)
-    o_part = np.empty((ns * batch, heads, window, dim), np.float32)
-    lse_part = np.empty((ns * batch, heads, window), np.float32)
-    out = np.empty_like(q)
+    ns = splits_for(int(seq_lens.max()) if max_seq is None else max_seq, split)
+    if parts is None:
+        parts = (np.empty((ns * batch, heads, window, dim), np.float32),
+                 np.empty((ns * batch, heads, window), np.float32))
+    o_part, lse_part = parts
+    if out is None:
+        out = np.empty_like(q) if isinstance(q, np.ndarray) else q.new_empty(q.shape)
     decode_paged_split_kernel[(ns, batch * kv_heads)](q, k_pages, v_pages, block_table, seq_lens, o_part, lse_part,
                                                       1.0 / float(np.sqrt(dim)), GROUP=group, BL=BL, BD=BD, PAGE=page,
                                                       SPLIT=split, num_warps=num_warps)
