@@ -29,7 +29,8 @@ W4_CONFIGS = [(16, 64, 128, 4, 1), (16, 128, 128, 4, 1), (16, 64, 64, 4, 1), (64
               (16, 64, 128, 4, 4), (16, 64, 128, 4, 8), (16, 128, 128, 4, 8), (16, 64, 128, 4, 16), (64, 64, 128, 4, 8)]
 FP8_CONFIGS = [(64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 128, 4)]
 # the weights stored (N, K), as DeepGEMM keeps them (``B_NK``): float8 wgmma, TMA rings
-FP8_NK_CONFIGS = [(128, 128, 128, 8), (64, 128, 128, 4), (128, 128, 64, 8)]
+FP8_NK_CONFIGS = [(128, 128, 128, 8, 0), (64, 128, 128, 4, 0), (128, 128, 64, 8, 0), (128, 128, 128, 8, 4),
+                  (64, 128, 128, 4, 4), (128, 128, 128, 8, 3)]          # ..., stages (0: the compiler's)
 
 
 def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs=None) -> None:
@@ -98,13 +99,14 @@ def bench_fp8(torch, size: int, reps: int) -> None:
     c = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
     flop = 2 * size ** 3
     best = None
-    for (bm, bn, bk, warps), nk in [(c_, False) for c_ in FP8_CONFIGS] + [(c_, True) for c_ in FP8_NK_CONFIGS]:
+    for (bm, bn, bk, warps, *st), nk in [(c_, False) for c_ in FP8_CONFIGS] + [(c_, True) for c_ in FP8_NK_CONFIGS]:
         grid = (tj.cdiv(size, bm), tj.cdiv(size, bn))
-        name = f"{bm}x{bn}x{bk}x{warps}" + (" (N, K) weights" if nk else "")
+        stages = st[0] if st and st[0] else None
+        name = f"{bm}x{bn}x{bk}x{warps}" + (f" {stages} stages" if stages else "") + (" (N, K) weights" if nk else "")
 
-        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid, nk=nk):
+        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid, nk=nk, stages=stages):
             ex.fp8_blockwise_matmul_kernel[grid](a, sa_d, b_nk if nk else b, sb_nk if nk else sb_d, c, BM=bm, BN=bn,
-                                                 BK=bk, B_NK=nk, num_warps=warps)
+                                                 BK=bk, B_NK=nk, num_warps=warps, num_stages=stages)
         try:
             common.checked(torch, launch, c, exact, 2e-2, f"fp8 blockwise {size}³ {name}")
         except Exception as e:

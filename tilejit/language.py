@@ -319,9 +319,10 @@ def dot(a, b, acc=None, allow_tf32=False):
     accumulator."""
 @builtin
 def dot_scaled(a, a_scale, b, b_scale, acc=None):
-    """``acc + (a @ b) * a_scale * b_scale`` in float32, for one K block of block-scaled
-    operands: ``a_scale`` broadcasts to (M, 1), ``b_scale`` to (1, N); a K tile must lie inside
-    one scale block (fp8 with 1x128 activation and 128x128 weight scales: BK = 128)."""
+    """``acc + (a @ b) * (a_scale * b_scale)`` in float32, the add fused with the multiply (one
+    rounding), for one K block of block-scaled operands: ``a_scale`` broadcasts to (M, 1),
+    ``b_scale`` to (1, N); a K tile must lie inside one scale block (fp8 with 1x128 activation
+    and 128x128 weight scales: BK = 128)."""
 
 
 # --- loops ------------------------------------------------------------------------------------

@@ -563,29 +563,32 @@ def dot(b: Builder, a, bm, acc=None, allow_tf32=False) -> Value:
 
 
 def dot_scaled(b: Builder, a, a_scale, bm, b_scale, acc=None) -> Value:
-    """``acc + (a @ b) * a_scale * b_scale`` in float32: the product of one K block of
-    block-scaled operands (fp8 with DeepSeek-style 1x128 activation and 128x128 weight scales,
-    say), with ``a_scale`` broadcasting to (M, 1) (a row's scale for this block) and ``b_scale``
-    to (1, N) (a column's, or one number for the block).  The tensor cores multiply the raw
-    operands; the scales apply to the float32 product, so a K tile must not straddle two scale
-    blocks (the caller loads the scales of the block the tile is in)."""
+    """``acc + (a @ b) * (a_scale * b_scale)`` in float32, the add fused with the multiply (one
+    rounding, DeepGEMM's promotion): the product of one K block of block-scaled operands (fp8
+    with DeepSeek-style 1x128 activation and 128x128 weight scales, say), with ``a_scale``
+    broadcasting to (M, 1) (a row's scale for this block) and ``b_scale`` to (1, N) (a column's,
+    or one number for the block).  The tensor cores multiply the raw operands; the scales apply
+    to the float32 product, so a K tile must not straddle two scale blocks (the caller loads the
+    scales of the block the tile is in)."""
     a_t, b_t = _tile(b, a, "dot_scaled"), _tile(b, bm, "dot_scaled")
     if not a_t.type.dtype.is_float:
         fail(b, f"dot_scaled: the operands must be floating point (e.g. float8e4m3), got {a_t.type.dtype}")
     product = dot(b, a_t, b_t)
     m, n = product.type.shape
+    scales = []
     for scale, want, what in ((a_scale, (m, 1), "a_scale"), (b_scale, (1, n), "b_scale")):
         _check_operand(b, scale, "dot_scaled")
         if isinstance(scale, Value) and (scale.type.dtype.is_bool or not _broadcasts(shape_of(scale), want)):
             fail(b, f"dot_scaled: {what} must be a number or a float tile that broadcasts to {want}, "
                     f"got {describe(scale)}")
-        product = binary(b, "*", product, convert(b, scale, dtypes.float32, want) if isinstance(scale, Value)
-                         else float(scale))
+        scales.append(convert(b, scale, dtypes.float32, want) if isinstance(scale, Value) else float(scale))
+    # (M, 1), (1, N) or (M, N): one multiply per row or column where a scale is one number
+    scale = scales[0] * scales[1] if all(isinstance(x, float) for x in scales) else binary(b, "*", *scales)
     if acc is None:
-        return product
+        return binary(b, "*", product, scale)
     if not isinstance(acc, Value) or acc.type != product.type:
         fail(b, f"dot_scaled: acc must be a {product.type}, got {describe(acc)}")
-    return binary(b, "+", acc, product)
+    return fma(b, product, scale, acc)
 
 
 def _broadcasts(shape: tuple, want: tuple) -> bool:
