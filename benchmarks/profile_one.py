@@ -24,7 +24,8 @@ import tilejit as tj
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kernel", choices=["attention", "matmul", "softmax", "layernorm", "rmsnorm", "w4a16"])
+    parser.add_argument("kernel", choices=["attention", "matmul", "softmax", "layernorm", "rmsnorm", "w4a16",
+                                                 "fp8_blockwise"])
     parser.add_argument("--m", type=int, default=1, help="w4a16: M (N = K = --size)")
     parser.add_argument("--split", type=int, default=8, help="w4a16: K slices")
     parser.add_argument("--columns", type=int, default=1024)
@@ -80,6 +81,21 @@ def main() -> int:
 
         def launch():
             ex.w4a16_matmul_kernel[grid](a, w, s, z, c, BM=BM, BN=BN, BK=BK, GROUP=128, K_SLICE=ks, num_warps=nw)
+    elif args.kernel == "fp8_blockwise":          # weights stored (N, K); config BMxBNxBKxwarps
+        import numpy as np
+        BM, BN, BK, nw = (int(x) for x in (args.config or "128x128x128x8").split("x"))
+        ex, size = common.load_example("fp8_blockwise_gemm"), args.size
+        rng = np.random.default_rng(0)
+        a8, sa = ex.quantize_rows(rng.standard_normal((size, size)).astype(np.float32))
+        b8, sb = ex.quantize_blocks(rng.standard_normal((size, size)).astype(np.float32))
+        dev = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()    # noqa: E731
+        a, b = (dev(x.view(np.uint8)).view(torch.float8_e4m3fn) for x in (a8, b8.T))
+        sa_d, sb_d = dev(sa), dev(sb.T)
+        c = torch.empty((size, size), device="cuda", dtype=torch.bfloat16)
+
+        def launch():
+            ex.fp8_blockwise_matmul_kernel[(tj.cdiv(size, BM), tj.cdiv(size, BN))](
+                a, sa_d, b, sb_d, c, BM=BM, BN=BN, BK=BK, B_NK=True, num_warps=nw)
     else:
         BM, BN, BK, S, nw = (int(x) for x in (args.config or "256x128x64x3x8").split("x"))
         size = args.size
