@@ -23,6 +23,8 @@ from tilejit.passes import layouts as L
 from tilejit.specs import ArraySpec
 
 DEFERRED_OPS = frozenset({TileOp.CONSTANT, TileOp.SPLAT, TileOp.ARANGE})
+# rounds of moving loop-carried tiles to their yielded layout (each can change what the body yields)
+CARRIED_ROUNDS = 3
 
 
 def is_tile(v: ir.Value) -> bool:
@@ -193,8 +195,11 @@ class LayoutAssigner:
 
     # --- control flow ------------------------------------------------------------------------
     def carried(self, args, inits, region: ir.Block, yields_of) -> None:
-        """Region args take their init's layout; an arg whose init is deferred takes the layout
-        its yielded value gets, and the region is assigned again with it."""
+        """Region args take the layout their yielded value gets (assigned with the init's layout
+        first, or the default where the init is deferred), and the region is assigned again
+        with them: a loop-carried tile whose init has another layout (a product computed before
+        the loop by another engine, a load) is converted once before the loop rather than at
+        every iteration's yield."""
         pending = []
         for a, init in zip(args, inits):
             if is_tile(a):
@@ -202,10 +207,18 @@ class LayoutAssigner:
                 if init not in self.layouts:
                     pending.append(a)
         self.block(region)
+        yields = dict(zip(args, yields_of(region)))
+        for a in pending:
+            self.set(a, self.layouts.get(yields[a]) or default_layout(a.type, self.num_warps))
         if pending:
-            yields = dict(zip(args, yields_of(region)))
-            for a in pending:
-                self.set(a, self.layouts.get(yields[a]) or default_layout(a.type, self.num_warps))
+            self.block(region)
+        for _ in range(CARRIED_ROUNDS):     # the init is converted once, not the yield every iteration
+            moved = [a for a in args if is_tile(a) and self.layouts.get(yields[a]) is not None
+                     and self.layouts[yields[a]] != self.layouts[a]]
+            if not moved:
+                break
+            for a in moved:
+                self.set(a, self.layouts[yields[a]])
             self.block(region)
 
     def op_FOR(self, o: ir.Operation) -> None:

@@ -1,0 +1,61 @@
+"""Loop-carried tiles take the layout their loop body yields: a product computed before the loop
+by one engine (mma.sync) and carried into a loop whose DOT runs on another (wgmma, other warps)
+is converted once before the loop, not through shared memory at every iteration's yield; the
+values are the same on every backend."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit.ir import TileOp
+from tilejit.passes.pipeline import PIPELINE, Options
+from tilejit.specs import ArraySpec
+
+
+@tj.kernel
+def rotated(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    """The product of K tile t is issued before tile t-1's is added (scaled) to the accumulator."""
+    acc = tj.zeros((BM, BN), tj.float32)
+    p = tj.dot(tj.load(a, (0, 0), (BM, BK)), tj.load(b, (0, 0), (BK, BN)))
+    for k in range(BK, a.shape[1], BK):
+        p_next = tj.dot(tj.load(a, (0, k), (BM, BK)), tj.load(b, (k, 0), (BK, BN)))
+        acc = tj.fma(p, 0.5, acc)
+        p = p_next
+    tj.store(c, (0, 0), tj.fma(p, 0.5, acc))
+
+
+def assigned(kernel, specs, consts, num_warps):
+    fn = kernel.tile_ir(specs, consts)
+    opt = Options(num_warps=num_warps, target="sm_90a")
+    for stage in PIPELINE:
+        fn = stage.run(fn, opt)
+        if stage.name == "assign_layouts":
+            return fn
+
+
+def test_a_carried_product_takes_the_layout_of_the_loops_dot():
+    bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
+    fn = assigned(rotated, (bf16, bf16, ArraySpec(tj.float32, 2, True, True, False)),
+                  {"BM": 128, "BN": 128, "BK": 64}, 8)
+    layouts = fn.meta["layouts"]
+    loop = next(o for o in fn.body.ops if o.op is TileOp.FOR)
+    before = next(o for o in fn.body.ops if o.op is TileOp.DOT)
+    inside = next(o for o in loop.regions[0].ops if o.op is TileOp.DOT)
+    assert layouts[before.result] != layouts[inside.result]      # mma.sync before, wgmma (warps 8x1) in it
+    for arg, yielded in zip(loop.regions[0].args[1:], loop.regions[0].ops[-1].operands):
+        assert layouts[arg] == layouts[yielded]
+    for res, arg in zip(loop.results, loop.regions[0].args[1:]):
+        assert layouts[res] == layouts[arg]
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_rotated_loop_computes_the_scaled_product(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((128, 256)).astype(tj.bfloat16.np)
+    b = rng.standard_normal((256, 128)).astype(tj.bfloat16.np)
+    c = np.empty((128, 128), np.float32)
+    rotated[(1,)](a, b, c, BM=128, BN=128, BK=64, num_warps=8)
+    ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64))
+    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
