@@ -281,31 +281,58 @@ def assign_layouts(fn: ir.Function, num_warps: int) -> ir.Function:
 
 
 def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
-    """A tile loaded only to be (cast, reshaped and) broadcast into one elementwise op (a bias
-    row, a column of scales) is loaded straight into the broadcast-collapsed layout of that op, so the
-    broadcast stays inside each thread instead of going through shared memory (Triton
+    """A tile loaded only to be (cast, reshaped, combined with other such tiles and) broadcast
+    into one elementwise op (a bias row, a column of scales, a row scale times a block's scale)
+    is loaded straight into the broadcast-collapsed layout of that op, and so are the ops between,
+    so the broadcast stays inside each thread instead of going through shared memory (Triton
     rematerialises such loads the same way).  Returns whether anything was pinned."""
     uses, pinned = ir.users(fn), False
-    for o in fn.walk():
-        users = uses.get(o.results[0], []) if o.op is TileOp.BROADCAST else []
+    for o in reversed(list(fn.walk())):  # the last broadcast first: it pins the ones feeding it
+        users = uses.get(o.results[0], []) if o.op is TileOp.BROADCAST and o.result not in assigner.pinned else []
         if len(users) != 1 or users[0].op not in ELEMENTWISE_OPS or users[0].result not in assigner.layouts \
                 or users[0].result.type.shape != o.result.type.shape:
             continue                      # (a DOT operand, say, has its own layout and shape)
         want = assigner.layouts[users[0].result]
-        src = o.operands[0]
-        chain = [src]
-        while src.owner is not None and src.owner.op in (TileOp.RESHAPE, TileOp.CAST) and len(uses[src]) == 1:
-            src = src.owner.operands[0]
-            chain.append(src)
-        if src.owner is None or src.owner.op is not TileOp.LOAD or len(uses[src]) != 1:
-            continue
-        dims = [d for d, (a, b) in enumerate(zip(o.operands[0].type.shape, want.shape)) if a != b]
-        load_layout = L.unit_dims_changed(L.collapsed(want, dims), src.type.shape)
-        if load_layout is not None and load_layout != assigner.layouts.get(src):
-            assigner.pinned[src] = load_layout
-            assigner.pinned[o.result] = want
-            pinned = True
+        found: dict[ir.Value, L.Layout] = {}
+        if _pin_source(o.result, want, uses, assigner, found, top=True) and not any(v in assigner.pinned
+                                                                                     for v in found):
+            pinned = pinned or any(assigner.layouts.get(v) != lay for v, lay in found.items())
+            assigner.pinned.update(found)
     return pinned
+
+
+def _pin_source(v: ir.Value, lay: L.Layout, uses: dict, assigner: LayoutAssigner, found: dict,
+                top: bool = False) -> bool:
+    """Record in ``found`` layouts that give ``v`` the layout ``lay`` with no data movement: a
+    load (used once) takes it; a broadcast, reshape or cast passes the collapsed / re-dimmed
+    layout on to its source; an elementwise op of loads and such broadcasts passes ``lay`` to each
+    tile operand (deferred ones are built in place).  False (nothing to pin) otherwise."""
+    if not top and len(uses.get(v, ())) != 1 or v.owner is None:
+        return False
+    o = v.owner
+    if o.op is TileOp.LOAD:
+        found[v] = lay
+        return True
+    if o.op in (TileOp.BROADCAST, TileOp.RESHAPE, TileOp.CAST):
+        src = o.operands[0]
+        if o.op is TileOp.BROADCAST:
+            dims = [d for d, (a, b) in enumerate(zip(src.type.shape, v.type.shape)) if a != b]
+            inner = L.unit_dims_changed(L.collapsed(lay, dims), src.type.shape)
+        else:
+            inner = L.unit_dims_changed(lay, src.type.shape)
+        if inner is None or not is_tile(src) or not _pin_source(src, inner, uses, assigner, found):
+            return False
+        found[v] = lay
+        return True
+    if o.op in ELEMENTWISE_OPS and o.op is not TileOp.WHERE and not top:
+        tiles = [x for x in o.operands if is_tile(x) and (x not in assigner.deferred or (
+            x.owner is not None and x.owner.op is TileOp.BROADCAST))]
+        if not tiles or any(x.type.shape != v.type.shape or not _pin_source(x, lay, uses, assigner, found)
+                            for x in tiles):
+            return False
+        found[v] = lay
+        return True
+    return False
 
 
 def layouts_text(fn: ir.Function) -> str:

@@ -130,3 +130,19 @@ def test_weights_stored_n_by_k_take_fp8_wgmma_from_tma_rings_without_spills():
     kinds = [o.op for o in fn.walk()]
     assert SimtOp.WGMMA in kinds and SimtOp.TMA_LOAD in kinds and SimtOp.MMA not in kinds
     assert assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a").spills == 0
+
+
+@pytest.mark.parametrize("ws", [False, True])
+def test_the_scales_are_loaded_where_the_accumulator_needs_them(ws):
+    """A row's scale times the block's scale is loaded straight into the rows of the wgmma
+    accumulator each thread holds: the K loop moves nothing through shared memory but the
+    operands, and waits on no CTA barrier but the ring's (none with a producer warpgroup)."""
+    from tilejit.simt import SimtOp
+    f8, f32 = ArraySpec(tj.float8e4m3, 2, True, True, False), ArraySpec(tj.float32, 2, True, True, False)
+    tile = ex.fp8_blockwise_matmul_kernel.tile_ir((f8, f32, f8, f32, ArraySpec(tj.bfloat16, 2, True, True, False)),
+                                                  {"BM": 128, "BN": 128, "BK": 128, "B_NK": True})
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a", warp_specialize=ws)
+    loop = next(o for o in fn.walk() if o.op is SimtOp.FOR and any(x.op is SimtOp.WGMMA for x in o.regions[0].walk()))
+    ops = [o.op for o in loop.regions[0].walk()]
+    assert SimtOp.STORE_SHARED not in ops and SimtOp.LOAD_SHARED not in ops
+    assert ops.count(SimtOp.BARRIER) == (0 if ws else 1)

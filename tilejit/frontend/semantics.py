@@ -581,7 +581,10 @@ def dot_scaled(b: Builder, a, a_scale, bm, b_scale, acc=None) -> Value:
         if isinstance(scale, Value) and (scale.type.dtype.is_bool or not _broadcasts(shape_of(scale), want)):
             fail(b, f"dot_scaled: {what} must be a number or a float tile that broadcasts to {want}, "
                     f"got {describe(scale)}")
-        scales.append(convert(b, scale, dtypes.float32, want) if isinstance(scale, Value) else float(scale))
+        if isinstance(scale, Value):      # kept (M, 1) / (1, 1) where it is: scaled once per row, not per element
+            keep = len(shape_of(scale)) == 2
+            scale = convert(b, scale, dtypes.float32, shape_of(scale) if keep else want)
+        scales.append(scale if isinstance(scale, Value) else float(scale))
     # (M, 1), (1, N) or (M, N): one multiply per row or column where a scale is one number
     scale = scales[0] * scales[1] if all(isinstance(x, float) for x in scales) else binary(b, "*", *scales)
     if acc is None:
