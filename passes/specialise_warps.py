@@ -59,13 +59,23 @@ _IDS = (SimtOp.BLOCK_ID, SimtOp.GRID_DIM)
 PERSIST_TILES = False
 
 
-def worth_it(rec) -> bool:
+def worth_it(rec, num_warps: int = 4) -> bool:
     """The default (``Options.warp_specialize="auto"``): loops whose body runs more than one
-    wgmma group, such as attention's QK^T and PV with the softmax between them.  Measured on the
-    H200 (2026-12-04, ``scripts/gpu_tma.sh``, ratio to the same kernel without specialisation):
-    attention B4 H32 S4096 D128 at 128x128x8 +11% (full) / +6% (causal); GEMM bf16 at its best
-    configs -1% to +2% (1024^3-8192^3), and -40% at 64x64x32 (3 slots, 4 warps)."""
-    return sum(o.op is SimtOp.WGMMA_COMMIT for o in rec.loop.regions[0].walk()) > 1
+    wgmma group, such as attention's QK^T and PV with the softmax between them; and loops whose
+    one group is waited for and its product worked on in the loop (a block-scaled GEMM's
+    promotion) by two or more consumer warpgroups, which then run out of step, one's tensor-core
+    work overlapping the other's.  Measured on the H200 (ratio to the same kernel without
+    specialisation): attention B4 H32 S4096 D128 at 128x128x8 +11% (full) / +6% (causal), and
+    GEMM bf16 at its best configs -1% to +2% (1024^3-8192^3), -40% at 64x64x32 (3 slots, 4
+    warps) (2026-12-04, ``scripts/gpu_tma.sh``); the fp8 blockwise GEMM at 128x128x128, 8 warps,
+    4 slots +9% / +8% (883 / 968 against 813 / 898 TFLOP/s at 4096^3 / 8192^3), and at 64x128x128,
+    4 warps -18% (2026-12-04, session 10, ``bench_quant.py``)."""
+    body = rec.loop.regions[0]
+    if sum(o.op is SimtOp.WGMMA_COMMIT for o in body.walk()) > 1:
+        return True
+    waits = [o for o in body.walk() if o.op is SimtOp.WGMMA_WAIT and o.attrs.n == 0]
+    read = {x for o in body.walk() if o.op is not SimtOp.YIELD for x in o.operands}
+    return num_warps >= 8 and any(r in read for w in waits for r in w.results)
 
 
 def specialisable(fn: ir.Function):
@@ -130,7 +140,7 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     unless ``always``, only where ``worth_it``.  ``persistent`` (default: ``persistable``) also
     makes each side loop over the grid's programs, where the rings' bytes are their own."""
     found = specialisable(fn)
-    if found is None or not (always or worth_it(found[0]) or persistable(fn)):
+    if found is None or not (always or worth_it(found[0], fn.meta.num_warps) or persistable(fn)):
         return fn
     rec, guard = found
     persist = (persistable(fn) if persistent is None else persistent and guard is None

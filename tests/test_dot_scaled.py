@@ -146,3 +146,16 @@ def test_the_scales_are_loaded_where_the_accumulator_needs_them(ws):
     ops = [o.op for o in loop.regions[0].walk()]
     assert SimtOp.STORE_SHARED not in ops and SimtOp.LOAD_SHARED not in ops
     assert ops.count(SimtOp.BARRIER) == (0 if ws else 1)
+
+
+@pytest.mark.parametrize("bm, warps, producer", [(128, 8, 4), (64, 4, 0)])
+def test_the_block_scaled_loop_gets_four_slots_and_a_producer_for_two_consumer_warpgroups(bm, warps, producer):
+    """One wgmma DOT whose product is scaled in the loop: a ring of 4 slots (copies 3 ahead, the
+    group waited for in each iteration) and, with two consumer warpgroups, a producer warpgroup
+    (measured +8-9% on the H200; one consumer warpgroup is slower with it)."""
+    f8, f32 = ArraySpec(tj.float8e4m3, 2, True, True, False), ArraySpec(tj.float32, 2, True, True, False)
+    tile = ex.fp8_blockwise_matmul_kernel.tile_ir((f8, f32, f8, f32, ArraySpec(tj.bfloat16, 2, True, True, False)),
+                                                  {"BM": bm, "BN": 128, "BK": 128, "B_NK": True})
+    fn = compile_to_simt(tile, num_warps=warps, target="sm_90a")
+    loop, = fn.meta.tma_loops
+    assert (loop.stages, loop.in_flight, fn.meta.producer_warps) == (4, 0, producer)
