@@ -287,6 +287,7 @@ def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
     so the broadcast stays inside each thread instead of going through shared memory (Triton
     rematerialises such loads the same way).  Returns whether anything was pinned."""
     uses, pinned = ir.users(fn), False
+    uses[_FOR_ARGS] = {a: o for o in fn.walk() if o.op is TileOp.FOR for a in o.regions[0].args[1:]}
     for o in reversed(list(fn.walk())):  # the last broadcast first: it pins the ones feeding it
         users = uses.get(o.results[0], []) if o.op is TileOp.BROADCAST and o.result not in assigner.pinned else []
         if len(users) != 1 or users[0].op not in ELEMENTWISE_OPS or users[0].result not in assigner.layouts \
@@ -301,14 +302,28 @@ def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
     return pinned
 
 
+_FOR_ARGS = "for args"          # key of ``uses`` (in pin_broadcast_loads): a FOR's carried arg -> the FOR
+
+
 def _pin_source(v: ir.Value, lay: L.Layout, uses: dict, assigner: LayoutAssigner, found: dict,
                 top: bool = False) -> bool:
     """Record in ``found`` layouts that give ``v`` the layout ``lay`` with no data movement: a
     load (used once) takes it; a broadcast, reshape or cast passes the collapsed / re-dimmed
     layout on to its source; an elementwise op of loads and such broadcasts passes ``lay`` to each
-    tile operand (deferred ones are built in place).  False (nothing to pin) otherwise."""
-    if not top and len(uses.get(v, ())) != 1 or v.owner is None:
+    tile operand (deferred ones are built in place); a FOR's carried tile passes it to its init
+    and its yielded value.  False (nothing to pin) otherwise."""
+    if not top and len(uses.get(v, ())) != 1:
         return False
+    if v.owner is None:                 # a FOR's carried tile (prefetch_loads): its init and yield too
+        loop = uses.get(_FOR_ARGS, {}).get(v)
+        if loop is None:
+            return False
+        i = loop.regions[0].args.index(v) - 1
+        if not (_pin_source(loop.operands[3 + i], lay, uses, assigner, found)
+                and _pin_source(loop.regions[0].ops[-1].operands[i], lay, uses, assigner, found)):
+            return False
+        found[v] = found[loop.results[i]] = lay
+        return True
     o = v.owner
     if o.op is TileOp.LOAD:
         found[v] = lay

@@ -23,6 +23,7 @@ from typing import Callable
 from tilejit import ir, simt, verifier
 from tilejit.ir import TileOp
 from tilejit.passes.assign_layouts import assign_layouts, layouts_text
+from tilejit.passes.prefetch_loads import prefetch_loads
 from tilejit.passes.canonicalize import canonicalize
 from tilejit.passes.chunk_rows import chunk_rows
 from tilejit.passes import cluster_rows as cluster_module
@@ -112,6 +113,7 @@ PIPELINE = [
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
     Stage("hoist_loads", lambda fn, opt: hoist_loads(fn), "tile"),
+    Stage("prefetch_loads", lambda fn, opt: prefetch_loads(fn), "tile"),
     Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages, opt.tma), "tile"),

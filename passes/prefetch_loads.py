@@ -1,0 +1,113 @@
+"""Issue a tensor-core loop's small loads one iteration ahead, into registers.
+
+    prefetch_loads(fn) -> fn
+
+Besides the operand tiles its rings copy ahead, a tensor-core loop often reads small tiles
+whose offsets follow the loop variable: a block-scaled GEMM's row and block scales, a quantised
+GEMM's group scales and zero points.  Loaded where the user wrote them, their memory latency
+sits on every iteration's critical path, after the tensor-core work that could have hidden it
+(ncu: long-scoreboard stalls).  This pass loads iteration i+1's copy during iteration i::
+
+    x0 = load(a, f(lb))                        # before the loop
+    for i in range(lb, ub, step), carrying x = x0:
+        x_next = load(a, f(i + step))          # where the load was
+        ... x where the load's value was used ...
+        yield ..., x_next
+
+Past the last iteration the offsets still go through the load's edge checks (``other`` outside
+the array), and inside it read bytes nobody uses, so nothing changes but when the loads are
+issued.  A LOAD qualifies when it sits at the top level of a FOR body that has a constant step,
+holds a DOT and writes no memory (a load never moves past a store), has at most
+``PREFETCH_ELEMENTS`` elements, has offsets ``ring_sources.offset_slice`` can compute ahead
+(from the loop variable and values defined before the loop), and its value feeds no DOT, load,
+store or loop (those are the rings' and the offsets' business).  ``assign_layouts`` pins such a
+carried tile, its first load and its next load to the layout its broadcast wants, as it does
+for a load used in place.
+"""
+from __future__ import annotations
+
+from tilejit import ir
+from tilejit.ir import TileOp, TileType
+from tilejit.passes.ring_sources import offset_slice
+
+PREFETCH_ELEMENTS = 1024        # a (128, 1) scale column, a (1, 256) row of zero points
+_FEEDS = (TileOp.DOT, TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC, TileOp.FOR, TileOp.WHILE, TileOp.IF)
+
+
+def prefetch_loads(fn: ir.Function) -> ir.Function:
+    _block(fn.body)
+    return fn
+
+
+def _block(block: ir.Block) -> None:
+    for o in list(block.ops):
+        for r in o.regions:
+            _block(r)
+        if o.op is TileOp.FOR and _eligible(o):
+            for load in [x for x in o.regions[0].ops if _qualifies(o, x)]:
+                _prefetch(block, o, load)
+
+
+def _eligible(loop: ir.Operation) -> bool:
+    body = loop.regions[0]
+    step = loop.operands[2].owner
+    return step is not None and step.op is TileOp.CONSTANT and \
+        any(x.op is TileOp.DOT for x in body.walk()) and \
+        not any(x.op in (TileOp.STORE, TileOp.ATOMIC) for x in body.walk())
+
+
+def _qualifies(loop: ir.Operation, load: ir.Operation) -> bool:
+    body = loop.regions[0]
+    if load.op is not TileOp.LOAD or ir.gathers(load) or not isinstance(load.result.type, TileType) \
+            or not load.result.type.shape or load.result.type.numel > PREFETCH_ELEMENTS:
+        return False
+    if offset_slice(body, load) is None:
+        return False
+    uses = ir.users(body)
+    todo, seen = [load.result], set()
+    while todo:                    # everything the value flows into within the body
+        v = todo.pop()
+        for u in uses.get(v, ()):
+            if u.op in _FEEDS:
+                return False
+            if u.op is not TileOp.YIELD and id(u) not in seen:
+                seen.add(id(u))
+                todo.extend(u.results)
+    return True
+
+
+def _prefetch(parent: ir.Block, loop: ir.Operation, load: ir.Operation) -> None:
+    body = loop.regions[0]
+    iv = body.args[0]
+    ops = offset_slice(body, load) + [load]
+    # before the loop: the first iteration's offsets
+    first = _clone(ops, {iv: loop.operands[0]})
+    at = parent.ops.index(loop)
+    parent.ops[at:at] = first
+    # in the body, where the load was: the next iteration's
+    nxt = ir.Operation(TileOp.ADD, [iv, loop.operands[2]], [iv.type], None, None, load.loc)
+    ahead = [nxt] + _clone(ops, {iv: nxt.result})
+    at = body.ops.index(load)
+    body.ops[at:at + 1] = ahead
+    carried = ir.Value(load.result.type)
+    _replace_uses(body, load.result, carried)
+    body.args.append(carried)
+    loop.operands.append(first[-1].result)
+    body.ops[-1].operands.append(ahead[-1].result)
+    loop.results.append(ir.Value(load.result.type, owner=loop))
+
+
+def _clone(ops: list[ir.Operation], subst: dict) -> list[ir.Operation]:
+    out = []
+    for o in ops:
+        c = ir.Operation(o.op, [subst.get(x, x) for x in o.operands], [r.type for r in o.results], o.attrs,
+                         None, o.loc)
+        for r, n in zip(o.results, c.results):
+            subst[r] = n
+        out.append(c)
+    return out
+
+
+def _replace_uses(block: ir.Block, old: ir.Value, new: ir.Value) -> None:
+    for o in block.walk():
+        o.operands = [new if x is old else x for x in o.operands]
