@@ -6,13 +6,14 @@ Besides the operand tiles its rings copy ahead, a tensor-core loop often reads s
 whose offsets follow the loop variable: a block-scaled GEMM's row and block scales, a quantised
 GEMM's group scales and zero points.  Loaded where the user wrote them, their memory latency
 sits on every iteration's critical path, after the tensor-core work that could have hidden it
-(ncu: long-scoreboard stalls).  This pass loads iteration i+1's copy during iteration i::
+(ncu: long-scoreboard stalls).  This pass loads iteration i+A's copy during iteration i
+(A = ``PREFETCH_AHEAD``; with A = 2)::
 
-    x0 = load(a, f(lb))                        # before the loop
-    for i in range(lb, ub, step), carrying x = x0:
-        x_next = load(a, f(i + step))          # where the load was
+    x0 = load(a, f(lb)); x1 = load(a, f(lb + step))       # before the loop
+    for i in range(lb, ub, step), carrying x = x0, y = x1:
+        x_next = load(a, f(i + 2 * step))                 # where the load was
         ... x where the load's value was used ...
-        yield ..., x_next
+        yield ..., y, x_next
 
 Past the last iteration the offsets still go through the load's edge checks (``other`` outside
 the array), and inside it read bytes nobody uses, so nothing changes but when the loads are
@@ -31,6 +32,7 @@ from tilejit.ir import TileOp, TileType
 from tilejit.passes.ring_sources import offset_slice
 
 PREFETCH_ELEMENTS = 1024        # a (128, 1) scale column, a (1, 256) row of zero points
+PREFETCH_AHEAD = 2              # iterations ahead (each a carried copy of the tile)
 _FEEDS = (TileOp.DOT, TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC, TileOp.FOR, TileOp.WHILE, TileOp.IF)
 
 
@@ -78,23 +80,32 @@ def _qualifies(loop: ir.Operation, load: ir.Operation) -> bool:
 
 def _prefetch(parent: ir.Block, loop: ir.Operation, load: ir.Operation) -> None:
     body = loop.regions[0]
-    iv = body.args[0]
+    iv, start, step = body.args[0], loop.operands[0], loop.operands[2]
     ops = offset_slice(body, load) + [load]
-    # before the loop: the first iteration's offsets
-    first = _clone(ops, {iv: loop.operands[0]})
+
+    def later(v: ir.Value, n: int, out: list) -> ir.Value:      # v + n * step, ops appended to out
+        for _ in range(n):
+            out.append(ir.Operation(TileOp.ADD, [v, step], [iv.type], None, None, load.loc))
+            v = out[-1].result
+        return v
+    # before the loop: the first PREFETCH_AHEAD iterations' values
+    first, values = [], []
+    for j in range(PREFETCH_AHEAD):
+        first += _clone(ops, {iv: later(start, j, first)})
+        values.append(first[-1].result)
     at = parent.ops.index(loop)
     parent.ops[at:at] = first
-    # in the body, where the load was: the next iteration's
-    nxt = ir.Operation(TileOp.ADD, [iv, loop.operands[2]], [iv.type], None, None, load.loc)
-    ahead = [nxt] + _clone(ops, {iv: nxt.result})
+    # in the body, where the load was: iteration i + PREFETCH_AHEAD's
+    ahead: list[ir.Operation] = []
+    ahead += _clone(ops, {iv: later(iv, PREFETCH_AHEAD, ahead)})
     at = body.ops.index(load)
     body.ops[at:at + 1] = ahead
-    carried = ir.Value(load.result.type)
-    _replace_uses(body, load.result, carried)
-    body.args.append(carried)
-    loop.operands.append(first[-1].result)
-    body.ops[-1].operands.append(ahead[-1].result)
-    loop.results.append(ir.Value(load.result.type, owner=loop))
+    carried = [ir.Value(load.result.type) for _ in range(PREFETCH_AHEAD)]
+    _replace_uses(body, load.result, carried[0])
+    body.args += carried
+    loop.operands += values
+    body.ops[-1].operands += carried[1:] + [ahead[-1].result]
+    loop.results += [ir.Value(load.result.type, owner=loop) for _ in carried]
 
 
 def _clone(ops: list[ir.Operation], subst: dict) -> list[ir.Operation]:

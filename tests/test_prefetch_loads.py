@@ -9,6 +9,7 @@ import pytest
 import tilejit as tj
 from tilejit import ir
 from tilejit.ir import TileOp
+from tilejit.passes import prefetch_loads as prefetch_module
 from tilejit.passes.prefetch_loads import prefetch_loads
 from tilejit.specs import ArraySpec
 
@@ -33,21 +34,26 @@ def loop_of(fn):
     return next(o for o in fn.walk() if o.op is TileOp.FOR)
 
 
-def test_a_scale_load_is_issued_one_iteration_ahead():
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_a_scale_load_is_issued_iterations_ahead(ahead, monkeypatch):
+    monkeypatch.setattr(prefetch_module, "PREFETCH_AHEAD", ahead)
     fn = prefetch_loads(compile_source(SCALED.format(extra=""), [BF16, BF16, F32, F32], {"B": 32}))
     loop = loop_of(fn)
     body = loop.regions[0]
-    assert len(body.args) == 3 and len(loop.results) == 2 and len(loop.operands) == 5
-    first = loop.operands[4].owner                      # before the loop: the first iteration's
-    assert first.op is TileOp.LOAD and first in fn.body.ops
-    ahead = body.ops[-1].operands[1].owner              # in the body: the next iteration's
-    assert ahead.op is TileOp.LOAD and ahead in body.ops
-    nxt = [o for o in body.ops if o.op is TileOp.ADD and o.operands[:2] == [body.args[0], loop.operands[2]]]
-    assert nxt, "the next iteration's offsets come from i + step"
+    assert len(body.args) == 2 + ahead and len(loop.results) == 1 + ahead and len(loop.operands) == 4 + ahead
+    firsts = [x.owner for x in loop.operands[4:]]       # before the loop: the first iterations'
+    assert all(o.op is TileOp.LOAD and o in fn.body.ops for o in firsts)
+    ahead_load = body.ops[-1].operands[-1].owner       # in the body: iteration i + ahead's
+    assert ahead_load.op is TileOp.LOAD and ahead_load in body.ops
+    assert body.ops[-1].operands[1:-1] == body.args[3:]          # the copies shift down one a step
+    steps, v = 0, ahead_load.operands[2].owner.operands[0]     # its column offset: (i + ahead * step) // B
+    while v is not body.args[0]:
+        assert v.owner.op is TileOp.ADD and v.owner.operands[1] is loop.operands[2]
+        v, steps = v.owner.operands[0], steps + 1
+    assert steps == ahead
     users = [o for o in body.walk() if body.args[2] in o.operands]
     assert users and all(o.op is not TileOp.YIELD for o in users)     # the value read is the carried one
-    text = ir.print_function(fn)
-    assert text.count("load %2") == 2
+    assert ir.print_function(fn).count("load %2") == 1 + ahead
 
 
 @pytest.mark.parametrize("extra", ["tj.store(c, (0, 0), acc)"])
@@ -73,17 +79,20 @@ def k(a, b, table, c, B: tj.constexpr):
 
 
 @pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_the_prefetched_loop_computes_the_same_values(backend, monkeypatch):
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_the_prefetched_loop_computes_the_same_values(backend, ahead, monkeypatch, tmp_path):
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))          # (the cache key does not see the switch)
+    monkeypatch.setattr(prefetch_module, "PREFETCH_AHEAD", ahead)
     ns = {"tj": tj}
     exec(SCALED.format(extra=""), ns)
     kernel = tj.kernel(ns["k"])
     rng = np.random.default_rng(2)
-    a = rng.standard_normal((32, 96)).astype(tj.bfloat16.np)
-    b = rng.standard_normal((96, 32)).astype(tj.bfloat16.np)
-    s = rng.random((32, 3)).astype(np.float32) + 0.5
+    a = rng.standard_normal((32, 128)).astype(tj.bfloat16.np)
+    b = rng.standard_normal((128, 32)).astype(tj.bfloat16.np)
+    s = rng.random((32, 4)).astype(np.float32) + 0.5
     c = np.empty((32, 32), np.float32)
     kernel[(1,)](a, b, s, c, B=32)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    ref = sum((a64[:, 32 * j:32 * j + 32] @ b64[32 * j:32 * j + 32]) * s[:, j:j + 1] for j in range(3))
+    ref = sum((a64[:, 32 * j:32 * j + 32] @ b64[32 * j:32 * j + 32]) * s[:, j:j + 1] for j in range(4))
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
