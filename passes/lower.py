@@ -55,6 +55,8 @@ class Lowering:
         self.pipelining: list = []            # the LoopPlans whose pipelined bodies are being lowered
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
         self.tma_loops: list = []             # pipeline_loads.TmaLoop of each TMA-filled loop
+        self.tile_blocks: list = []           # the tile blocks being lowered, innermost last
+        self.rotated: set = set()             # tile FORs whose wgmma product is carried in flight
         self.dot_plans = fn.meta["dot_plans"]     # DOT op -> plans.DotPlan (passes.plan_dots)
         self.grouped_ids = GROUP_PROGRAMS > 1 and any(p.config is not None for p in self.dot_plans.values())
         self.describe_params()
@@ -117,6 +119,11 @@ class Lowering:
         """Tile value ``v`` is read from ``simt_value`` from here on (an accumulator that
         came back from a wgmma wait)."""
         self.values[v] = simt_value
+
+    def mark_rotated(self, loop: ir.Operation) -> None:
+        """Tile FOR ``loop`` carries a wgmma product in flight (``wgmma.carried_products``): its
+        SIMT loop is unrolled by two (``ForAttrs.unroll``)."""
+        self.rotated.add(loop)
 
     def record_tma_loop(self, rec) -> None:
         """A TMA-filled loop's ``pipeline_loads.TmaLoop`` (``SimtMeta.tma_loops``)."""
@@ -565,7 +572,11 @@ class Lowering:
             self.values[a] = sa
         if before is not None:
             before(out.args[0])
-        self.block(tile_block)
+        self.tile_blocks.append(tile_block)
+        try:
+            self.block(tile_block)
+        finally:
+            self.tile_blocks.pop()
         ys = tile_block.ops[-1].operands
         converted = [self.get(y) for y in ys[:skip]]
         converted += [self.get(y, self.layouts.get(t)) for y, t in zip(ys[skip:], targets)]

@@ -16,6 +16,7 @@ ahead is decided by ``plan_loops`` (a ``LoopPlan`` per loop); this module only e
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tilejit.abi import ParamKind
@@ -132,6 +133,9 @@ def _emit_loop(lw, o: ir.Operation, plan: LoopPlan, rings, before_body) -> ir.Bl
     with lw.pipelined_body(plan):
         body = lw.region(region, args, before=before_body)
     lw.control(o, SimtOp.FOR, [lw.get(x) for x in o.operands[:3]] + inits, [body])
+    if o in lw.rotated:                       # a product carried in flight: unrolled by two (codegen)
+        loop = lw.b.block.ops[-1]
+        loop.attrs = dataclasses.replace(loop.attrs or ir.ForAttrs(), unroll=True)
     if plan.wgmma_in_flight:                  # the last group, before anything reads the results
         carried = [r for r in o.results if lw.reg_type(r).dtype == D.float32]
         for r, v in zip(carried, wgmma.wait_group(lw, [lw.values[r] for r in carried], 0)):

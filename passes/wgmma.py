@@ -198,7 +198,40 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
         b = lw.ew(TileOp.ADD, [b_src.base, lw.const(I32, [step])], I32)
         acc = lw.emit(SimtOp.WGMMA, [acc, a, b], RegType(D.float32, cfg.n // 2), attrs).result
     lw.emit(SimtOp.WGMMA_COMMIT, [])
-    return wait_group(lw, [acc], lw.in_flight_after(o))[0]
+    n = lw.in_flight_after(o)
+    carried = carried_products(lw, o) if n else []
+    out = wait_group(lw, [acc] + [lw.get(a) for a in carried], n)
+    for a, v in zip(carried, out[1:]):       # read after the wait: the previous group has retired
+        lw.rebind(a, v)
+    return out[0]
+
+
+def carried_products(lw, o: ir.Operation) -> list:
+    """The loop-carried tiles that DOT ``o``'s product becomes in the next iteration and that
+    the loop body reads otherwise than by yielding (a product computed one iteration ahead and
+    worked on in the next: ``p_next = dot(...); acc = f(p, acc); p = p_next``).  Their group is
+    the one ``wait_group 1`` retires, so they are passed through the wait (nothing reads them
+    before it), and the loop is marked ``lw.rotated``: its codegen unrolls it by two, so the
+    product in flight and the one being read alternate registers instead of being copied at
+    the back edge (ptxas serialises every wgmma that a copy of an in-flight accumulator
+    follows)."""
+    if not lw.tile_blocks:
+        return []
+    body = lw.tile_blocks[-1]
+    loop = next((x for x in lw.loop_plans if x.regions and x.regions[0] is body and x.op is TileOp.FOR), None)
+    if loop is None:
+        return []
+    at = body.ops.index(o)
+    out = []
+    for i, y in enumerate(body.ops[-1].operands):
+        arg = body.args[1 + i]
+        readers = [j for j, x in enumerate(body.ops) if x.op is not TileOp.YIELD
+                   and any(arg in z.operands for z in [x, *(w for r in x.regions for w in r.walk())])]
+        if y is o.result and readers and min(readers) > at:
+            out.append(arg)
+    if out:
+        lw.mark_rotated(loop)
+    return out
 
 
 def wait_group(lw, accs: list, n: int) -> list:

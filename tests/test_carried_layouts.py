@@ -59,3 +59,51 @@ def test_the_rotated_loop_computes_the_scaled_product(backend, monkeypatch):
     rotated[(1,)](a, b, c, BM=128, BN=128, BK=64, num_warps=8)
     ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64))
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_a_product_carried_in_flight_is_waited_for_before_it_is_read_and_its_loop_unrolled():
+    """The loop's wgmma group stays in flight (``wait_group 1``), the carried product of the
+    previous iteration goes through that wait (nothing reads it before), and the SIMT loop is
+    marked to be unrolled by two; the PTX has both copies' wgmmas and ptxas does not serialise
+    them (its C7514 note: a non-wgmma instruction read an accumulator in flight)."""
+    from tilejit import codegen
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+
+    from conftest import assemble_or_skip
+    bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
+    tile = rotated.tile_ir((bf16, bf16, ArraySpec(tj.float32, 2, True, True, False)), {"BM": 128, "BN": 128, "BK": 64})
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a", warp_specialize=False)
+    loop = next(o for o in fn.walk() if o.op is SimtOp.FOR and any(x.op is SimtOp.WGMMA for x in o.regions[0].walk()))
+    assert loop.attrs.unroll
+    wait, = [o for o in loop.regions[0].ops if o.op is SimtOp.WGMMA_WAIT]
+    assert wait.attrs.n == 1 and loop.regions[0].args[2] in wait.operands
+    reads = [o for o in loop.regions[0].ops if o.op is not SimtOp.WGMMA_WAIT and o.op is not SimtOp.YIELD
+             and loop.regions[0].args[2] in o.operands]
+    assert reads == []                              # only the waited-for copy is read
+    ptx = codegen.compile_ptx(fn, "sm_90a")
+    inside = ptx.count("wgmma.mma_async")
+    assert inside == 2 * sum(o.op is SimtOp.WGMMA for o in loop.regions[0].walk())
+    assembled = assemble_or_skip(ptx, "sm_90a")
+    assert "C7514" not in assembled.log and assembled.spills == 0
+
+
+def test_a_product_read_before_the_next_dot_is_not_rotated():
+    """Reading the carried product before this iteration's DOT (the wait comes after it) keeps
+    the plain loop: no unrolling, the wait passes only the new product."""
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+
+    @tj.kernel
+    def early(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+        acc = tj.zeros((BM, BN), tj.float32)
+        p = tj.dot(tj.load(a, (0, 0), (BM, BK)), tj.load(b, (0, 0), (BK, BN)))
+        for k in range(BK, a.shape[1], BK):
+            acc = tj.fma(p, 0.5, acc)
+            p = tj.dot(tj.load(a, (0, k), (BM, BK)), tj.load(b, (k, 0), (BK, BN)))
+        tj.store(c, (0, 0), tj.fma(p, 0.5, acc))
+    bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
+    tile = early.tile_ir((bf16, bf16, ArraySpec(tj.float32, 2, True, True, False)), {"BM": 128, "BN": 128, "BK": 64})
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a", warp_specialize=False)
+    loop = next(o for o in fn.walk() if o.op is SimtOp.FOR and any(x.op is SimtOp.WGMMA for x in o.regions[0].walk()))
+    assert not loop.attrs.unroll

@@ -481,6 +481,8 @@ class KernelEmitter:
                 phi.add_incoming(r, block)
 
     def op_FOR(self, op):
+        if op.attrs is not None and getattr(op.attrs, "unroll", False):
+            return self._for_by_two(op)
         lb, ub, step = (self.get(v)[0] for v in op.operands[:3])
         inits = [self.get(v) for v in op.operands[3:]]
         iv_type = lb.type
@@ -503,6 +505,48 @@ class KernelEmitter:
         self._add_incoming(args, nexts, latch)
         self.b.position_at_end(done)
         for res, regs in zip(op.results, args):
+            self.set(res, regs)
+
+    def _for_by_two(self, op):
+        """A FOR unrolled by two (``ForAttrs.unroll``, set for a wgmma product carried in flight,
+        ``passes.wgmma.carried_products``): two copies of the body per trip of the back edge, the
+        second run when its iteration is in range, so each copy's product lives in registers of
+        its own and nothing is copied at the back edge while a wgmma writes it.  Both exits
+        retire the wgmma groups (``wait_group 0``) before the results are merged."""
+        lb, ub, step = (self.get(v)[0] for v in op.operands[:3])
+        inits = [self.get(v) for v in op.operands[3:]]
+        iv_type = lb.type
+        ub, step = (self._int_like(v, iv_type) for v in (ub, step))
+        pre = self.b.block
+        head, first, second = (self.ctx.block(f"for2.{n}") for n in ("head", "first", "second"))
+        exit0, exit1, done = (self.ctx.block(f"for2.{n}") for n in ("exit0", "exit1", "done"))
+        self.b.branch(head)
+        self.b.position_at_end(head)
+        iv = self.b.phi(iv_type)
+        args = self._phis(inits)
+        self.b.cbranch(self._loop_condition(iv, ub, step), first, exit0)
+        self.b.position_at_end(first)
+        mid = self.region(op.regions[0], [[iv]] + args)
+        iv_mid = self.b.add(iv, step)
+        self.b.cbranch(self._loop_condition(iv_mid, ub, step), second, exit1)
+        self.b.position_at_end(second)
+        nexts = self.region(op.regions[0], [[iv_mid]] + mid)
+        iv_next = self.b.add(iv_mid, step)
+        latch = self.b.block
+        self.b.branch(head)
+        iv.add_incoming(lb, pre)
+        iv.add_incoming(iv_next, latch)
+        self._add_incoming(args, inits, pre)
+        self._add_incoming(args, nexts, latch)
+        for bb in (exit0, exit1):
+            self.b.position_at_end(bb)
+            mma.wgmma_wait_group(self.b, 0)
+            self.b.branch(done)
+        self.b.position_at_end(done)
+        results = self._phis(inits)
+        self._add_incoming(results, args, exit0)
+        self._add_incoming(results, mid, exit1)
+        for res, regs in zip(op.results, results):
             self.set(res, regs)
 
     def _int_like(self, v, ty):
