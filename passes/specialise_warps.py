@@ -86,6 +86,11 @@ def specialisable(fn: ir.Function):
             or fn.meta.producer_warps:
         return None
     rec = loops[0]
+    if getattr(rec.loop.attrs, "unroll", False):
+        # a wgmma product carried in flight (the loop unrolled by two, ``wgmma.carried_products``):
+        # specialised, it computed wrong values on the H200 (2026-12-04, relative error 0.33 on
+        # the rotated fp8 blockwise probe; the emulator agreed with NumPy), cause not found yet
+        return None
     if rec.loop in fn.body.ops:
         return rec, None
     guard = next((o for o in fn.body.ops if o.op is SimtOp.IF and rec.loop in o.regions[0].ops), None)
