@@ -483,17 +483,9 @@ class KernelEmitter:
     def op_FOR(self, op):
         if op.attrs is not None and getattr(op.attrs, "unroll", False):
             return self._for_by_two(op)
-        lb, ub, step = (self.get(v)[0] for v in op.operands[:3])
-        inits = [self.get(v) for v in op.operands[3:]]
-        iv_type = lb.type
-        ub, step = (self._int_like(v, iv_type) for v in (ub, step))
-        pre = self.b.block
-        head, body, done = self.ctx.block("for.head"), self.ctx.block("for.body"), self.ctx.block("for.done")
-        self.b.branch(head)
-        self.b.position_at_end(head)
-        iv = self.b.phi(iv_type)
-        args = self._phis(inits)
-        self.b.cbranch(self._loop_condition(iv, ub, step), body, done)
+        lb, step, head, iv, args, inits, pre, loop_test = self._for_head(op)
+        body, done = self.ctx.block("for.body"), self.ctx.block("for.done")
+        self.b.cbranch(loop_test(iv), body, done)
         self.b.position_at_end(body)
         nexts = self.region(op.regions[0], [[iv]] + args)
         iv_next = self.b.add(iv, step)
@@ -507,28 +499,33 @@ class KernelEmitter:
         for res, regs in zip(op.results, args):
             self.set(res, regs)
 
+    def _for_head(self, op):
+        """A FOR's loop head, built and positioned in: ``(lb, step, the head block, the iv phi,
+        the carried phis, their inits, the block before the loop, iv -> the loop condition)``."""
+        lb, ub, step = (self.get(v)[0] for v in op.operands[:3])
+        inits = [self.get(v) for v in op.operands[3:]]
+        ub, step = (self._int_like(v, lb.type) for v in (ub, step))
+        pre = self.b.block
+        head = self.ctx.block("for.head")
+        self.b.branch(head)
+        self.b.position_at_end(head)
+        iv = self.b.phi(lb.type)
+        return lb, step, head, iv, self._phis(inits), inits, pre, lambda i: self._loop_condition(i, ub, step)
+
     def _for_by_two(self, op):
         """A FOR unrolled by two (``ForAttrs.unroll``, set for a wgmma product carried in flight,
         ``passes.wgmma.carried_products``): two copies of the body per trip of the back edge, the
         second run when its iteration is in range, so each copy's product lives in registers of
         its own and nothing is copied at the back edge while a wgmma writes it.  Both exits
         retire the wgmma groups (``wait_group 0``) before the results are merged."""
-        lb, ub, step = (self.get(v)[0] for v in op.operands[:3])
-        inits = [self.get(v) for v in op.operands[3:]]
-        iv_type = lb.type
-        ub, step = (self._int_like(v, iv_type) for v in (ub, step))
-        pre = self.b.block
-        head, first, second = (self.ctx.block(f"for2.{n}") for n in ("head", "first", "second"))
+        lb, step, head, iv, args, inits, pre, loop_test = self._for_head(op)
+        first, second = self.ctx.block("for2.first"), self.ctx.block("for2.second")
         exit0, exit1, done = (self.ctx.block(f"for2.{n}") for n in ("exit0", "exit1", "done"))
-        self.b.branch(head)
-        self.b.position_at_end(head)
-        iv = self.b.phi(iv_type)
-        args = self._phis(inits)
-        self.b.cbranch(self._loop_condition(iv, ub, step), first, exit0)
+        self.b.cbranch(loop_test(iv), first, exit0)
         self.b.position_at_end(first)
         mid = self.region(op.regions[0], [[iv]] + args)
         iv_mid = self.b.add(iv, step)
-        self.b.cbranch(self._loop_condition(iv_mid, ub, step), second, exit1)
+        self.b.cbranch(loop_test(iv_mid), second, exit1)
         self.b.position_at_end(second)
         nexts = self.region(op.regions[0], [[iv_mid]] + mid)
         iv_next = self.b.add(iv_mid, step)
