@@ -132,6 +132,18 @@ def splits_for(seq: int, split: int) -> int:
     return tj.cdiv(seq, split)
 
 
+def buffers(q, splits, parts=None, out=None):
+    """The float32 partial outputs and log-sum-exps of ``splits`` KV slices, and the output
+    (each as given, else new NumPy arrays or tensors like ``q``)."""
+    batch, heads, window, dim = q.shape
+    if parts is None:
+        parts = (np.empty((splits * batch, heads, window, dim), np.float32),
+                 np.empty((splits * batch, heads, window), np.float32))
+    if out is None:
+        out = np.empty_like(q) if isinstance(q, np.ndarray) else q.new_empty(q.shape)
+    return parts, out
+
+
 def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None):
     """The decode attention of ``q`` against the cache ``k``, ``v`` (NumPy arrays or device
     tensors; ``parts``: preallocated (o_part, lse_part) float32 buffers, ``out`` the output's,
@@ -143,12 +155,7 @@ def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None):
     BD = tj.next_power_of_2(dim)
     split = max(BN, split // BN * BN)
     ns = splits_for(seq, split)
-    if parts is None:
-        parts = (np.empty((ns * batch, heads, window, dim), np.float32),
-                 np.empty((ns * batch, heads, window), np.float32))
-    o_part, lse_part = parts
-    if out is None:
-        out = np.empty_like(q) if isinstance(q, np.ndarray) else q.new_empty(q.shape)
+    (o_part, lse_part), out = buffers(q, ns, parts, out)
     scale = 1.0 / float(np.sqrt(dim))
     decode_split_kernel[(ns, batch * kv_heads)](q, k, v, o_part, lse_part, scale, GROUP=group, BL=BL, BN=BN,
                                                 BD=BD, SPLIT=split, num_warps=num_warps)
@@ -168,12 +175,7 @@ def run_paged(q, k_pages, v_pages, block_table, seq_lens, split=1024, num_warps=
     BD = tj.next_power_of_2(dim)
     split = max(page, split // page * page)
     ns = splits_for(int(seq_lens.max()) if max_seq is None else max_seq, split)
-    if parts is None:
-        parts = (np.empty((ns * batch, heads, window, dim), np.float32),
-                 np.empty((ns * batch, heads, window), np.float32))
-    o_part, lse_part = parts
-    if out is None:
-        out = np.empty_like(q) if isinstance(q, np.ndarray) else q.new_empty(q.shape)
+    (o_part, lse_part), out = buffers(q, ns, parts, out)
     decode_paged_split_kernel[(ns, batch * kv_heads)](q, k_pages, v_pages, block_table, seq_lens, o_part, lse_part,
                                                       1.0 / float(np.sqrt(dim)), GROUP=group, BL=BL, BD=BD, PAGE=page,
                                                       SPLIT=split, num_warps=num_warps)
