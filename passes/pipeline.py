@@ -40,6 +40,7 @@ from tilejit.passes.plan_dots import dot_plans_text, plan_dots
 from tilejit.passes.plan_loops import plan_loops, plans_text
 from tilejit.passes import remat_indices as remat_module
 from tilejit.passes.shared_memory import MAX_SHARED_BYTES, insert_barriers, plan_shared_memory, ring_buffers
+from tilejit.passes import specialise_warps as specialise_module
 from tilejit.passes.specialise_warps import persistable, specialise_warps
 from tilejit.passes.strip_asserts import strip_asserts
 from tilejit.passes.uniform_masks import uniform_masks
@@ -125,7 +126,7 @@ PIPELINE = [
         opt.pack or opt.programs_per_cta or fn.meta.serial_programs) else fn, "simt"),
     Stage("remat_indices", lambda fn, opt: remat_module.remat_indices(fn) if remat_module.REMAT else fn, "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(
-        fn, ring_buffers(fn) if opt.warp_specialize and persistable(fn) else (),
+        fn, ring_buffers(fn) if opt.warp_specialize and (persistable(fn) or specialise_module.PRIVATE_RINGS) else (),
         MAX_SHARED_BYTES.get(opt.target, 0) - RING_MARGIN), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
     Stage("specialise_warps", lambda fn, opt: specialise_warps(fn, opt.warp_specialize is True)

@@ -57,6 +57,11 @@ _IDS = (SimtOp.BLOCK_ID, SimtOp.GRID_DIM)
 # The switch (benchmarks/switch_probe.py): True makes every specialised kernel that can be
 # persistent (``persistable``), False none.
 PERSIST_TILES = False
+# The switch: True keeps every TMA ring's bytes to itself (``plan_shared_memory(keep=)``) where
+# warp specialisation is allowed, so shared memory the kernel uses before the loop never
+# shares them (``_shared_before``) and such loops can be specialised too; False (the default)
+# leaves the planner free and such loops unspecialised.
+PRIVATE_RINGS = False
 
 
 def worth_it(rec, num_warps: int = 4) -> bool:
@@ -86,15 +91,29 @@ def specialisable(fn: ir.Function):
             or fn.meta.producer_warps:
         return None
     rec = loops[0]
-    if getattr(rec.loop.attrs, "unroll", False):
-        # a wgmma product carried in flight (the loop unrolled by two, ``wgmma.carried_products``):
-        # specialised, it computed wrong values on the H200 (2026-12-04, relative error 0.33 on
-        # the rotated fp8 blockwise probe; the emulator agreed with NumPy), cause not found yet
-        return None
     if rec.loop in fn.body.ops:
-        return rec, None
-    guard = next((o for o in fn.body.ops if o.op is SimtOp.IF and rec.loop in o.regions[0].ops), None)
-    return (rec, guard) if guard is not None else None
+        found = rec, None
+    else:
+        guard = next((o for o in fn.body.ops if o.op is SimtOp.IF and rec.loop in o.regions[0].ops), None)
+        found = (rec, guard) if guard is not None else None
+    return found if found is not None and not _shared_before(fn, rec, found[1]) else None
+
+
+def _shared_before(fn: ir.Function, rec, guard) -> bool:
+    """Whether a buffer the kernel reads or writes before the loop (a DOT's operands staged
+    for mma.sync, say) shares bytes with the rings: the producer starts filling the rings while
+    the computing warps still run that code.  (On the H200 such a kernel -- a product computed
+    before the loop, then one per iteration -- gave wrong values once specialised.)"""
+    mine = {rec.bar_buf} | {o.attrs.buffer for o in rec.fills + rec.body_fills if o.op is SimtOp.TMA_LOAD}
+    block = guard.regions[0] if guard is not None else fn.body
+    ops = fn.body.ops[:fn.body.ops.index(guard)] if guard is not None else []
+    ops += block.ops[:block.ops.index(rec.loop)]
+    used = {b for o in ops for x in (o, *(w for r in o.regions for w in r.walk()))
+            for b in (getattr(x.attrs, "buffer", None), *(getattr(x.attrs, "buffers", None) or ()))
+            if b is not None and b not in mine}
+    spans = fn.meta.shared_buffers
+    return any(a < bo + bs and bo < a + n for m in mine if m in spans for a, n in [spans[m]]
+               for b in used if b in spans for bo, bs in [spans[b]])
 
 
 def persistable(fn: ir.Function) -> bool:

@@ -109,11 +109,29 @@ def test_a_product_read_before_the_next_dot_is_not_rotated():
     assert not loop.attrs.unroll
 
 
-def test_a_rotated_loop_is_not_warp_specialised():
-    """Not yet: specialised, the rotated loop computed wrong values on the H200 (see
-    ``specialise_warps.specialisable``); asked for (``TILEJIT_WS=1``), the kernel keeps its warps."""
+def test_a_loop_after_shared_memory_work_that_its_rings_reuse_is_not_warp_specialised():
+    """The product computed before the loop stages its operands in shared memory that the loop's
+    rings reuse: specialised, the producer would fill the rings while the computing warps still
+    read those bytes (on the H200 that gave wrong values), so ``TILEJIT_WS=1`` leaves the kernel
+    as it is; the same loop without the product before it is specialised."""
+    from tilejit.passes import specialise_warps as ws
     from tilejit.passes.pipeline import compile_to_simt
     bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
-    tile = rotated.tile_ir((bf16, bf16, ArraySpec(tj.float32, 2, True, True, False)), {"BM": 128, "BN": 128, "BK": 64})
-    fn = compile_to_simt(tile, num_warps=8, target="sm_90a", warp_specialize=True)
+    specs = (bf16, bf16, ArraySpec(tj.float32, 2, True, True, False))
+    fn = compile_to_simt(rotated.tile_ir(specs, {"BM": 128, "BN": 128, "BK": 64}), num_warps=8, target="sm_90a",
+                         warp_specialize=False)
+    rec = fn.meta.tma_loops[0]
+    assert ws._shared_before(fn, rec, None)
+    fn = compile_to_simt(rotated.tile_ir(specs, {"BM": 128, "BN": 128, "BK": 64}), num_warps=8, target="sm_90a",
+                         warp_specialize=True)
     assert fn.meta.producer_warps == 0 and fn.meta.tma_loops
+
+    @tj.kernel
+    def plain(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+        acc = tj.zeros((BM, BN), tj.float32)
+        for k in range(0, a.shape[1], BK):
+            acc = tj.fma(tj.dot(tj.load(a, (0, k), (BM, BK)), tj.load(b, (k, 0), (BK, BN))), 0.5, acc)
+        tj.store(c, (0, 0), acc)
+    fn = compile_to_simt(plain.tile_ir(specs, {"BM": 128, "BN": 128, "BK": 64}), num_warps=8, target="sm_90a",
+                         warp_specialize=True)
+    assert fn.meta.producer_warps == 4
