@@ -20,8 +20,10 @@ the array), and inside it read bytes nobody uses, so nothing changes but when th
 issued.  A LOAD qualifies when it sits at the top level of a FOR body that has a constant step,
 holds a DOT and writes no memory (a load never moves past a store), has at most
 ``PREFETCH_ELEMENTS`` elements, has offsets ``ring_sources.offset_slice`` can compute ahead
-(from the loop variable and values defined before the loop), and its value feeds no DOT, load,
-store or loop (those are the rings' and the offsets' business).  ``assign_layouts`` pins such a
+(from the loop variable and values defined before the loop), and its value feeds no load,
+store or loop, and no DOT but through arithmetic (a load that reaches a DOT operand through
+reshapes and transposes only is a ring's; one dequantised into an operand, such as a quantised
+GEMM's scales, is not).  ``assign_layouts`` pins such a
 carried tile, its first load and its next load to the layout its broadcast wants, as it does
 for a load used in place.
 """
@@ -70,15 +72,17 @@ def _qualifies(loop: ir.Operation, load: ir.Operation) -> bool:
     if offset_slice(body, load) is None:
         return False
     uses = ir.users(body)
-    todo, seen = [load.result], set()
+    todo, seen = [(load.result, True)], set()
     while todo:                    # everything the value flows into within the body
-        v = todo.pop()
+        v, plain = todo.pop()      # plain: reached through reshapes and transposes only
         for u in uses.get(v, ()):
+            if u.op is TileOp.DOT and not plain:
+                continue           # a DOT operand computed from it (a dequantised tile): not a ring's
             if u.op in _FEEDS:
                 return False
             if u.op is not TileOp.YIELD and id(u) not in seen:
                 seen.add(id(u))
-                todo.extend(u.results)
+                todo.extend((r, plain and u.op in (TileOp.RESHAPE, TileOp.TRANS)) for r in u.results)
     return True
 
 

@@ -96,3 +96,20 @@ def test_the_prefetched_loop_computes_the_same_values(backend, ahead, monkeypatc
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     ref = sum((a64[:, 32 * j:32 * j + 32] @ b64[32 * j:32 * j + 32]) * s[:, j:j + 1] for j in range(4))
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_a_scale_dequantised_into_a_dot_operand_is_prefetched_and_the_operand_is_not():
+    """``dot(x, w * s)``: ``s`` reaches the DOT only through arithmetic (a quantised GEMM's
+    group scales), so it is loaded ahead; ``x`` is a ring's (a plain operand) and ``w`` too big."""
+    src = """
+def k(a, b, s, c, B: tj.constexpr):
+    acc = tj.zeros((B, B), tj.float32)
+    for i in range(0, a.shape[1], B):
+        w = tj.load(b, (i, 0), (B, B)) * tj.load(s, (i // B, 0), (1, B))
+        acc = tj.dot(tj.load(a, (0, i), (B, B)), w.to(tj.bfloat16), acc)
+    tj.store(c, (0, 0), acc)
+"""
+    fn = prefetch_loads(compile_source(src, [BF16, BF16, BF16, F32], {"B": 64}))
+    loop = loop_of(fn)
+    first = [x.owner for x in loop.operands[4:]]
+    assert len(first) == 1 and first[0].operands[0] is fn.args[2]      # only s, from before the loop
