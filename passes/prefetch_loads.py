@@ -21,9 +21,9 @@ issued.  A LOAD qualifies when it sits at the top level of a FOR body that has a
 holds a DOT and writes no memory (a load never moves past a store), has at most
 ``PREFETCH_ELEMENTS`` elements, has offsets ``ring_sources.offset_slice`` can compute ahead
 (from the loop variable and values defined before the loop), and its value feeds no load,
-store or loop, and no DOT but through arithmetic (a load that reaches a DOT operand through
-reshapes and transposes only is a ring's; one dequantised into an operand, such as a quantised
-GEMM's scales, is not).  ``assign_layouts`` pins such a
+store, loop or DOT (a load that reaches a DOT operand through reshapes and transposes only is a
+ring's; with ``PREFETCH_DEQUANTISED``, one that reaches it through arithmetic, such as a
+quantised GEMM's scales, is prefetched too).  ``assign_layouts`` pins such a
 carried tile, its first load and its next load to the layout its broadcast wants, as it does
 for a load used in place.
 """
@@ -39,6 +39,11 @@ PREFETCH_ELEMENTS = 1024        # a (128, 1) scale column, a (1, 256) row of zer
 # TFLOP/s at 1, 921 / 1004 at 2, 901 / 985 at 3; against 883 / 968 without the pass (the run
 # before it): one iteration ahead takes what there is, deeper only holds more registers.
 PREFETCH_AHEAD = 1
+# The switch: True also prefetches loads that reach a DOT operand through arithmetic (a
+# quantised GEMM's group scales and zero points).  Off: not measured yet, and it raises the
+# W4A16 example's registers (ptxas: 225 -> 247 at 16x128x128, 168 -> 194 at 16x64x128, one CTA
+# per SM fewer there); scripts/probes/w4_prefetch.txt is the A/B.
+PREFETCH_DEQUANTISED = False
 _FEEDS = (TileOp.DOT, TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC, TileOp.FOR, TileOp.WHILE, TileOp.IF)
 
 
@@ -76,7 +81,7 @@ def _qualifies(loop: ir.Operation, load: ir.Operation) -> bool:
     while todo:                    # everything the value flows into within the body
         v, plain = todo.pop()      # plain: reached through reshapes and transposes only
         for u in uses.get(v, ()):
-            if u.op is TileOp.DOT and not plain:
+            if u.op is TileOp.DOT and not plain and PREFETCH_DEQUANTISED:
                 continue           # a DOT operand computed from it (a dequantised tile): not a ring's
             if u.op in _FEEDS:
                 return False

@@ -98,9 +98,12 @@ def test_the_prefetched_loop_computes_the_same_values(backend, ahead, monkeypatc
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
-def test_a_scale_dequantised_into_a_dot_operand_is_prefetched_and_the_operand_is_not():
+@pytest.mark.parametrize("dequantised", [False, True])
+def test_a_scale_dequantised_into_a_dot_operand_is_prefetched_with_the_switch(dequantised, monkeypatch):
     """``dot(x, w * s)``: ``s`` reaches the DOT only through arithmetic (a quantised GEMM's
-    group scales), so it is loaded ahead; ``x`` is a ring's (a plain operand) and ``w`` too big."""
+    group scales), so with ``PREFETCH_DEQUANTISED`` it is loaded ahead; ``x`` is a ring's (a
+    plain operand) and ``w`` too big.  Without the switch nothing is."""
+    monkeypatch.setattr(prefetch_module, "PREFETCH_DEQUANTISED", dequantised)
     src = """
 def k(a, b, s, c, B: tj.constexpr):
     acc = tj.zeros((B, B), tj.float32)
@@ -112,4 +115,7 @@ def k(a, b, s, c, B: tj.constexpr):
     fn = prefetch_loads(compile_source(src, [BF16, BF16, BF16, F32], {"B": 64}))
     loop = loop_of(fn)
     first = [x.owner for x in loop.operands[4:]]
-    assert len(first) == 1 and first[0].operands[0] is fn.args[2]      # only s, from before the loop
+    if not dequantised:
+        assert first == []
+    else:
+        assert len(first) == 1 and first[0].operands[0] is fn.args[2]      # only s, from before the loop
