@@ -487,17 +487,25 @@ class KernelEmitter:
         body, done = self.ctx.block("for.body"), self.ctx.block("for.done")
         self.b.cbranch(loop_test(iv), body, done)
         self.b.position_at_end(body)
-        nexts = self.region(op.regions[0], [[iv]] + args)
-        iv_next = self.b.add(iv, step)
+        self._back_edge(op, head, iv, iv, step, args, (lb, inits, pre))
+        self.b.position_at_end(done)
+        for res, regs in zip(op.results, args):
+            self.set(res, regs)
+
+    def _back_edge(self, op, head, iv, at, step, values, entry, args=None) -> None:
+        """The body once more at iteration ``at`` with ``values``, then the branch back to
+        ``head``, whose phis (``iv``, ``args``, default ``values``) take ``entry`` = (lb, inits,
+        the block before the loop) from outside and the body's results from the latch."""
+        args = values if args is None else args
+        nexts = self.region(op.regions[0], [[at]] + values)
+        iv_next = self.b.add(at, step)
         latch = self.b.block
         self.b.branch(head)
+        lb, inits, pre = entry
         iv.add_incoming(lb, pre)
         iv.add_incoming(iv_next, latch)
         self._add_incoming(args, inits, pre)
         self._add_incoming(args, nexts, latch)
-        self.b.position_at_end(done)
-        for res, regs in zip(op.results, args):
-            self.set(res, regs)
 
     def _for_head(self, op):
         """A FOR's loop head, built and positioned in: ``(lb, step, the head block, the iv phi,
@@ -527,14 +535,7 @@ class KernelEmitter:
         iv_mid = self.b.add(iv, step)
         self.b.cbranch(loop_test(iv_mid), second, exit1)
         self.b.position_at_end(second)
-        nexts = self.region(op.regions[0], [[iv_mid]] + mid)
-        iv_next = self.b.add(iv_mid, step)
-        latch = self.b.block
-        self.b.branch(head)
-        iv.add_incoming(lb, pre)
-        iv.add_incoming(iv_next, latch)
-        self._add_incoming(args, inits, pre)
-        self._add_incoming(args, nexts, latch)
+        self._back_edge(op, head, iv, iv_mid, step, mid, (lb, inits, pre), args)
         for bb in (exit0, exit1):
             self.b.position_at_end(bb)
             mma.wgmma_wait_group(self.b, 0)
