@@ -25,7 +25,11 @@ Each DOT: ``wgmma.fence``, one ``wgmma`` per 16-wide k step (a K-major start mov
 along its rows, an N-major B's 16 rows), ``commit_group``, then ``wait_group 1`` when the loop
 has one wgmma DOT whose accumulator is only carried to the next iteration and the ring has 3
 or more slots (one group stays in flight; ``pipeline_loads`` then copies a slot less ahead),
-else ``wait_group 0``.  The ring's per-iteration barrier is preceded by
+else ``wait_group 0``.  Where that product is carried and read in the next iteration after its
+DOT (``p_next = dot(...); acc = f(p, acc); p = p_next``: the product computed one K step
+ahead), the wait passes the carried product too and the loop is unrolled by two in codegen
+(``carried_products``), so the wgmma in flight and the product being read never share
+registers.  The ring's per-iteration barrier is preceded by
 ``fence.proxy.async`` so cp.async bytes are visible to the tensor cores.
 Kernels with wgmma divide float32 with ``div.full.f32`` (IEEE division's slow path is a call,
 and ptxas serialises every wgmma of a function with calls).  ``Options.wgmma=False``
