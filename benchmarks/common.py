@@ -68,6 +68,22 @@ def random_tensor(torch, shape, dtype, seed: int, scale: float = 1.0):
     return x.masked_fill_(x == 0, scale)
 
 
+def fp8_blockwise_inputs(torch, size: int, seed: int = 0):
+    """Square operands for ``examples/fp8_blockwise_gemm.py`` with the weights stored (N, K):
+    ``(host (a8, sa, b8, sb), device (a, sa, b_nk, sb_nk))``, the host ones in the example's
+    (K, N) layout for its ``reference``."""
+    import numpy as np
+    ex = load_example("fp8_blockwise_gemm")
+    rng = np.random.default_rng(seed)
+    a8, sa = ex.quantize_rows(rng.standard_normal((size, size)).astype(np.float32))
+    b8, sb = ex.quantize_blocks(rng.standard_normal((size, size)).astype(np.float32))
+
+    def dev(x):
+        return torch.from_numpy(np.ascontiguousarray(x)).cuda()
+    a, b = (dev(x.view(np.uint8)).view(torch.float8_e4m3fn) for x in (a8, b8.T))
+    return (a8, sa, b8, sb), (a, dev(sa), b, dev(sb.T))
+
+
 def relative_error(torch, out, ref) -> float:
     """‖out − ref‖ / ‖ref‖ in float64 (METHOD.md); inf when out has a NaN or inf."""
     out64, ref64 = out.double(), ref.double()

@@ -82,15 +82,9 @@ def main() -> int:
         def launch():
             ex.w4a16_matmul_kernel[grid](a, w, s, z, c, BM=BM, BN=BN, BK=BK, GROUP=128, K_SLICE=ks, num_warps=nw)
     elif args.kernel == "fp8_blockwise":          # weights stored (N, K); config BMxBNxBKxwarps
-        import numpy as np
         BM, BN, BK, nw = (int(x) for x in (args.config or "128x128x128x8").split("x"))
         ex, size = common.load_example("fp8_blockwise_gemm"), args.size
-        rng = np.random.default_rng(0)
-        a8, sa = ex.quantize_rows(rng.standard_normal((size, size)).astype(np.float32))
-        b8, sb = ex.quantize_blocks(rng.standard_normal((size, size)).astype(np.float32))
-        dev = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()    # noqa: E731
-        a, b = (dev(x.view(np.uint8)).view(torch.float8_e4m3fn) for x in (a8, b8.T))
-        sa_d, sb_d = dev(sa), dev(sb.T)
+        _, (a, sa_d, b, sb_d) = common.fp8_blockwise_inputs(torch, size)
         c = torch.empty((size, size), device="cuda", dtype=torch.bfloat16)
 
         def launch():

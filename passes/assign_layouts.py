@@ -17,6 +17,8 @@ Result, in ``fn.meta``: ``"layouts"`` {tile Value: Layout} for every non-deferre
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tilejit import ir
 from tilejit.ir import ELEMENTWISE_OPS, TileOp, TileType
 from tilejit.passes import layouts as L
@@ -286,10 +288,10 @@ def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
     is loaded straight into the broadcast-collapsed layout of that op, and so are the ops between,
     so the broadcast stays inside each thread instead of going through shared memory (Triton
     rematerialises such loads the same way).  Returns whether anything was pinned."""
-    uses, pinned = ir.users(fn), False
-    uses[_FOR_ARGS] = {a: o for o in fn.walk() if o.op is TileOp.FOR for a in o.regions[0].args[1:]}
+    pinned = False
+    uses = _Uses(ir.users(fn), {a: o for o in fn.walk() if o.op is TileOp.FOR for a in o.regions[0].args[1:]})
     for o in reversed(list(fn.walk())):  # the last broadcast first: it pins the ones feeding it
-        users = uses.get(o.results[0], []) if o.op is TileOp.BROADCAST and o.result not in assigner.pinned else []
+        users = uses.of(o.results[0]) if o.op is TileOp.BROADCAST and o.result not in assigner.pinned else []
         if len(users) != 1 or users[0].op not in ELEMENTWISE_OPS or users[0].result not in assigner.layouts \
                 or users[0].result.type.shape != o.result.type.shape:
             continue                      # (a DOT operand, say, has its own layout and shape)
@@ -302,20 +304,27 @@ def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
     return pinned
 
 
-_FOR_ARGS = "for args"          # key of ``uses`` (in pin_broadcast_loads): a FOR's carried arg -> the FOR
+@dataclass(frozen=True)
+class _Uses:
+    """What ``_pin_source`` looks up: each value's users, and each FOR's carried args -> the FOR."""
+    users: dict
+    loops: dict
+
+    def of(self, v: ir.Value) -> list:
+        return self.users.get(v, [])
 
 
-def _pin_source(v: ir.Value, lay: L.Layout, uses: dict, assigner: LayoutAssigner, found: dict,
+def _pin_source(v: ir.Value, lay: L.Layout, uses: _Uses, assigner: LayoutAssigner, found: dict,
                 top: bool = False) -> bool:
     """Record in ``found`` layouts that give ``v`` the layout ``lay`` with no data movement: a
     load (used once) takes it; a broadcast, reshape or cast passes the collapsed / re-dimmed
     layout on to its source; an elementwise op of loads and such broadcasts passes ``lay`` to each
     tile operand (deferred ones are built in place); a FOR's carried tile passes it to its init
     and its yielded value.  False (nothing to pin) otherwise."""
-    if not top and len(uses.get(v, ())) != 1:
+    if not top and len(uses.of(v)) != 1:
         return False
     if v.owner is None:                 # a FOR's carried tile (prefetch_loads): its init and yield too
-        loop = uses.get(_FOR_ARGS, {}).get(v)
+        loop = uses.loops.get(v)
         if loop is None:
             return False
         i = loop.regions[0].args.index(v) - 1

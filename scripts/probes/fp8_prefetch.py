@@ -3,8 +3,6 @@ ahead by hand (register prefetch), against the example kernel, same run.
     python3 scripts/probes/fp8_prefetch.py [SIZE]"""
 import sys
 
-import numpy as np
-
 sys.path.insert(0, "benchmarks")
 import common  # noqa: E402
 import tilejit as tj  # noqa: E402
@@ -47,12 +45,7 @@ def main():
     torch = common.cuda_torch()
     ex = common.load_example("fp8_blockwise_gemm")
     size = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
-    rng = np.random.default_rng(0)
-    a8, sa = ex.quantize_rows(rng.standard_normal((size, size)).astype(np.float32))
-    b8, sb = ex.quantize_blocks(rng.standard_normal((size, size)).astype(np.float32))
-    dev = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()    # noqa: E731
-    a, b = (dev(x.view(np.uint8)).view(torch.float8_e4m3fn) for x in (a8, b8.T))
-    sa_d, sb_d = dev(sa), dev(sb.T)
+    (a8, sa, b8, sb), (a, sa_d, b, sb_d) = common.fp8_blockwise_inputs(torch, size)
     c = torch.empty((size, size), device="cuda", dtype=torch.bfloat16)
     ref = torch.from_numpy(ex.reference(a8, sa, b8, sb)).cuda()
     for bm, bn, bk, w in [(128, 128, 128, 8), (64, 128, 128, 4)]:
