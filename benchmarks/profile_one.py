@@ -26,7 +26,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("kernel", choices=["attention", "matmul", "softmax", "layernorm", "rmsnorm", "w4a16",
                                                  "fp8_blockwise"])
-    parser.add_argument("--m", type=int, default=1, help="w4a16: M (N = K = --size)")
+    parser.add_argument("--m", type=int, default=None, help="w4a16 (default 1) and matmul (default --size): M "
+                                                             "(N = K = --size)")
+    parser.add_argument("--cublas", action="store_true", help="matmul: torch.matmul (cuBLAS) instead")
     parser.add_argument("--split", type=int, default=8, help="w4a16: K slices")
     parser.add_argument("--columns", type=int, default=1024)
     parser.add_argument("--dtype", default="bfloat16")
@@ -72,12 +74,13 @@ def main() -> int:
         BM, BN, BK, nw = (int(x) for x in (args.config or "16x128x128x4").split("x"))
         ex, size = common.load_example("w4a16_gemm"), args.size
         packed, scales, zeros = ex.quantize(np.random.default_rng(0).standard_normal((size, size)).astype(np.float32), 128)
-        a = common.random_tensor(torch, (args.m, size), torch.bfloat16, seed=1)
+        m = args.m or 1
+        a = common.random_tensor(torch, (m, size), torch.bfloat16, seed=1)
         w, s, z = (torch.from_numpy(x.view(np.uint16) if x.dtype != np.uint8 else x).cuda() for x in (packed, scales, zeros))
         s, z = s.view(torch.bfloat16), z.view(torch.bfloat16)
-        c = torch.zeros((args.m, size), device="cuda", dtype=torch.float32)
+        c = torch.zeros((m, size), device="cuda", dtype=torch.float32)
         ks = ex.k_slice(size, args.split, BK)
-        grid = (tj.cdiv(args.m, BM), tj.cdiv(size, BN), tj.cdiv(size, ks))
+        grid = (tj.cdiv(m, BM), tj.cdiv(size, BN), tj.cdiv(size, ks))
 
         def launch():
             ex.w4a16_matmul_kernel[grid](a, w, s, z, c, BM=BM, BN=BN, BK=BK, GROUP=128, K_SLICE=ks, num_warps=nw)
@@ -92,14 +95,16 @@ def main() -> int:
                 a, sa_d, b, sb_d, c, BM=BM, BN=BN, BK=BK, B_NK=True, num_warps=nw)
     else:
         BM, BN, BK, S, nw = (int(x) for x in (args.config or "256x128x64x3x8").split("x"))
-        size = args.size
-        a, b = (common.random_tensor(torch, (size, size), torch.bfloat16, seed=s) for s in (1, 2))
-        c = torch.empty_like(a)
+        size, m = args.size, args.m or args.size
+        a = common.random_tensor(torch, (m, size), torch.bfloat16, seed=1)
+        b = common.random_tensor(torch, (size, size), torch.bfloat16, seed=2)
+        c = torch.empty((m, size), device="cuda", dtype=torch.bfloat16)
         kernel = common.load_example("matmul").matmul_kernel.kernel
 
         def launch():
-            kernel[(tj.cdiv(size, BM), tj.cdiv(size, BN))](a, b, c, BM=BM, BN=BN, BK=BK, STAGES=S,
-                                                           num_warps=nw)
+            kernel[(tj.cdiv(m, BM), tj.cdiv(size, BN))](a, b, c, BM=BM, BN=BN, BK=BK, STAGES=S, num_warps=nw)
+        if args.cublas:
+            launch = lambda: torch.matmul(a, b, out=c)      # noqa: E731
     for _ in range(4):
         launch()
     torch.cuda.synchronize()

@@ -135,3 +135,35 @@ def test_a_loop_after_shared_memory_work_that_its_rings_reuse_is_not_warp_specia
     fn = compile_to_simt(plain.tile_ir(specs, {"BM": 128, "BN": 128, "BK": 64}), num_warps=8, target="sm_90a",
                          warp_specialize=True)
     assert fn.meta.producer_warps == 4
+
+
+@pytest.mark.parametrize("private", [False, True])
+def test_the_emulator_reports_a_producer_filling_rings_the_consumers_still_read(private, monkeypatch):
+    """The race the H200 showed (wrong values) when ``_shared_before`` did not exist: specialised
+    anyway, the producer's first TMA copies land in bytes the consumer warps' mma.sync staging
+    still reads, and no mbarrier phase orders the two.  The emulator reports it, though it runs
+    the consumers' staging first (a CTA barrier among the consumers does not order them with the
+    producer); with the rings' bytes kept apart (``PRIVATE_RINGS``) the same kernel is exact."""
+    from tilejit import backends
+    from tilejit.backends import emulate
+    from tilejit.passes import specialise_warps as ws
+    from tilejit.passes.pipeline import compile_to_simt
+    monkeypatch.setattr(ws, "_shared_before", lambda *args: False)
+    monkeypatch.setattr(ws, "PRIVATE_RINGS", private)
+    bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
+    specs = (bf16, bf16, ArraySpec(tj.float32, 2, True, True, False))
+    fn = compile_to_simt(rotated.tile_ir(specs, {"BM": 128, "BN": 128, "BK": 64}), num_warps=8, target="sm_90a",
+                         warp_specialize=True)
+    assert fn.meta.producer_warps == 4
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((128, 320)).astype(tj.bfloat16.np)
+    b = rng.standard_normal((320, 128)).astype(tj.bfloat16.np)
+    c = np.zeros((128, 128), np.float32)
+    geometry = backends.launch_geometry(fn.meta.programs_per_cta, (1, 1, 1), [a, b, c])
+    if not private:
+        with pytest.raises(emulate.EmulatorError, match="TMA_LOAD overwrites bytes the consumer warps"):
+            emulate.run(fn, *geometry)
+        return
+    emulate.run(fn, *geometry)
+    ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64))
+    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

@@ -92,6 +92,7 @@ class Machine(AsyncOps):
                 self.reader = np.full((c, self.shared_bytes), -1, np.int32)
                 self.copies = emulate_mma.AsyncCopies()
                 self.mbarriers = emulate_tma.Mbarriers(self.shared_bytes, c)
+                self.epochs = emulate_tma.ConsumerEpochs(c, self.shared_bytes)
                 self.unordered = np.zeros((c, self.shared_bytes), bool)   # written since the last cluster barrier
                 self.remote_reads = False                # another CTA's bytes read since then
                 self.block(self.fn.body, Frame({}, np.arange(c)))
@@ -255,6 +256,7 @@ class Machine(AsyncOps):
         sizes within one buffer between two barriers)."""
         if self.race_check:
             track[rows, addr] = np.broadcast_to(self.tid[None, :, None], addr.shape)
+        self.consumer_touch(rows, addr)
 
     def op_LOAD_SHARED(self, o, f):
         dt = o.result.type.dtype.np

@@ -45,6 +45,7 @@ class AsyncOps:
                 raise EmulatorError("shared-memory race: LDMATRIX reads bytes written by another "
                                     "thread since the last BARRIER")
             self.reader[ctas, rows16] = readers
+        self.consumer_touch(ctas, rows16)
         regs = emulate_mma.ldmatrix(self.shared[f.ids], addr, num, o.attrs.trans)
         return np.ascontiguousarray(regs).view(np.int32)
 
@@ -70,6 +71,7 @@ class AsyncOps:
                             raise EmulatorError("shared-memory race: WGMMA reads bytes written since the "
                                                 "last BARRIER")
                         self.reader[cta, read] = first
+                    self.consumer_touch(cta, read)
                     self.wgmma_open.append((int(cta), read))
         return emulate_mma.wgmma(self.shared[f.ids], a if o.attrs.a_regs else a[:, :, 0], b[:, :, 0],
                                   acc, o.attrs)
@@ -180,6 +182,15 @@ class AsyncOps:
     def op_MBARRIER_INIT(self, o, f):
         self.mbarrier_op(o, f, lambda key: self.mbarriers.init(key, o.attrs.n))
 
+    # --- the producer/consumer hand-off of a warp-specialised split (emulate_tma.ConsumerEpochs) ---
+    def consumer_touch(self, rows, addr) -> None:
+        """The consumer warps of a split read or write these shared bytes."""
+        if self.baton is not None and self.side == 0:
+            self.epochs.touch(rows, addr)
+
+    def consumer_arrival(self, row: int) -> int:
+        return self.epochs.arrive(row) if self.baton is not None and self.side == 0 else -1
+
     def op_MBARRIER_EXPECT_TX(self, o, f):
         self.mbarrier_op(o, f, lambda key: self.mbarriers.expect_tx(key, o.attrs.n))
 
@@ -198,7 +209,9 @@ class AsyncOps:
                 if not moved:
                     break                             # the wait below reports the hang
             for k, p in keys:
-                self.mbarriers.wait(k, p)
+                stamp = self.mbarriers.wait(k, p)
+                if self.baton is not None and self.side == 1:
+                    self.epochs.learn(k[0], stamp)
         except emulate_tma.TmaError as e:
             raise EmulatorError(str(e)) from None
         self.writer[f.ids] = -1                       # the phase orders what came before it
@@ -210,7 +223,8 @@ class AsyncOps:
             for c, row in enumerate(f.ids):
                 who = np.nonzero(on[c])[0]
                 if len(who):
-                    self.mbarriers.arrive((int(row), int(bar[c, who[0], 0])), len(who))
+                    self.mbarriers.arrive((int(row), int(bar[c, who[0], 0])), len(who),
+                                          self.consumer_arrival(int(row)))
         except emulate_tma.TmaError as e:
             raise EmulatorError(str(e)) from None
 
@@ -281,6 +295,10 @@ class AsyncOps:
                                     "(a ring slot refilled before its consumers released it)")
             if self.wgmma_groups or self.wgmma_open:
                 self.check_wgmma_reads(o, f.subset(np.array([c])), addrs[None, None, :])
+            if self.baton is not None and self.side == 1 and self.epochs.in_use(row, addrs):
+                raise EmulatorError("shared-memory race: the producer's TMA_LOAD overwrites bytes the consumer "
+                                    "warps read or wrote after their last mbarrier arrival it waited for (shared "
+                                    "memory they use outside the ring, or a slot refilled before its release)")
             if self.race_check:              # the copy may land any time from now on
                 for track, what in ((self.reader, "read by"), (self.writer, "written by")):
                     seen = track[cta, addrs]

@@ -70,6 +70,8 @@ class _Barrier:
     phase: int = 0                    # phases completed
     copies: list = field(default_factory=list)     # (cta, byte addresses) of this phase's copies
     done: list = field(default_factory=list)       # ... of the last completed phase
+    stamp: int = -1                   # the consumers' latest epoch among this phase's arrivals
+    done_stamp: int = -1              # ... of the last completed phase
 
 
 class Mbarriers:
@@ -86,11 +88,13 @@ class Mbarriers:
             raise TmaError(f"mbarrier at shared byte {key[1]} is used before MBARRIER_INIT")
         return bar
 
-    def arrive(self, key, count: int) -> None:
-        """``count`` threads arrive (mbarrier.arrive)."""
+    def arrive(self, key, count: int, stamp: int = -1) -> None:
+        """``count`` threads arrive (mbarrier.arrive); ``stamp``: the consumer warps' epoch
+        when they are the ones arriving (``ConsumerEpochs``), else -1."""
         if count:
             bar = self._get(key)
             bar.arrivals -= count
+            bar.stamp = max(bar.stamp, stamp)
             if bar.arrivals < 0:
                 raise TmaError(f"more arrivals on the mbarrier at shared byte {key[1]} than its count")
             self._complete(bar)
@@ -128,14 +132,17 @@ class Mbarriers:
             bar.phase += 1
             bar.arrivals = bar.count
             bar.done, bar.copies = bar.copies, []
+            bar.done_stamp, bar.stamp = bar.stamp, -1
 
     def ready(self, key, parity: int) -> bool:
         """Whether the phase of ``parity`` has completed (a wait would return)."""
         return self._get(key).phase % 2 != parity % 2
 
-    def wait(self, key, parity: int) -> None:
+    def wait(self, key, parity: int) -> int:
         """Returns when the phase of ``parity`` has completed (the current one has the other
-        parity); its copies' bytes stop being pending."""
+        parity); its copies' bytes stop being pending.  The result: the consumers' epoch that
+        phase's arrivals carried (-1 for none, and for the phase before the first, which a wait
+        on the other parity of a fresh mbarrier passes at once)."""
         bar = self._get(key)
         if bar.phase % 2 == parity % 2:
             raise TmaError(f"MBARRIER_WAIT would hang: phase {bar.phase} of the mbarrier at shared byte {key[1]} "
@@ -144,6 +151,36 @@ class Mbarriers:
         for cta, addrs in bar.done:
             self.pending[cta, addrs] = False
         bar.done = []
+        return bar.done_stamp if bar.phase else -1
+
+
+class ConsumerEpochs:
+    """Which shared bytes the consumer warps of a warp-specialised split touched that the
+    producer has not been told they are done with.  The consumers' epoch (per CTA) advances at
+    each of their mbarrier arrivals; every byte they read or write is stamped with it.  A
+    producer's wait on a phase their arrival completed tells it the epoch of that arrival
+    (``known``): bytes stamped later may still be in use, and a TMA copy into them is a race.
+    (A CTA barrier among the consumers orders them among themselves, not with the producer.)"""
+
+    def __init__(self, ctas: int, shared_bytes: int):
+        self.stamp = np.full((ctas, shared_bytes), -1, np.int32)
+        self.epoch = np.zeros(ctas, np.int32)
+        self.known = np.full(ctas, -1, np.int32)
+
+    def touch(self, rows, addr) -> None:
+        self.stamp[rows, addr] = self.epoch[rows]
+
+    def arrive(self, row: int) -> int:
+        """The consumers of ``row`` arrive: the stamp their arrival carries."""
+        self.epoch[row] += 1
+        return int(self.epoch[row]) - 1
+
+    def learn(self, row: int, stamp: int) -> None:
+        self.known[row] = max(self.known[row], stamp)
+
+    def in_use(self, row: int, addrs) -> bool:
+        """Whether a byte of ``addrs`` was touched after the last arrival the producer knows of."""
+        return bool((self.stamp[row, addrs] > self.known[row]).any())
 
 
 class Baton:
