@@ -480,7 +480,7 @@ class Lowering:
     def op_REDUCE(self, o):
         self.values[o.result] = lower_reduce.reduce(self, o)
 
-    def _element_coords(self, layout) -> tuple[list, object]:
+    def element_coords(self, layout) -> tuple[list, object]:
         """Each register's element coordinates (one i32 vector per dim) and the mask of the
         threads that own them (replicas are off)."""
         coords = [self.ew(TileOp.ADD, [self.splat(self.thread_coord(layout, d), layout.n),
@@ -495,7 +495,7 @@ class Lowering:
         coordinates; replicas stay silent."""
         values = o.operands[3:]
         layout = self.layout_of(values[0])
-        coords, mask = self._element_coords(layout)
+        coords, mask = self.element_coords(layout)
         attrs = ir.PrintAttrs(o.attrs.prefix, o.attrs.scalar, layout.rank)
         self.emit(SimtOp.PRINT, [self.get(p) for p in o.operands[:3]] + coords + [self.get(v, layout) for v in values]
                   + [mask], None, attrs)
@@ -504,7 +504,7 @@ class Lowering:
         """An ASSERT whose mask is the registers (of owning threads) where the condition fails."""
         cond = o.operands[3]
         layout = self.layout_of(cond)
-        coords, mask = self._element_coords(layout)
+        coords, mask = self.element_coords(layout)
         failed = self.ew(TileOp.AND, [mask, self.ew(TileOp.INVERT, [self.get(cond, layout)], D.bool_)], D.bool_)
         attrs = ir.AssertAttrs(o.attrs.msg, o.attrs.scalar, layout.rank)
         self.emit(SimtOp.ASSERT, [self.get(p) for p in o.operands[:3]] + coords + [failed], None, attrs)

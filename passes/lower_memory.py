@@ -19,6 +19,7 @@ from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_shared
 from tilejit.passes.assign_layouts import array_spec, is_tile, memory_layout
+from tilejit.passes.tma import ATOM_BYTES
 
 
 class KnownMultiples:
@@ -216,6 +217,9 @@ def atomic(lw, o: ir.Operation) -> ir.Value:
 def store(lw, o: ir.Operation) -> None:
     array, tile, keep = o.operands[0], ir.stored_tile(o), ir.store_mask(o)
     offsets = o.operands[1:1 + array.type.rank]
+    plan = lw.fn.meta.get("store_plans", {}).get(o)
+    if plan is not None:
+        return tma_store(lw, o, plan)
     spec = array_spec(lw.fn, array)
     if not is_tile(tile):
         raise CompileError("storing a scalar is not supported by the SIMT lowering yet", o.loc)
@@ -229,3 +233,46 @@ def store(lw, o: ir.Operation) -> None:
         mask = lw.ew(TileOp.AND, [mask, lw.splat(primary, layout.n)], D.bool_)
     lw.written(arg_index(lw, array))
     lw.emit(simt.SimtOp.STORE_GLOBAL, [ptr, offs, value, mask], None, simt.GlobalAttrs(vec=vec))
+
+
+def tma_store(lw, o: ir.Operation, plan) -> None:
+    """A STORE that TMA copies out (``passes.plan_stores``): every register into the staging tile
+    (box ``a`` of each 64-column atom at ``a * rows * 128`` bytes, row ``r`` at ``r * 128``, its
+    16-byte chunks XORed with ``r % 8``: TMA's SW128), then one thread copies each box to the
+    array at the STORE's offsets plus the box's first column and waits until the copies have
+    read the staging tile.  ``insert_barriers`` puts the proxy fence and the barrier between the
+    threads' writes and the copies."""
+    array, tile = o.operands[0], ir.stored_tile(o)
+    layout, item, rows = lw.layouts[tile], plan.item, plan.rows
+    width = plan.copies[0].box[1]
+    base, buf = lw.alloc_shared(plan.nbytes, 1024)
+    n = layout.n
+
+    def const(v):
+        return lw.const(D.int32, [v] * n)
+
+    def ew(kind, a, b):
+        return lw.ew(kind, [a, b], D.int32)
+    (r, c), _ = lw.element_coords(layout)
+    # byte address: atom * rows*128 + r*128 + ((col bytes in atom) ^ ((r & 7) << 4))
+    atom = ew(TileOp.SHR, c, const(width.bit_length() - 1))
+    inner = ew(TileOp.MUL, ew(TileOp.AND, c, const(width - 1)), const(item))
+    swz = ew(TileOp.XOR, inner, ew(TileOp.SHL, ew(TileOp.AND, r, const(7)), const(4)))
+    row = ew(TileOp.ADD, ew(TileOp.MUL, atom, const(rows * ATOM_BYTES)), ew(TileOp.MUL, r, const(ATOM_BYTES)))
+    addr = ew(TileOp.ADD, lw.splat(base, n), ew(TileOp.ADD, row, swz))
+    table = layout.table()
+    tr, tc = table[..., 0], table[..., 1]
+    host = (tc // width) * rows * ATOM_BYTES + tr * ATOM_BYTES + (((tc % width) * item) ^ ((tr & 7) << 4))
+    vec = L.vector_width(host, item)
+    lw.emit(simt.SimtOp.STORE_SHARED, [addr, lw.get(tile, layout)], None, simt.SharedAttrs(vec, buf))
+    lw.written(arg_index(lw, array))
+    issue = lw.ew(TileOp.EQ, [lw.thread_id("tid", placing=False), lw.const(D.int32, [0])], D.bool_)
+    at = [lw.cast(lw.get(x), D.int32) for x in o.operands[1:3]]
+    arg = arg_index(lw, array)
+    for copy in plan.copies:
+        tmap = lw.tensor_map(arg, array.type.dtype, copy.box, copy.swizzle)
+        src = lw.ew(TileOp.ADD, [base, lw.const(D.int32, [copy.dst])], D.int32)
+        col = lw.ew(TileOp.ADD, [at[1], lw.const(D.int32, [copy.inner])], D.int32)
+        lw.emit(simt.SimtOp.TMA_STORE, [tmap, src, issue, at[0], col], None,
+                simt.TmaAttrs(copy.box, copy.swizzle, buf))
+    lw.emit(simt.SimtOp.TMA_STORE_WAIT, [issue], None, simt.SharedAttrs(1, buf))

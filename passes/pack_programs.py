@@ -46,7 +46,7 @@ WARP = 32
 _CONTROL = (SimtOp.FOR, SimtOp.IF, SimtOp.WHILE)
 _ASYNC = (SimtOp.LDMATRIX, SimtOp.MMA, SimtOp.CP_ASYNC, SimtOp.CP_ASYNC_COMMIT, SimtOp.CP_ASYNC_WAIT,
           SimtOp.WGMMA, SimtOp.WGMMA_FENCE, SimtOp.WGMMA_COMMIT, SimtOp.WGMMA_WAIT, SimtOp.FENCE_PROXY_ASYNC,
-          *simt.TMA_OPS)
+          *simt.TMA_OPS, *simt.TMA_STORE_OPS)
 MAX_PROGRAMS = 15               # named barriers 1..15 (0 is the CTA-wide one)
 PACK_BYTES = 1024               # programs that move more per load run one to a CTA (small_program)
 PACK_LOADED = 1024              # ... and so do programs that load more values in all

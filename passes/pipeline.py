@@ -38,6 +38,7 @@ from tilejit.passes import persist_programs as persist_module
 from tilejit.passes.persist_programs import persist_programs
 from tilejit.passes.plan_dots import dot_plans_text, plan_dots
 from tilejit.passes.plan_loops import plan_loops, plans_text
+from tilejit.passes.plan_stores import plan_stores
 from tilejit.passes import remat_indices as remat_module
 from tilejit.passes.shared_memory import MAX_SHARED_BYTES, insert_barriers, plan_shared_memory, ring_buffers
 from tilejit.passes import specialise_warps as specialise_module
@@ -118,6 +119,7 @@ PIPELINE = [
     Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages, opt.tma), "tile"),
+    Stage("plan_stores", lambda fn, opt: plan_stores(fn, opt.target, opt.tma), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("coarsen_programs", lambda fn, opt: coarsen.coarsen_programs(fn, 1 if opt.pack or opt.programs_per_cta
                                                                         else coarsen.COARSEN), "simt"),

@@ -10,6 +10,9 @@ passes read instead of deciding again.
     DotFamily     the instructions a DOT runs on: wgmma, mma.sync or the FMA fallback
     DotPlan       how one DOT is lowered (``passes.plan_dots`` decides it)
     DotPlans      the table DOT op -> DotPlan (``fn.meta["dot_plans"]``)
+    StorePlan     a STORE copied out by TMA boxes from a shared staging tile (``passes.plan_stores``)
+    StorePlans    the table STORE op -> StorePlan (``fn.meta["store_plans"]``; stores not in it
+                  are written by the threads)
 
 Plans are keyed by the op they concern in typed tables (``LoopPlans``), never by position in a
 tuple nor by a string label.
@@ -193,3 +196,25 @@ class DotPlans(dict):
 
     def family(self, dot: ir.Operation) -> DotFamily:
         return self[dot].family
+
+
+@dataclass(frozen=True)
+class StorePlan:
+    """A tile STORE that TMA copies out: the threads write the tile into a shared staging
+    buffer in ``copies``' boxes (each ``rows`` rows of one 128-byte atom, SW128-swizzled, one
+    after another), one thread issues a ``cp.async.bulk.tensor`` per box, and elements outside
+    the array are dropped by the copy, as a STORE drops them."""
+    copies: tuple                           # tma.TmaCopy per box, ``dst`` its byte offset in the staging tile
+    rows: int
+    item: int                               # bytes per element
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.elements for c in self.copies) * self.item
+
+    def describe(self) -> str:
+        return f"tma store: {len(self.copies)} box(es) of {'x'.join(map(str, self.copies[0].box))}, {self.nbytes} bytes staged"
+
+
+class StorePlans(dict):
+    """STORE op -> its ``StorePlan``, for the stores TMA copies out (the others are not in it)."""

@@ -16,7 +16,7 @@ from tilejit.simt import SimtOp
 
 SHARED_ACCESS = (SimtOp.LOAD_SHARED, SimtOp.STORE_SHARED, SimtOp.LDMATRIX, SimtOp.CP_ASYNC, SimtOp.MBARRIER_INIT,
                  SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL, SimtOp.MBARRIER_ARRIVE)
-SHARED_READS = (SimtOp.LOAD_SHARED, SimtOp.LDMATRIX, SimtOp.WGMMA)
+SHARED_READS = (SimtOp.LOAD_SHARED, SimtOp.LDMATRIX, SimtOp.WGMMA, SimtOp.TMA_STORE, SimtOp.TMA_STORE_WAIT)
 # shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin), per target
 MAX_SHARED_BYTES = {"sm_80": 166912, "sm_90a": 232448}
 DEDICATED_BYTES = 512    # buffers this small keep their own bytes: reuse would save almost
@@ -29,6 +29,8 @@ def accessed_buffers(o: ir.Operation) -> tuple:
         return tuple(b for b in o.attrs.buffers if b is not None)
     if o.op is SimtOp.TMA_LOAD:
         return (o.attrs.buffer, o.attrs.bar_buffer)
+    if o.op in (SimtOp.TMA_STORE, SimtOp.TMA_STORE_WAIT):
+        return (o.attrs.buffer,)
     return (o.attrs.buffer,) if o.op in SHARED_ACCESS else ()
 
 
@@ -160,7 +162,7 @@ class BarrierInserter:
                 reading = o.op in SHARED_READS
                 if any(_hits(state.written if reading else state.written | state.read, r) for r in rngs):
                     if insert:
-                        if o.op is SimtOp.WGMMA:    # bytes stored by threads, read by the async proxy
+                        if o.op in (SimtOp.WGMMA, SimtOp.TMA_STORE):    # bytes stored by threads, read by the async proxy
                             out.append(ir.Operation(SimtOp.FENCE_PROXY_ASYNC, loc=o.loc))
                         out.append(ir.Operation(SimtOp.BARRIER, loc=o.loc))
                         self.count += 1

@@ -200,10 +200,18 @@ class SimtOp(enum.Enum):
     #   dim order) -> (): cp.async.bulk.tensor of the map's box at element ``coords`` into shared
     #   byte address dst (the box row-major, swizzled over the map's span), completing its bytes
     #   on ``bar``; elements outside the array are zeros                        TmaAttrs
+    TMA_STORE = enum.auto()          # (map, src, issue, *coords: i32 n=1 each, in the array's dim
+    #   order) -> (): cp.async.bulk.tensor of the map's box from shared byte address src (row-major,
+    #   swizzled over the map's span) to the array at element ``coords``; elements outside the
+    #   array are not written.  The copy reads the shared bytes until its thread's TMA_STORE_WAIT
+    #   (``passes.lower_memory.tma_store``)                                        TmaAttrs
+    TMA_STORE_WAIT = enum.auto()     # (issue) -> (): the issuing thread commits its TMA_STOREs as a
+    #   bulk group and waits until they have read their shared bytes (cp.async.bulk.wait_group.read 0)
 
 
 TMA_OPS = (SimtOp.MBARRIER_INIT, SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL,
            SimtOp.MBARRIER_ARRIVE, SimtOp.FENCE_MBARRIER_INIT, SimtOp.TMA_LOAD, SimtOp.SETMAXNREG)
+TMA_STORE_OPS = (SimtOp.TMA_STORE, SimtOp.TMA_STORE_WAIT)
 
 
 @dataclass(frozen=True)
@@ -429,6 +437,11 @@ _SPECS = {
     SimtOp.TMA_LOAD: lambda o: None if isinstance(o.operands[0].type, MapType)
     and len(o.operands) == 4 + len(o.attrs.box) and all(_n(x) == 1 for x in o.operands[1:])
     and o.operands[3].type.dtype.is_bool else "TMA_LOAD takes (map, dst, bar, issue: bool, *coords), one register each",
+    SimtOp.TMA_STORE: lambda o: None if isinstance(o.operands[0].type, MapType)
+    and len(o.operands) == 3 + len(o.attrs.box) and all(_n(x) == 1 for x in o.operands[1:])
+    and o.operands[2].type.dtype.is_bool else "TMA_STORE takes (map, src, issue: bool, *coords), one register each",
+    SimtOp.TMA_STORE_WAIT: lambda o: None if len(o.operands) == 1 and _n(o.operands[0]) == 1
+    and o.operands[0].type.dtype.is_bool else "TMA_STORE_WAIT takes (issue: bool)",
     **{op: (lambda o: None if len(o.operands) == 2 and all(_n(x) == 1 for x in o.operands)
             else f"{o.op.name} takes (bar, issue or parity), one register each")
        for op in (SimtOp.MBARRIER_INIT, SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL,

@@ -95,7 +95,11 @@ class Machine(AsyncOps):
                 self.epochs = emulate_tma.ConsumerEpochs(c, self.shared_bytes)
                 self.unordered = np.zeros((c, self.shared_bytes), bool)   # written since the last cluster barrier
                 self.remote_reads = False                # another CTA's bytes read since then
+                self.bulk_reads = []                     # (CTA row, shared bytes) TMA_STOREs still read
                 self.block(self.fn.body, Frame({}, np.arange(c)))
+                if self.bulk_reads:
+                    raise EmulatorError(f"kernel '{self.fn.name}' ends before the TMA_STORE_WAIT of a TMA_STORE: "
+                                        "its CTA's shared memory may be reused while the copy reads it")
                 if self.remote_reads:
                     raise EmulatorError(f"kernel '{self.fn.name}' ends without a cluster barrier after reading "
                                         "another CTA's shared memory: that CTA may already have left")
@@ -276,6 +280,8 @@ class Machine(AsyncOps):
         if self.wgmma_groups or self.wgmma_open:
             self.check_wgmma_reads(o, f, addr[..., None] + np.arange(dt.itemsize))
         rows, addr = self.shared_index(o, f, addr, dt.itemsize)
+        if self.bulk_reads:
+            self.check_bulk_reads(o, rows, addr)
         self.race(o, f, rows, addr, self.writer, "written by")
         self.race(o, f, rows, addr, self.reader, "read by")
         self.mark(self.writer, rows, addr)

@@ -276,20 +276,54 @@ class AsyncOps:
 
     op_FENCE_MBARRIER_INIT = op_WGMMA_FENCE
 
+    def box_bytes(self, o, tmap, start: int) -> np.ndarray:
+        """The shared byte addresses of a TMA copy's box at ``start`` (swizzled), once its map
+        and address are checked."""
+        if not tmap.usable:
+            raise EmulatorError(f"{o.op.name} through the tensor map of '{tmap.array.name}', which breaks TMA's "
+                                f"rules (the runtime passes zeros): the kernel must not copy through it")
+        if start % 128 or start < 0 or start + tmap.nbytes > self.shared_bytes:
+            raise EmulatorError(f"{o.op.name}: shared address not 128-byte aligned or out of range")
+        return emulate_tma.swizzle(start + np.arange(tmap.nbytes), tmap.desc.swizzle)
+
+    def op_TMA_STORE(self, o, f):
+        """Writes the array at issue; the shared bytes stay *being read* until the issuing
+        thread's TMA_STORE_WAIT (``bulk_reads``): writing them before that is a race."""
+        tmap, src = f[o.operands[0]], f[o.operands[1]]
+        coords = [f[x] for x in o.operands[3:]]
+        for c, row, t in self.issuers(o, f, 2):
+            addrs = self.box_bytes(o, tmap, int(src[c, t, 0]))
+            self.check_landed(o, np.full(addrs.shape, row), addrs)
+            if self.race_check and (self.writer[row, addrs] != -1).any():
+                raise EmulatorError("shared-memory race: TMA_STORE reads bytes written since the last BARRIER "
+                                    "(and its proxy fence)")
+            try:
+                tmap.store_box(tuple(int(x[c, t, 0]) for x in coords), self.shared[row, addrs])
+            except emulate_tma.TmaError as e:
+                raise EmulatorError(str(e)) from None
+            self.bulk_reads.append((row, addrs))
+
+    def op_TMA_STORE_WAIT(self, o, f):
+        done = {row for _, row, _ in self.issuers(o, f, 0)}
+        self.bulk_reads = [(row, addrs) for row, addrs in self.bulk_reads if row not in done]
+
+    def check_bulk_reads(self, o, rows, addr) -> None:
+        """Writing shared bytes a TMA_STORE still reads (before its TMA_STORE_WAIT) is a race."""
+        for row, read in self.bulk_reads:
+            if np.isin(addr[rows == row], read).any():
+                raise EmulatorError(f"shared-memory race: {o.op.name} writes bytes a TMA_STORE still reads "
+                                    f"(before its TMA_STORE_WAIT)")
+
     def op_TMA_LOAD(self, o, f):
         tmap = f[o.operands[0]]
         dst, bar = f[o.operands[1]], f[o.operands[2]]
         coords = [f[x] for x in o.operands[4:]]
         for c, row, t in self.issuers(o, f, 3):
-            if not tmap.usable:
-                raise EmulatorError(f"TMA_LOAD through the tensor map of '{tmap.array.name}', which breaks TMA's "
-                                    f"rules (the runtime passes zeros): the kernel must not copy through it")
+            addrs = self.box_bytes(o, tmap, int(dst[c, t, 0]))
             data = tmap.box(tuple(int(x[c, t, 0]) for x in coords))
-            start = int(dst[c, t, 0])
-            if start % 128 or start < 0 or start + len(data) > self.shared_bytes:
-                raise EmulatorError("TMA_LOAD: shared destination not 128-byte aligned or out of range")
-            addrs = emulate_tma.swizzle(start + np.arange(len(data)), tmap.desc.swizzle)
             cta = np.full(addrs.shape, row)
+            if self.bulk_reads:
+                self.check_bulk_reads(o, np.full(addrs.shape, row), addrs)
             if self.mbarriers.pending[row, addrs].any():
                 raise EmulatorError("TMA_LOAD overwrites bytes of an earlier copy no thread has waited for "
                                     "(a ring slot refilled before its consumers released it)")

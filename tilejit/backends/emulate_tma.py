@@ -47,18 +47,36 @@ class EmulatedMap:
         self.usable = tiled_args(array.address, a.shape, strides, desc.dtype, desc.box, desc.swizzle) is not None
         self.nbytes = int(np.prod(desc.box)) * a.itemsize
 
+    def _clip(self, coords: tuple):
+        """(the array's slices, the box's slices) of the part of the box at ``coords`` inside the
+        array; None when none of it is."""
+        src, dst = [], []
+        for c, n, size in zip(coords, self.desc.box, self.array.array.shape):
+            lo, hi = max(c, 0), min(c + n, size)
+            if lo >= hi:
+                return None
+            src.append(slice(lo, hi))
+            dst.append(slice(lo - c, hi - c))
+        return tuple(src), tuple(dst)
+
+    def store_box(self, coords: tuple, data: np.ndarray) -> None:
+        """Write the box at element ``coords`` from ``data`` (its bytes, row-major); elements
+        outside the array are dropped."""
+        a = self.array.array
+        if not a.flags.writeable:
+            raise TmaError(f"argument '{self.array.name}' is stored to but is read-only")
+        box = np.ascontiguousarray(data).view(a.dtype).reshape(self.desc.box)
+        parts = self._clip(coords)
+        if parts is not None:
+            a[parts[0]] = box[parts[1]]
+
     def box(self, coords: tuple) -> np.ndarray:
         """The box at element ``coords`` as bytes, row-major; zeros outside the array."""
         a = self.array.array
         out = np.zeros(self.desc.box, a.dtype)
-        src, dst = [], []
-        for c, n, size in zip(coords, self.desc.box, a.shape):
-            lo, hi = max(c, 0), min(c + n, size)
-            if lo >= hi:
-                return np.ascontiguousarray(out).view(np.uint8).ravel()
-            src.append(slice(lo, hi))
-            dst.append(slice(lo - c, hi - c))
-        out[tuple(dst)] = a[tuple(src)]
+        parts = self._clip(coords)
+        if parts is not None:
+            out[parts[1]] = a[parts[0]]
         return np.ascontiguousarray(out).view(np.uint8).ravel()
 
 

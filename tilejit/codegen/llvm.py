@@ -463,6 +463,16 @@ class KernelEmitter:
         with self.b.if_then(issue):
             mma.tma_load(self.b, tmap, shared_pointer(self.ctx, dst), shared_pointer(self.ctx, bar), coords)
 
+    def op_TMA_STORE(self, op):
+        tmap, src, issue = (self.get(v)[0] for v in op.operands[:3])
+        coords = [self.get(v)[0] for v in reversed(op.operands[3:])]      # innermost first
+        with self.b.if_then(issue):
+            mma.tma_store(self.b, tmap, shared_pointer(self.ctx, src), coords)
+
+    def op_TMA_STORE_WAIT(self, op):
+        with self.b.if_then(self.get(op.operands[0])[0]):
+            mma.tma_store_wait(self.b)
+
     def op_BARRIER(self, op):
         if op.operands:          # one program's warps of a CTA that holds several (pack_programs)
             self.ctx.call("llvm.nvvm.barrier.cta.sync.aligned.count", ir.VoidType(),
@@ -603,7 +613,7 @@ HOPPER_ONLY = (simt.SimtOp.WGMMA, simt.SimtOp.WGMMA_FENCE, simt.SimtOp.WGMMA_COM
                simt.SimtOp.WGMMA_WAIT, simt.SimtOp.FENCE_PROXY_ASYNC, simt.SimtOp.TMA_LOAD,
                simt.SimtOp.MBARRIER_INIT, simt.SimtOp.MBARRIER_EXPECT_TX, simt.SimtOp.MBARRIER_WAIT,
                simt.SimtOp.MBARRIER_INVAL, simt.SimtOp.FENCE_MBARRIER_INIT, simt.SimtOp.MBARRIER_ARRIVE,
-               simt.SimtOp.SETMAXNREG)
+               simt.SimtOp.SETMAXNREG, *simt.TMA_STORE_OPS)
 
 
 def emit_module(simt_fn: simt.Function, target: str = "sm_90a") -> ir.Module:

@@ -256,6 +256,20 @@ def tma_load(builder: ir.IRBuilder, tensor_map: ir.Value, dst: ir.Value, bar: ir
     _void_asm(builder, text, "r,l,r" + ",r" * rank + ",~{memory}", [dst, tensor_map, bar, *coords])
 
 
+def tma_store(builder: ir.IRBuilder, tensor_map: ir.Value, src: ir.Value, coords: list) -> None:
+    """``cp.async.bulk.tensor`` shared -> global of one box at ``coords`` (innermost first), in
+    this thread's current bulk group."""
+    rank = len(coords)
+    places = ", ".join(f"${2 + i}" for i in range(rank))
+    text = f"cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group [$0, {{{places}}}], [$1];"
+    _void_asm(builder, text, "l,r" + ",r" * rank + ",~{memory}", [tensor_map, src, *coords])
+
+
+def tma_store_wait(builder: ir.IRBuilder) -> None:
+    """Commit this thread's bulk copies as a group and wait until they have read shared memory."""
+    _void_asm(builder, "cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;", "~{memory}", [])
+
+
 def mbarrier_arrive(builder: ir.IRBuilder, bar: ir.Value) -> None:
     _void_asm(builder, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
 
