@@ -91,6 +91,8 @@ class Options:
     warp_specialize: bool | str = "auto"   # a producer warpgroup issues a TMA loop's copies where measured
                                 # faster ("auto"; True: wherever it applies, TILEJIT_WS=1; False: never, =0)
     cluster: bool = True        # long rows split over a thread-block cluster on sm_90 (TILEJIT_CLUSTER=0: off)
+    tma_store: bool | str = "auto"   # epilogues copied out by TMA where they apply ("auto": the measured
+                                # default, ``plan_stores.TMA_STORES``; TILEJIT_TMA_STORE=1 / =0: on / off)
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ PIPELINE = [
     Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages, opt.tma), "tile"),
-    Stage("plan_stores", lambda fn, opt: plan_stores(fn, opt.target, opt.tma), "tile"),
+    Stage("plan_stores", lambda fn, opt: plan_stores(fn, opt.target, opt.tma and opt.tma_store), "tile"),
     Stage("lower_to_simt", lambda fn, opt: lower_to_simt(fn, opt.num_warps), "simt"),
     Stage("coarsen_programs", lambda fn, opt: coarsen.coarsen_programs(fn, 1 if opt.pack or opt.programs_per_cta
                                                                         else coarsen.COARSEN), "simt"),
@@ -157,13 +159,13 @@ def compile_to_simt(tile_fn: ir.Function, num_warps: int = 4, target: str = "sm_
                     verify: bool = False, num_stages: int | None = None, fast_math: bool = False,
                     pack: bool = False, programs_per_cta: int | None = None, debug: bool = False,
                     persist: bool | str = True, tma: bool = True, warp_specialize: bool | str = "auto",
-                    cluster: bool = True) -> ir.Function:
+                    cluster: bool = True, tma_store: bool | str = "auto") -> ir.Function:
     """Run the pipeline on a copy of ``tile_fn`` (which is left untouched)."""
     if num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
     pack = pack and small_program(tile_fn, num_warps)               # several tiny programs per CTA
     options = Options(num_warps, target, wgmma, verify, num_stages, pack, programs_per_cta, debug, persist, tma,
-                      warp_specialize, cluster)
+                      warp_specialize, cluster, tma_store)
     fn = clone_function(tile_fn)
     if dump:
         dump("input", stage_text(fn, "tile"))

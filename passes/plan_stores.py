@@ -1,7 +1,7 @@
 """TMA stores: which tile STOREs one thread copies out with ``cp.async.bulk.tensor`` instead of
 every thread storing its registers.
 
-    plan_stores(fn, target="sm_90a", tma=True) -> fn      fn.meta["store_plans"]: plans.StorePlans
+    plan_stores(fn, target="sm_90a", tma="auto") -> fn      fn.meta["store_plans"]: plans.StorePlans
 
 A tensor-core accumulator written to memory in a 16-bit (or 8-bit) dtype holds too few
 neighbouring bytes per thread for whole 32-byte sectors, so the threads' stores go through a
@@ -32,9 +32,11 @@ TMA_STORES = False
 _MEMORY = (TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC)
 
 
-def plan_stores(fn: ir.Function, target: str = "sm_90a", tma: bool = True) -> ir.Function:
+def plan_stores(fn: ir.Function, target: str = "sm_90a", tma: bool | str = "auto") -> ir.Function:
+    """``tma``: True plans TMA stores wherever they apply, False nowhere, "auto" where measured
+    faster (``TMA_STORES``)."""
     plans = StorePlans()
-    if TMA_STORES and tma and target == "sm_90a":
+    if (TMA_STORES if tma == "auto" else tma) and target == "sm_90a":
         for o in fn.body.ops:
             plan = store_plan(fn, o) if o.op is TileOp.STORE else None
             if plan is not None:

@@ -102,7 +102,9 @@ def test_the_env_switch_is_read_at_the_api_edge_and_keys_both_caches(monkeypatch
     monkeypatch.delenv("TILEJIT_TMA", raising=False)
     monkeypatch.delenv("TILEJIT_WS", raising=False)
     monkeypatch.delenv("TILEJIT_CLUSTER", raising=False)
-    on = {"wgmma": True, "tma": True, "warp_specialize": "auto", "pack": True, "cluster": True, "persist": True}
+    monkeypatch.delenv("TILEJIT_TMA_STORE", raising=False)
+    on = {"wgmma": True, "tma": True, "warp_specialize": "auto", "pack": True, "cluster": True, "persist": True,
+          "tma_store": "auto"}
     assert compile_switches() == tuple(on.items())
     KERNEL.compile((spec, spec, out), consts, 4, "spy")
     monkeypatch.setenv("TILEJIT_WGMMA", "0")

@@ -47,14 +47,17 @@ def compile_switches() -> tuple[tuple[str, bool], ...]:
     gives every TMA loop's copies to a producer warpgroup (``=0``: none; unset: where measured faster),
     ``TILEJIT_PACK=0`` runs one program per CTA, ``TILEJIT_CLUSTER=0`` never splits a long row over a
     thread-block cluster, ``TILEJIT_PERSIST=0`` never loops a CTA over
-    programs (``=always``: wherever it can, not only where it was measured faster)."""
+    programs (``=always``: wherever it can, not only where it was measured faster),
+    ``TILEJIT_TMA_STORE=1`` copies every epilogue it can out by TMA (``=0``: none; unset: where
+    measured faster)."""
     persist = os.environ.get("TILEJIT_PERSIST", "1").strip().lower()
     return (("wgmma", os.environ.get("TILEJIT_WGMMA", "1").strip() != "0"),
             ("tma", os.environ.get("TILEJIT_TMA", "1").strip() != "0"),
             ("warp_specialize", {"1": True, "0": False}.get(os.environ.get("TILEJIT_WS", "").strip(), "auto")),
             ("pack", os.environ.get("TILEJIT_PACK", "1").strip() != "0"),
             ("cluster", os.environ.get("TILEJIT_CLUSTER", "1").strip() != "0"),
-            ("persist", "always" if persist == "always" else persist != "0"))
+            ("persist", "always" if persist == "always" else persist != "0"),
+            ("tma_store", {"1": True, "0": False}.get(os.environ.get("TILEJIT_TMA_STORE", "").strip(), "auto")))
 
 
 def verify_switch() -> bool:

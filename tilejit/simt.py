@@ -349,10 +349,12 @@ def parse_type(text: str):
 
 
 def copy_engines(fn: Function) -> tuple:
-    """How the kernel's pipelined loops fill their rings: "tma" and/or "cp.async" (``inspect()``
-    shows it: a launch whose arrays TMA cannot describe gets cp.async)."""
+    """How the kernel's pipelined loops fill their rings: "tma" and/or "cp.async", and "tma store"
+    where an epilogue is copied out by TMA (``inspect()`` shows it: a launch whose arrays TMA
+    cannot describe gets cp.async and the threads' stores)."""
     ops = {o.op for o in fn.walk()}
-    return tuple(name for name, op in (("tma", SimtOp.TMA_LOAD), ("cp.async", SimtOp.CP_ASYNC)) if op in ops)
+    return tuple(name for name, op in (("tma", SimtOp.TMA_LOAD), ("cp.async", SimtOp.CP_ASYNC),
+                                       ("tma store", SimtOp.TMA_STORE)) if op in ops)
 
 
 def assert_sites(fn: Function) -> list:
