@@ -26,8 +26,11 @@ from tilejit.passes.assign_layouts import array_spec, is_tile
 from tilejit.passes.plans import StorePlan, StorePlans
 from tilejit.passes.tma import ATOM_BYTES, MAX_BOX, TmaCopy
 
-# The switch (benchmarks/switch_probe.py): True plans TMA stores where they apply, False keeps
-# every STORE on the threads' stores.  Off until measured on the GPU.
+# The default where ``TILEJIT_TMA_STORE`` is unset: True plans TMA stores where they apply, False
+# keeps every STORE on the threads' stores.  Measured on the H200 (2026-12-04, session 11,
+# scripts/gpu_m16.sh, bf16 GEMM 128x256x64 at 3 and 4 stages): 740 / 739, 720 / 737, 779 / 782
+# TFLOP/s at 4096^3 / 8192^3 / M4096 N4096 K14336 against 743 / 742, 745 / 723, 743 / 761 with the
+# threads' stores: within the noise, so False.
 TMA_STORES = False
 _MEMORY = (TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC)
 

@@ -40,9 +40,10 @@ PREFETCH_ELEMENTS = 1024        # a (128, 1) scale column, a (1, 256) row of zer
 # before it): one iteration ahead takes what there is, deeper only holds more registers.
 PREFETCH_AHEAD = 1
 # The switch: True also prefetches loads that reach a DOT operand through arithmetic (a
-# quantised GEMM's group scales and zero points).  Off: not measured yet, and it raises the
-# W4A16 example's registers (ptxas: 225 -> 247 at 16x128x128, 168 -> 194 at 16x64x128, one CTA
-# per SM fewer there); scripts/probes/w4_prefetch.txt is the A/B.
+# quantised GEMM's group scales and zero points).  Off: it raises the W4A16 example's registers
+# (ptxas: 225 -> 247 at 16x128x128, 168 -> 194 at 16x64x128, one CTA per SM fewer there), and
+# measured on the H200 (2026-12-04, session 11, scripts/probes/w4_prefetch.txt) it was 8% slower
+# at M1 (59.3 / 166.6 against 54.5 / 154.4 us at N 8192 / 28672) and the same at M64.
 PREFETCH_DEQUANTISED = False
 _FEEDS = (TileOp.DOT, TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC, TileOp.FOR, TileOp.WHILE, TileOp.IF)
 
