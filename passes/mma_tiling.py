@@ -61,11 +61,14 @@ class DotConfig:
     def row_bytes(self, tile: SharedTile) -> int:
         """Bytes per row of the ldmatrix form of shared tile ``tile``: A (M x K), B (K x N) or
         B stored N x K (B_NK)."""
+        if tile is SharedTile.A_MN_ATOMS:           # K rows of M (no ldmatrix form)
+            return self.m * self.ab_dtype.itemsize
         return (self.k if tile.k_major else self.n) * self.ab_dtype.itemsize
 
     def tile_bytes(self, tile: SharedTile) -> int:
         """Bytes of the shared tile ``tile`` (its atom form holds as many)."""
-        rows = {SharedTile.A: self.m, SharedTile.B: self.k, SharedTile.B_NK: self.n}[tile.ldmatrix]
+        rows = {SharedTile.A: self.m, SharedTile.B: self.k, SharedTile.B_NK: self.n,
+                SharedTile.A_MN_ATOMS: self.k}[tile.ldmatrix]
         return rows * self.row_bytes(tile)
 
 

@@ -167,16 +167,18 @@ def ring_plans(facts: "Facts", o: ir.Operation, default_stages: int = DEFAULT_ST
         on_wgmma = facts.dot_plans.family(dot) is DotFamily.WGMMA
         for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
             src = ring_source(facts.fn, facts.multiples, dot, v, body, uses)
-            if src is None or (src.n_major and tile is SharedTile.A):
+            if src is None or (src.n_major and tile is SharedTile.A and not on_wgmma):
                 continue
-            if src.n_major:
-                tile = SharedTile.B_NK
+            if src.n_major:                     # through a transpose: B as N x K, A as K x M (wgmma)
+                tile = SharedTile.A_MN_ATOMS if tile is SharedTile.A else SharedTile.B_NK
             if on_wgmma:                        # the tile layouts wgmma reads (passes.wgmma)
                 tile = wgmma.ring_layout(tile, cfg)
             mine.append(RingPlan(src.load, tile, dot, v, src.chain, src.offsets, on_wgmma))
         if on_wgmma and not wgmma.sources_ready(facts, dot, cfg, {r.operand for r in mine}, facts.staged):
             # wgmma needs each operand in shared (a ring, or staged before the loop) or A in
             # registers; otherwise the DOT runs on mma.sync and its rings keep ldmatrix layouts
-            mine = [dataclasses.replace(r, tile=r.tile.ldmatrix, wgmma=False) for r in mine]
+            # (an M-major A has no ldmatrix form: its load is not ringed then)
+            mine = [dataclasses.replace(r, tile=r.tile.ldmatrix, wgmma=False) for r in mine
+                    if r.tile is not SharedTile.A_MN_ATOMS]
         out += mine
     return out

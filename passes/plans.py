@@ -36,15 +36,18 @@ class SharedTile(enum.Enum):
     A_ATOMS = "a_atoms"            # A in K-major atoms (rows wider than 128 bytes), wgmma only
     B_ATOMS = "b_atoms"            # B N-major in 64-column atoms, wgmma only
     B_NK_ATOMS = "b_nk_atoms"      # B stored N x K in atoms (rows wider than 128 bytes), wgmma only
+    A_MN_ATOMS = "a_mn_atoms"      # A stored K x M (a ``tj.trans(x)`` operand) in 64-column atoms,
+                                   # M-major, wgmma only (its transposed-A form)
 
     @property
     def atoms(self) -> bool:
         """Only wgmma can read it (ldmatrix cannot)."""
-        return self in (SharedTile.A_ATOMS, SharedTile.B_ATOMS, SharedTile.B_NK_ATOMS)
+        return self in (SharedTile.A_ATOMS, SharedTile.B_ATOMS, SharedTile.B_NK_ATOMS, SharedTile.A_MN_ATOMS)
 
     @property
     def ldmatrix(self) -> "SharedTile":
-        """The ldmatrix form of the same tile (itself for the ldmatrix forms)."""
+        """The ldmatrix form of the same tile (itself for the ldmatrix forms, and for A_MN_ATOMS,
+        which has none: such a ring is dropped where its DOT falls back to mma.sync)."""
         return _LDMATRIX.get(self, self)
 
     @property
@@ -55,7 +58,7 @@ class SharedTile(enum.Enum):
     @property
     def wgmma_a(self) -> bool:
         """wgmma can read it as its A operand."""
-        return self in (SharedTile.A, SharedTile.A_ATOMS)
+        return self in (SharedTile.A, SharedTile.A_ATOMS, SharedTile.A_MN_ATOMS)
 
     @property
     def wgmma_b(self) -> bool:

@@ -61,7 +61,7 @@ def ring_layout(tile: SharedTile, cfg) -> SharedTile:
     ``tile`` the mma.sync path would give it."""
     if tile is SharedTile.B:
         return SharedTile.B_ATOMS
-    if cfg.k * cfg.ab_dtype.itemsize <= ATOM_BYTES:
+    if tile is SharedTile.A_MN_ATOMS or cfg.k * cfg.ab_dtype.itemsize <= ATOM_BYTES:
         return tile
     return {SharedTile.A: SharedTile.A_ATOMS, SharedTile.B_NK: SharedTile.B_NK_ATOMS}[tile]
 
@@ -103,7 +103,8 @@ def kmajor_step(kk: int, rows: int, row_bytes: int, item: int) -> int:
 def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int, inside: set,
               multiples, uses: dict) -> bool:
     """Whether ``dot`` (in loop ``body``) can run on wgmma: A a ring source of the loop
-    (``ring_sources``), defined before it (staged once) or computed from another DOT's
+    (``ring_sources``; through a transpose too, as wgmma's M-major A, except in float8),
+    defined before it (staged once) or computed from another DOT's
     accumulator (registers); B a ring source, plain (N-major, whole 64-column atoms) or
     transposed (K-major)."""
     a_v, b_v = dot.operands[:2]
@@ -116,7 +117,7 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
         return False
     fp8 = a.dtype in FP8                # float8 wgmma reads both operands K-major from shared memory
     a_src = ring_source(fn, multiples, dot, a_v, body, uses)
-    a_ok = (a_src is not None and not a_src.n_major) or a_v not in inside \
+    a_ok = (a_src is not None and (not a_src.n_major or not fp8)) or a_v not in inside \
         or (not fp8 and source_dot(a_v, a.shape) is not None)
     b_src = ring_source(fn, multiples, dot, b_v, body, uses)
     b_ok = b_src is not None and (kmajor_rows_ok(k * item) if b_src.n_major
@@ -175,29 +176,32 @@ def atom_table(rows, cols_bytes, k_rows: int):
 
 
 def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -> ir.Value:
-    """The DOT ``o`` as wgmma over its k steps.  ``a_src`` is A's K-major shared tile (A or
-    A_ATOMS) or ``[kk][0]`` register fragments; ``b_src`` is B's tile: B_ATOMS (N-major) or
-    B_NK / B_NK_ATOMS (K-major)."""
+    """The DOT ``o`` as wgmma over its k steps.  ``a_src`` is A's shared tile (K-major: A or
+    A_ATOMS; M-major: A_MN_ATOMS) or ``[kk][0]`` register fragments; ``b_src`` is B's tile:
+    B_ATOMS (N-major) or B_NK / B_NK_ATOMS (K-major)."""
     item = cfg.ab_dtype.itemsize
     kind = KINDS[cfg.ab_dtype.name]
     acc = lw.get(o.operands[2], cfg.acc_layout)
     k_row = cfg.k * item
     a_regs = isinstance(a_src, list)
     n_major = b_src.tile is SharedTile.B_ATOMS
+    m_major = not a_regs and a_src.tile is SharedTile.A_MN_ATOMS
     b_span = ATOM_BYTES if n_major else kmajor_span(k_row)
-    attrs = simt.WgmmaAttrs(kind, cfg.n, kmajor_span(k_row), n_major, b_span,
+    attrs = simt.WgmmaAttrs(kind, cfg.n, ATOM_BYTES if m_major else kmajor_span(k_row), n_major, b_span,
                             cfg.k * ATOM_BYTES if n_major else 0,
-                            (None if a_regs else a_src.buffer, b_src.buffer), a_regs)
-    if not a_regs:                 # warpgroup g reads rows 64g.. (each row one span apart)
+                            (None if a_regs else a_src.buffer, b_src.buffer), a_regs, m_major)
+    if not a_regs:                 # warpgroup g reads rows 64g.. (each row one span apart; M-major:
+        # atom g, k rows of 128 bytes)
         group = lw.ew(TileOp.SHR, [lw.thread_id("warp"), lw.const(I32, [2])], I32)
-        a_base = lw.ew(TileOp.ADD, [a_src.base, lw.ew(TileOp.MUL, [group, lw.const(I32, [64 * kmajor_span(k_row)])],
-                                                    I32)], I32)
+        per_group = cfg.k * ATOM_BYTES if m_major else 64 * kmajor_span(k_row)
+        a_base = lw.ew(TileOp.ADD, [a_src.base, lw.ew(TileOp.MUL, [group, lw.const(I32, [per_group])], I32)], I32)
     lw.emit(SimtOp.WGMMA_FENCE, [])
     for kk in range(cfg.k * item // K_STEP_BYTES):
         if a_regs:
             a = a_src[kk][0]
         else:
-            a = lw.ew(TileOp.ADD, [a_base, lw.const(I32, [kmajor_step(kk, cfg.m, k_row, item)])], I32)
+            step = kk * 16 * ATOM_BYTES if m_major else kmajor_step(kk, cfg.m, k_row, item)
+            a = lw.ew(TileOp.ADD, [a_base, lw.const(I32, [step])], I32)
         step = kk * 16 * ATOM_BYTES if n_major else kmajor_step(kk, cfg.n, k_row, item)
         b = lw.ew(TileOp.ADD, [b_src.base, lw.const(I32, [step])], I32)
         acc = lw.emit(SimtOp.WGMMA, [acc, a, b], RegType(D.float32, cfg.n // 2), attrs).result

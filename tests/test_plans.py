@@ -159,9 +159,10 @@ def test_stages_1_turns_pipelining_off():
 
 
 def test_shared_tile_properties():
-    assert {t for t in SharedTile if t.atoms} == {SharedTile.A_ATOMS, SharedTile.B_ATOMS, SharedTile.B_NK_ATOMS}
-    assert all(not t.ldmatrix.atoms for t in SharedTile)
-    assert {t for t in SharedTile if t.wgmma_a} == {SharedTile.A, SharedTile.A_ATOMS}
+    assert {t for t in SharedTile if t.atoms} == {SharedTile.A_ATOMS, SharedTile.B_ATOMS, SharedTile.B_NK_ATOMS,
+                                                   SharedTile.A_MN_ATOMS}
+    assert [t for t in SharedTile if t.ldmatrix.atoms] == [SharedTile.A_MN_ATOMS]     # (no ldmatrix form)
+    assert {t for t in SharedTile if t.wgmma_a} == {SharedTile.A, SharedTile.A_ATOMS, SharedTile.A_MN_ATOMS}
     assert {t for t in SharedTile if t.wgmma_b} == {SharedTile.B_ATOMS, SharedTile.B_NK, SharedTile.B_NK_ATOMS}
     assert {t for t in SharedTile if t.k_major} == {SharedTile.A, SharedTile.A_ATOMS, SharedTile.B_NK,
                                                      SharedTile.B_NK_ATOMS}

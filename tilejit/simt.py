@@ -288,6 +288,8 @@ class WgmmaAttrs(Attrs):
     b_atom_bytes: int = 0         # N-major: bytes from one 64-column atom of B to the next
     buffers: tuple = ()           # the SHARED_ALLOC buffers read (A's, B's)
     a_regs: bool = False          # A from registers (4 x i32, the mma.sync A fragment) instead
+    a_m_major: bool = False       # A stored k rows of m (M-major: one 128-byte atom of 64 rows per
+    #   warpgroup, a_row_bytes 128, SW128; the transposed-A form, imm-trans-a 1)
 
 
 @dataclass(frozen=True)

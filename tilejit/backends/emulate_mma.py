@@ -277,11 +277,14 @@ def wgmma_operand_addresses(start: int, attrs, operand: ML.Operand, n: int) -> n
     """Byte address of every element of a wgmma operand as its descriptor lays it out: A is
     (64, 16), B is (16, n).  K-major tiles have rows of ``row_bytes`` (8-row groups 8 rows
     apart: SBO = 8 * row_bytes); an N-major B has k rows of 128-byte atoms, each atom 64
-    columns wide and ``b_atom_bytes`` from the next (LBO)."""
+    columns wide and ``b_atom_bytes`` from the next (LBO); an M-major A (``a_m_major``) has k
+    rows of one such atom."""
     item = wgmma_item(attrs)
     ks = 32 // item                     # one instruction's K: 16, or 32 float8
     if operand is ML.Operand.A:
         m, k = np.meshgrid(np.arange(64), np.arange(ks), indexing="ij")
+        if getattr(attrs, "a_m_major", False):      # k rows of one 128-byte atom of 64 rows
+            return swizzled_address(start + k * attrs.a_row_bytes + m * item, attrs.a_row_bytes)
         return swizzled_address(start + m * attrs.a_row_bytes + k * item, attrs.a_row_bytes)
     k, col = np.meshgrid(np.arange(ks), np.arange(n), indexing="ij")
     span = attrs.b_row_bytes

@@ -406,13 +406,14 @@ class KernelEmitter:
     def op_WGMMA(self, op):
         acc, a, b = (self.get(v) for v in op.operands)
         at = op.attrs
-        if not at.a_regs:         # K-major A: LBO unused (16), SBO eight rows
+        if not at.a_regs:         # K-major A: LBO unused (16), SBO eight rows; M-major A: one
+            # 64-row atom per warpgroup (LBO, the next atom along M, unused), SBO eight k rows
             a = mma.matrix_descriptor(self.b, shared_pointer(self.ctx, a[0]), 16,
                                               8 * at.a_row_bytes, at.a_row_bytes)
         lbo = at.b_atom_bytes if at.b_n_major else 16   # N-major: one 64-column atom to the next
         desc_b = mma.matrix_descriptor(self.b, shared_pointer(self.ctx, b[0]), lbo,
                                                8 * at.b_row_bytes, at.b_row_bytes)
-        self.set(op.result, mma.wgmma(self.b, acc, a, desc_b, at.kind, at.n, at.b_n_major))
+        self.set(op.result, mma.wgmma(self.b, acc, a, desc_b, at.kind, at.n, at.b_n_major, at.a_m_major))
 
     def op_WGMMA_FENCE(self, op):
         mma.wgmma_fence(self.b)

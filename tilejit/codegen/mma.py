@@ -159,16 +159,16 @@ def matrix_descriptor(builder: ir.IRBuilder, shared_ptr: ir.Value, lbo: int, sbo
 
 
 def wgmma(builder: ir.IRBuilder, acc: list[ir.Value], a: ir.Value | list[ir.Value], desc_b: ir.Value,
-          kind: str, n: int, b_n_major: bool) -> list[ir.Value]:
+          kind: str, n: int, b_n_major: bool, a_m_major: bool = False) -> list[ir.Value]:
     """``wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<kind>.<kind>``, D = A @ B + D, B from shared
     memory (a descriptor) and A from shared memory (``a`` a descriptor) or registers (``a`` four
     i32, the mma.sync A fragment of the warp's 16 rows).  LLVM 22 has no intrinsic for it
     (NVVM.md), so it is inline PTX with the accumulators tied in and out; ``imm-trans-b`` is 1
-    for an N-major B."""
+    for an N-major B, ``imm-trans-a`` 1 for an M-major A."""
     fp8 = kind in ("e4m3", "e5m2")     # k32, both operands K-major: no transpose operands
     if len(acc) != n // 2 or kind not in ("bf16", "f16", "e4m3", "e5m2"):
         raise ValueError(f"wgmma m64n{n}k{32 if fp8 else 16} .{kind}: needs {n // 2} f32 accumulators, got {len(acc)}")
-    if fp8 and (b_n_major or isinstance(a, list)):
+    if fp8 and (b_n_major or a_m_major or isinstance(a, list)):
         raise ValueError(f"wgmma .{kind} reads both operands K-major from shared memory")
     k = len(acc)
     regs = ", ".join(f"${i}" for i in range(k))
@@ -179,7 +179,8 @@ def wgmma(builder: ir.IRBuilder, acc: list[ir.Value], a: ir.Value | list[ir.Valu
         a_text = "{" + ", ".join(f"${first + i}" for i in range(4)) + "}"
         b_text, tail = f"${first + 4}", f"p, 1, 1, {int(b_n_major)}"
     else:
-        a_text, b_text, tail = f"${first}", f"${first + 1}", "p, 1, 1" if fp8 else f"p, 1, 1, 0, {int(b_n_major)}"
+        a_text, b_text = f"${first}", f"${first + 1}"
+        tail = "p, 1, 1" if fp8 else f"p, 1, 1, {int(a_m_major)}, {int(b_n_major)}"
     asm = ("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
            f"wgmma.mma_async.sync.aligned.m64n{n}k{32 if fp8 else 16}.f32.{kind}.{kind} {{{regs}}}, {a_text}, {b_text}, "
            f"{tail};\n}}")
