@@ -8,7 +8,7 @@ import pytest
 import tilejit as tj
 from tilejit import codegen
 from tilejit.passes.pipeline import PIPELINE, Options, compile_to_simt
-from tilejit.passes.plans import DotFamily, SharedTile
+from tilejit.passes.plans import DotFamily
 from tilejit.simt import SimtOp
 from tilejit.specs import ArraySpec
 
