@@ -54,6 +54,11 @@ K_STEP_BYTES = 32               # one wgmma's K along a K-major row: 16 fp16/bf1
 FP8 = (D.float8e4m3, D.float8e5m2)
 KINDS = {"bfloat16": "bf16", "float16": "f16", "float8e4m3": "e4m3", "float8e5m2": "e5m2"}
 A_ROW_BYTES = (32, 64, 128)     # K-major swizzle spans wgmma supports
+# The switch: True lets a DOT whose A is a transposed load (``C^T = B^T A^T``) read it as
+# wgmma's M-major A (``SharedTile.A_MN_ATOMS``, imm-trans-a); False keeps such DOTs on mma.sync.
+# Off until it has run on the GPU (scripts/gpu_trans_a.sh: the tests, and the small-M probe);
+# the emulator and nvJitLink check it on the CPU.
+TRANSPOSED_A = False
 
 
 def ring_layout(tile: SharedTile, cfg) -> SharedTile:
@@ -103,7 +108,8 @@ def kmajor_step(kk: int, rows: int, row_bytes: int, item: int) -> int:
 def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int, inside: set,
               multiples, uses: dict) -> bool:
     """Whether ``dot`` (in loop ``body``) can run on wgmma: A a ring source of the loop
-    (``ring_sources``; through a transpose too, as wgmma's M-major A, except in float8),
+    (``ring_sources``; through a transpose too, as wgmma's M-major A, with ``TRANSPOSED_A``
+    and not in float8),
     defined before it (staged once) or computed from another DOT's
     accumulator (registers); B a ring source, plain (N-major, whole 64-column atoms) or
     transposed (K-major)."""
@@ -117,7 +123,7 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
         return False
     fp8 = a.dtype in FP8                # float8 wgmma reads both operands K-major from shared memory
     a_src = ring_source(fn, multiples, dot, a_v, body, uses)
-    a_ok = (a_src is not None and (not a_src.n_major or not fp8)) or a_v not in inside \
+    a_ok = (a_src is not None and (not a_src.n_major or (TRANSPOSED_A and not fp8))) or a_v not in inside \
         or (not fp8 and source_dot(a_v, a.shape) is not None)
     b_src = ring_source(fn, multiples, dot, b_v, body, uses)
     b_ok = b_src is not None and (kmajor_rows_ok(k * item) if b_src.n_major

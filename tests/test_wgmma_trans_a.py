@@ -17,6 +17,12 @@ from conftest import assemble_or_skip
 BF16 = ArraySpec(tj.bfloat16, 2)
 
 
+@pytest.fixture(autouse=True)
+def transposed_a(monkeypatch):
+    from tilejit.passes import wgmma
+    monkeypatch.setattr(wgmma, "TRANSPOSED_A", True)
+
+
 @tj.kernel
 def transposed(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
     """C = A @ B computed as C^T = B^T A^T: the weights' BN columns are the product's rows."""
@@ -43,6 +49,14 @@ def test_a_transposed_a_runs_on_wgmma_from_m_major_atoms():
     assert fn.meta["dot_plans"].family(dot) is DotFamily.WGMMA
     [plan] = fn.meta["loop_plans"].values()
     assert sorted(r.tile.name for r in plan.rings) == ["A_MN_ATOMS", "B_NK_ATOMS"]
+
+
+def test_off_by_default_a_transposed_a_stays_on_mma_sync(monkeypatch):
+    from tilejit.passes import wgmma
+    monkeypatch.setattr(wgmma, "TRANSPOSED_A", False)
+    fn = planned((BF16, BF16, BF16), {"BM": 16, "BN": 64, "BK": 128}, 4)
+    [dot] = [o for o in fn.walk() if o in fn.meta["dot_plans"]]
+    assert fn.meta["dot_plans"].family(dot) is DotFamily.MMA_SYNC
 
 
 def test_float8_keeps_its_k_major_operands():

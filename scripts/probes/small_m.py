@@ -1,12 +1,17 @@
 """GPU probe: a small-M GEMM (M rows of activations times K x N weights, bf16) spelled as the
 transposed product C^T = B^T A^T, so that the weights' columns are wgmma's M and the M rows its
 N (n16 / n32: no zero rows in shared memory), against the example matmul and cuBLAS, same run.
-    python3 scripts/probes/small_m.py [M ...]     (N = K = 8192; TILEJIT_WS=1 for a producer warpgroup)"""
+    python3 scripts/probes/small_m.py [M ...]     (N = K = 8192; TILEJIT_WS=1 for a producer warpgroup)
+The transposed-A path is switched on here (``passes.wgmma.TRANSPOSED_A``); use a fresh
+TILEJIT_CACHE_DIR (the cache key does not see module switches)."""
 import sys
 
 sys.path.insert(0, "benchmarks")
 import common  # noqa: E402
 import tilejit as tj  # noqa: E402
+from tilejit.passes import wgmma  # noqa: E402
+
+wgmma.TRANSPOSED_A = True
 
 
 @tj.kernel
