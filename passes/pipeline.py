@@ -44,6 +44,7 @@ from tilejit.passes.shared_memory import MAX_SHARED_BYTES, insert_barriers, plan
 from tilejit.passes import specialise_warps as specialise_module
 from tilejit.passes.specialise_warps import persistable, specialise_warps
 from tilejit.passes.strip_asserts import strip_asserts
+from tilejit.passes.swap_small_dots import swap_small_dots
 from tilejit.passes.uniform_masks import uniform_masks
 from tilejit.passes.warps import loaded_values, small_program
 from tilejit.passes.widen_offsets import widen_offsets
@@ -118,6 +119,7 @@ PIPELINE = [
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
     Stage("hoist_loads", lambda fn, opt: hoist_loads(fn), "tile"),
     Stage("prefetch_loads", lambda fn, opt: prefetch_loads(fn), "tile"),
+    Stage("swap_small_dots", lambda fn, opt: swap_small_dots(fn, opt.num_warps, opt.target, opt.wgmma), "tile"),
     Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
     Stage("plan_loops", lambda fn, opt: plan_loops(fn, opt.num_warps, opt.target, opt.num_stages, opt.tma), "tile"),

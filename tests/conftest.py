@@ -73,3 +73,19 @@ def body_error(body: str, message: str, specs, consts: dict, line: int = 3, head
         compile_source(src, specs, consts, filename)
     assert f"{filename}:{line}" in str(err.value), str(err.value)
     return err.value
+
+
+def emulated_bf16_gemm(fn, m: int, n: int, k: int, bm: int, bn: int, seed: int = 0) -> None:
+    """Run SIMT GEMM ``fn`` (``(a, b, c)``, one program per (bm, bn) block of C) on the emulator
+    on random bfloat16 inputs and check C against the float64 product (bfloat16 rounding)."""
+    import numpy as np
+
+    import tilejit as tj
+    from tilejit.backends import emulate
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
+    b = rng.standard_normal((k, n)).astype(tj.bfloat16.np)
+    c = np.zeros((m, n), tj.bfloat16.np)
+    emulate.run(fn, (-(-m // bm), -(-n // bn)), [a, b, c])
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2**-8, atol=1e-3 * np.abs(ref).max())

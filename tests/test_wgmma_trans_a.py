@@ -12,7 +12,7 @@ from tilejit.passes.plans import DotFamily
 from tilejit.simt import SimtOp
 from tilejit.specs import ArraySpec
 
-from conftest import assemble_or_skip
+from conftest import assemble_or_skip, emulated_bf16_gemm
 
 BF16 = ArraySpec(tj.bfloat16, 2)
 
@@ -73,18 +73,11 @@ def test_float8_keeps_its_k_major_operands():
     (16, 128, 64, 8, 16, 208, 304, True, True),      # a producer warpgroup
 ])
 def test_the_emulated_transposed_gemm_matches_float64(BM, BN, BK, warps, m, n, k, tma, ws):
-    from tilejit.backends import emulate
     tile = transposed.tile_ir((BF16, BF16, BF16), {"BM": BM, "BN": BN, "BK": BK})
     fn = compile_to_simt(tile, num_warps=warps, target="sm_90a", tma=tma, warp_specialize=ws, verify=True)
     wg = [o for o in fn.walk() if o.op is SimtOp.WGMMA]
     assert wg and all(o.attrs.a_m_major for o in wg) and fn.meta.producer_warps == (4 if ws else 0)
-    rng = np.random.default_rng(k)
-    a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
-    b = rng.standard_normal((k, n)).astype(tj.bfloat16.np)
-    c = np.zeros((m, n), tj.bfloat16.np)
-    emulate.run(fn, (-(-m // BM), -(-n // BN)), [a, b, c])
-    ref = a.astype(np.float64) @ b.astype(np.float64)
-    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2**-8, atol=1e-3 * np.abs(ref).max())
+    emulated_bf16_gemm(fn, m, n, k, BM, BN, seed=k)
 
 
 def test_the_ptx_transposes_a_and_assembles():

@@ -49,7 +49,7 @@ from tilejit.codegen.elementwise import elementwise
 from tilejit.codegen.memory import (atomic_global, cp_async, device_assert, device_print, load_global, load_shared, pack, shared_pointer,
                                     store_global, store_shared, to_mem, to_reg)
 from tilejit.errors import CompileError
-from tilejit.ir import UNKNOWN_LOC
+from tilejit.ir import UNKNOWN_LOC, TileOp
 from tilejit.simt import ParamDesc, RegType, SimtOp
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -279,6 +279,14 @@ class KernelEmitter:
         out: RegType = op.result.type
         operands = [self.get(v) for v in op.operands]
         dtypes = [v.type.dtype for v in op.operands]
+        source = op.operands[0].owner
+        if op.attrs.op is TileOp.CAST and dtypes[0] == D.float32 and out.dtype in (D.bfloat16, D.float16) \
+                and out.n % 2 == 0 and source is not None and source.op is simt.SimtOp.WGMMA_WAIT:
+            # wgmma accumulators rounded in pairs (mma.f32_pair_to_16: no serialised wgmma)
+            kind, ty = ("bf16", reg_type(D.bfloat16)) if out.dtype == D.bfloat16 else ("f16", reg_type(D.float16))
+            self.set(op.result, [x for i in range(0, out.n, 2)
+                                 for x in mma.f32_pair_to_16(self.b, operands[0][i], operands[0][i + 1], kind, ty)])
+            return
         regs = []
         self.ctx.inline_division = out.n == 1
         for i in range(out.n):

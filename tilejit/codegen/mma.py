@@ -99,6 +99,18 @@ def _as(builder: ir.IRBuilder, x: ir.Value, ty: ir.Type) -> ir.Value:
     return x if x.type == ty else builder.bitcast(x, ty)
 
 
+def f32_pair_to_16(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value, kind: str, out: ir.Type) -> tuple:
+    """Two f32 rounded to ``kind`` ("bf16" or "f16") by one ``cvt.rn.{kind}x2.f32`` (inline PTX,
+    so LLVM does not split it again), as two ``out`` values.  ptxas serialises every wgmma of a
+    loop that keeps a group in flight when the accumulators are read by scalar 16-bit
+    conversions after it (its C7514 note), but not by the paired form."""
+    fnty = ir.FunctionType(I32, [F32, F32])
+    word = builder.asm(fnty, f"cvt.rn.{kind}x2.f32 $0, $2, $1;", "=r,f,f", [lo, hi], side_effect=False)
+    i16 = ir.IntType(16)
+    halves = builder.trunc(word, i16), builder.trunc(builder.lshr(word, ir.Constant(I32, 16)), i16)
+    return tuple(builder.bitcast(h, out) for h in halves)
+
+
 def f32_to_tf32(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """``cvt.rna.tf32.f32``: an f32 rounded to tf32 (ties away from zero), as the i32 register
     an mma tf32 operand takes (``llvm.nvvm.f2tf32.rna``)."""
