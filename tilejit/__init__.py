@@ -7,7 +7,9 @@
         i = tj.program_id(0) * BLOCK
         tj.store(out, (i,), tj.load(x, (i,), (BLOCK,)) + tj.load(y, (i,), (BLOCK,)))
 """
-from tilejit.dtypes import DType  # noqa: F401
+__version__ = "0.1.0"
+
+from tilejit.dtypes import DType  # noqa: F401,E402
 from tilejit.errors import CompileError, DeviceAssertError, DeviceError, LaunchError, PerformanceWarning, TilejitError  # noqa: F401
 from tilejit.language import *  # noqa: F401,F403
 from tilejit.language import constexpr, cdiv, next_power_of_2, inf, nan, pi  # noqa: F401

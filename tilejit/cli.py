@@ -1,4 +1,5 @@
-"""The ``tilejit`` command: ``demo``, ``compile FILE::KERNEL --emit STAGE`` and ``cache info|clear``."""
+"""The ``tilejit`` command: ``demo``, ``compile FILE::KERNEL --emit STAGE``, ``cache info|clear``,
+``info`` (what this machine has for tilejit) and ``--version``."""
 from __future__ import annotations
 
 import argparse
@@ -125,14 +126,69 @@ def cache_command(args) -> int:
     return 0
 
 
+def _package_version(*names: str) -> str:
+    import importlib.metadata
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return "not installed"
+
+
+def info_lines() -> list[str]:
+    """What ``tilejit info`` prints: the versions tilejit runs on, the driver and GPUs (or why
+    there are none), the backend a launch picks and the on-disk cache."""
+    import platform
+
+    import llvmlite.binding as llvm
+
+    from tilejit import __version__
+    from tilejit.codegen import ptxas
+    from tilejit.runtime import cache, driver
+    lines = [f"tilejit       {__version__}",
+             f"python        {platform.python_version()} ({sys.executable})",
+             f"llvmlite      {_package_version('llvmlite')} (LLVM {'.'.join(map(str, llvm.llvm_version_info))})",
+             f"cuda-python   {_package_version('cuda-python', 'cuda-bindings')}"]
+    if ptxas.available():
+        from cuda.bindings import nvjitlink
+        lines.append(f"nvJitLink     {'.'.join(map(str, nvjitlink.version()))}")
+    else:
+        lines.append("nvJitLink     not found (pip install nvidia-nvjitlink: inspect() then reports "
+                     "registers and spills)")
+    if driver.available():
+        version = driver.device_properties(0).driver_version
+        lines.append(f"driver        CUDA {version // 1000}.{version % 1000 // 10}")
+        for d in range(driver.device_count()):
+            p = driver.device_properties(d)
+            lines.append(f"gpu {d}         {p.name}, compute capability {p.compute_capability[0]}."
+                         f"{p.compute_capability[1]} ({p.target}), {p.sm_count} SMs")
+    else:
+        lines.append("gpu           none (no NVIDIA driver or no GPU found): kernels run on the CPU backends")
+    lines.append(f"backend       {backends.selected()} (TILEJIT_BACKEND chooses another: {', '.join(backends.NAMES)})")
+    found = cache.info()
+    lines.append(f"cache         {found['dir']}: {found['entries']} kernels, {found['bytes'] / 2**20:.1f} MiB "
+                 "(TILEJIT_CACHE_DIR moves it; tilejit cache clear empties it)")
+    return lines
+
+
+def info_command(args) -> int:
+    print("\n".join(info_lines()))
+    return 0
+
+
 def demo_command(args) -> int:
     from tilejit.demo import run_demo
     return 0 if run_demo(args.backend) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tilejit import __version__
     parser = argparse.ArgumentParser(prog="tilejit", description="JIT compiler for GPU tile kernels")
+    parser.add_argument("--version", action="version", version=f"tilejit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="versions, driver, GPUs, the default backend and the cache")
+    info.set_defaults(handler=info_command)
     demo = sub.add_parser("demo", help="compile and run the example kernels, check them against NumPy")
     demo.add_argument("--backend", choices=backends.NAMES, help="default: $TILEJIT_BACKEND or the best available")
     demo.set_defaults(handler=demo_command)
