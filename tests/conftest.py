@@ -1,8 +1,19 @@
-"""Test configuration: Hypothesis profiles and the `gpu` marker (skipped without a CUDA device)."""
+"""Test configuration: Hypothesis profiles, the `gpu` marker (skipped without a CUDA device), and
+a kernel cache of the session's own (a temporary directory, removed at the end): the tests never
+write into the user's cache, whatever ``TILEJIT_CACHE_DIR`` says."""
 import os
+import shutil
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+SESSION_CACHE = tempfile.mkdtemp(prefix="tilejit-test-cache-")
+os.environ["TILEJIT_CACHE_DIR"] = SESSION_CACHE          # before anything compiles
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(SESSION_CACHE, ignore_errors=True)
 
 settings.register_profile("ci", max_examples=12, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

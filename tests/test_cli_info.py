@@ -29,3 +29,14 @@ def test_info_reports_versions_gpus_backend_and_cache(capsys, monkeypatch, tmp_p
         assert "none" in rows["gpu"]
     assert rows["backend"].split()[1] == "emulate"
     assert str(tmp_path / "cache") in rows["cache"] and "0 kernels" in rows["cache"]
+
+
+def test_the_suite_caches_kernels_in_a_directory_of_its_own():
+    """(conftest) Whatever TILEJIT_CACHE_DIR says outside, the tests compile into a temporary
+    cache that the session removes: they never write into the user's."""
+    import os
+
+    from conftest import SESSION_CACHE
+    from tilejit.runtime import cache
+    assert cache.cache_dir() == os.path.abspath(SESSION_CACHE)
+    assert os.path.basename(SESSION_CACHE).startswith("tilejit-test-cache-")
