@@ -27,10 +27,9 @@ from tilejit.passes.plans import StorePlan, StorePlans
 from tilejit.passes.tma import ATOM_BYTES, MAX_BOX, TmaCopy
 
 # The default where ``TILEJIT_TMA_STORE`` is unset: True plans TMA stores where they apply, False
-# keeps every STORE on the threads' stores.  Measured on the H200 (2026-12-04, session 11,
-# scripts/gpu_m16.sh, bf16 GEMM 128x256x64 at 3 and 4 stages): 740 / 739, 720 / 737, 779 / 782
-# TFLOP/s at 4096^3 / 8192^3 / M4096 N4096 K14336 against 743 / 742, 745 / 723, 743 / 761 with the
-# threads' stores: within the noise, so False.
+# keeps every STORE on the threads' stores.  Off until measured: the TMA store GEMMs are correct
+# on the H200 (tests/test_tma_store.py, 2026-12-04), but session 11's A/B (scripts/gpu_m16.sh)
+# compiled the threads' stores on both sides (the switch did not reach the backends then).
 TMA_STORES = False
 _MEMORY = (TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC)
 

@@ -142,9 +142,12 @@ def test_the_tma_store_ptx_assembles(ws):
     (1000, 1104, 520, dict(BM=128, BN=256, BK=64, STAGES=4, num_warps=8)),
     (129, 200, 64, dict(BM=64, BN=128, BK=64, STAGES=3, num_warps=4)),
 ])
-def test_tj_matmul_with_tma_stores_through_the_launch_path(backend, m, n, k, config, monkeypatch):
-    """``TILEJIT_TMA_STORE=1`` reaches the pipeline through the cache key; the output array,
-    poisoned first, holds the product and nothing past its edges is touched."""
+def test_tj_matmul_with_tma_stores_through_the_launch_path(backend, m, n, k, config, monkeypatch, tmp_path):
+    """``TILEJIT_TMA_STORE=1`` reaches the pipeline (the module default off: only the switch can
+    turn it on) and the cache key; the output array, poisoned first, holds the product and
+    nothing past its edges is touched."""
+    monkeypatch.setattr(plan_stores, "TMA_STORES", False)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     monkeypatch.setenv("TILEJIT_TMA_STORE", "1")
     if backend == "emulate" and m > 200:

@@ -272,3 +272,18 @@ def test_attention_ptx_takes_wgmma_with_p_from_registers_and_assembles(bm, bn, w
     assert from_regs and len(from_regs) < len(wgmmas), wgmmas[:2]
     out = ptxas.assemble(ptx, "sm_90a")
     assert "serialized" not in out.log and (out.spills == 0 or not spill_free), out.log
+
+
+def test_every_env_switch_reaches_the_pipeline():
+    """Each switch ``compile_switches`` reads is passed on by ``backends.switch_options`` (which
+    every backend's compile uses) and is a ``compile_to_simt`` keyword: a switch dropped there
+    would key the caches but compile the default."""
+    import inspect
+
+    from tilejit import backends
+    from tilejit.kernel import compile_switches
+    from tilejit.passes.pipeline import compile_to_simt
+    names = [name for name, _ in compile_switches()]
+    options = dict(compile_switches())
+    assert sorted(backends.switch_options(options)) == sorted(names)
+    assert set(names) <= set(inspect.signature(compile_to_simt).parameters)

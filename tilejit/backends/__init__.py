@@ -41,10 +41,11 @@ _notice_printed = False
 
 
 def switch_options(options: dict) -> dict:
-    """The ``compile_to_simt`` keyword options (``wgmma``, ``tma``, ``warp_specialize``, ``pack``, ``verify``, ``num_stages``, ``debug``, ``persist``, ``cluster``) in a
-    backend's ``options``."""
+    """The ``compile_to_simt`` keyword options (``wgmma``, ``tma``, ``warp_specialize``, ``pack``, ``verify``,
+    ``num_stages``, ``debug``, ``persist``, ``cluster``, ``tma_store``) in a backend's ``options``:
+    every switch of ``kernel.compile_switches``."""
     return {k: options[k] for k in ("wgmma", "tma", "warp_specialize", "pack", "verify", "num_stages", "fast_math", "debug", "persist",
-                                    "cluster")
+                                    "cluster", "tma_store")
             if k in options}
 
 
