@@ -13,6 +13,12 @@ TILEJIT_CACHE_DIR=/tmp/tjc_t timeout 200 python3 -m pytest -q -m gpu tests/test_
   tests/test_carried_layouts.py tests/test_prefetch_loads.py ${TESTS:-} 2>&1 | tail -4 | tee "$OUT/tests.txt"
 for s in 0 1; do
   echo "== TILEJIT_TMA_STORE=$s"
+  # what the switch compiles (the A/B means nothing unless "tma store" shows only with =1)
+  TILEJIT_TMA_STORE=$s TILEJIT_CACHE_DIR=/tmp/tjc_s$s python3 -c "
+import torch, tilejit as tj
+from tilejit.examples import matmul
+a = torch.ones((4096, 4096), device='cuda', dtype=torch.bfloat16)
+print('copy engines:', matmul.matmul_kernel.kernel.inspect(a, a, a, BM=128, BN=256, BK=64, STAGES=4, num_warps=8).copy_engines)"
   (cd benchmarks && TILEJIT_TMA_STORE=$s TILEJIT_CACHE_DIR=/tmp/tjc_s$s BENCH_EACH=1 timeout 150 python3 bench_matmul.py \
     --shapes ${STORE_SHAPES:-4096x4096x4096,8192x8192x8192,4096x4096x14336} --dtypes bfloat16 --reps 20 \
     --configs ${STORE_CONFIGS:-128x256x64x4x8,128x256x64x3x8} 2>&1 | quiet | tee "$OUT/store$s.txt")
