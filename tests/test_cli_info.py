@@ -40,3 +40,68 @@ def test_the_suite_caches_kernels_in_a_directory_of_its_own():
     from tilejit.runtime import cache
     assert cache.cache_dir() == os.path.abspath(SESSION_CACHE)
     assert os.path.basename(SESSION_CACHE).startswith("tilejit-test-cache-")
+
+
+MATMUL = ["examples/matmul.py::matmul_kernel", "--sig", "bf16[2], bf16[2], bf16[2]", "--const", "BM=64",
+          "--const", "BN=64", "--const", "BK=32"]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_compile_for_an_architecture_without_its_gpu(arch, capsys, monkeypatch):
+    import os
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(__file__)))
+    assert cli.main(["compile", *MATMUL, "--arch", arch, "--emit", "ptx"]) == 0
+    assert f".target {arch}" in capsys.readouterr().out
+    assert cli.main(["compile", *MATMUL, "--arch", arch, "--emit", "plan_loops"]) == 0
+    assert "loop plans" in capsys.readouterr().out
+
+
+def test_a_wrong_kernel_name_lists_the_file_s_kernels(capsys, monkeypatch):
+    import os
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(__file__)))
+    assert cli.main(["compile", "examples/matmul.py::matmul", "--sig", "f32[2]"]) == 1
+    assert "no @tj.kernel named 'matmul'; its kernels: matmul_kernel" in capsys.readouterr().err
+
+
+def test_emit_sass_says_what_to_install_without_a_disassembler(capsys, monkeypatch):
+    import os
+    import shutil
+    if shutil.which("nvdisasm") or shutil.which("cuobjdump"):
+        pytest.skip("a disassembler is installed here")
+    from tilejit.codegen import ptxas
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(__file__)))
+    assert cli.main(["compile", *MATMUL, "--arch", "sm_80", "--emit", "sass"]) == 1
+    assert "needs nvdisasm or cuobjdump" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_is_quiet():
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(__file__))
+    proc = subprocess.Popen([sys.executable, "-m", "tilejit", "compile", *MATMUL, "--arch", "sm_90a", "--emit", "llvm"],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()                      # as `| head -1` does
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_cache_info_and_clear_print_lines(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    assert cli.main(["cache", "info"]) == 0
+    assert capsys.readouterr().out.strip() == f"{tmp_path}: 0 kernels, 0 bytes (0.0 MiB)"
+    assert cli.main(["cache", "clear"]) == 0
+    assert capsys.readouterr().out.startswith(f"removed 0 kernels from {tmp_path}")
+
+
+def test_an_inspection_prints_as_one_line(monkeypatch):
+    import numpy as np
+    from tilejit.examples import matmul
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    a = np.ones((64, 64), np.float32)
+    text = repr(matmul.matmul_kernel.kernel.inspect(a, a, a, BM=64, BN=64, BK=32))
+    assert "\n" not in text and text.startswith("Inspection(backend=") and "stages=tile_ir/simt_ir" in text

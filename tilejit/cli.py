@@ -67,7 +67,8 @@ def load_kernel(target: str) -> Kernel:
     found = getattr(module, name, None)
     found = getattr(found, "kernel", found)          # an @tj.autotune wraps its Kernel
     if not isinstance(found, Kernel):
-        raise ValueError(f"{path} has no @tj.kernel named {name!r}")
+        kernels = sorted(n for n, v in vars(module).items() if isinstance(getattr(v, "kernel", v), Kernel))
+        raise ValueError(f"{path} has no @tj.kernel named {name!r}; its kernels: {', '.join(kernels) or 'none'}")
     return found
 
 
@@ -104,10 +105,12 @@ def compile_command(args) -> int:
         if args.num_warps is None:                   # what a launch without num_warps gets
             from tilejit.passes.warps import choose_num_warps
             args.num_warps = choose_num_warps(tile_fn, dict(compile_switches())["cluster"])   # (sm_90a)
-        compile_to_simt(tile_fn, args.num_warps, dump=texts.__setitem__,
+        compile_to_simt(tile_fn, args.num_warps, args.arch or "sm_90a", dump=texts.__setitem__,
                         verify=verify_switch(), **dict(compile_switches()))
         print(texts[args.emit])
         return 0
+    if args.arch:                                    # the cuda stages for a GPU this machine need not have
+        return _print_for_arch(kern, specs, consts, args)
     found = kern.inspect_specs(specs, consts, args.num_warps, args.backend)
     text = getattr(found, STAGES[args.emit])
     if text is None:
@@ -118,11 +121,50 @@ def compile_command(args) -> int:
     return 0
 
 
+def _print_for_arch(kern, specs, consts, args) -> int:
+    from tilejit.backends import cuda, switch_options
+    from tilejit.kernel import compile_switches, verify_switch
+    from tilejit.passes.warps import choose_num_warps
+    tile_fn = kern.tile_ir(specs, consts)
+    if args.emit == "tile":
+        print(kern.inspect_specs(specs, consts, args.num_warps, "interpret").tile_ir)
+        return 0
+    switches = dict(compile_switches())
+    num_warps = args.num_warps or choose_num_warps(tile_fn, switches["cluster"])
+    state = cuda.build(tile_fn, num_warps, args.arch, stop_after="ptx" if args.emit != "sass" else None,
+                       **switch_options({**switches, "verify": verify_switch()}))
+    if args.emit == "sass":
+        print(_sass(state.get("cubin"), args.arch))
+    else:
+        print(state[STAGES[args.emit]])
+    return 0
+
+
+def _sass(cubin: bytes | None, arch: str) -> str:
+    """The SASS of ``cubin`` by ``nvdisasm`` (or ``cuobjdump``) from the CUDA toolkit."""
+    import shutil
+    import subprocess
+    import tempfile
+    if cubin is None:
+        raise ValueError(f"no cubin for {arch}: nvJitLink is needed (pip install nvidia-nvjitlink)")
+    for tool, flags in (("nvdisasm", ["-c"]), ("cuobjdump", ["-sass"])):
+        path = shutil.which(tool)
+        if path:
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                f.write(cubin)
+                f.flush()
+                return subprocess.run([path, *flags, f.name], check=True, capture_output=True, text=True).stdout
+    raise ValueError("--emit sass needs nvdisasm or cuobjdump on PATH: install the CUDA toolkit "
+                     "(e.g. pip install nvidia-cuda-nvdisasm) or use --emit ptx")
+
+
 def cache_command(args) -> int:
     from tilejit.runtime import cache
-    result = getattr(cache, args.action)()
-    if result is not None:
-        print(result)
+    if args.action == "info":
+        found = cache.info()
+        print(f"{found['dir']}: {found['entries']} kernels, {found['bytes']} bytes ({found['bytes'] / 2**20:.1f} MiB)")
+    else:
+        print(f"removed {cache.clear()} kernels from {cache.cache_dir()} (files tilejit did not write are left alone)")
     return 0
 
 
@@ -195,10 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="print one compilation stage of a kernel")
     comp.add_argument("target", help="FILE::KERNEL")
     comp.add_argument("--const", action="append", default=[], metavar="NAME=VALUE")
-    comp.add_argument("--sig", help="runtime parameters in order, e.g. 'float16[2], float16[2], int32'")
+    comp.add_argument("--sig", help="the runtime parameters in order, comma-separated: DTYPE[RANK] for an array "
+                      "(float16[2]: a 2-D float16 array), DTYPE for a scalar, None for a parameter passed None; "
+                      "dtypes by name or short (f32 f16 bf16 i32 u8 ...), e.g. 'f16[2], f16[2], i32'")
     comp.add_argument("--num-warps", type=int, default=None,
                       help="warps per program (default: the compiler's choice, as a launch without num_warps)")
     comp.add_argument("--backend", choices=backends.NAMES, help="backend that builds the later stages")
+    comp.add_argument("--arch", choices=["sm_80", "sm_90a"],
+                      help="build the cuda stages for this GPU architecture (no GPU needed here)")
     comp.add_argument("--emit", choices=list(STAGES) + _pass_names(), default="tile",
                       help="a backend stage, or the IR after one pass of the pipeline")
     comp.set_defaults(handler=compile_command)
@@ -215,3 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TilejitError, ValueError, FileNotFoundError) as err:
         print(f"tilejit: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:          # the reader went away (``tilejit compile ... | head``): quietly
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

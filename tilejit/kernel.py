@@ -105,6 +105,15 @@ class Inspection:
     min_ctas_per_sm: int | None = None   # the occupancy hint ptxas was given (0: none; the most CTAs
     #                                      per SM that assembled without spills, where it wished)
 
+    def __repr__(self) -> str:
+        """One line: the backend and the figures, with which stages were built (the texts are
+        long: read them from the fields)."""
+        figures = [f"{name}={value!r}" for name in ("num_warps", "registers", "spills", "shared_bytes", "copy_engines",
+                                                    "producer_warps", "programs_per_cta", "cluster_ctas")
+                   if (value := getattr(self, name)) not in (None, (), 0, 1) or name in ("num_warps", "registers")]
+        built = [name for name in ("tile_ir", "simt_ir", "llvm_ir", "ptx", "cubin", "sass") if getattr(self, name)]
+        return f"Inspection(backend={self.backend!r}, {', '.join(figures)}, stages={'/'.join(built)})"
+
 
 @dataclass
 class _Compiled:
