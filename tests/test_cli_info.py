@@ -105,3 +105,16 @@ def test_an_inspection_prints_as_one_line(monkeypatch):
     a = np.ones((64, 64), np.float32)
     text = repr(matmul.matmul_kernel.kernel.inspect(a, a, a, BM=64, BN=64, BK=32))
     assert "\n" not in text and text.startswith("Inspection(backend=") and "stages=tile_ir/simt_ir" in text
+
+
+def test_a_python_whose_bytecode_the_frontend_does_not_know_is_refused(monkeypatch):
+    from tilejit.frontend import bytecode
+    monkeypatch.setattr(bytecode, "PY", (3, 14))
+
+    @tj.kernel
+    def copy(x, y, B: tj.constexpr):
+        tj.store(y, (0,), tj.load(x, (0,), (B,)))
+    from tilejit.specs import ArraySpec
+    with pytest.raises(tj.CompileError, match=r"Python 3.11, 3.12, 3.13, and this is Python 3.14") as err:
+        copy.tile_ir((ArraySpec(tj.float32, 1),) * 2, {"B": 16})
+    assert "'copy'" in str(err.value) and "test_cli_info.py" in str(err.value)

@@ -23,6 +23,9 @@ from types import CodeType
 from tilejit.ir import Loc
 
 PY = sys.version_info[:2]
+# the Pythons whose bytecode this module knows; another one's kernels are refused (CodeInfo)
+# rather than read with the wrong table
+SUPPORTED_PYTHONS = ((3, 11), (3, 12), (3, 13))
 
 # the canonical instruction set the tracer implements (one ``op_<NAME>`` handler each)
 CANONICAL = frozenset({

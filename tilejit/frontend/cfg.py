@@ -11,7 +11,9 @@ import functools
 from types import CodeType
 
 from tilejit.errors import CompileError
+from tilejit.frontend import bytecode
 from tilejit.frontend.bytecode import BRANCHES, JUMPS, TERMINATORS, Instr, normalize, scan_unsupported
+from tilejit.ir import Loc
 
 EXIT = -1
 
@@ -122,6 +124,12 @@ class CodeInfo:
 
     def __init__(self, fn, is_kernel: bool):
         self.fn, self.code, self.is_kernel = fn, fn.__code__, is_kernel
+        if bytecode.PY not in bytecode.SUPPORTED_PYTHONS:
+            known = ", ".join(f"{a}.{b}" for a, b in bytecode.SUPPORTED_PYTHONS)
+            raise CompileError(f"tilejit reads the bytecode of Python {known}, and this is Python "
+                               f"{bytecode.PY[0]}.{bytecode.PY[1]}, whose bytecode it does not know: run "
+                               f"'{fn.__name__}' on one of those", Loc(self.code.co_filename, self.code.co_firstlineno,
+                                                                       0, None, fn.__name__))
         self.instrs, self.cfg = _analyse(self.code, self.code.co_filename)
         self.globals = fn.__globals__
         self.cells = dict(zip(self.code.co_freevars, fn.__closure__ or ()))
