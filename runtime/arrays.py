@@ -3,6 +3,7 @@ array (NumPy, DeviceArray, ``__cuda_array_interface__``, torch, CUDA ``__dlpack_
 normalised ``KernelArray`` view (pointer, shape, strides in elements, dtype, device, stream)."""
 from __future__ import annotations
 
+import os
 import sys
 import weakref
 
@@ -159,16 +160,47 @@ class DeviceArray:
                              "cuMemcpyHtoDAsync")
 
 
-def empty(shape, dtype, device: int | None = None) -> DeviceArray:
-    """An uninitialised contiguous DeviceArray."""
+class HostArray(np.ndarray):
+    """What ``tj.empty`` and ``tj.to_device`` give where kernels run on the CPU (``TILEJIT_BACKEND``
+    interpret or emulate, or no GPU): a NumPy array with a DeviceArray's ``numpy()`` and
+    ``copy_from_host``, so that code written for the GPU runs unchanged on the CPU backends."""
+
+    device = None
+
+    def numpy(self, stream: int | None = None) -> np.ndarray:
+        """A NumPy copy."""
+        return np.array(self, copy=True).view(np.ndarray)
+
+    def copy_from_host(self, array, stream: int | None = None) -> None:
+        """Copy a NumPy array of the same shape in."""
+        host = np.asarray(array, dtype=self.dtype)
+        if host.shape != self.shape:
+            raise LaunchError(f"shape mismatch: host {host.shape} vs device {self.shape}")
+        self[...] = host
+
+
+def on_the_cpu() -> bool:
+    """Whether kernels run on a CPU backend: ``TILEJIT_BACKEND`` says interpret or emulate, or it is
+    unset and there is no GPU (the rule ``backends.selected`` follows)."""
+    name = os.environ.get("TILEJIT_BACKEND", "").strip().lower()
+    return name in ("interpret", "emulate") or (not name and not driver.available())
+
+
+def empty(shape, dtype, device: int | None = None) -> DeviceArray | HostArray:
+    """An uninitialised contiguous DeviceArray (a ``HostArray`` where kernels run on the CPU)."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if on_the_cpu():
+        return np.empty(shape, _tile_dtype(dtype).np).view(HostArray)
     return DeviceArray(shape, dtype, device=device)
 
 
-def to_device(array, device: int | None = None, stream: int | None = None) -> DeviceArray:
-    """Copy a NumPy array (or anything ``np.asarray`` accepts) to a new DeviceArray."""
+def to_device(array, device: int | None = None, stream: int | None = None) -> DeviceArray | HostArray:
+    """Copy a NumPy array (or anything ``np.asarray`` accepts) to a new DeviceArray (a
+    ``HostArray`` copy where kernels run on the CPU)."""
     host = np.asarray(array)
     dtype = _tile_dtype(host.dtype)
+    if on_the_cpu():
+        return np.array(host, dtype=dtype.np, copy=True).view(HostArray)
     out = DeviceArray(host.shape, dtype, device=device)
     out.copy_from_host(host, stream)
     return out

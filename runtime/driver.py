@@ -7,6 +7,7 @@ Without the NVIDIA driver library, the bindings import but every call raises
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from dataclasses import dataclass
 
@@ -62,10 +63,12 @@ def available() -> bool:
 
 
 def require() -> None:
-    """Raise LaunchError unless a GPU is usable."""
+    """Raise LaunchError unless a GPU is usable (the hint depends on what TILEJIT_BACKEND says)."""
     if not available():
-        raise LaunchError("no CUDA device is available (no NVIDIA driver or no GPU found); "
-                          "set TILEJIT_BACKEND=emulate (or interpret) to run on the CPU")
+        chosen = os.environ.get("TILEJIT_BACKEND", "").strip()
+        hint = (f"TILEJIT_BACKEND={chosen} asks for the GPU: set it to emulate (or interpret) to run on the CPU"
+                if chosen else "set TILEJIT_BACKEND=emulate (or interpret) to run on the CPU")
+        raise LaunchError(f"no CUDA device is available (no NVIDIA driver or no GPU found); {hint}")
 
 
 def device_count() -> int:

@@ -34,10 +34,13 @@ def test_check_unwraps_values_and_names_the_failing_call():
 
 
 @no_gpu
-def test_without_a_gpu_nothing_crashes_and_errors_are_clear():
+def test_without_a_gpu_nothing_crashes_and_errors_are_clear(monkeypatch):
     assert driver.available() is False
     with pytest.raises(LaunchError, match="no CUDA device"):
         driver.require()
+    monkeypatch.delenv("TILEJIT_BACKEND", raising=False)     # kernels run on the CPU: host arrays
+    assert isinstance(tj.empty((4,), tj.float32), np.ndarray)
+    monkeypatch.setenv("TILEJIT_BACKEND", "cuda")            # the GPU asked for: a clear error
     with pytest.raises(LaunchError, match="no CUDA device"):
         tj.empty((4,), tj.float32)
     with pytest.raises(LaunchError, match="no CUDA device"):

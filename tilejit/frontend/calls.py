@@ -123,7 +123,7 @@ class Calls:
         try:
             value = getattr(obj, name)
         except AttributeError as e:
-            raise CompileError(str(e), b.loc) from None
+            raise CompileError(str(e) + _did_you_mean(obj, name), b.loc) from None
         if isinstance(obj, types.ModuleType) and not obj.__name__.split(".")[0] in _LIBRARY_MODULES:
             self._record_dep(frame, f"{obj.__name__}.{name}", value)    # a user's config module
         return _from_numpy_scalar(value)
@@ -179,7 +179,7 @@ class Calls:
         if all_const and _is_pure_constant_call(fn):
             return _fold(b, fn, args, kwargs)
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-        raise CompileError(f"call to {name}() is not supported in kernels", b.loc)
+        raise CompileError(f"call to {name}() is not supported in kernels" + _tile_twin(fn), b.loc)
 
     def call_builtin(self, frame, fn, args, kwargs):
         name = fn.__tilejit_builtin__
@@ -456,3 +456,25 @@ def _fold(b, fn, args, kwargs):
         return fn(*args, **kwargs)
     except Exception as e:
         raise CompileError(f"{type(e).__name__} in compile-time expression: {e}", b.loc) from None
+
+
+def _public_language_names() -> list[str]:
+    return [n for n in dir(language) if not n.startswith("_")] + [d.name for d in dtypes.ALL]
+
+
+def _did_you_mean(obj, name: str) -> str:
+    """`` (did you mean tj.exp?)`` for a misspelled name of the tilejit module, else ''."""
+    if not (isinstance(obj, types.ModuleType) and obj.__name__.split(".")[0] == "tilejit"):
+        return ""
+    import difflib
+    close = difflib.get_close_matches(name, _public_language_names(), n=2, cutoff=0.75)
+    return f" (did you mean {' or '.join('tj.' + c for c in close)}?)" if close else ""
+
+
+def _tile_twin(fn) -> str:
+    """``: use tj.exp`` for a NumPy or math function whose tile version tilejit has, else ''."""
+    module = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__name__", "")
+    if (isinstance(fn, np.ufunc) or module.split(".")[0] in ("numpy", "math")) and hasattr(language, name):
+        return f": use tj.{name}, which works on tiles"
+    return ""
