@@ -11,7 +11,8 @@ of A its N (n16, K-major): the shape of cuBLAS's small-M kernels on the H200
 
 A DOT is swapped when ``wgmma.TRANSPOSED_A`` is on, the target has wgmma, it sits at the top
 level of a pipelined loop body, A and B are 16-bit tiles loaded in that body (no transpose),
-A has 8-32 rows (a multiple of 8), B has ``16 * num_warps`` columns (one 64-row slice of the
+A has 8-32 rows (a multiple of 8; B may be ``.T`` of a loaded N x K weight, which is then
+wgmma's K-major A as it is), B has ``16 * num_warps`` columns (one 64-row slice of the
 product per warpgroup), and its accumulator is a float32 tile the loop carries straight from
 the DOT to the next iteration.  The loop then carries the transposed accumulator: its init is
 transposed before the loop, the DOT reads ``tj.trans`` of both loads and the carried tile, and
@@ -51,7 +52,8 @@ def _swappable(loop: ir.Operation, dot: ir.Operation, num_warps: int) -> int | N
     (m, _), n = a.type.shape, b.type.shape[1]
     if m % 8 or not 8 <= m <= MAX_ROWS or n != 16 * num_warps:
         return None
-    if any(v.owner is None or v.owner.op is not TileOp.LOAD or v.owner not in body.ops for v in (a, b)):
+    if not (_loaded(a, body) and (_loaded(b, body) or (b.owner is not None and b.owner.op is TileOp.TRANS
+                                                         and b.owner in body.ops and _loaded(b.owner.operands[0], body)))):
         return None
     if acc not in body.args[1:]:
         return None
@@ -60,6 +62,10 @@ def _swappable(loop: ir.Operation, dot: ir.Operation, num_warps: int) -> int | N
     if body.ops[-1].operands[i] is not dot.result or len(users) != 2:
         return None                         # read elsewhere in the body: not a plain accumulator
     return i
+
+
+def _loaded(v: ir.Value, body: ir.Block) -> bool:
+    return v.owner is not None and v.owner.op is TileOp.LOAD and v.owner in body.ops
 
 
 def _trans(v: ir.Value, loc) -> ir.Operation:
@@ -77,10 +83,15 @@ def _swap(fn: ir.Function, loop: ir.Operation, dot: ir.Operation, i: int) -> Non
     # in the body: the carried tile transposed, the DOT of the transposed loads
     carried = ir.Value(init.result.type, acc.hint)
     body.args[1 + i] = carried
-    ta, tb = _trans(a, dot.loc), _trans(b, dot.loc)
-    swapped = ir.Operation(TileOp.DOT, [tb.result, ta.result, carried], [carried.type], dot.attrs, None, dot.loc)
+    ta = _trans(a, dot.loc)
+    # B^T: the load itself when B is a transposed load (a weight stored N x K: wgmma's K-major A)
+    tb = None if b.owner.op is TileOp.TRANS else _trans(b, dot.loc)
+    b_t = b.owner.operands[0] if tb is None else tb.result
+    swapped = ir.Operation(TileOp.DOT, [b_t, ta.result, carried], [carried.type], dot.attrs, None, dot.loc)
     at = body.ops.index(dot)
-    body.ops[at:at + 1] = [ta, tb, swapped]
+    body.ops[at:at + 1] = [ta] + ([tb] if tb is not None else []) + [swapped]
+    if tb is None and not any(b in o.operands for o in fn.walk()):
+        body.ops.remove(b.owner)             # the user's transpose, now unread (rings want one reader)
     body.ops[-1].operands[i] = swapped.result
     # after the loop: the result transposed back for its readers
     old = loop.results[i]

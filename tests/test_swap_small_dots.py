@@ -109,3 +109,29 @@ def test_tj_matmul_at_16_rows_through_the_launch_path(backend, monkeypatch):
     KERNEL[(1, tj.cdiv(n, 64))](a, b, c, BM=16, BN=64, BK=64, STAGES=4, num_warps=4)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2**-8, atol=1e-3 * np.abs(ref).max())
+
+
+def test_a_triton_spelled_kernel_is_swapped_alike():
+    """Plain ``range``, ``+=`` and ``.T`` of a weight stored N x K: the same swapped wgmma."""
+    @tj.kernel
+    def linear(x, w, y, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+        m = tj.program_id(0) * BM
+        n = tj.program_id(1) * BN
+        acc = tj.zeros((BM, BN), tj.float32)
+        for k in range(0, x.shape[1], BK):
+            acc += tj.dot(tj.load(x, (m, k), (BM, BK)), tj.load(w, (n, k), (BN, BK)).T)
+        tj.store(y, (m, n), acc.to(y.dtype))
+    fn = until(linear, {"BM": 16, "BN": 64, "BK": 64}, "plan_loops")
+    [dot] = [o for o in fn.walk() if o.op is TileOp.DOT]
+    assert dot.result.type.shape == (64, 16) and fn.meta["dot_plans"].family(dot) is DotFamily.WGMMA
+    from tilejit.backends import emulate
+    simt = compile_to_simt(linear.tile_ir((BF16, BF16, BF16), {"BM": 16, "BN": 64, "BK": 64}), num_warps=4,
+                           target="sm_90a", verify=True)
+    assert [o for o in simt.walk() if o.op is SimtOp.WGMMA and not o.attrs.a_m_major and o.attrs.n == 16]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((13, 200)).astype(tj.bfloat16.np)
+    w = rng.standard_normal((136, 200)).astype(tj.bfloat16.np)          # N x K
+    y = np.zeros((13, 136), tj.bfloat16.np)
+    emulate.run(simt, (1, 3), [x, w, y])
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(y.astype(np.float64), ref, rtol=2**-8, atol=1e-3 * np.abs(ref).max())
