@@ -31,14 +31,20 @@ _SIXTEEN_BITS = (D.bfloat16, D.float16)
 
 
 def swap_small_dots(fn: ir.Function, num_warps: int, target: str = "sm_90a", wgmma_switch: bool = True) -> ir.Function:
-    if not (wgmma.TRANSPOSED_A and wgmma.enabled(target, wgmma_switch)):
-        return fn
-    for loop in [o for o in fn.walk() if o.op is TileOp.FOR and pipeline_stages(o) >= 2]:
-        for dot in [o for o in loop.regions[0].ops if o.op is TileOp.DOT]:
-            carried = _swappable(loop, dot, num_warps)
-            if carried is not None:
-                _swap(fn, loop, dot, carried)
+    if wgmma.TRANSPOSED_A and wgmma.enabled(target, wgmma_switch):
+        _block(fn, fn.body, num_warps)
     return fn
+
+
+def _block(fn: ir.Function, block: ir.Block, num_warps: int) -> None:
+    for loop in list(block.ops):
+        for r in loop.regions:
+            _block(fn, r, num_warps)
+        if loop.op is TileOp.FOR and pipeline_stages(loop) >= 2:
+            for dot in [o for o in loop.regions[0].ops if o.op is TileOp.DOT]:
+                carried = _swappable(loop, dot, num_warps)
+                if carried is not None:
+                    _swap(fn, block, loop, dot, carried)
 
 
 def _swappable(loop: ir.Operation, dot: ir.Operation, num_warps: int) -> int | None:
@@ -73,8 +79,8 @@ def _trans(v: ir.Value, loc) -> ir.Operation:
     return ir.Operation(TileOp.TRANS, [v], [TileType((cols, rows), v.type.dtype)], PermAttrs((1, 0)), None, loc)
 
 
-def _swap(fn: ir.Function, loop: ir.Operation, dot: ir.Operation, i: int) -> None:
-    body, parent = loop.regions[0], _parent(fn.body, loop)
+def _swap(fn: ir.Function, parent: ir.Block, loop: ir.Operation, dot: ir.Operation, i: int) -> None:
+    body = loop.regions[0]
     a, b, acc = dot.operands
     # before the loop: the init transposed
     init = _trans(loop.operands[3 + i], dot.loc)
@@ -102,13 +108,3 @@ def _swap(fn: ir.Function, loop: ir.Operation, dot: ir.Operation, i: int) -> Non
         if o is not back:
             o.operands = [back.result if x is old else x for x in o.operands]
 
-
-def _parent(block: ir.Block, op: ir.Operation) -> ir.Block:
-    if op in block.ops:
-        return block
-    for o in block.ops:
-        for r in o.regions:
-            found = _parent(r, op)
-            if found is not None:
-                return found
-    return None
