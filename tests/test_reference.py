@@ -21,6 +21,19 @@ def test_every_public_operation_has_a_docstring():
     assert missing == [], f"public names without a docstring: {missing}"
 
 
+# the operations every kernel uses: their docstrings show a call (the rest are being given theirs)
+WITH_EXAMPLES = ("load", "store", "dot", "dot_scaled", "program_id", "num_programs", "arange", "zeros", "full",
+                 "where", "sum", "max", "min", "trans", "reshape", "cdiv", "exp", "atomic_add", "cumsum", "sort",
+                 "unpack")
+
+
+def test_the_core_operations_show_an_example():
+    import tilejit as tj
+    missing = [name for name in WITH_EXAMPLES
+               if "Example" not in (getattr(tj, name).__doc__ or "") and f"tj.{name}(" not in (getattr(tj, name).__doc__ or "")]
+    assert missing == [], f"core operations without an example call in their docstring: {missing}"
+
+
 
 def test_docs_language_md_is_generated_from_the_docstrings_and_up_to_date():
     """``docs/language.md`` lists every public operation with its docstring, and

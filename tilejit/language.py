@@ -37,10 +37,12 @@ def builtin(fn):
 @builtin
 def program_id(axis):
     """The index (int32 scalar) of this program along grid ``axis`` (0, 1 or 2): ``kernel[(g0, g1)](...)``
-    runs programs ``(0..g0-1, 0..g1-1)``."""
+    runs programs ``(0..g0-1, 0..g1-1)``.
+    Example: ``row = tj.program_id(0)`` in a kernel launched as ``k[(rows,)](...)``."""
 @builtin
 def num_programs(axis):
-    """The number of programs (int32 scalar) along grid ``axis`` (the launch grid's size there)."""
+    """The number of programs (int32 scalar) along grid ``axis`` (the launch grid's size there).
+    Example: ``last = tj.program_id(0) == tj.num_programs(0) - 1``."""
 
 
 # --- creation ---------------------------------------------------------------------------------
@@ -50,11 +52,13 @@ def arange(start, end):
     are compile-time ints and the length ``end - start`` a positive int."""
 @builtin
 def zeros(shape, dtype=float32):
-    """A tile of ``shape`` (compile-time ints) filled with 0 of ``dtype`` (default float32)."""
+    """A tile of ``shape`` (compile-time ints) filled with 0 of ``dtype`` (default float32).
+    Example: ``acc = tj.zeros((BM, BN), tj.float32)``."""
 @builtin
 def full(shape, value, dtype=None):
     """A tile of ``shape`` filled with ``value`` (a number or a scalar): ``dtype`` default is the value's
-    (int32 for ints, float32 for floats)."""
+    (int32 for ints, float32 for floats).
+    Example: ``tj.full((BLOCK,), -tj.inf, tj.float32)``."""
 
 
 # --- memory -----------------------------------------------------------------------------------
@@ -69,7 +73,8 @@ def load(x, offsets, shape, other=0, mask=None):
 def store(x, offsets, tile, mask=None):
     """Write ``tile`` into array ``x`` at element ``offsets`` (as ``load``'s).  Elements past the edge, or
     where ``mask`` is False, are not written; an integer-tile offset scatters (one writer of
-    duplicate indices wins, as on the GPU).  Values are cast to the array's dtype."""
+    duplicate indices wins, as on the GPU).  Values are cast to the array's dtype.
+    Example: ``tj.store(out, (row, 0), tj.exp(x))`` writes a (1, BLOCK) tile at row ``row``."""
 
 
 # --- atomics: each element of ``tile`` is combined into ``x`` at the block starting at
@@ -80,7 +85,8 @@ def store(x, offsets, tile, mask=None):
 def atomic_add(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
     """``x[block] += tile`` atomically, returning the old values (int32/uint32/int64/uint64 and
     float32).  Programs that add into one element add in some order: float sums may differ in
-    the last bits from run to run."""
+    the last bits from run to run.
+    Example: ``tj.atomic_add(hist, (bins,), tj.full((BLOCK,), 1, tj.int32))`` (a histogram)."""
 @builtin
 def atomic_max(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
     """``x[block] = max(x[block], tile)`` atomically (integers), returning the old values."""
@@ -109,7 +115,8 @@ def atomic_xchg(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
 @builtin
 def exp(x):
     """``e**x`` elementwise (float32 math for float16/bfloat16/integers; within 1 ulp in float32;
-    float64 by a series after an exact range reduction, within 1.5 ulp)."""
+    float64 by a series after an exact range reduction, within 1.5 ulp).
+    Example: ``p = tj.exp(s - tj.max(s, axis=1, keepdims=True))``."""
 @builtin
 def exp2(x):
     """``2**x`` elementwise (float32 math for narrower floats and integers)."""
@@ -211,12 +218,14 @@ def minimum(x, y):
 @builtin
 def where(cond, x, y):
     """``x`` where the bool tile ``cond`` holds, else ``y``, elementwise with NumPy broadcasting and
-    promotion (``np.where``)."""
+    promotion (``np.where``).
+    Example: ``tj.where(x > 0, x, 0.0)`` (a ReLU)."""
 @builtin
 def unpack(t, dtype):
     """The 4-bit values packed two per byte in the uint8 tile ``t`` (low nibble first), with the
     last dimension doubled: ``tj.int4`` -> int8, ``tj.uint4`` -> uint8, ``tj.float4e2m1`` ->
-    float32 (the e2m1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives)."""
+    float32 (the e2m1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives).
+    Example: ``q = tj.unpack(tj.load(w, (k, n // 2), (BK, BN // 2)), tj.uint4)`` gives (BK, BN) values 0..15."""
 @builtin
 def pack(t, dtype):
     """The inverse of ``unpack``: an (…, 2n) tile of int4 / uint4 values (integers, taken modulo
@@ -244,13 +253,15 @@ def bitcast(x, dtype):
 @builtin
 def trans(x, *perm):
     """``x`` with its dims permuted (``perm``, default: reversed), as ``np.transpose``; ``x.T`` and
-    ``tj.trans(k)`` reach the same tensor-core paths in ``tj.dot``."""
+    ``tj.trans(k)`` reach the same tensor-core paths in ``tj.dot``.
+    Example: ``tj.dot(q, tj.trans(k))`` (also spelled ``k.T``)."""
 @builtin
 def permute(x, *dims):
     """``x`` with its dims in the order ``dims`` (``np.transpose(x, dims)``)."""
 @builtin
 def reshape(x, shape):
-    """The same elements in row-major order in ``shape`` (also ``x.reshape(shape)``)."""
+    """The same elements in row-major order in ``shape`` (also ``x.reshape(shape)``).
+    Example: ``tj.reshape(x, (BLOCK // 2, 2))``."""
 @builtin
 def broadcast_to(x, shape):
     """``x`` broadcast to ``shape`` by NumPy's rules (``np.broadcast_to``)."""
@@ -263,13 +274,16 @@ def expand_dims(x, axis):
 @builtin
 def sum(x, axis=None, keepdims=False):
     """The sum along ``axis`` (all axes when None; ``keepdims`` as NumPy; also ``x.sum(axis)``):
-    integers under 32 bits and bool sum in int32, floats in their own dtype."""
+    integers under 32 bits and bool sum in int32, floats in their own dtype.
+    Example: ``tj.sum(x, axis=1, keepdims=True)`` gives a (rows, 1) tile of row sums."""
 @builtin
 def max(x, axis=None, keepdims=False):
-    """The maximum along ``axis`` (as ``sum``'s axes); NaN propagates."""
+    """The maximum along ``axis`` (as ``sum``'s axes); NaN propagates.
+    Example: ``m = tj.max(x, axis=1, keepdims=True)`` (a softmax's row maxima)."""
 @builtin
 def min(x, axis=None, keepdims=False):
-    """The minimum along ``axis`` (as ``max``)."""
+    """The minimum along ``axis`` (as ``max``).
+    Example: ``tj.min(x, axis=0)``."""
 @builtin
 def argmax(x, axis, keepdims=False):
     """The int32 index of the (first) maximum along ``axis``."""
@@ -279,14 +293,16 @@ def argmin(x, axis, keepdims=False):
 @builtin
 def cumsum(x, axis=0, reverse=False):
     """Running sums along ``axis`` (``np.cumsum``; ``reverse=True`` sums from the end).  bool and
-    integers under 32 bits sum in int32, 16-bit floats in float32 (the result's dtype)."""
+    integers under 32 bits sum in int32, 16-bit floats in float32 (the result's dtype).
+    Example: ``tj.cumsum(x, axis=0)`` of ``[1, 2, 3]`` is ``[1, 3, 6]``."""
 @builtin
 def cumprod(x, axis=0, reverse=False):
     """Running products along ``axis`` (``np.cumprod``), with ``cumsum``'s dtypes."""
 @builtin
 def sort(x, axis=-1, descending=False):
     """The values of ``x`` sorted along ``axis`` (``np.sort``; ``descending=True`` largest first),
-    by a bitonic network: the order of NaNs is not specified."""
+    by a bitonic network: the order of NaNs is not specified.
+    Example: ``tj.sort(scores, axis=1, descending=True)`` (top-k takes the first k columns)."""
 @builtin
 def reduce(x, axis, combine, keepdims=False):
     """Reduce ``x`` along ``axis`` with ``combine``, a ``@tj.func`` of two tiles returning one
@@ -316,13 +332,15 @@ def dot(a, b, acc=None, allow_tf32=False):
     float64 for float64): tensor cores (wgmma on sm_90a, mma.sync on sm_80) for
     float16/bfloat16/float8/int8 and tf32 when ``allow_tf32``, FMAs otherwise (float64 among
     them: fused multiply-adds in float64, not yet the DMMA tensor cores).  ``acc`` is the (M, N)
-    accumulator."""
+    accumulator.
+    Example: ``acc = tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (k, n), (BK, BN)), acc)``."""
 @builtin
 def dot_scaled(a, a_scale, b, b_scale, acc=None):
     """``acc + (a @ b) * (a_scale * b_scale)`` in float32, the add fused with the multiply (one
     rounding), for one K block of block-scaled operands: ``a_scale`` broadcasts to (M, 1),
     ``b_scale`` to (1, N); a K tile must lie inside one scale block (fp8 with 1x128 activation
-    and 128x128 weight scales: BK = 128)."""
+    and 128x128 weight scales: BK = 128).
+    Example: ``acc = tj.dot_scaled(a_tile, a_scales, b_tile, b_scales, acc)`` (a DeepSeek-style fp8 GEMM)."""
 
 
 # --- loops ------------------------------------------------------------------------------------
@@ -362,7 +380,8 @@ def static_print(*values):
 
 # --- host helpers (also folded inside kernels on compile-time values) --------------------------
 def cdiv(a: int, b: int) -> int:
-    """Ceiling division: the number of size-``b`` blocks covering ``a``."""
+    """Ceiling division: the number of size-``b`` blocks covering ``a``.
+    Example: ``grid = (tj.cdiv(n, BLOCK),)``."""
     return -(-a // b)
 
 
