@@ -100,3 +100,15 @@ def emulated_bf16_gemm(fn, m: int, n: int, k: int, bm: int, bn: int, seed: int =
     emulate.run(fn, (-(-m // bm), -(-n // bn)), [a, b, c])
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2**-8, atol=1e-3 * np.abs(ref).max())
+
+
+def pipeline_until(kernel, specs, consts: dict, stage: str, num_warps: int = 4, target: str = "sm_90a"):
+    """``kernel``'s tile IR for ``specs`` / ``consts`` after the PIPELINE stage named ``stage``."""
+    from tilejit.passes.pipeline import PIPELINE, Options
+    fn = kernel.tile_ir(specs, consts)
+    opt = Options(num_warps=num_warps, target=target)
+    for s in PIPELINE:
+        fn = s.run(fn, opt)
+        if s.name == stage:
+            return fn
+    raise ValueError(f"no PIPELINE stage named {stage!r}")

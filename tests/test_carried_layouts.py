@@ -9,8 +9,9 @@ import pytest
 
 import tilejit as tj
 from tilejit.ir import TileOp
-from tilejit.passes.pipeline import PIPELINE, Options
 from tilejit.specs import ArraySpec
+
+from conftest import pipeline_until
 
 
 @tj.kernel
@@ -26,12 +27,7 @@ def rotated(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
 
 
 def assigned(kernel, specs, consts, num_warps):
-    fn = kernel.tile_ir(specs, consts)
-    opt = Options(num_warps=num_warps, target="sm_90a")
-    for stage in PIPELINE:
-        fn = stage.run(fn, opt)
-        if stage.name == "assign_layouts":
-            return fn
+    return pipeline_until(kernel, specs, consts, "assign_layouts", num_warps)
 
 
 def test_a_carried_product_takes_the_layout_of_the_loops_dot():

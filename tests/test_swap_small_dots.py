@@ -10,12 +10,12 @@ from tilejit import codegen
 from tilejit.examples import matmul
 from tilejit.ir import TileOp
 from tilejit.passes import wgmma
-from tilejit.passes.pipeline import PIPELINE, Options, compile_to_simt
+from tilejit.passes.pipeline import compile_to_simt
 from tilejit.passes.plans import DotFamily
 from tilejit.simt import SimtOp
 from tilejit.specs import ArraySpec
 
-from conftest import assemble_or_skip, emulated_bf16_gemm
+from conftest import assemble_or_skip, emulated_bf16_gemm, pipeline_until
 
 KERNEL = matmul.matmul_kernel.kernel
 BF16 = ArraySpec(tj.bfloat16, 2)
@@ -27,12 +27,7 @@ def transposed_a(monkeypatch):
 
 
 def until(kernel, consts, stage, num_warps=4, specs=(BF16, BF16, BF16)):
-    fn = kernel.tile_ir(specs, consts)
-    opt = Options(num_warps=num_warps, target="sm_90a")
-    for s in PIPELINE:
-        fn = s.run(fn, opt)
-        if s.name == stage:
-            return fn
+    return pipeline_until(kernel, specs, consts, stage, num_warps)
 
 
 def test_a_16_row_gemm_is_computed_transposed_on_wgmma():

@@ -11,11 +11,11 @@ from tilejit.backends import emulate
 from tilejit.codegen.llvm import compile_ptx
 from tilejit.examples import matmul
 from tilejit.passes import plan_stores
-from tilejit.passes.pipeline import PIPELINE, Options, compile_to_simt
+from tilejit.passes.pipeline import compile_to_simt
 from tilejit.simt import SimtOp
 from tilejit.specs import ArraySpec
 
-from conftest import assemble_or_skip
+from conftest import assemble_or_skip, pipeline_until
 
 KERNEL = matmul.matmul_kernel.kernel
 BF16 = ArraySpec(tj.bfloat16, 2)
@@ -32,12 +32,7 @@ def gemm(BM=128, BN=256, BK=64, stages=4, warps=8, out=BF16, ws=False, target="s
 
 
 def planned(kernel, specs, consts, target="sm_90a", num_warps=4):
-    fn = kernel.tile_ir(specs, consts)
-    opt = Options(num_warps=num_warps, target=target)
-    for stage in PIPELINE:
-        fn = stage.run(fn, opt)
-        if stage.name == "plan_stores":
-            return fn.meta["store_plans"]
+    return pipeline_until(kernel, specs, consts, "plan_stores", num_warps, target).meta["store_plans"]
 
 
 def test_a_gemm_epilogue_in_16_bits_is_copied_out_by_one_box_per_atom():

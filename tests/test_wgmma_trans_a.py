@@ -7,12 +7,12 @@ import pytest
 
 import tilejit as tj
 from tilejit import codegen
-from tilejit.passes.pipeline import PIPELINE, Options, compile_to_simt
+from tilejit.passes.pipeline import compile_to_simt
 from tilejit.passes.plans import DotFamily
 from tilejit.simt import SimtOp
 from tilejit.specs import ArraySpec
 
-from conftest import assemble_or_skip, emulated_bf16_gemm
+from conftest import assemble_or_skip, emulated_bf16_gemm, pipeline_until
 
 BF16 = ArraySpec(tj.bfloat16, 2)
 
@@ -35,12 +35,7 @@ def transposed(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
 
 
 def planned(specs, consts, num_warps):
-    fn = transposed.tile_ir(specs, consts)
-    opt = Options(num_warps=num_warps, target="sm_90a")
-    for stage in PIPELINE:
-        fn = stage.run(fn, opt)
-        if stage.name == "plan_loops":
-            return fn
+    return pipeline_until(transposed, specs, consts, "plan_loops", num_warps)
 
 
 def test_a_transposed_a_runs_on_wgmma_from_m_major_atoms():
