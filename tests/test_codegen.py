@@ -340,7 +340,7 @@ def one_op(tile_op, dtype, out=None, nargs=2):
     (TileOp.RSQRT, f32, None, 1, [], [], ["rsqrt.approx.f32"]),
     (TileOp.FMA, f32, None, 3, ["llvm.fma.f32"], [], ["fma.rn.f32"]),
     (TileOp.INVERT, b1, None, 1, ["xor i1"], [], []),
-    (TileOp.FLOORDIV, f32, None, 2, ["frem double", "llvm.floor.f64"], [], []),
+    (TileOp.FLOORDIV, f32, None, 2, ["llvm.fma.f64", "llvm.trunc.f64", "llvm.floor.f32"], ["frem"], []),
 ])
 def test_semantics_in_ir_shape(tile_op, dtype, out, nargs, in_llvm, not_in_llvm, in_ptx):
     text, ptx = one_op(tile_op, dtype, out, nargs)
@@ -444,6 +444,26 @@ def test_float_binary_matches_numpy_on_host(tile_op, ref):
         want = ref(a, b)
     out = b1 if want.dtype == np.bool_ else None
     np.testing.assert_array_equal(host_eval(tile_op, f32, a, b, out=out), want)
+
+
+@pytest.mark.parametrize("dtype,low,high", [(f32, -103, 88), (D.float64, -744, 709)], ids=["float32", "float64"])
+@pytest.mark.parametrize("tile_op,ref", [(TileOp.FLOORDIV, np.floor_divide), (TileOp.MOD, np.remainder)])
+def test_float_divmod_is_numpys_to_the_bit_across_the_range(dtype, low, high, tile_op, ref):
+    """The remainder is exact (a loop of truncated quotients below 2**52 and FMAs, not frem's
+    x - trunc(x / y) * y), and the quotient is computed in the operands' own precision, so both
+    are NumPy's bit for bit: subnormals, 3e38 % 1e-45, 1e300 % 1e-300, zeros, inf and NaN."""
+    rng = np.random.default_rng(5)
+    info = np.finfo(dtype.np)
+    special = [0.0, -0.0, 1.0, -1.5, 0.1, float(info.max), float(info.tiny), float(info.smallest_subnormal),
+               -float(info.smallest_subnormal) * 3, np.inf, -np.inf, np.nan]
+    values = np.concatenate([special, np.exp(rng.uniform(low, high, 100)) * rng.choice([-1.0, 1.0], 100)])
+    a, b = _pairs(values.astype(dtype.np))
+    with np.errstate(all="ignore"):
+        want = ref(a, b)
+    got = host_eval(tile_op, dtype, a, b)
+    bits = np.int32 if dtype == f32 else np.int64
+    same = (got.view(bits) == want.view(bits)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), (a[~same][:4], b[~same][:4], got[~same][:4], want[~same][:4])
 
 
 def test_float_pow_on_host():

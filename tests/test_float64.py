@@ -1,4 +1,5 @@
-"""float64 tiles: NumPy's default dtype works in kernels for IEEE arithmetic, comparisons,
+"""float64 tiles: NumPy's default dtype works in kernels for IEEE arithmetic (``//`` and ``%``
+too, exact), comparisons,
 ``where``, ``sqrt``/``abs``/rounding, ``maximum``/``minimum``, reductions and casts, on interpret
 and emulate against NumPy (cuda under ``-m gpu``); the float32-only math is refused at the
 user's line instead of being computed in float32."""
@@ -14,7 +15,7 @@ from tilejit.specs import ArraySpec
 from conftest import assemble_or_skip, body_error
 
 BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
-OPS = ["add", "sub", "mul", "div", "max", "min", "where", "sqrt", "abs", "floor", "ceil", "trunc", "round", "neg"]
+OPS = ["add", "sub", "mul", "div", "floordiv", "mod", "max", "min", "where", "sqrt", "abs", "floor", "ceil", "trunc", "round", "neg"]
 
 
 @tj.kernel
@@ -29,6 +30,10 @@ def f64_ops(x, y, z, s, B: tj.constexpr, OP: tj.constexpr):
         r = t * u
     elif OP == "div":
         r = t / u
+    elif OP == "floordiv":
+        r = t // u
+    elif OP == "mod":
+        r = t % u
     elif OP == "max":
         r = tj.maximum(t, u)
     elif OP == "min":
@@ -57,7 +62,8 @@ def f64_ops(x, y, z, s, B: tj.constexpr, OP: tj.constexpr):
 
 def reference(op, t, u):
     with np.errstate(all="ignore"):
-        return {"add": t + u, "sub": t - u * 0.1, "mul": t * u, "div": t / u, "max": np.maximum(t, u),
+        return {"add": t + u, "sub": t - u * 0.1, "mul": t * u, "div": t / u,
+                "floordiv": np.floor_divide(t, u), "mod": np.remainder(t, u), "max": np.maximum(t, u),
                 "min": np.minimum(t, u), "where": np.where(t > u, t, u + 1), "sqrt": np.sqrt(np.abs(t)),
                 "abs": np.abs(t), "floor": np.floor(t * 3.0), "ceil": np.ceil(t * 3.0),
                 "trunc": np.trunc(t * 3.0), "round": np.round(t * 3.0), "neg": -t}[op]
@@ -122,8 +128,6 @@ def test_promotion_to_float64_follows_numpy():
     ("tj.erfc(t)", "tj.erfc is not supported for float64"),
     ("tj.sin(t)", "tj.sin is not supported for float64"),
     ("t ** 3.0", "operator \\*\\* is not supported for float64"),
-    ("t // 2.0", "operator // is not supported for float64"),
-    ("t % 2.0", "operator % is not supported for float64"),
 ])
 def test_float32_only_math_on_float64_is_an_error_at_the_users_line(body, message):
     body_error(body, message, [ArraySpec(tj.float64, 1)] * 2, {"B": 16}, head="    t = tj.load(x, (0,), (B,))\n")
@@ -136,3 +140,48 @@ def test_the_float64_ptx_computes_in_double_and_assembles(tmp_path, monkeypatch)
     ptx = f64_ops.compile(specs, consts, 4, "cuda").artifact.ptx
     assert "div.rn.f64" in ptx and "add.rn.f64" in ptx and "cvt.rn.f32.f64" not in ptx
     assemble_or_skip(ptx, "sm_90a")
+
+
+@tj.kernel
+def f64_divmod(x, y, q, r, B: tj.constexpr):
+    t = tj.load(x, (0,), (B,))
+    u = tj.load(y, (0,), (B,))
+    tj.store(q, (0,), t // u)
+    tj.store(r, (0,), t % u)
+
+
+def wide_pairs(n: int, seed: int):
+    """Operands whose quotients span float64's range: 1e300 % 1e-300, subnormals, zeros, inf, NaN."""
+    rng = np.random.default_rng(seed)
+    special = np.array([0.0, -0.0, 1.0, -1.0, 5e-324, -5e-324, 1e-310, 2.2250738585072014e-308, 1e300,
+                        -1.7976931348623157e308, np.inf, -np.inf, np.nan, 0.1, 7.0, -2.5])
+    t = np.concatenate([special, np.exp(rng.uniform(-744, 709, n - 16)) * rng.choice([-1.0, 1.0], n - 16)])
+    return t, rng.permutation(t)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_float64_floor_division_and_modulo_are_numpys_across_the_range(backend, seed, monkeypatch):
+    """``//`` and ``%`` give NumPy's floor_divide and remainder to the bit, also where x / y
+    passes 2**53 (the remainder is exact, not x - trunc(x / y) * y)."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    t, u = wide_pairs(256, seed)
+    q, r = np.zeros(256), np.zeros(256)
+    f64_divmod[(1,)](t, u, q, r, B=256)
+    with np.errstate(all="ignore"):
+        want_q, want_r = np.floor_divide(t, u), np.remainder(t, u)
+    assert np.array_equal(q.view(np.int64), want_q.view(np.int64)) or np.array_equal(q, want_q, equal_nan=True)
+    np.testing.assert_array_equal(np.signbit(r), np.signbit(want_r))
+    np.testing.assert_array_equal(r, want_r)
+    np.testing.assert_array_equal(q, want_q)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_float64_remainder_is_a_loop_of_exact_steps_and_assembles(arch):
+    """No ``rem`` instruction (NVPTX's frem is inexact): a truncated quotient, an FMA, and a loop."""
+    from tilejit.backends import cuda
+    x = np.zeros(128)
+    specs, consts, _ = f64_divmod.specialise(f64_divmod.bind((x, x, x, x), {"B": 128}))
+    ptx = cuda.build(f64_divmod.tile_ir(specs, consts), 4, arch, stop_after="ptx")["ptx"]
+    assert "cvt.rzi.f64.f64" in ptx and "fma.rn.f64" in ptx and "rem." not in ptx
+    assemble_or_skip(ptx, arch)

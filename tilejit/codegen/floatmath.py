@@ -386,27 +386,89 @@ def pow_(ctx: Ctx, x, y, fast: bool | None = None):
     return b.select(exact_one, one, value)
 
 
-def _floor_divmod(ctx: Ctx, x, y):
-    """NumPy's float divmod (npy_divmod), in f64 so that fmod is exact for quotients < 2**29."""
+def _reduce_magnitude(ctx: Ctx, a, d):
+    """fmod(a, d) for float64 ``a`` >= 0 finite and ``d`` > 0 finite and normal, exactly: a loop
+    that, while a >= d, divides a by d' = d * 2**s (d's significand under a's exponent less 51,
+    or d itself), so that the quotient is below 2**52 and exact once truncated, and replaces a by
+    a - q d' (one FMA, exact: the remainder lies on d''s grid and within one d' of 0), adding d'
+    back when the rounded quotient overshot.  Each turn takes 51 or more bits off a / d; at most
+    42 turns across float64's range, one when a / d < 2**52."""
     b = ctx.builder
-    a, d = b.fpext(x, F64), b.fpext(y, F64)
-    zero = ir.Constant(F64, 0.0)
-    mod = b.frem(a, d)
+    pre, head, body, done = b.block, ctx.block("fmod.head"), ctx.block("fmod.body"), ctx.block("fmod.done")
+    b.branch(head)
+    b.position_at_end(head)
+    r = b.phi(F64)
+    b.cbranch(b.fcmp_ordered(">=", r, d), body, done)
+    b.position_at_end(body)
+    i64 = ir.IntType(64)
+    field = ir.Constant(i64, 2047)
+
+    def exponent(v):
+        return b.and_(b.lshr(b.bitcast(v, i64), ir.Constant(i64, 52)), field)
+    target = b.sub(exponent(r), ir.Constant(i64, 51))
+    ed = exponent(d)
+    target = b.select(b.icmp_signed(">", target, ed), target, ed)
+    mantissa = b.and_(b.bitcast(d, i64), ir.Constant(i64, (1 << 52) - 1))
+    scaled = b.bitcast(b.or_(mantissa, b.shl(target, ir.Constant(i64, 52))), F64)
+    q = ctx.call("llvm.trunc.f64", F64, [b.fdiv(r, scaled)])
+    rest = ctx.call("llvm.fma.f64", F64, [b.fneg(q), scaled, r])
+    rest = b.select(b.fcmp_ordered("<", rest, ir.Constant(F64, 0.0)), b.fadd(rest, scaled), rest)
+    b.branch(head)
+    r.add_incoming(a, pre)
+    r.add_incoming(rest, body)
+    b.position_at_end(done)
+    return r
+
+
+def exact_fmod(ctx: Ctx, x, y):
+    """C's ``fmod`` of float64 values, exact (NVPTX's ``frem`` is ``x - trunc(x / y) * y``, which
+    loses the remainder once x / y passes 2**53): NaN for a NaN, an infinite x or y = 0, x for an
+    infinite y, else the sign of x on ``_reduce_magnitude``.  A subnormal |y| first reduces by
+    |y| * 2**60 (a multiple of it, normal), then both sides are scaled by 2**600 for the rest
+    (exact: the remainder is then below 2**-900)."""
+    b = ctx.builder
+
+    def c(v):
+        return ir.Constant(F64, v)
+    a, d = ctx.call("llvm.fabs.f64", F64, [x]), ctx.call("llvm.fabs.f64", F64, [y])
+    nan = b.or_(b.fcmp_unordered("uno", x, y),
+                b.or_(b.fcmp_ordered("==", a, c(math.inf)), b.fcmp_ordered("==", d, c(0.0))))
+    keep = b.fcmp_ordered("==", d, c(math.inf))
+    skip = b.or_(nan, keep)
+    a = b.select(skip, c(0.0), a)
+    d = b.select(skip, c(1.0), d)
+    tiny = b.fcmp_ordered("<", d, c(2.0 ** -960))
+    coarse = _reduce_magnitude(ctx, a, b.select(tiny, b.fmul(d, c(2.0 ** 60)), d))
+    scale = b.select(tiny, c(2.0 ** 600), c(1.0))
+    fine = _reduce_magnitude(ctx, b.fmul(coarse, scale), b.fmul(d, scale))
+    r = ctx.call("llvm.copysign.f64", F64, [b.fmul(fine, b.select(tiny, c(2.0 ** -600), c(1.0))), x])
+    return b.select(nan, c(math.nan), b.select(keep, x, r))
+
+
+def floor_divmod(ctx: Ctx, a, d):
+    """NumPy's float divmod (npy_divmod): (floor quotient, modulo) of float32 or float64 values,
+    in their own precision as NumPy computes them, the remainder from ``exact_fmod`` (exact in
+    float64, so exact for float32 operands too)."""
+    b = ctx.builder
+    t = a.type
+    zero, one = ir.Constant(t, 0.0), ir.Constant(t, 1.0)
+    if t == F64:
+        mod = exact_fmod(ctx, a, d)
+    else:
+        mod = b.fptrunc(exact_fmod(ctx, b.fpext(a, F64), b.fpext(d, F64)), t)
     div = ctx.fdiv(b.fsub(a, mod), d)
     fix = b.and_(b.fcmp_unordered("!=", mod, zero),
                  b.xor(b.fcmp_ordered("<", d, zero), b.fcmp_ordered("<", mod, zero)))
-    signed_zero = ctx.call("llvm.copysign.f64", F64, [zero, d])
+    copysign = "llvm.copysign.f64" if t == F64 else "llvm.copysign.f32"
+    signed_zero = ctx.call(copysign, t, [zero, d])
     mod = b.select(fix, b.fadd(mod, d), b.select(b.fcmp_unordered("!=", mod, zero), mod, signed_zero))
-    div = b.select(fix, b.fsub(div, ir.Constant(F64, 1.0)), div)
-    floor = ctx.call("llvm.floor.f64", F64, [div])
-    floor = b.select(b.fcmp_ordered(">", b.fsub(div, floor), ir.Constant(F64, 0.5)),
-                     b.fadd(floor, ir.Constant(F64, 1.0)), floor)
+    div = b.select(fix, b.fsub(div, one), div)
+    floor = ctx.call("llvm.floor.f64" if t == F64 else "llvm.floor.f32", t, [div])
+    floor = b.select(b.fcmp_ordered(">", b.fsub(div, floor), ir.Constant(t, 0.5)), b.fadd(floor, one), floor)
     quotient = ctx.fdiv(a, d)
-    zero_div = ctx.call("llvm.copysign.f64", F64, [zero, quotient])
+    zero_div = ctx.call(copysign, t, [zero, quotient])
     floor = b.select(b.fcmp_unordered("!=", div, zero), floor, zero_div)
-    by_zero = b.fcmp_ordered("==", d, zero)
-    floor = b.select(by_zero, quotient, floor)
-    return b.fptrunc(floor, F32), b.fptrunc(mod, F32)
+    return b.select(b.fcmp_ordered("==", d, zero), quotient, floor), mod
 
 
 FLOAT_UNARY = {
@@ -456,8 +518,8 @@ FLOAT_BINARY = {
     TileOp.SUB: lambda ctx, a, c: ctx.builder.fsub(a, c),
     TileOp.MUL: lambda ctx, a, c: ctx.builder.fmul(a, c),
     TileOp.TRUEDIV: lambda ctx, a, c: ctx.fdiv(a, c),             # div.rn (IEEE), div.full with wgmma
-    TileOp.FLOORDIV: lambda ctx, a, c: _floor_divmod(ctx, a, c)[0],
-    TileOp.MOD: lambda ctx, a, c: _floor_divmod(ctx, a, c)[1],
+    TileOp.FLOORDIV: lambda ctx, a, c: floor_divmod(ctx, a, c)[0],
+    TileOp.MOD: lambda ctx, a, c: floor_divmod(ctx, a, c)[1],
     TileOp.POW: pow_,
     TileOp.MAXIMUM: lambda ctx, a, c: ctx.call("llvm.maximum.f32", F32, [a, c]),  # max.NaN.f32
     TileOp.MINIMUM: lambda ctx, a, c: ctx.call("llvm.minimum.f32", F32, [a, c]),

@@ -194,8 +194,6 @@ def binary(b: Builder, op: str, x, y) -> Value:
         fail(b, "operator ** is not supported for float64 tiles yet but for the constant exponents "
                 f"{', '.join(map(str, FLOAT64_POWERS))} (x * x, 1 / x, sqrt, as NumPy computes them); "
                 "compute it in float32 with .to(tj.float32)")
-    if dt == dtypes.float64 and op in ("//", "%"):
-        _no_float64(b, f"operator {op}")
     xv, yv = convert(b, x, dt, shape), convert(b, y, dt, shape)
     if op in COMPARE:
         return b.create(COMPARE[op], [xv, yv], [TileType(shape, dtypes.bool_)]).result
@@ -271,7 +269,7 @@ _FLOAT64_UNARY = {"sqrt", "floor", "ceil", "trunc", "round"}
 
 
 def _no_float64(b: Builder, what: str):
-    fail(b, f"{what} is not supported for float64 tiles yet (float64 has + - * /, comparisons, "
+    fail(b, f"{what} is not supported for float64 tiles yet (float64 has + - * / // %, comparisons, "
             f"fma, sqrt, exp, exp2, log, log2, log1p, expm1, sinh, cosh, tanh, sigmoid, erf, abs, "
             f"floor/ceil/trunc/round, maximum/minimum, reductions and casts); "
             f"compute it in float32 with .to(tj.float32)")
