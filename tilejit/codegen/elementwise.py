@@ -12,6 +12,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tilejit.codegen.base import F32, F64, I1, Ctx, convert, from_f32, reg_type, to_f32
+from tilejit.codegen import trig64
 from tilejit.codegen.floatmath import FLOAT_BINARY, FLOAT_UNARY, NARROW_BINARY, NARROW_UNARY, floor_divmod
 from tilejit import dtypes as D
 from tilejit.dtypes import DType
@@ -76,6 +77,8 @@ def _double_op(ctx: Ctx, op: TileOp, args: list) -> ir.Value:
         return ctx.call(_DOUBLE_CALLS[op], F64, args)
     if op in (TileOp.FLOORDIV, TileOp.MOD):
         return floor_divmod(ctx, *args)[op == TileOp.MOD]
+    if op in (TileOp.SIN, TileOp.COS):
+        return trig64.sin_or_cos(ctx, args[0], int(op == TileOp.COS))
     raise ctx.error(f"{op.name.lower()} is not supported for float64")
 
 

@@ -265,12 +265,12 @@ def unary(b: Builder, op: str, x) -> Value:
 
 # float64 tiles have IEEE arithmetic, comparisons, casts, reductions and these exact functions;
 # the transcendental ones (float32 polynomials in codegen) are not written for float64 yet
-_FLOAT64_UNARY = {"sqrt", "floor", "ceil", "trunc", "round"}
+_FLOAT64_UNARY = {"sqrt", "floor", "ceil", "trunc", "round", "sin", "cos"}
 
 
 def _no_float64(b: Builder, what: str):
     fail(b, f"{what} is not supported for float64 tiles yet (float64 has + - * / // %, comparisons, "
-            f"fma, sqrt, exp, exp2, log, log2, log1p, expm1, sinh, cosh, tanh, sigmoid, erf, abs, "
+            f"fma, sqrt, sin, cos, exp, exp2, log, log2, log1p, expm1, sinh, cosh, tanh, sigmoid, erf, abs, "
             f"floor/ceil/trunc/round, maximum/minimum, reductions and casts); "
             f"compute it in float32 with .to(tj.float32)")
 
