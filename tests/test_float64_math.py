@@ -304,3 +304,46 @@ def test_float64_sin_ptx_reads_the_two_over_pi_table_and_assembles(arch):
     assert ".global .align 8 .b8 tilejit_two_over_pi[176]" in ptx and "cvt.rni.f64.f64" in ptx
     assert "sin.approx" not in ptx and "cvt.rn.f32.f64" not in ptx
     assemble_or_skip(ptx, arch)
+
+
+@tj.kernel
+def arc_tangents(x, y, a, s, c, t2, B: tj.constexpr):
+    t = tj.load(x, (0,), (B,))
+    u = tj.load(y, (0,), (B,))
+    tj.store(a, (0,), tj.atan(t))
+    v = tj.where(tj.abs(t) <= 1, t, 1.0 / t)
+    tj.store(s, (0,), tj.asin(v))
+    tj.store(c, (0,), math.acos(v))
+    tj.store(t2, (0,), tj.atan2(u, t))
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_float64_atan_asin_acos_atan2(backend, monkeypatch):
+    """fdlibm's atan in float64 (the same composition on every backend), and asin / acos / atan2
+    from it: within 1 / 2 / 2 / 1 ulp of NumPy's, with its NaNs, infinities and zeros."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(4)
+    n = 2048
+    x = np.concatenate([rng.uniform(-3, 3, n // 4), rng.choice([-1, 1], n // 4) * np.exp(rng.uniform(-40, 40, n // 4)),
+                        rng.uniform(-1, 1, n // 4), 1 - np.exp(rng.uniform(-36, -1, n // 4))])
+    y = rng.permutation(x) * np.exp(rng.uniform(-3, 3, n))
+    x[:12] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e300, 5e-324, 0.4375, 2.4375, 2.0 ** 66]
+    outs = [np.full(n, -7.0) for _ in range(4)]
+    arc_tangents[(1,)](x, y, *outs, B=n)
+    with np.errstate(all="ignore"):
+        v = np.where(np.abs(x) <= 1, x, 1 / x)
+        refs = [np.arctan(x), np.arcsin(v), np.arccos(v), np.arctan2(y, x)]
+    for got, ref, bound in zip(outs, refs, (1, 2, 2, 1)):
+        ok = np.isfinite(ref) & (ref != 0)
+        assert (np.abs(got[ok] - ref[ok]) / np.spacing(np.abs(ref[ok]))).max() <= bound
+        np.testing.assert_array_equal(got[~ok], ref[~ok])
+
+
+def test_float64_arc_tangents_stay_float64_in_the_ptx_and_assemble():
+    from tilejit.backends import cuda
+    from conftest import assemble_or_skip
+    x = np.zeros(256)
+    specs, consts, _ = arc_tangents.specialise(arc_tangents.bind((x,) * 6, {"B": 256}))
+    ptx = cuda.build(arc_tangents.tile_ir(specs, consts), 4, "sm_90a", stop_after="ptx")["ptx"]
+    assert "div.rn.f64" in ptx and "cvt.rn.f32.f64" not in ptx
+    assemble_or_skip(ptx, "sm_90a")

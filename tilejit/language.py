@@ -132,7 +132,8 @@ def sqrt(x):
     """The correctly rounded square root elementwise."""
 @builtin
 def rsqrt(x):
-    """``1 / sqrt(x)`` elementwise, by the GPU's approximate ``rsqrt`` (about 2 ulp in float32)."""
+    """``1 / sqrt(x)`` elementwise, by the GPU's approximate ``rsqrt`` (about 2 ulp in float32;
+    float64 as ``1.0 / sqrt(x)``, two IEEE roundings)."""
 @builtin
 def sin(x):
     """The sine elementwise (within 1 ulp over the whole float32 range; ``fast_math=True`` launches
@@ -173,7 +174,8 @@ def cosh(x):
     """The hyperbolic cosine elementwise (from ``exp(|x| / 2)``: finite wherever float32's is)."""
 @builtin
 def atan(x):
-    """The arc tangent elementwise, in radians (Cephes' reduction and polynomial in float32)."""
+    """The arc tangent elementwise, in radians (Cephes' reduction and polynomial in float32;
+    float64 by fdlibm's, within an ulp)."""
 @builtin
 def atan2(y, x):
     """The angle of the point ``(x, y)``, in ``[-pi, pi]``, elementwise with NumPy broadcasting

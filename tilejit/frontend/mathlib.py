@@ -1,11 +1,11 @@
 """Math functions built from the compiler's primitives (exp, log, sqrt, arithmetic, where): every
 backend runs the same composition, so there is nothing to add to the IR, the interpreter, the
 emulator or codegen.  Each computes in float32 (16-bit and integer inputs are widened, the
-result has ``dtypes.float_result`` of the input, as ``tj.exp``'s does) and is refused for
-float64, whose transcendental primitives are not written yet.
+result has ``dtypes.float_result`` of the input, as ``tj.exp``'s does), or in float64 for float64
+tiles where a float64 form is written (erfc and general ``**`` are refused there).
 
-    log1p expm1 sinh cosh atan atan2 asin acos pow erfc     (float32; the first four float64 too)
-    exp exp2 log log2 tanh sigmoid erf of float64 tiles    (the primitives serve the other dtypes)
+    log1p expm1 sinh cosh atan atan2 asin acos pow erfc     (float32; all but the last two float64 too)
+    exp exp2 log log2 tanh sigmoid erf rsqrt of float64     (the primitives serve the other dtypes)
 
 Accuracy in float32 (``tests/test_mathlib.py`` measures it against NumPy in float64 on the CPU
 backends, whose primitives are correctly rounded): log1p and expm1 by Kahan's
@@ -13,6 +13,7 @@ backends, whose primitives are correctly rounded): log1p and expm1 by Kahan's
 above (no overflow before float32's own), cosh from ``exp(|x| / 2)``, atan by Cephes' reduction
 to |x| <= tan(pi/8) and its cubic polynomial, atan2 / asin / acos from atan with the quadrant
 (NumPy's results for infinities; signed zeros are not distinguished), and pow is ``x ** y``.
+float64 atan is fdlibm's (1 ulp), and asin / acos / atan2 are built on it as above (2 / 2 / 1 ulp).
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def _cosh(b, x):
     return binary(b, "+", half, binary(b, "/", binary(b, "/", 0.5, h), h))
 
 
-def _atan(b, x):
+def _atan32(b, x):
     """Cephes ``atanf``: |x| > tan(3pi/8): pi/2 - atan(1/|x|); > tan(pi/8): pi/4 + atan((|x|-1)/(|x|+1))."""
     a = unary(b, "abs", x)
     far, mid = binary(b, ">", a, 2.414213562373095), binary(b, ">", a, 0.4142135623730950)
@@ -106,14 +107,70 @@ def _atan(b, x):
     return where(b, binary(b, "<", x, 0.0), unary(b, "-", r), r)
 
 
+# fdlibm's s_atan.c: atan on [-7/16, 7/16] by x - x s(x²), s odd in x² to x**22 (aT), and the
+# breakpoints atan(1/2), atan(1), atan(3/2), pi/2 as hi + lo pairs
+ATAN_T = (3.33333333333329318027e-01, -1.99999999998764832476e-01, 1.42857142725034663711e-01,
+          -1.11111104054623557880e-01, 9.09088713343650656196e-02, -7.69187620504482999495e-02,
+          6.66107313738753120669e-02, -5.83357013379057348645e-02, 4.97687799461593236017e-02,
+          -3.65315727442169155270e-02, 1.62858201153657823623e-02)
+ATAN_HI = (4.63647609000806093515e-01, 7.85398163397448278999e-01, 9.82793723247329054082e-01,
+           1.57079632679489655800e+00)
+ATAN_LO = (2.26987774529616870924e-17, 3.06161699786838301793e-17, 1.39033110312309984516e-17,
+           6.12323399573676603587e-17)
+
+
+def _atan64(b, x):
+    """fdlibm's atan of float64: |x| reduced by the nearest of 1/2, 1, 3/2 and infinity
+    ((2|x| - 1) / (2 + |x|), (|x| - 1) / (|x| + 1), (|x| - 3/2) / (1 + 3|x|/2), -1 / |x|), then
+    atan(b) + atan(t) with atan(b) in two parts; |x| below 7/16 directly."""
+    a = unary(b, "abs", x)
+    cases = [binary(b, ">=", a, 0.4375), binary(b, ">=", a, 0.6875), binary(b, ">=", a, 1.1875),
+             binary(b, ">=", a, 2.4375)]
+    t = x
+    for case, reduced in zip(cases, (
+            binary(b, "/", binary(b, "-", binary(b, "*", a, 2.0), 1.0), binary(b, "+", a, 2.0)),
+            binary(b, "/", binary(b, "-", a, 1.0), binary(b, "+", a, 1.0)),
+            binary(b, "/", binary(b, "-", a, 1.5), binary(b, "+", binary(b, "*", a, 1.5), 1.0)),
+            binary(b, "/", -1.0, binary(b, "maximum", a, 1e-300)))):
+        t = where(b, case, reduced, t)
+    z = binary(b, "*", t, t)
+    w = binary(b, "*", z, z)
+    odd, even = ATAN_T[0::2], ATAN_T[1::2]
+    s1 = odd[-1]
+    for c in odd[-2::-1]:
+        s1 = binary(b, "+", binary(b, "*", s1, w), c)
+    s2 = even[-1]
+    for c in even[-2::-1]:
+        s2 = binary(b, "+", binary(b, "*", s2, w), c)
+    ts = binary(b, "*", t, binary(b, "+", binary(b, "*", z, s1), binary(b, "*", w, s2)))
+    direct = binary(b, "-", t, ts)
+    hi, lo = (convert(b, v, F64, x.type.shape) for v in (ATAN_HI[0], ATAN_LO[0]))
+    for case, h, l in zip(cases[1:], ATAN_HI[1:], ATAN_LO[1:]):
+        hi, lo = where(b, case, h, hi), where(b, case, l, lo)
+    shifted = binary(b, "-", hi, binary(b, "-", binary(b, "-", ts, lo), t))
+    r = where(b, cases[0], shifted, direct)
+    r = where(b, binary(b, ">=", a, 2.0 ** 66), ATAN_HI[3] + ATAN_LO[3], r)
+    r = where(b, binary(b, "&", cases[0], binary(b, "<", x, 0.0)), unary(b, "-", r), r)
+    return where(b, predicate(b, "isnan", x), x, r)
+
+
+def _atan(b, x):
+    return _atan64(b, x) if x.type.dtype == F64 else _atan32(b, x)
+
+
 def _atan2(b, y, x):
+    """atan2 from atan(y / x) and the quadrant, in y's float dtype (float32 or float64)."""
+    shape = _broadcast(b, shape_of(y), shape_of(x))
+
+    def choose(cond, p, q):                       # constants in the operands' dtype, not float32's
+        return where(b, cond, convert(b, p, y.type.dtype, shape), convert(b, q, y.type.dtype, shape))
     base = _atan(b, binary(b, "/", y, x))
-    toward = where(b, binary(b, "<", y, 0.0), -PI, PI)
+    toward = choose(binary(b, "<", y, 0.0), -PI, PI)
     r = where(b, binary(b, "<", x, 0.0), binary(b, "+", base, toward), base)
-    r = where(b, binary(b, "==", x, 0.0), where(b, binary(b, "==", y, 0.0), 0.0,
-                                                 where(b, binary(b, "<", y, 0.0), -PIO2, PIO2)), r)
+    r = where(b, binary(b, "==", x, 0.0), where(b, binary(b, "==", y, 0.0), convert(b, 0.0, y.type.dtype, shape),
+                                                 choose(binary(b, "<", y, 0.0), -PIO2, PIO2)), r)
     both = binary(b, "&", predicate(b, "isinf", x), predicate(b, "isinf", y))
-    corner = where(b, binary(b, "<", x, 0.0), 3 * PIO4, PIO4)
+    corner = choose(binary(b, "<", x, 0.0), 3 * PIO4, PIO4)
     r = where(b, both, where(b, binary(b, "<", y, 0.0), unary(b, "-", corner), corner), r)
     nan = binary(b, "|", predicate(b, "isnan", x), predicate(b, "isnan", y))
     return where(b, nan, binary(b, "+", x, y), r)
@@ -147,10 +204,9 @@ def atan2(b, y, x):
     for v in (y, x):
         _check_operand(b, v, "atan2()")
     out = dtypes.float_result(result_dtype(b, [y, x]))
-    if out == dtypes.float64:
-        _no_float64(b, "tj.atan2")
     shape = _broadcast(b, shape_of(y), shape_of(x))
-    return _done(b, _atan2(b, convert(b, y, dtypes.float32, shape), convert(b, x, dtypes.float32, shape)), out)
+    wide = dtypes.float64 if out == dtypes.float64 else dtypes.float32
+    return _done(b, _atan2(b, convert(b, y, wide, shape), convert(b, x, wide, shape)), out)
 
 
 # --- float64 exp and log (every backend: arithmetic, round, bitcast and integer shifts only)
@@ -316,9 +372,9 @@ def _wide_or(name, fn64):
 
 BUILTINS = {
     "log1p": _unary(_log1p, "log1p", True), "expm1": _unary(_expm1, "expm1", True),
-    "sinh": _unary(_sinh, "sinh", True), "cosh": _unary(_cosh, "cosh", True), "atan": _unary(_atan, "atan"),
-    "asin": _unary(lambda b, x: _atan2(b, x, _side(b, x)), "asin"),
-    "acos": _unary(lambda b, x: _atan2(b, _side(b, x), x), "acos"),
+    "sinh": _unary(_sinh, "sinh", True), "cosh": _unary(_cosh, "cosh", True), "atan": _unary(_atan, "atan", True),
+    "asin": _unary(lambda b, x: _atan2(b, x, _side(b, x)), "asin", True),
+    "acos": _unary(lambda b, x: _atan2(b, _side(b, x), x), "acos", True),
     "atan2": atan2, "erfc": erfc,
     "pow": lambda b, x, y: binary(b, "**", x, y),
     "exp": _wide_or("exp", _exp64), "log": _wide_or("log", _log64),
@@ -326,4 +382,5 @@ BUILTINS = {
     "log2": _wide_or("log2", lambda b, x: _log64(b, x, True)),
     "tanh": _wide_or("tanh", _tanh64), "sigmoid": _wide_or("sigmoid", _sigmoid64),
     "erf": _wide_or("erf", _erf64),
+    "rsqrt": _wide_or("rsqrt", lambda b, x: binary(b, "/", 1.0, unary(b, "sqrt", x))),
 }
