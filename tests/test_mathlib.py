@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import tilejit as tj
-from tilejit.errors import CompileError
 
 from test_math_accuracy import max_ulp
 
@@ -106,18 +105,6 @@ def test_math_module_spellings_and_16_bit_results(backend, monkeypatch):
     ref = (np.arctan(x) + np.sinh(x) + np.log1p(np.abs(x)) + np.arctan2(x, np.float16(2))
            + np.vectorize(math.erfc)(x.astype(np.float64)))
     np.testing.assert_allclose(y.astype(np.float32), ref.astype(np.float32), rtol=4e-3, atol=4e-3)
-
-
-@pytest.mark.parametrize("name", ["erfc"])
-def test_float64_is_refused_naming_the_function(name):
-    @tj.kernel
-    def wide(x, y, FN: tj.constexpr):
-        t = tj.load(x, (0,), (16,))
-        tj.store(y, (0,), tj.erfc(t))
-
-    x = np.zeros(16, np.float64)
-    with pytest.raises(CompileError, match=rf"tj.{name} is not supported for float64"):
-        wide.inspect(x, x, FN=name)
 
 
 @pytest.mark.parametrize("call", ["tj.atan2(x, 1.0)", "tj.atan2(1.0, x)", "tj.sinh(x)", "tj.pow(x, 2.0)"])

@@ -153,12 +153,13 @@ def sigmoid(x):
 def erf(x):
     """The error function 2/sqrt(pi) * integral of exp(-t**2) from 0 to x, elementwise on floats
     (``math.erf`` in a kernel means the same); within an ulp of float32 on the GPU; float64 from
-    its Taylor series below 1.5 and the continued fraction of erfc above (3 ulp)."""
+    its Taylor series below 1.5 and 1 - erfc above (2 ulp)."""
 @builtin
 def erfc(x):
     """``1 - erf(x)`` elementwise without the cancellation where erf is near 1 (``math.erfc`` in a
-    kernel means the same): float32 and narrower results, within 2.3 ulp of float32 down to its
-    subnormals (a Chebyshev fit evaluated in float64; float64 inputs are not supported yet)."""
+    kernel means the same): float32 and narrower results within 2.3 ulp of float32 down to its
+    subnormals (a Chebyshev fit evaluated in float64); float64 within 3 ulp, also down to its
+    subnormals (Taylor pieces of exp(x²) erfc(x) below 4, the continued fraction above)."""
 @builtin
 def log1p(x):
     """``log(1 + x)`` elementwise, accurate for tiny ``x`` (Kahan's form from ``log``; float32 math;

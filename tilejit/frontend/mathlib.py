@@ -17,6 +17,7 @@ float64 atan is fdlibm's (1 ulp), and asin / acos / atan2 are built on it as abo
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from tilejit import dtypes
@@ -302,6 +303,8 @@ def erfc(b, x):
     fit is evaluated in float64 with the float64 exp (z² is exact there, so exp(-z²) keeps its
     relative accuracy where erfc is tiny): within 2.3 ulp of float32 down to its subnormals;
     2 - erfc(-x) for x < 0."""
+    if isinstance(x, Value) and x.type.dtype == F64:
+        return _erfc64(b, x)
     xf, out = _widen(b, x, "erfc")
     z = unary(b, "abs", convert(b, xf, F64, xf.type.shape))
     t = binary(b, "/", 1.0, binary(b, "+", binary(b, "*", z, 0.5), 1.0))
@@ -322,7 +325,10 @@ def _exp_neg_square(b, a):
                   _exp64(b, unary(b, "-", binary(b, "*", l, binary(b, "+", a, h)))))
 
 
-ERF_TAYLOR, ERFC_FRACTION, ERF_SPLIT, ERF_ONE = 30, 80, 1.5, 6.0
+ERF_TAYLOR, ERF_SPLIT, ERF_ONE = 30, 1.5, 6.0
+ERFC_FRACTION, ERFC_FAR = 24, 4.0          # continued-fraction terms from 4 on: relative error < 1e-17
+ERFCX_CENTRES = tuple(0.75 + 0.5 * k for k in range(7))     # Taylor pieces of width 1/2 over [0.5, 4)
+ERFCX_TERMS = 20                                             # |h| <= 1/4: the 20th term is below 2**-60
 
 
 def _erf_coefficients(terms: int) -> tuple:
@@ -337,12 +343,89 @@ def _erf_coefficients(terms: int) -> tuple:
 ERF_COEFFICIENTS = _erf_coefficients(ERF_TAYLOR)
 
 
+@functools.cache
+def _erfcx_taylor() -> tuple:
+    """For each centre c, the Taylor coefficients t_n of g(x) = exp(x²) erfc(x) at c, rounded
+    once from 90-digit decimals: t_0 = g(c) (erfc(c) from erf's series), t_1 = 2c t_0 - 2/sqrt(pi),
+    and (n + 1) t_(n+1) = 2c t_n + 2 t_(n-1) (from g' = 2x g - 2/sqrt(pi))."""
+    from decimal import Decimal, localcontext
+    with localcontext() as ctx:
+        ctx.prec = 90
+        root_pi = (Decimal(_pi_times(300)) / Decimal(2) ** 300).sqrt()
+        pieces = []
+        for centre in ERFCX_CENTRES:
+            c = Decimal(centre)
+            total, n, term = Decimal(0), 0, c                  # erf(c) = 2/sqrt(pi) sum ...
+            while n < 8 or abs(term) > Decimal(10) ** -88:
+                term = (-1) ** n * c ** (2 * n + 1) / (math.factorial(n) * (2 * n + 1))
+                total += term
+                n += 1
+            t = [(1 - 2 * total / root_pi) * (c * c).exp()]
+            t.append(2 * c * t[0] - 2 / root_pi)
+            for k in range(1, ERFCX_TERMS - 1):
+                t.append((2 * c * t[k] + 2 * t[k - 1]) / (k + 1))
+            pieces.append(tuple(float(v) for v in t))
+        return tuple(pieces)
+
+
+def _pi_times(bits: int) -> int:
+    """floor(pi * 2**bits) by Machin's formula in integers."""
+    n = bits + 32
+
+    def atan_inverse(k: int) -> int:
+        total, term, i, sign = 0, (1 << n) // k, 1, 1
+        while term:
+            total, term, i, sign = total + sign * (term // i), term // (k * k), i + 2, -sign
+        return total
+    return (16 * atan_inverse(5) - 4 * atan_inverse(239)) >> 32
+
+
+def _erfc_positive(b, a):
+    """erfc of float64 ``a`` >= 0 (finite) to a few ulp, relative, down to the subnormals:
+    1 - erf's series below 1/2 (erfc > 0.47 there), else exp(-a²) g(a): g by its Taylor
+    polynomial at the nearest of 0.75, 1.25, ... 3.75 below 4, and by erfc's continued fraction
+    1 / (sqrt(pi) (a + (1/2) / (a + 1 / (a + (3/2) / ...)))) from 4 on."""
+    low = binary(b, "minimum", a, 0.5)
+    z = binary(b, "*", low, low)
+    s = ERF_COEFFICIENTS[-1]
+    for c in ERF_COEFFICIENTS[-2::-1]:
+        s = binary(b, "+", binary(b, "*", s, z), c)
+    near = binary(b, "-", 1.0, binary(b, "*", low, s))
+    pieces = _erfcx_taylor()
+    shape = a.type.shape
+    centre = convert(b, ERFCX_CENTRES[0], F64, shape)
+    coeffs = [convert(b, v, F64, shape) for v in pieces[0]]
+    for k in range(1, len(pieces)):
+        here = binary(b, ">=", a, ERFCX_CENTRES[k] - 0.25)
+        centre = where(b, here, ERFCX_CENTRES[k], centre)
+        coeffs = [where(b, here, v, old) for v, old in zip(pieces[k], coeffs)]
+    h = binary(b, "-", a, centre)                       # exact (Sterbenz)
+    g = coeffs[-1]
+    for c in coeffs[-2::-1]:
+        g = binary(b, "+", binary(b, "*", g, h), c)
+    far_a = binary(b, "maximum", a, ERFC_FAR)
+    f = far_a
+    for k in range(ERFC_FRACTION, 0, -1):
+        f = binary(b, "+", far_a, binary(b, "/", k / 2, f))
+    g = where(b, binary(b, "<", a, ERFC_FAR), g, binary(b, "/", 1 / math.sqrt(math.pi), f))
+    return where(b, binary(b, "<", a, 0.5), near, binary(b, "*", _exp_neg_square(b, a), g))
+
+
+def _erfc64(b, x):
+    """erfc of float64: ``_erfc_positive`` of |x|, 2 - that for x < 0; 0 at inf, 2 at -inf."""
+    a = unary(b, "abs", x)
+    finite = binary(b, "<", a, math.inf)
+    r = _erfc_positive(b, where(b, finite, a, 0.0))
+    r = where(b, finite, r, 0.0)
+    r = where(b, binary(b, "<", x, 0.0), binary(b, "-", 2.0, r), r)
+    return where(b, predicate(b, "isnan", x), x, r)
+
+
 def _erf64(b, x):
     """erf of float64: below |x| = 1.5 its Taylor series 2/sqrt(pi) sum (-1)^n x^(2n+1) / (n! (2n+1))
-    (Horner in x², 31 terms, 2/sqrt(pi) folded into each); from 1.5 to 6 as 1 - erfc, erfc from its continued fraction
-    exp(-x²) / (sqrt(pi) (x + (1/2) / (x + 1 / (x + (3/2) / ...)))) evaluated from the 80th term
-    back, exp(-x²) by ``_exp_neg_square``; 1 from 6 on (erfc(6) < 2**-55).  Within 3 ulp of
-    ``math.erf`` on the CPU backends (1 below |x| = 1)."""
+    (Horner in x², 31 terms, 2/sqrt(pi) folded into each); from 1.5 to 6 as 1 - erfc
+    (``_erfc_positive``); 1 from 6 on (erfc(6) < 2**-55).  Within 3 ulp of ``math.erf`` on the CPU
+    backends (1 below |x| = 1)."""
     a = binary(b, "minimum", unary(b, "abs", x), ERF_ONE)
     low = binary(b, "minimum", a, ERF_SPLIT)
     z = binary(b, "*", low, low)
@@ -350,11 +433,7 @@ def _erf64(b, x):
     for c in ERF_COEFFICIENTS[-2::-1]:
         s = binary(b, "+", binary(b, "*", s, z), c)
     series = binary(b, "*", low, s)
-    c = binary(b, "maximum", a, ERF_SPLIT)
-    f = c
-    for k in range(ERFC_FRACTION, 0, -1):
-        f = binary(b, "+", c, binary(b, "/", k / 2, f))
-    tail = binary(b, "-", 1.0, binary(b, "/", _exp_neg_square(b, c), binary(b, "*", f, math.sqrt(math.pi))))
+    tail = binary(b, "-", 1.0, _erfc_positive(b, binary(b, "maximum", a, ERF_SPLIT)))
     r = where(b, binary(b, "<", a, ERF_SPLIT), series, tail)
     r = where(b, binary(b, ">=", a, ERF_ONE), 1.0, r)
     r = where(b, binary(b, "<", x, 0.0), unary(b, "-", r), r)
