@@ -1,8 +1,7 @@
 """float64 tiles: NumPy's default dtype works in kernels for IEEE arithmetic (``//`` and ``%``
 too, exact), comparisons,
 ``where``, ``sqrt``/``abs``/rounding, ``maximum``/``minimum``, reductions and casts, on interpret
-and emulate against NumPy (cuda under ``-m gpu``); the float32-only math is refused at the
-user's line instead of being computed in float32."""
+and emulate against NumPy (cuda under ``-m gpu``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +9,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tilejit as tj
-from tilejit.specs import ArraySpec
 
-from conftest import assemble_or_skip, body_error
+from conftest import assemble_or_skip
 
 BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
 OPS = ["add", "sub", "mul", "div", "floordiv", "mod", "rsqrt", "max", "min", "where", "sqrt", "abs", "floor", "ceil", "trunc", "round", "neg"]
@@ -125,13 +123,6 @@ def test_promotion_to_float64_follows_numpy():
     assert D.promote(D.float32, D.float64) is D.float64 and D.promote(D.bfloat16, D.float64) is D.float64
     assert D.promote(D.int64, D.float64) is D.float64 and D.weak_promote(D.float64, 1.5) is D.float64
     assert D.from_numpy(np.float64) is D.float64
-
-
-@pytest.mark.parametrize("body, message", [
-    ("t ** 3.0", "operator \\*\\* is not supported for float64"),
-])
-def test_float32_only_math_on_float64_is_an_error_at_the_users_line(body, message):
-    body_error(body, message, [ArraySpec(tj.float64, 1)] * 2, {"B": 16}, head="    t = tj.load(x, (0,), (B,))\n")
 
 
 def test_the_float64_ptx_computes_in_double_and_assembles(tmp_path, monkeypatch):

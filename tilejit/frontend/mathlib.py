@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 
 from tilejit import dtypes
 from tilejit.frontend.semantics import (_broadcast, _check_operand, _no_float64, binary, convert, predicate,
@@ -258,20 +259,24 @@ def _exp64(b, x, base2: bool = False):
     return where(b, predicate(b, "isnan", x), x, e)
 
 
-def _log64(b, x, base2: bool = False):
-    """ln x (log2 x when ``base2``): x = 2**e * m with m in [sqrt(1/2), sqrt(2)) from the bits
-    (subnormals scaled by 2**54 first); with f = m - 1 (exact) and s = f / (2 + f), |s| < 0.172,
-    ln m = f - (f²/2 - s (f²/2 + R)) as fdlibm writes it, R = 2s²/3 + 2s⁴/5 + ... to s**24."""
+def _exponent_and_fraction(b, x):
+    """(e, f) with x = 2**e (1 + f) for float64 ``x`` > 0, 1 + f in [sqrt(1/2), sqrt(2)), from the
+    bits (subnormals scaled by 2**54 first); e an int64 tile, f exact."""
     tiny = binary(b, "<", x, 2.2250738585072014e-308)
-    y = where(b, tiny, binary(b, "*", x, 2.0 ** 54), x)
-    bits = _f64_bits(b, y)
+    bits = _f64_bits(b, where(b, tiny, binary(b, "*", x, 2.0 ** 54), x))
     e = binary(b, "-", binary(b, "&", binary(b, ">>", bits, 52), 2047), 1023)
     e = where(b, tiny, binary(b, "-", e, 54), e)
     m = _bits_f64(b, binary(b, "|", binary(b, "&", bits, (1 << 52) - 1), 1023 << 52))
     big = binary(b, ">", m, math.sqrt(2))
     m = where(b, big, binary(b, "*", m, 0.5), m)
-    e = where(b, big, binary(b, "+", e, 1), e)
-    f = binary(b, "-", m, 1.0)                                     # exact
+    return where(b, big, binary(b, "+", e, 1), e), binary(b, "-", m, 1.0)
+
+
+def _log64(b, x, base2: bool = False):
+    """ln x (log2 x when ``base2``): x = 2**e * m with m in [sqrt(1/2), sqrt(2)) from the bits
+    (subnormals scaled by 2**54 first); with f = m - 1 (exact) and s = f / (2 + f), |s| < 0.172,
+    ln m = f - (f²/2 - s (f²/2 + R)) as fdlibm writes it, R = 2s²/3 + 2s⁴/5 + ... to s**24."""
+    e, f = _exponent_and_fraction(b, x)
     s = binary(b, "/", f, binary(b, "+", f, 2.0))                  # ln(1 + f) = 2 atanh(s)
     ss = binary(b, "*", s, s)
     p = 2.0 / 25
@@ -290,6 +295,115 @@ def _log64(b, x, base2: bool = False):
     r = where(b, binary(b, "==", x, 0.0), -math.inf, r)
     r = where(b, binary(b, "==", x, math.inf), x, r)
     return where(b, binary(b, "|", binary(b, "<", x, 0.0), predicate(b, "isnan", x)), math.nan, r)
+
+
+SPLITTER = 134217729.0                # 2**27 + 1: Veltkamp's split of a float64 into 26 + 27 bits
+
+
+def _two_sum(b, p, q):
+    """(s, e) with s = p + q rounded and p + q = s + e exactly (Knuth's TwoSum)."""
+    s = binary(b, "+", p, q)
+    back = binary(b, "-", s, p)
+    return s, binary(b, "+", binary(b, "-", p, binary(b, "-", s, back)), binary(b, "-", q, back))
+
+
+def _split(b, p):
+    if isinstance(p, float):                       # a constant: split in Python's float64
+        c = p * SPLITTER
+        return c - (c - p), p - (c - (c - p))
+    c = binary(b, "*", p, SPLITTER)
+    hi = binary(b, "-", c, binary(b, "-", c, p))
+    return hi, binary(b, "-", p, hi)
+
+
+def _two_prod(b, p, q):
+    """(r, e) with r = p * q rounded and p * q = r + e exactly (Dekker's product; no FMA, so the
+    CPU backends stay vectorised; |p|, |q| below 2**996)."""
+    r = binary(b, "*", p, q)
+    ph, pl = _split(b, p)
+    qh, ql = _split(b, q)
+    e = binary(b, "+", binary(b, "-", binary(b, "*", ph, qh), r), binary(b, "*", ph, ql))
+    e = binary(b, "+", binary(b, "+", e, binary(b, "*", pl, qh)), binary(b, "*", pl, ql))
+    return r, e
+
+
+TWO_THIRDS = (2 / 3, float(Fraction(2, 3) - Fraction(2 / 3)))
+
+
+def _log64_double(b, a):
+    """ln a for float64 ``a`` > 0 finite as a double-double (hi, lo), to about 2**-66 relative:
+    a = 2**e m as in ``_log64``, s = f / (2 + f) with its rounding error, ln m = 2s + (2/3)s³ +
+    s⁵ P(s²), the first two terms in double-double, the rest (below 6e-5 of the whole) plain."""
+    e, f = _exponent_and_fraction(b, a)
+    d_hi = binary(b, "+", f, 2.0)
+    d_lo = binary(b, "-", f, binary(b, "-", d_hi, 2.0))            # exact: |f| < 2
+    s_hi = binary(b, "/", f, d_hi)
+    p, pe = _two_prod(b, s_hi, d_hi)
+    residual = binary(b, "-", binary(b, "-", binary(b, "-", f, p), pe), binary(b, "*", s_hi, d_lo))
+    s_lo = binary(b, "/", residual, d_hi)
+    c_hi, c_lo = _two_prod(b, s_hi, s_hi)                           # s²
+    t_hi, t_e = _two_prod(b, c_hi, s_hi)                            # s³
+    t_lo = binary(b, "+", t_e, binary(b, "+", binary(b, "*", c_lo, s_hi), binary(b, "*", binary(b, "*", c_hi, s_lo), 3.0)))
+    u_hi, u_e = _two_prod(b, t_hi, TWO_THIRDS[0])                   # (2/3) s³
+    u_lo = binary(b, "+", u_e, binary(b, "+", binary(b, "*", t_hi, TWO_THIRDS[1]), binary(b, "*", t_lo, TWO_THIRDS[0])))
+    poly = 2.0 / 25
+    for n in range(23, 4, -2):
+        poly = binary(b, "+", binary(b, "*", poly, c_hi), 2.0 / n)
+    rest = binary(b, "*", binary(b, "*", binary(b, "*", c_hi, c_hi), s_hi), poly)
+    h, h_e = _two_sum(b, binary(b, "*", s_hi, 2.0), u_hi)
+    lo = binary(b, "+", binary(b, "+", h_e, binary(b, "*", s_lo, 2.0)), binary(b, "+", u_lo, rest))
+    ef = convert(b, e, F64, a.type.shape)
+    hi, hi_e = _two_sum(b, binary(b, "*", ef, LN2_HI), h)         # e * LN2_HI is exact
+    lo = binary(b, "+", binary(b, "+", hi_e, lo), binary(b, "*", ef, LN2_LO))
+    top = binary(b, "+", hi, lo)
+    return top, binary(b, "-", lo, binary(b, "-", top, hi))
+
+
+def power(b, x, y):
+    """``x ** y`` (the operator and ``tj.pow``): ``pow64`` for float64 results but for NumPy's
+    fast-path constant exponents, the ``**`` primitive otherwise."""
+    from tilejit.frontend.semantics import FLOAT64_POWERS
+    for v in (x, y):
+        _check_operand(b, v, "operator **")
+    if result_dtype(b, [x, y]) != F64 or (isinstance(y, (int, float)) and not isinstance(y, bool)
+                                          and y in FLOAT64_POWERS):
+        return binary(b, "**", x, y)
+    shape = _broadcast(b, shape_of(x), shape_of(y))
+    return pow64(b, convert(b, x, F64, shape), convert(b, y, F64, shape))
+
+
+def pow64(b, x, y):
+    """C's pow (NumPy's ``power``) of float64 tiles of one shape: exp(y ln|x|) with ln|x| and
+    its product by y in double-double, exp of the high part times (1 + the low part): within 2 ulp
+    up to overflow and into the subnormals; the sign of odd integer powers of negative x, NaN
+    for other powers of finite negative x, and C's results for zeros, infinities, 1 and NaN."""
+    a = unary(b, "abs", x)
+    regular = binary(b, "&", binary(b, ">", a, 0.0), binary(b, "<", a, math.inf))
+    l_hi, l_lo = _log64_double(b, where(b, regular, a, 1.0))
+    y_safe = where(b, binary(b, "<", unary(b, "abs", y), 2.0 ** 900), y, 0.0)
+    z_hi, z_e = _two_prod(b, y_safe, l_hi)
+    z_lo = binary(b, "+", z_e, binary(b, "*", y_safe, l_lo))
+    z_hi = where(b, binary(b, "<", unary(b, "abs", y), 2.0 ** 900), z_hi, binary(b, "*", y, l_hi))
+    z_lo = where(b, binary(b, "<", unary(b, "abs", z_hi), 800.0), z_lo, 0.0)
+    e = _exp64(b, z_hi)
+    mag = binary(b, "+", e, binary(b, "*", e, z_lo))
+    mag = where(b, binary(b, "<", e, math.inf), mag, e)
+    positive_y = binary(b, ">", y, 0.0)
+    mag = where(b, binary(b, "==", a, 0.0), where(b, positive_y, 0.0, math.inf), mag)
+    mag = where(b, binary(b, "==", a, math.inf), where(b, positive_y, math.inf, 0.0), mag)
+    y_inf = binary(b, "==", unary(b, "abs", y), math.inf)
+    grows = binary(b, "==", binary(b, ">", a, 1.0), positive_y)
+    mag = where(b, y_inf, where(b, binary(b, "==", a, 1.0), 1.0, where(b, grows, math.inf, 0.0)), mag)
+    y_int = binary(b, "==", unary(b, "floor", y), y)
+    half = binary(b, "*", y, 0.5)
+    y_odd = binary(b, "&", y_int, binary(b, "!=", unary(b, "floor", half), half))
+    negative = binary(b, "<", _f64_bits(b, x), 0)                  # -0.0 too
+    value = where(b, binary(b, "&", negative, y_odd), unary(b, "-", mag), mag)
+    undefined = binary(b, "&", binary(b, "&", binary(b, "<", x, 0.0), binary(b, ">", x, -math.inf)),
+                       binary(b, "==", y_int, False))
+    value = where(b, undefined, math.nan, value)
+    value = where(b, binary(b, "|", predicate(b, "isnan", x), predicate(b, "isnan", y)), binary(b, "+", x, y), value)
+    return where(b, binary(b, "|", binary(b, "==", y, 0.0), binary(b, "==", x, 1.0)), 1.0, value)
 
 
 # Numerical Recipes' Chebyshev fit of erfc (fractional error below 1.2e-7 for every x >= 0):
@@ -455,7 +569,7 @@ BUILTINS = {
     "asin": _unary(lambda b, x: _atan2(b, x, _side(b, x)), "asin", True),
     "acos": _unary(lambda b, x: _atan2(b, _side(b, x), x), "acos", True),
     "atan2": atan2, "erfc": erfc,
-    "pow": lambda b, x, y: binary(b, "**", x, y),
+    "pow": lambda b, x, y: power(b, x, y),
     "exp": _wide_or("exp", _exp64), "log": _wide_or("log", _log64),
     "exp2": _wide_or("exp2", lambda b, x: _exp64(b, x, True)),
     "log2": _wide_or("log2", lambda b, x: _log64(b, x, True)),

@@ -191,9 +191,7 @@ def binary(b: Builder, op: str, x, y) -> Value:
     if dt == dtypes.float64 and op == "**":
         if isinstance(y, (int, float)) and not isinstance(y, bool) and y in FLOAT64_POWERS:
             return _float64_power(b, convert(b, x, dt, shape), y)
-        fail(b, "operator ** is not supported for float64 tiles yet but for the constant exponents "
-                f"{', '.join(map(str, FLOAT64_POWERS))} (x * x, 1 / x, sqrt, as NumPy computes them); "
-                "compute it in float32 with .to(tj.float32)")
+        fail(b, "float64 ** of a tile or of a constant but 0, 1, 2, -1, 0.5 is mathlib.power's")
     xv, yv = convert(b, x, dt, shape), convert(b, y, dt, shape)
     if op in COMPARE:
         return b.create(COMPARE[op], [xv, yv], [TileType(shape, dtypes.bool_)]).result

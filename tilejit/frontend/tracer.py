@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 
-from tilejit.frontend import semantics
+from tilejit.frontend import mathlib, semantics
 from tilejit.frontend.bytecode import Instr
 from tilejit.errors import CompileError
 from tilejit.frontend.calls import Calls
@@ -206,6 +206,8 @@ class Tracer(ControlFlow, Calls):
                                    frame.b.loc) from None
         if op == "@":
             return semantics.dot(frame.b, x, y)
+        if op == "**":
+            return mathlib.power(frame.b, x, y)
         if op not in semantics.BINARY and op not in semantics.COMPARE:
             raise CompileError(f"operator {op} is not supported on tiles", frame.b.loc)
         return semantics.binary(frame.b, op, x, y)
