@@ -125,3 +125,31 @@ def test_rebinding_a_global_the_kernel_reads_recompiles(monkeypatch):
         assert (y == 5).all()
     finally:
         GAIN = 2.0
+
+
+class _RecordingEnviron(dict):
+    def __init__(self, seen):
+        super().__init__()
+        self.seen = seen
+
+    def get(self, key, default=None):
+        self.seen.add(key)
+        return super().get(key, default)
+
+
+def test_every_switch_a_compile_reads_is_in_the_fast_paths_key(monkeypatch):
+    """``SWITCH_ENV`` (the fast path's key) names every variable ``compile_switches`` reads: one
+    left out (``TILEJIT_TMA_STORE`` once was) would re-launch the old code after a change."""
+    seen = set()
+    monkeypatch.setattr(kernel_module.os, "environ", _RecordingEnviron(seen))
+    kernel_module.compile_switches()
+    assert seen and seen <= set(kernel_module.SWITCH_ENV)
+
+
+@pytest.mark.parametrize("name,value", [("TILEJIT_TMA_STORE", "0"), ("TILEJIT_WGMMA", "0"), ("TILEJIT_PERSIST", "always")])
+def test_a_changed_switch_takes_the_full_path(backend, monkeypatch, name, value):
+    x, y = FakeDeviceArray(), FakeDeviceArray(ptr=8192)
+    scale[(8,)](x, y, 3, BLOCK=8)
+    monkeypatch.setenv(name, value)
+    scale[(8,)](x, y, 3, BLOCK=8)
+    assert len(backend.slow) == 2 and backend.fast == []

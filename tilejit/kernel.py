@@ -60,6 +60,11 @@ def compile_switches() -> tuple[tuple[str, bool], ...]:
             ("tma_store", {"1": True, "0": False}.get(os.environ.get("TILEJIT_TMA_STORE", "").strip(), "auto")))
 
 
+# every environment variable a compile reads: the re-launch fast path keys on all of them
+SWITCH_ENV = ("TILEJIT_BACKEND", "TILEJIT_WGMMA", "TILEJIT_TMA", "TILEJIT_WS", "TILEJIT_PACK", "TILEJIT_CLUSTER",
+              "TILEJIT_PERSIST", "TILEJIT_TMA_STORE")
+
+
 def verify_switch() -> bool:
     """``TILEJIT_DEBUG=1``: verify the IR after every pass (it changes no code, so no key has it)."""
     return os.environ.get("TILEJIT_DEBUG", "").strip() == "1"
@@ -322,7 +327,8 @@ class Kernel:
             parts.append(part)
             views.append(v)
         consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        key = (num_warps, num_stages, fast_math, debug, os.environ.get("TILEJIT_BACKEND"), os.environ.get("TILEJIT_WGMMA"), os.environ.get("TILEJIT_TMA"), os.environ.get("TILEJIT_WS"), os.environ.get("TILEJIT_PACK"), os.environ.get("TILEJIT_PERSIST"), os.environ.get("TILEJIT_CLUSTER"), consts,
+        env = os.environ
+        key = (num_warps, num_stages, fast_math, debug, tuple(env.get(name) for name in SWITCH_ENV), consts,
                tuple(parts))
         try:
             hash(key)
