@@ -18,10 +18,12 @@ Every launch mistake is a ``LaunchError`` naming the kernel, raised before anyth
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
 import sys
+import threading
 import warnings
 import inspect as pyinspect
 from dataclasses import dataclass, field
@@ -63,6 +65,22 @@ def compile_switches() -> tuple[tuple[str, bool], ...]:
 # every environment variable a compile reads: the re-launch fast path keys on all of them
 SWITCH_ENV = ("TILEJIT_BACKEND", "TILEJIT_WGMMA", "TILEJIT_TMA", "TILEJIT_WS", "TILEJIT_PACK", "TILEJIT_CLUSTER",
               "TILEJIT_PERSIST", "TILEJIT_TMA_STORE")
+
+
+_tracing = threading.local()
+
+
+@contextlib.contextmanager
+def launches_skipped():
+    """Inside it, ``kernel[grid](...)`` returns at once and runs nothing, on this thread: how
+    ``tilejit.torch.op`` traces a function that launches kernels with PyTorch's fake tensors
+    (shapes and dtypes, no data) to learn the shapes of its outputs."""
+    before = getattr(_tracing, "skip", False)
+    _tracing.skip = True
+    try:
+        yield
+    finally:
+        _tracing.skip = before
 
 
 def verify_switch() -> bool:
@@ -180,6 +198,8 @@ class Kernel:
     def __getitem__(self, grid):
         def launch(*args, num_warps: int | None = None, num_stages: int | None = None, fast_math: bool = False,
                    debug: bool = False, stream=None, **kwargs):
+            if getattr(_tracing, "skip", False):
+                return
             try:
                 check_num_stages(num_stages)
                 for name, flag in (("fast_math", fast_math), ("debug", debug)):
@@ -458,6 +478,8 @@ def classify_argument(name: str, value):
         return ScalarSpec(dt), dt.np.type(value)
     device = getattr(value, "__dlpack_device__", None)
     if device is not None and device()[0] == 1:           # kDLCPU: a zero-copy NumPy view
+        if torch is not None and isinstance(value, torch.Tensor) and getattr(value, "requires_grad", False):
+            value = value.detach()                        # kernels run outside autograd, as on the GPU
         try:
             host = np.from_dlpack(value)
         except Exception as err:                          # e.g. a torch tensor that requires grad
