@@ -101,4 +101,4 @@ def test_demo_passes_and_prints_a_table(backend, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:3] == ["kernel", "shape", "backend"]
     from tilejit.demo import CASES
-    assert len(CASES) == 15 and out.count("pass") == len(CASES) and "FAIL" not in out
+    assert len(CASES) == 16 and out.count("pass") == len(CASES) and "FAIL" not in out

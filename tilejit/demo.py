@@ -36,6 +36,7 @@ CASES = [
     ("MoE grouped gemm", "moe_gemm", {}, {"rtol": 1e-3, "atol": 1e-3}),
     ("attention", "attention", {"causal": False}, {}),
     ("attention causal", "attention", {"causal": True}, {}),
+    ("attention backward", "attention_backward", {"causal": True}, {"rtol": 2e-3, "atol": 2e-3}),
     ("decode attention", "decode_attention", {"split": 256}, {}),
 ]
 

@@ -1,0 +1,98 @@
+"""FlashAttention backward (``examples/attention_backward.py``: delta, dK/dV and dQ kernels) on
+torch CUDA tensors against SDPA flash's backward, and forward + backward against SDPA flash's,
+measured in the same run. Targets: backward ≥ 1.0× SDPA flash backward, forward + backward
+≥ 1.0× SDPA flash, at B4 H32 S4096 D128 and B16 H16 S1024 D64, causal and full.
+
+    python3 benchmarks/bench_attention_backward.py [--configs 4x32x4096x128,16x16x1024x64] [--reps 10]
+        [--kernel-configs 64x64x8,32x64x4]
+
+The gradients are checked against SDPA's (math backend, float32) before timing. FLOPs counted
+as FlashAttention reports them: backward 2.5× the forward's 4·B·H·S²·D (halved for causal).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import common
+
+CONFIGS = [(4, 32, 4096, 128), (16, 16, 1024, 64)]
+KERNEL_CONFIGS = [(64, 64, 8), (32, 64, 4), (32, 128, 8), (64, 128, 8)]     # BM, BN, num_warps
+
+
+def measure(torch, batch, heads, seq, dim, causal, reps, kernel_configs):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    F = torch.nn.functional
+    ab = common.load_example("attention_backward")
+    q, k, v, do = (common.random_tensor(torch, (batch, heads, seq, dim), torch.bfloat16, seed=s) for s in (1, 2, 3, 4))
+    forward_flops = 4.0 * batch * heads * seq * seq * dim / (2 if causal else 1)
+    with sdpa_kernel(SDPBackend.MATH):
+        qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
+        ref_o = F.scaled_dot_product_attention(qf, kf, vf, is_causal=causal)
+        ref = torch.autograd.grad(ref_o, (qf, kf, vf), do.float())
+    row = {"config": f"B{batch} H{heads} S{seq} D{dim}", "causal": causal}
+
+    def empty(shape, dtype):
+        import numpy as np
+        return torch.empty(shape, device="cuda", dtype={np.float32: torch.float32}.get(dtype, dtype))
+    best = None
+    for BM, BN, nw in kernel_configs:
+        label = f"{BM}x{BN}x{nw}"
+        try:
+            o, lse = ab.forward(q, k, v, causal, BM=BM, BN=BN, empty=empty)
+            grads = ab.backward(q, k, v, o, lse, do, causal, BM=BM, BN=BN, empty=empty)
+            torch.cuda.synchronize()
+            err = max(common.relative_error(torch, g.float(), r) for g, r in zip(grads, ref))
+            if not err < 3e-2:
+                print(f"  config {label}: WRONG (rel err {err:.2e})", file=sys.stderr)
+                continue
+            t = common.time_cuda(lambda: ab.backward(q, k, v, o, lse, do, causal, BM=BM, BN=BN, empty=empty), reps=reps)
+            both = common.time_cuda(lambda: ab.backward(q, k, v, *ab.forward(q, k, v, causal, BM=BM, BN=BN, empty=empty),
+                                                        do, causal, BM=BM, BN=BN, empty=empty), reps=reps)
+        except Exception as e:                       # a config the compiler refuses: reported, left out
+            print(f"  config {label}: dropped: {str(e).splitlines()[0]}", file=sys.stderr)
+            continue
+        if best is None or t.median_ms < best[1]:
+            best = (label, t.median_ms, both.median_ms, err)
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+        flash_bwd = common.time_cuda(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True), reps=reps)
+        flash_both = common.time_cuda(lambda: torch.autograd.grad(
+            F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal), (qg, kg, vg), do), reps=reps)
+    row["flash_bwd"] = 2.5 * forward_flops / flash_bwd.median_ms / 1e9
+    row["flash_both"] = 3.5 * forward_flops / flash_both.median_ms / 1e9
+    if best:
+        row.update(best=best[0], bwd=2.5 * forward_flops / best[1] / 1e9, both=3.5 * forward_flops / best[2] / 1e9,
+                   err=best[3])
+        row["vs_bwd"], row["vs_both"] = row["bwd"] / row["flash_bwd"], row["both"] / row["flash_both"]
+        common.record("attention backward", row["config"] + (" causal" if causal else ""), "bfloat16", row["bwd"],
+                      "TFLOP/s", "SDPA flash backward", row["flash_bwd"], row["vs_bwd"], fwd_bwd_ratio=row["vs_both"])
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", default=",".join("x".join(map(str, c)) for c in CONFIGS))
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--kernel-configs", default=",".join("x".join(map(str, c)) for c in KERNEL_CONFIGS),
+                        help="BMxBNxwarps,... to sweep")
+    args = parser.parse_args(argv)
+    kernel_configs = [tuple(int(v) for v in c.split("x")) for c in args.kernel_configs.split(",")]
+    torch = common.cuda_torch()
+    if torch is None:
+        print("bench_attention_backward: skipped (needs torch with a CUDA GPU)")
+        return 0
+    rows = [measure(torch, *map(int, c.split("x")), causal, args.reps, kernel_configs)
+            for c in args.configs.split(",") for causal in (False, True)]
+    common.print_table(rows, [("config", "config", "s"), ("causal", "causal", "s"), ("best", "BMxBNxwarps", "s"),
+                              ("bwd", "tilejit bwd TF/s", ".0f"), ("flash_bwd", "flash bwd TF/s", ".0f"),
+                              ("vs_bwd", "tj/flash bwd", ".3f"), ("both", "tj fwd+bwd TF/s", ".0f"),
+                              ("flash_both", "flash fwd+bwd TF/s", ".0f"), ("vs_both", "tj/flash fwd+bwd", ".3f"),
+                              ("err", "rel err", ".1e")],
+                       title=f"attention backward bf16 on {common.gpu_name()} (CUDA events, median, L2 flushed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""FlashAttention backward in the language (``examples/attention_backward.py``): dQ, dK and dV
+against NumPy's float64 gradients on interpret and emulate (full and causal, ragged lengths,
+GQA groups 1 and 2, head dims 16 and 32), float16 within tolerance, the torch op against
+PyTorch's own SDPA gradients (float64, the CPU backends), through ``torch.compile`` with no graph
+break, and on the GPU (``-m gpu``) against SDPA in float16."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from examples import attention_backward as ab
+
+BACKENDS = ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("heads,kv_heads,seq,dim", [(2, 2, 37, 16), (4, 2, 45, 32)])
+def test_gradients_match_numpy_in_float64(backend, causal, heads, kv_heads, seq, dim, monkeypatch):
+    if backend == "emulate" and dim == 32:
+        pytest.skip("the emulator takes 10-17 s for it; the float16 test covers GQA there")
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    q, k, v, do = ab.example_inputs(np.random.default_rng(seq), heads=heads, kv_heads=kv_heads, seq=seq, dim=dim,
+                                    dtype=np.float64)
+    o, lse = ab.forward(q, k, v, causal, BM=16, BN=16)
+    got = (o, *ab.backward(q, k, v, o, lse, do, causal, BM=16, BN=16))
+    for name, g, want in zip(("o", "dq", "dk", "dv"), got, ab.gradients(q, k, v, do, causal)):
+        np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-10, err_msg=name)
+
+
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_float16_gradients_within_tolerance_with_keys_longer_than_queries(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(3)
+    q, k, v, do = ab.example_inputs(rng, heads=2, kv_heads=1, seq=40, dim=32, dtype=np.float16)
+    k, v = (np.concatenate([t, t[:, :, :9]], axis=2) for t in (k, v))          # 49 keys, 40 queries
+    o, lse = ab.forward(q, k, v, False, BM=16, BN=32)
+    got = (o, *ab.backward(q, k, v, o, lse, do, False, BM=16, BN=32))
+    for name, g, want in zip(("o", "dq", "dk", "dv"), got, ab.gradients(q, k, v, do)):
+        scale = np.abs(want).max()
+        assert np.abs(g.astype(np.float64) - want).max() <= 2e-2 * scale, name
+
+
+def test_the_torch_op_has_sdpas_gradients_and_compiles_without_a_graph_break(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+    attention = ab.torch_attention()
+    inputs = ab.example_inputs(np.random.default_rng(5), heads=4, kv_heads=2, seq=29, dim=16, dtype=np.float64)
+    q, k, v, do = (torch.tensor(t, requires_grad=True) for t in inputs)
+    for causal in (False, True):
+        out = attention(q, k, v, causal)
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        torch.testing.assert_close(out, ref)
+        for g, want in zip(torch.autograd.grad(out, (q, k, v), do), torch.autograd.grad(ref, (q, k, v), do)):
+            torch.testing.assert_close(g, want)
+    loss = lambda q, k, v: attention(q, k, v, True).sum()  # noqa: E731
+    assert torch._dynamo.explain(loss)(q, k, v).graph_break_count == 0
+    q.grad = None
+    torch.compile(loss, fullgraph=True, backend="aot_eager")(q, k, v).backward()
+    want = torch.autograd.grad(loss(q, k, v), q)[0]
+    torch.testing.assert_close(q.grad, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_torch_op_on_the_gpu_against_sdpa(causal):
+    torch = pytest.importorskip("torch")
+    attention = ab.torch_attention()
+    q, k, v = (torch.randn(2, h, 300, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+               for h in (8, 2, 2))
+    do = torch.randn(2, 8, 300, 64, device="cuda", dtype=torch.float16)
+    out = attention(q, k, v, causal)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
+                                                           enable_gqa=True)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+    got = torch.autograd.grad(out, (q, k, v), do)
+    want = torch.autograd.grad(ref, (q, k, v), do.float())
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w, rtol=3e-2, atol=3e-2 * float(w.abs().max()))
