@@ -255,29 +255,17 @@ class Kernel:
                 num_stages: int | None = None, fast_math: bool = False, debug: bool = False) -> _Compiled:
         """The artifact for one specialisation on one backend, compiled at most once per process
         (and, for backends with an on-disk cache, looked up there before the frontend runs)."""
-        backend = backends.get(backend_name)
-        self._drop_stale()
-        switches = compile_switches() + ((("num_stages", num_stages),) if num_stages is not None else ()) \
-            + ((("fast_math", True),) if fast_math else ()) + ((("debug", True),) if debug else ())
-        key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
-               backend_name, getattr(backend, "target", None), switches)
+        backend, key, switches = self._compile_keys(specs, consts, num_warps, backend_name, num_stages,
+                                                    fast_math, debug)
         entry = self._cache.get(key)
         if entry is not None:
             return entry
-        disk_key = backend.cache_key(self.fn, specs, consts, num_warps, dict(switches)) \
-            if hasattr(backend, "cache_key") else None
+        disk_key = self._disk_key(backend, specs, consts, num_warps, switches)
         artifact = backend.lookup(disk_key) if disk_key is not None else None
         text = None
         if artifact is None:
-            tile_fn = self.tile_ir(specs, consts)
+            tile_fn, options = self._compile_job(specs, consts, num_warps, backend, disk_key, switches)
             text = ir.print_function(tile_fn)
-            if num_warps is None:             # the compiler's choice (the key says "chosen": None)
-                from tilejit.passes.cluster_rows import supports
-                from tilejit.passes.warps import choose_num_warps
-                num_warps = choose_num_warps(tile_fn, dict(switches)["cluster"]
-                                             and supports(getattr(backend, "target", None) or ""))
-            # the switches as Options fields; the rest travels in the IR
-            options = {"num_warps": num_warps, "cache_key": disk_key, "verify": verify_switch(), **dict(switches)}
             try:
                 artifact = backend.compile(tile_fn, options)
             except TilejitError as err:
@@ -291,6 +279,52 @@ class Kernel:
             warnings.warn(f"kernel '{self.name}' spills {spills} bytes per thread to local memory "
                           f"(num_warps={warps}): use {fix}", PerformanceWarning, stacklevel=2)
         return entry
+
+    def _compile_keys(self, specs, consts, num_warps, backend_name, num_stages, fast_math, debug):
+        """(backend, in-memory key, switches) of one compile."""
+        backend = backends.get(backend_name)
+        self._drop_stale()
+        switches = compile_switches() + ((("num_stages", num_stages),) if num_stages is not None else ()) \
+            + ((("fast_math", True),) if fast_math else ()) + ((("debug", True),) if debug else ())
+        key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
+               backend_name, getattr(backend, "target", None), switches)
+        return backend, key, switches
+
+    def _disk_key(self, backend, specs, consts, num_warps, switches) -> str | None:
+        """The on-disk cache's key of one compile (None: the backend keeps no disk cache)."""
+        return backend.cache_key(self.fn, specs, consts, num_warps, dict(switches)) \
+            if hasattr(backend, "cache_key") else None
+
+    def _compile_job(self, specs, consts, num_warps, backend, disk_key, switches):
+        """(tile IR, backend options): what ``backend.compile`` needs, the frontend run here."""
+        tile_fn = self.tile_ir(specs, consts)
+        if num_warps is None:             # the compiler's choice (the key says "chosen": None)
+            from tilejit.passes.cluster_rows import supports
+            from tilejit.passes.warps import choose_num_warps
+            num_warps = choose_num_warps(tile_fn, dict(switches)["cluster"]
+                                         and supports(getattr(backend, "target", None) or ""))
+        # the switches as Options fields; the rest travels in the IR
+        return tile_fn, {"num_warps": num_warps, "cache_key": disk_key, "verify": verify_switch(), **dict(switches)}
+
+    def uncached_jobs(self, requests, backend_name: str) -> list:
+        """For ``requests`` of (specs, consts, num_warps, num_stages, fast_math), the (tile IR,
+        options) of those neither in memory nor in the on-disk cache: work another process can
+        do (``backend.compile`` writes its result to the disk cache, where ``compile`` finds it).
+        Empty for backends without a disk cache."""
+        jobs = []
+        for specs, consts, num_warps, num_stages, fast_math in requests:
+            backend, key, switches = self._compile_keys(specs, consts, num_warps, backend_name,
+                                                        num_stages, fast_math, False)
+            if key in self._cache:
+                continue
+            disk_key = self._disk_key(backend, specs, consts, num_warps, switches)
+            if disk_key is None or backend.lookup(disk_key) is not None:
+                continue
+            try:
+                jobs.append(self._compile_job(specs, consts, num_warps, backend, disk_key, switches))
+            except TilejitError:          # the frontend refuses it: ``compile`` reports that itself
+                continue
+        return jobs
 
     def tile_ir(self, specs, consts: dict) -> ir.Function:
         """Run the frontend: the tile IR of this kernel for one specialisation."""

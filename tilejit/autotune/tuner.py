@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilejit import backends, dtypes
+from tilejit.autotune import workers
 from tilejit.autotune.inputs import InputGuard
 from tilejit.autotune.progress import Progress
 from tilejit.autotune.store import ResultStore, canonical, device_identity
@@ -312,6 +313,7 @@ class Autotuned:
         that can run, and config -> one-line reason for those that cannot."""
         limits = device_limits(backend)
         kept, dropped, spills = [], {}, {}
+        self._compile_ahead(configs, args, kwargs, backend)
         for config in configs:
             try:
                 bound = self.kernel.bind(args, {**_arguments(kwargs), **config.constexprs})
@@ -337,6 +339,24 @@ class Autotuned:
                 kept.remove(config)
                 dropped[config] = f"spills {spills[config]} bytes of registers (other configs do not)"
         return kept, dropped
+
+    def _compile_ahead(self, configs, args, kwargs, backend: str) -> None:
+        """Compile the configs not yet cached in worker processes at once (``workers``), so that
+        the loop in ``viable`` only reads them from the disk cache."""
+        if len(configs) < 2:
+            return
+        requests = []
+        for config in configs:
+            try:
+                bound = self.kernel.bind(args, {**_arguments(kwargs), **config.constexprs})
+                specs, consts, _ = self.kernel.specialise(bound)
+            except TilejitError:
+                continue
+            requests.append((specs, consts, config.num_warps, config.num_stages,
+                             config.fast_math or bool(kwargs.get("fast_math"))))
+        jobs = self.kernel.uncached_jobs(requests, backend)
+        if len(jobs) > 1:
+            workers.compile_in_workers(backend, jobs)
 
     def viable_configs(self, *args, backend: str | None = None, **kwargs) -> tuple[list[Config], dict]:
         """``viable`` from launch arguments, on ``backend`` (default: the selected one). The cuda
