@@ -153,3 +153,32 @@ def test_a_changed_switch_takes_the_full_path(backend, monkeypatch, name, value)
     monkeypatch.setenv(name, value)
     scale[(8,)](x, y, 3, BLOCK=8)
     assert len(backend.slow) == 2 and backend.fast == []
+
+
+def test_the_environment_reader_sees_changes(monkeypatch):
+    read = kernel_module._environ_reader(("TILEJIT_TEST_SWITCH", "TILEJIT_TEST_OTHER"))
+    monkeypatch.delenv("TILEJIT_TEST_SWITCH", raising=False)
+    before = read()
+    monkeypatch.setenv("TILEJIT_TEST_SWITCH", "1")
+    assert read() != before and read()[1] == before[1]
+    monkeypatch.setenv("TILEJIT_DEBUG", "1")
+    assert kernel_module.verify_switch()
+    monkeypatch.setenv("TILEJIT_DEBUG", "0")
+    assert not kernel_module.verify_switch()
+
+
+def test_the_fast_paths_python_is_a_few_microseconds(backend):
+    """The re-launch fast path's own Python (key, grid, dispatch; the launcher a no-op here):
+    22 us on the build machine before the environment and array specs were read cheaply, 6.6
+    after. The bound leaves room for slower machines but fails at the old cost."""
+    import time
+    backend.fast_launcher = lambda artifact: (lambda grid, views, stream: None)
+    x, y = FakeDeviceArray(), FakeDeviceArray(ptr=8192)
+    scale[(8,)](x, y, 3, BLOCK=8)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(2000):
+            scale[(8,)](x, y, 3, BLOCK=8)
+        best = min(best, (time.perf_counter() - start) / 2000)
+    assert best < 15e-6, f"{best * 1e6:.1f} us per launch"

@@ -64,7 +64,22 @@ def compile_switches() -> tuple[tuple[str, bool], ...]:
 
 # every environment variable a compile reads: the re-launch fast path keys on all of them
 SWITCH_ENV = ("TILEJIT_BACKEND", "TILEJIT_WGMMA", "TILEJIT_TMA", "TILEJIT_WS", "TILEJIT_PACK", "TILEJIT_CLUSTER",
-              "TILEJIT_PERSIST", "TILEJIT_TMA_STORE")
+              "TILEJIT_PERSIST", "TILEJIT_TMA_STORE", "TILEJIT_DEBUG")
+
+
+def _environ_reader(names: tuple):
+    """A function returning the values of ``names`` in ``os.environ`` as a tuple, read from its
+    underlying dict with pre-encoded keys where CPython has one (``os.environ.get`` encodes the
+    key on every call: about 0.5 us each on the launch path); ``os.environ.get`` otherwise."""
+    env = os.environ
+    data, encode = getattr(env, "_data", None), getattr(env, "encodekey", None)
+    if isinstance(data, dict) and encode is not None:
+        keys = tuple(encode(n) for n in names)
+        return lambda: tuple(map(env._data.get, keys))
+    return lambda: tuple(env.get(n) for n in names)
+
+
+_switch_env = _environ_reader(SWITCH_ENV)
 
 
 _tracing = threading.local()
@@ -83,9 +98,13 @@ def launches_skipped():
         _tracing.skip = before
 
 
+_debug_env = _environ_reader(("TILEJIT_DEBUG",))
+
+
 def verify_switch() -> bool:
     """``TILEJIT_DEBUG=1``: verify the IR after every pass (it changes no code, so no key has it)."""
-    return os.environ.get("TILEJIT_DEBUG", "").strip() == "1"
+    value = _debug_env()[0]
+    return value is not None and value.strip() in ("1", b"1")
 
 
 def debug_switch() -> bool:
@@ -377,13 +396,11 @@ class Kernel:
                 v = _fast_device_view(v)
                 if v is None:
                     return None
-                part = (v.device, array_spec_fields(v.dtype, v.shape, v.strides, v.ptr))
+                part = (v.device, _spec_fields(v.dtype, v.shape, v.strides, v.ptr))
             parts.append(part)
             views.append(v)
         consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        env = os.environ
-        key = (num_warps, num_stages, fast_math, debug, tuple(env.get(name) for name in SWITCH_ENV), consts,
-               tuple(parts))
+        key = (num_warps, num_stages, fast_math, debug, _switch_env(), consts, tuple(parts))
         try:
             hash(key)
         except TypeError:
@@ -404,9 +421,14 @@ class Kernel:
             bound.update((p.name, p.default) for p in self.params if p.name not in bound and p.default is not p.empty)
             bound.update(kwargs)
             grid = grid(bound)
-        if type(grid) is int:
+        kind = type(grid)
+        if kind is int:
             grid = (grid, 1, 1)
-        elif type(grid) is not tuple or len(grid) != 3:
+        elif kind is tuple and len(grid) == 1:
+            grid = (grid[0], 1, 1)
+        elif kind is tuple and len(grid) == 2:
+            grid = (grid[0], grid[1], 1)
+        elif kind is not tuple or len(grid) != 3:
             grid = normalise_grid(grid)
         if not (type(grid[0]) is int and type(grid[1]) is int and type(grid[2]) is int
                 and grid[0] > 0 and grid[1] > 0 and grid[2] > 0):
@@ -598,6 +620,21 @@ def check_num_warps(num_warps, who: str = "", allow_none: bool = True) -> None:
         return
     if not isinstance(num_warps, int) or isinstance(num_warps, bool) or num_warps not in (1, 2, 4, 8, 16, 32):
         raise LaunchError(f"{who}num_warps must be a power of two from 1 to 32, got {num_warps!r}")
+
+
+_SPEC_MEMO: dict = {}
+
+
+def _spec_fields(dtype, shape, strides, ptr: int) -> tuple:
+    """``array_spec_fields`` remembered by (dtype, shape, strides, 16-byte alignment of ptr), the
+    only things it reads of ptr besides the alignment (the launch path's hot spot otherwise)."""
+    key = (dtype, tuple(shape), tuple(strides), ptr % 16 == 0)
+    fields = _SPEC_MEMO.get(key)
+    if fields is None:
+        if len(_SPEC_MEMO) > 4096:
+            _SPEC_MEMO.clear()
+        fields = _SPEC_MEMO[key] = array_spec_fields(dtype, shape, strides, ptr)
+    return fields
 
 
 def _fast_device_view(value):
