@@ -76,7 +76,8 @@ class DeviceArray:
     """An array in GPU memory: ``tj.empty``, ``tj.to_device``, or a view of foreign memory.
 
     ``strides`` are in elements. With ``ptr=None`` the memory is allocated on ``device`` (the
-    current device by default); otherwise ``owner`` keeps the foreign memory alive."""
+    current device by default); otherwise ``owner`` keeps the foreign memory alive.
+    Example: ``d = tj.to_device(x); add[grid](d, d, d, BLOCK=1024); d.numpy()``."""
 
     def __init__(self, shape, dtype, strides=None, ptr: int | None = None, owner=None,
                  device: int | None = None):
@@ -187,7 +188,8 @@ def on_the_cpu() -> bool:
 
 
 def empty(shape, dtype, device: int | None = None) -> DeviceArray | HostArray:
-    """An uninitialised contiguous DeviceArray (a ``HostArray`` where kernels run on the CPU)."""
+    """An uninitialised contiguous DeviceArray (a ``HostArray`` where kernels run on the CPU).
+    Example: ``out = tj.empty((n,), tj.float32)``."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if on_the_cpu():
         return np.empty(shape, _tile_dtype(dtype).np).view(HostArray)
@@ -196,7 +198,8 @@ def empty(shape, dtype, device: int | None = None) -> DeviceArray | HostArray:
 
 def to_device(array, device: int | None = None, stream: int | None = None) -> DeviceArray | HostArray:
     """Copy a NumPy array (or anything ``np.asarray`` accepts) to a new DeviceArray (a
-    ``HostArray`` copy where kernels run on the CPU)."""
+    ``HostArray`` copy where kernels run on the CPU).
+    Example: ``d = tj.to_device(np.arange(8.0))``."""
     host = np.asarray(array)
     dtype = _tile_dtype(host.dtype)
     if on_the_cpu():

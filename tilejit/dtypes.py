@@ -16,6 +16,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class DType:
+    """A tile dtype (``tj.float32``, ``tj.bfloat16``, ``tj.int8``, ...): its name, kind ("b", "i",
+    "u", "f") and width in bits.
+    Example: ``acc.to(tj.bfloat16)``; ``tj.zeros((BM, BN), tj.float32)``; ``x.dtype == tj.float16``."""
     name: str      # user-facing name: "float32", "bfloat16", ...
     kind: str      # "b" bool, "i" signed, "u" unsigned, "f" float
     bits: int

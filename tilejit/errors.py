@@ -26,7 +26,8 @@ class Loc:
 
 
 class TilejitError(Exception):
-    """Base of tilejit's user-facing errors."""
+    """Base of tilejit's user-facing errors.
+    Example: ``except tj.TilejitError: ...   # every tilejit error``."""
 
     def __init__(self, message: str, loc: Loc | None = None, kernel: str | None = None):
         self.message, self.loc, self.kernel = message, loc, kernel
@@ -66,25 +67,30 @@ class TilejitError(Exception):
 
 
 class CompileError(TilejitError):
-    """The kernel cannot be compiled: unsupported construct, shape or dtype mismatch, ..."""
+    """The kernel cannot be compiled: unsupported construct, shape or dtype mismatch, ...
+    Example: ``except tj.CompileError as err: print(err)   # names the kernel and the source line``."""
 
 
 class LaunchError(TilejitError):
-    """A launch that cannot run: bad argument, bad grid, resource overflow, no device, ..."""
+    """A launch that cannot run: bad argument, bad grid, resource overflow, no device, ...
+    Example: ``except tj.LaunchError as err: print(err)   # e.g. a wrong argument, before anything runs``."""
 
 
 class DeviceError(TilejitError):
-    """A CUDA driver call failed."""
+    """A CUDA driver call failed.
+    Example: ``except tj.DeviceError as err: print(err)``."""
 
 
 class DeviceAssertError(TilejitError):
     """A ``tj.device_assert`` failed while the kernel ran (kernels compiled with ``debug=True``
-    or ``TILEJIT_DEBUG=1``): names the kernel, the assert's line and the failing program."""
+    or ``TILEJIT_DEBUG=1``): names the kernel, the assert's line and the failing program.
+    Example: ``except tj.DeviceAssertError as err: print(err)   # kernel, line, program``."""
 
 
 class PerformanceWarning(UserWarning):
     """The kernel runs, but slower than it could: e.g. its tiles spill registers to local
-    memory (issued once per compiled specialisation)."""
+    memory (issued once per compiled specialisation).
+    Example: ``warnings.simplefilter("error", tj.PerformanceWarning)``."""
 
 
 def outside_kernel(what: str):

@@ -113,7 +113,8 @@ def debug_switch() -> bool:
 
 
 def kernel(fn=None):
-    """Decorator turning a Python function into a launchable ``Kernel``."""
+    """Decorator turning a Python function into a launchable ``Kernel``.
+    Example: ``@tj.kernel`` above ``def add(x, y, out, BLOCK: tj.constexpr): ...``."""
     if fn is None:
         return kernel
     return Kernel(fn)
@@ -165,7 +166,8 @@ class _Compiled:
 
 
 class Kernel:
-    """A ``@tj.kernel`` function: launch it with ``kernel[grid](*args, **constexprs)``."""
+    """A ``@tj.kernel`` function: launch it with ``kernel[grid](*args, **constexprs)``.
+    Example: ``add[(tj.cdiv(n, 1024),)](x, y, out, BLOCK=1024)``; ``add.inspect(x, y, out, BLOCK=1024).ptx``."""
 
     def __init__(self, fn):
         self.fn, self.name = fn, fn.__name__

@@ -21,7 +21,8 @@ pi = _math.pi
 
 
 class constexpr:
-    """Annotation for compile-time parameters: ``BLOCK: tj.constexpr``."""
+    """Annotation for compile-time parameters: ``BLOCK: tj.constexpr``.
+    Example: ``def k(x, y, BLOCK: tj.constexpr): ...``."""
 
 
 def builtin(fn):
@@ -49,7 +50,8 @@ def num_programs(axis):
 @builtin
 def arange(start, end):
     """The int32 tile ``[start, start + 1, ..., end - 1]`` (``tj.arange(0, BLOCK)``); ``start`` and ``end``
-    are compile-time ints and the length ``end - start`` a positive int."""
+    are compile-time ints and the length ``end - start`` a positive int.
+    Example: ``cols = start + tj.arange(0, BLOCK)``."""
 @builtin
 def zeros(shape, dtype=float32):
     """A tile of ``shape`` (compile-time ints) filled with 0 of ``dtype`` (default float32).
@@ -68,7 +70,8 @@ def load(x, offsets, shape, other=0, mask=None):
     blocks: ``tj.load(x, (row, 0), (1, BLOCK))``).  Elements past the array's edge, or where the
     boolean ``mask`` (broadcast to ``shape``) is False, read ``other`` (default 0).  An offset may
     also be a 1-D integer tile of length ``shape[d]``: row i of dim d comes from that index (a
-    gather; indices outside the array read ``other``)."""
+    gather; indices outside the array read ``other``).
+    Example: ``t = tj.load(x, (row, 0), (1, BLOCK), other=-tj.inf)``."""
 @builtin
 def store(x, offsets, tile, mask=None):
     """Write ``tile`` into array ``x`` at element ``offsets`` (as ``load``'s).  Elements past the edge, or
@@ -89,26 +92,33 @@ def atomic_add(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
     Example: ``tj.atomic_add(hist, (bins,), tj.full((BLOCK,), 1, tj.int32))`` (a histogram)."""
 @builtin
 def atomic_max(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
-    """``x[block] = max(x[block], tile)`` atomically (integers), returning the old values."""
+    """``x[block] = max(x[block], tile)`` atomically (integers), returning the old values.
+    Example: ``tj.atomic_max(best, (0,), tj.max(t, axis=0, keepdims=True))``."""
 @builtin
 def atomic_min(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
-    """``x[block] = min(x[block], tile)`` atomically (integers), returning the old values."""
+    """``x[block] = min(x[block], tile)`` atomically (integers), returning the old values.
+    Example: ``tj.atomic_min(lowest, (0,), tj.min(t, axis=0, keepdims=True))``."""
 @builtin
 def atomic_and(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
-    """``x[block] &= tile`` atomically (integers), returning the old values."""
+    """``x[block] &= tile`` atomically (integers), returning the old values.
+    Example: ``old = tj.atomic_and(flags, (i,), bits)``."""
 @builtin
 def atomic_or(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
-    """``x[block] |= tile`` atomically (integers), returning the old values."""
+    """``x[block] |= tile`` atomically (integers), returning the old values.
+    Example: ``tj.atomic_or(seen, (ids,), tj.full((B,), 1, tj.int32))``."""
 @builtin
 def atomic_xor(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
-    """``x[block] ^= tile`` atomically (integers), returning the old values."""
+    """``x[block] ^= tile`` atomically (integers), returning the old values.
+    Example: ``tj.atomic_xor(parity, (0,), bits)``."""
 @builtin
 def atomic_cas(x, offsets, cmp, tile, mask=None, sem="relaxed", scope="gpu"):
     """Where ``x[block]`` equals ``cmp``, write ``tile``, atomically per element (32/64-bit
-    integers); returns the old values (equal to ``cmp`` exactly where the write happened)."""
+    integers); returns the old values (equal to ``cmp`` exactly where the write happened).
+    Example: ``old = tj.atomic_cas(lock, (0,), 0, 1)   # take the lock if it was free``."""
 @builtin
 def atomic_xchg(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
-    """``x[block] = tile`` atomically (32/64-bit integers and float32), returning the old values."""
+    """``x[block] = tile`` atomically (32/64-bit integers and float32), returning the old values.
+    Example: ``previous = tj.atomic_xchg(slots, (i,), values)``."""
 
 
 # --- elementwise ------------------------------------------------------------------------------
@@ -119,107 +129,137 @@ def exp(x):
     Example: ``p = tj.exp(s - tj.max(s, axis=1, keepdims=True))``."""
 @builtin
 def exp2(x):
-    """``2**x`` elementwise (float32 math for narrower floats and integers)."""
+    """``2**x`` elementwise (float32 math for narrower floats and integers).
+    Example: ``tj.exp2(x * 1.4426950408889634)   # e**x``."""
 @builtin
 def log(x):
     """The natural logarithm elementwise (float32 math for narrower floats and integers; float64 by
-    fdlibm's form of the mantissa's atanh series, within an ulp)."""
+    fdlibm's form of the mantissa's atanh series, within an ulp).
+    Example: ``logp = s - m - tj.log(l)``."""
 @builtin
 def log2(x):
-    """The base-2 logarithm elementwise (float32 math for narrower floats and integers)."""
+    """The base-2 logarithm elementwise (float32 math for narrower floats and integers).
+    Example: ``tj.log2(x)``."""
 @builtin
 def sqrt(x):
-    """The correctly rounded square root elementwise."""
+    """The correctly rounded square root elementwise.
+    Example: ``norm = tj.sqrt(tj.sum(t * t, axis=1))``."""
 @builtin
 def rsqrt(x):
     """``1 / sqrt(x)`` elementwise, by the GPU's approximate ``rsqrt`` (about 2 ulp in float32;
-    float64 as ``1.0 / sqrt(x)``, two IEEE roundings)."""
+    float64 as ``1.0 / sqrt(x)``, two IEEE roundings).
+    Example: ``t * tj.rsqrt(tj.sum(t * t, axis=1, keepdims=True) / n + eps)``."""
 @builtin
 def sin(x):
     """The sine elementwise (within 1 ulp over the whole float32 range; ``fast_math=True`` launches
     take the approximate instruction).  float64 stays float64: on the GPU within an ulp over the
     whole range (an exact reduction by pi/2 with 1,280 bits of 2/pi, fdlibm's kernels); the CPU
-    backends use NumPy's."""
+    backends use NumPy's.
+    Example: ``s = tj.sin(angle)``."""
 @builtin
 def cos(x):
-    """The cosine elementwise (as ``sin``)."""
+    """The cosine elementwise (as ``sin``).
+    Example: ``c = tj.cos(angle)``."""
 @builtin
 def tanh(x):
-    """The hyperbolic tangent elementwise (within 1 ulp in float32)."""
+    """The hyperbolic tangent elementwise (within 1 ulp in float32).
+    Example: ``tj.tanh(x)``."""
 @builtin
 def sigmoid(x):
-    """``1 / (1 + exp(-x))`` elementwise."""
+    """``1 / (1 + exp(-x))`` elementwise.
+    Example: ``silu = x * tj.sigmoid(x)``."""
 @builtin
 def erf(x):
     """The error function 2/sqrt(pi) * integral of exp(-t**2) from 0 to x, elementwise on floats
     (``math.erf`` in a kernel means the same); within an ulp of float32 on the GPU; float64 from
-    its Taylor series below 1.5 and 1 - erfc above (2 ulp)."""
+    its Taylor series below 1.5 and 1 - erfc above (2 ulp).
+    Example: ``gelu = 0.5 * x * (1.0 + tj.erf(x * 0.7071067811865476))``."""
 @builtin
 def erfc(x):
     """``1 - erf(x)`` elementwise without the cancellation where erf is near 1 (``math.erfc`` in a
     kernel means the same): float32 and narrower results within 2.3 ulp of float32 down to its
     subnormals (a Chebyshev fit evaluated in float64); float64 within 3 ulp, also down to its
-    subnormals (Taylor pieces of exp(x²) erfc(x) below 4, the continued fraction above)."""
+    subnormals (Taylor pieces of exp(x²) erfc(x) below 4, the continued fraction above).
+    Example: ``tail = 0.5 * tj.erfc(z * 0.7071067811865476)``."""
 @builtin
 def log1p(x):
     """``log(1 + x)`` elementwise, accurate for tiny ``x`` (Kahan's form from ``log``; float32 math;
-    ``math.log1p`` in a kernel means the same)."""
+    ``math.log1p`` in a kernel means the same).
+    Example: ``tj.log1p(tj.exp(-tj.abs(x)))   # part of a stable softplus``."""
 @builtin
 def expm1(x):
-    """``exp(x) - 1`` elementwise, accurate for tiny ``x`` (Kahan's form from ``exp`` and ``log``)."""
+    """``exp(x) - 1`` elementwise, accurate for tiny ``x`` (Kahan's form from ``exp`` and ``log``).
+    Example: ``tj.expm1(x)``."""
 @builtin
 def sinh(x):
-    """The hyperbolic sine elementwise (from ``expm1`` below |x| = 1, ``exp(|x| / 2)`` above)."""
+    """The hyperbolic sine elementwise (from ``expm1`` below |x| = 1, ``exp(|x| / 2)`` above).
+    Example: ``tj.sinh(x)``."""
 @builtin
 def cosh(x):
-    """The hyperbolic cosine elementwise (from ``exp(|x| / 2)``: finite wherever float32's is)."""
+    """The hyperbolic cosine elementwise (from ``exp(|x| / 2)``: finite wherever float32's is).
+    Example: ``tj.cosh(x)``."""
 @builtin
 def atan(x):
     """The arc tangent elementwise, in radians (Cephes' reduction and polynomial in float32;
-    float64 by fdlibm's, within an ulp)."""
+    float64 by fdlibm's, within an ulp).
+    Example: ``tj.atan(y / x)``."""
 @builtin
 def atan2(y, x):
     """The angle of the point ``(x, y)``, in ``[-pi, pi]``, elementwise with NumPy broadcasting
-    (``np.arctan2``'s results for infinities; the signs of zeros are not told apart)."""
+    (``np.arctan2``'s results for infinities; the signs of zeros are not told apart).
+    Example: ``angle = tj.atan2(y, x)``."""
 @builtin
 def asin(x):
-    """The arc sine elementwise (``atan2(x, sqrt((1 - x) * (1 + x)))``); NaN outside [-1, 1]."""
+    """The arc sine elementwise (``atan2(x, sqrt((1 - x) * (1 + x)))``); NaN outside [-1, 1].
+    Example: ``tj.asin(tj.clamp(s, -1.0, 1.0))``."""
 @builtin
 def acos(x):
-    """The arc cosine elementwise (``atan2(sqrt((1 - x) * (1 + x)), x)``); NaN outside [-1, 1]."""
+    """The arc cosine elementwise (``atan2(sqrt((1 - x) * (1 + x)), x)``); NaN outside [-1, 1].
+    Example: ``theta = tj.acos(tj.clamp(c, -1.0, 1.0))``."""
 @builtin
 def pow(x, y):
-    """``x ** y`` elementwise with NumPy broadcasting and promotion (as the operator)."""
+    """``x ** y`` elementwise with NumPy broadcasting and promotion (as the operator).
+    Example: ``tj.pow(x, 2.5)``."""
 @builtin
 def floor(x):
-    """The largest integer not above ``x``, elementwise, in ``x``'s float dtype (integers unchanged)."""
+    """The largest integer not above ``x``, elementwise, in ``x``'s float dtype (integers unchanged).
+    Example: ``tj.floor(x * 4.0) / 4.0``."""
 @builtin
 def ceil(x):
-    """The smallest integer not below ``x``, elementwise (as ``floor``)."""
+    """The smallest integer not below ``x``, elementwise (as ``floor``).
+    Example: ``tj.ceil(x * 4.0) / 4.0``."""
 @builtin
 def trunc(x):
-    """``x`` rounded toward zero, elementwise (as ``floor``)."""
+    """``x`` rounded toward zero, elementwise (as ``floor``).
+    Example: ``tj.trunc(x)``."""
 @builtin
 def round(x):
-    """``x`` rounded to the nearest integer, ties to even (``np.round``), elementwise."""
+    """``x`` rounded to the nearest integer, ties to even (``np.round``), elementwise.
+    Example: ``tj.round(x * 2.0) / 2.0``."""
 @builtin
 def isnan(x):
-    """A bool tile: where ``x`` is NaN (False for integers)."""
+    """A bool tile: where ``x`` is NaN (False for integers).
+    Example: ``tj.where(tj.isnan(t), 0.0, t)``."""
 @builtin
 def isinf(x):
-    """A bool tile: where ``x`` is +inf or -inf (False for integers)."""
+    """A bool tile: where ``x`` is +inf or -inf (False for integers).
+    Example: ``tj.sum(tj.isinf(t).to(tj.int32), axis=0)``."""
 @builtin
 def isfinite(x):
-    """A bool tile: where ``x`` is neither NaN nor infinite (True for integers)."""
+    """A bool tile: where ``x`` is neither NaN nor infinite (True for integers).
+    Example: ``tj.where(tj.isfinite(t), t, 0.0)``."""
 @builtin
 def abs(x):
-    """The absolute value elementwise (``np.abs``; the most negative integer stays itself)."""
+    """The absolute value elementwise (``np.abs``; the most negative integer stays itself).
+    Example: ``d = tj.abs(t - u)``."""
 @builtin
 def maximum(x, y):
-    """The elementwise maximum with NumPy broadcasting and promotion; a NaN operand gives NaN."""
+    """The elementwise maximum with NumPy broadcasting and promotion; a NaN operand gives NaN.
+    Example: ``relu = tj.maximum(t, 0.0)``."""
 @builtin
 def minimum(x, y):
-    """The elementwise minimum (as ``maximum``)."""
+    """The elementwise minimum (as ``maximum``).
+    Example: ``tj.minimum(t, 6.0)``."""
 @builtin
 def where(cond, x, y):
     """``x`` where the bool tile ``cond`` holds, else ``y``, elementwise with NumPy broadcasting and
@@ -235,23 +275,28 @@ def unpack(t, dtype):
 def pack(t, dtype):
     """The inverse of ``unpack``: an (…, 2n) tile of int4 / uint4 values (integers, taken modulo
     16) or float4e2m1 values (floats, rounded to the nearest e2m1 value, ties to even, saturating
-    at ±6) as an (…, n) uint8 tile, two per byte, low nibble first."""
+    at ±6) as an (…, n) uint8 tile, two per byte, low nibble first.
+    Example: ``packed = tj.pack(q, tj.uint4)   # (..., 2n) values -> (..., n) uint8``."""
 @builtin
 def clamp(x, lo, hi):
     """``x`` limited to ``[lo, hi]`` elementwise, as ``np.clip`` (NaN stays NaN); ``lo`` and ``hi``
-    broadcast like any operand."""
+    broadcast like any operand.
+    Example: ``tj.clamp(x, -1.0, 1.0)``."""
 @builtin
 def fma(x, y, z):
-    """``x * y + z`` elementwise with one rounding (a fused multiply-add; floats)."""
+    """``x * y + z`` elementwise with one rounding (a fused multiply-add; floats).
+    Example: ``tj.fma(a, b, c)   # a * b + c, rounded once``."""
 @builtin
 def cast(x, dtype, bitcast=False):
     """``x`` converted to ``dtype`` (also ``x.to(dtype)``): floats to integers truncate toward zero
     (NaN and values out of the integer's range give backend-dependent results, as in C), to bool
-    is ``!= 0``; ``bitcast=True`` reinterprets the bits (``tj.bitcast``)."""
+    is ``!= 0``; ``bitcast=True`` reinterprets the bits (``tj.bitcast``).
+    Example: ``tj.cast(acc, tj.bfloat16)`` (as ``acc.to(tj.bfloat16)``); ``tj.cast(x, tj.int32, bitcast=True)``."""
 @builtin
 def bitcast(x, dtype):
     """``x``'s bits as ``dtype``, which must have the same width and neither be bool
-    (``tj.bitcast(t, tj.int32)`` of a float32 tile; also ``t.to(dtype, bitcast=True)``)."""
+    (``tj.bitcast(t, tj.int32)`` of a float32 tile; also ``t.to(dtype, bitcast=True)``).
+    Example: ``bits = tj.bitcast(t, tj.uint32)``."""
 
 
 # --- shape ------------------------------------------------------------------------------------
@@ -262,17 +307,20 @@ def trans(x, *perm):
     Example: ``tj.dot(q, tj.trans(k))`` (also spelled ``k.T``)."""
 @builtin
 def permute(x, *dims):
-    """``x`` with its dims in the order ``dims`` (``np.transpose(x, dims)``)."""
+    """``x`` with its dims in the order ``dims`` (``np.transpose(x, dims)``).
+    Example: ``tj.permute(t, 2, 0, 1)``."""
 @builtin
 def reshape(x, shape):
     """The same elements in row-major order in ``shape`` (also ``x.reshape(shape)``).
     Example: ``tj.reshape(x, (BLOCK // 2, 2))``."""
 @builtin
 def broadcast_to(x, shape):
-    """``x`` broadcast to ``shape`` by NumPy's rules (``np.broadcast_to``)."""
+    """``x`` broadcast to ``shape`` by NumPy's rules (``np.broadcast_to``).
+    Example: ``tj.broadcast_to(bias[None, :], (BM, BN))``."""
 @builtin
 def expand_dims(x, axis):
-    """``x`` with a new unit dim at ``axis`` (``np.expand_dims``; also ``x[None, :]``)."""
+    """``x`` with a new unit dim at ``axis`` (``np.expand_dims``; also ``x[None, :]``).
+    Example: ``tj.expand_dims(v, 0)   # (N,) -> (1, N)``."""
 
 
 # --- reductions and matmul --------------------------------------------------------------------
@@ -291,10 +339,12 @@ def min(x, axis=None, keepdims=False):
     Example: ``tj.min(x, axis=0)``."""
 @builtin
 def argmax(x, axis, keepdims=False):
-    """The int32 index of the (first) maximum along ``axis``."""
+    """The int32 index of the (first) maximum along ``axis``.
+    Example: ``best = tj.argmax(scores, axis=1)   # (BM, N) -> (BM,) int32``."""
 @builtin
 def argmin(x, axis, keepdims=False):
-    """The int32 index of the (first) minimum along ``axis``."""
+    """The int32 index of the (first) minimum along ``axis``.
+    Example: ``nearest = tj.argmin(dist, axis=1)``."""
 @builtin
 def cumsum(x, axis=0, reverse=False):
     """Running sums along ``axis`` (``np.cumsum``; ``reverse=True`` sums from the end).  bool and
@@ -302,7 +352,8 @@ def cumsum(x, axis=0, reverse=False):
     Example: ``tj.cumsum(x, axis=0)`` of ``[1, 2, 3]`` is ``[1, 3, 6]``."""
 @builtin
 def cumprod(x, axis=0, reverse=False):
-    """Running products along ``axis`` (``np.cumprod``), with ``cumsum``'s dtypes."""
+    """Running products along ``axis`` (``np.cumprod``), with ``cumsum``'s dtypes.
+    Example: ``tj.cumprod(t, axis=1)``."""
 @builtin
 def sort(x, axis=-1, descending=False):
     """The values of ``x`` sorted along ``axis`` (``np.sort``; ``descending=True`` largest first),
@@ -318,19 +369,22 @@ def reduce(x, axis, combine, keepdims=False):
         @tj.func
         def first_nonzero(a, b):
             return tj.where(a != 0, a, b)
-        tj.reduce(t, 1, first_nonzero)"""
+        tj.reduce(t, 1, first_nonzero)
+    Example: ``tj.reduce(t, 1, largest)`` with ``@tj.func def largest(a, b): return tj.maximum(a, b)``."""
 @builtin
 def associative_scan(x, axis, combine, reverse=False):
     """The inclusive scan of ``x`` along ``axis`` with ``combine``, a ``@tj.func`` of two tiles
     returning one of their shape and dtype (elementwise and associative; it need not commute):
     ``out[i] = x[0] ⊕ ... ⊕ x[i]`` (``reverse=True``: ``x[i] ⊕ ... ⊕ x[n-1]``), over a
-    power-of-two axis, in O(log² n) rounds of tile reshapes.  ``tj.cumsum``/``cumprod`` are faster."""
+    power-of-two axis, in O(log² n) rounds of tile reshapes.  ``tj.cumsum``/``cumprod`` are faster.
+    Example: ``tj.associative_scan(t, 1, add)`` with ``@tj.func def add(a, b): return a + b``."""
 @builtin
 def histogram(x, bins):
     """int32 counts of the values 0, 1, ..., ``bins - 1`` in the 1-D integer tile ``x``
     (``np.bincount(x, minlength=bins)[:bins]`` without the values outside ``[0, bins)``);
     ``bins`` is a compile-time int.  Computed as one compare per (value, bin) and a sum, so at
-    most 65,536 of them: count larger inputs chunk by chunk, or with ``tj.atomic_add``."""
+    most 65,536 of them: count larger inputs chunk by chunk, or with ``tj.atomic_add``.
+    Example: ``counts = tj.histogram(bucket, 16)   # int tile in [0, 16) -> (16,) counts``."""
 @builtin
 def dot(a, b, acc=None, allow_tf32=False):
     """``a @ b (+ acc)`` for 2-D tiles (M, K) @ (K, N), accumulated in float32 (int32 for int8,
@@ -353,22 +407,25 @@ def dot_scaled(a, a_scale, b, b_scale, acc=None):
 def range(start, stop=None, step=1, stages=None):
     """A loop ``for i in tj.range(start, stop, step, stages=N)``: like ``range``, and ``stages`` sets how
     many iterations ahead its loads are issued (software pipelining; plain ``range`` loops get
-    the compiler's depth, ``stages=1`` turns it off)."""
+    the compiler's depth, ``stages=1`` turns it off).
+    Example: ``for k0 in tj.range(0, K, BK, stages=3):``."""
 @builtin
 def static_range(start, stop=None, step=1):
-    """A loop unrolled at compile time: ``start``, ``stop`` and ``step`` are compile-time ints."""
+    """A loop unrolled at compile time: ``start``, ``stop`` and ``step`` are compile-time ints.
+    Example: ``for i in tj.static_range(4):   # unrolled: i is a Python int``."""
 
 
 # --- compile-time debugging --------------------------------------------------------------------
 @builtin
 def static_assert(cond, msg=""):
-    """Fail the compile with a CompileError at this line when the compile-time ``cond`` is false
-    (``tj.static_assert(BLOCK % 16 == 0, "BLOCK must be a multiple of 16")``)."""
+    """Fail the compile with a CompileError at this line when the compile-time ``cond`` is false.
+    Example: ``tj.static_assert(BLOCK % 16 == 0, "BLOCK must be a multiple of 16")``."""
 @builtin
 def device_print(prefix, *values):
     """Print ``values`` (tiles of one shape, or scalars) while the kernel runs, one line per
     element: ``pid (x, y, z) idx (i, j) <prefix> <v1> <v2>`` (floats as C's ``%g``), on every
-    backend (``vprintf`` on the GPU, where lines of different programs interleave in no set order)."""
+    backend (``vprintf`` on the GPU, where lines of different programs interleave in no set order).
+    Example: ``tj.device_print("row max", tj.max(t, axis=1))``."""
 @builtin
 def device_assert(cond, msg=""):
     """Check ``cond`` (a boolean tile or scalar) while the kernel runs, in kernels compiled with
@@ -376,11 +433,13 @@ def device_assert(cond, msg=""):
     compiles to nothing. Where an element is false the launch raises ``tj.DeviceAssertError``
     naming the kernel, this line, the program and the element: on interpret and emulate at once,
     on the GPU after the kernel ends (the kernel runs to its end, the context stays usable, and
-    the first failure recorded is reported)."""
+    the first failure recorded is reported).
+    Example: ``tj.device_assert(idx < n, "index out of range")``."""
 @builtin
 def static_print(*values):
     """Print compile-time values while the kernel is traced (tiles print as their types): once
-    per specialisation compiled (not on an on-disk cache hit), nothing at run time."""
+    per specialisation compiled (not on an on-disk cache hit), nothing at run time.
+    Example: ``tj.static_print("scores", s)   # prints tile<64x64xfloat32> once, at compile time``."""
 
 
 # --- host helpers (also folded inside kernels on compile-time values) --------------------------
@@ -391,7 +450,8 @@ def cdiv(a: int, b: int) -> int:
 
 
 def next_power_of_2(n: int) -> int:
-    """Smallest power of two >= n (1 for n <= 1)."""
+    """Smallest power of two >= n (1 for n <= 1).
+    Example: ``kernel[(rows,)](x, y, BLOCK=tj.next_power_of_2(n))``."""
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 

@@ -45,7 +45,8 @@ REGISTERS_PER_CTA = 65536         # sm_80 and sm_90: 64K 32-bit registers per CT
 
 class Config:
     """One candidate launch: constexpr values plus ``num_warps``, ``fast_math`` and ``num_stages`` (None: the
-    compiler's default pipeline depth)."""
+    compiler's default pipeline depth).
+    Example: ``tj.Config(BM=128, BN=64, num_warps=8, num_stages=3)``."""
 
     def __init__(self, num_warps: int = 4, num_stages: int | None = None, fast_math: bool = False, **constexprs):
         check_num_warps(num_warps, "tj.Config: ", allow_none=False)
@@ -141,7 +142,8 @@ def autotune(configs, key, prune=None, warmup: int = 10, rep: int = 100, restore
     returns the configs worth trying for these arguments; ``restore`` names arrays the kernel
     overwrites (copied before tuning, restored before each timed run and after tuning);
     ``reset`` names arrays zeroed before each timed run (and restored after tuning).
-    ``timer(fn, setup=, warmup=, rep=, config=) -> ms`` replaces CUDA-event timing."""
+    ``timer(fn, setup=, warmup=, rep=, config=) -> ms`` replaces CUDA-event timing.
+    Example: ``@tj.autotune(configs=[tj.Config(BLOCK=1024), tj.Config(BLOCK=2048, num_warps=8)], key=["n"])``."""
     configs = list(configs)
     if not configs or not all(isinstance(c, Config) for c in configs):
         raise LaunchError("tj.autotune needs a non-empty list of tj.Config(...)")

@@ -77,7 +77,8 @@ class TjFunc:
 
 
 def func(fn) -> TjFunc:
-    """Decorator: make ``fn`` a device function callable from kernels (inlined)."""
+    """Decorator: make ``fn`` a device function callable from kernels (inlined).
+    Example: ``@tj.func`` above ``def gelu(x): return 0.5 * x * (1.0 + tj.erf(x * 0.7071067811865476))``."""
     return fn if isinstance(fn, TjFunc) else TjFunc(fn)
 
 
