@@ -75,6 +75,12 @@ def render() -> str:
         for name in group:
             obj = getattr(tj, name)
             lines += [f"### `{_signature(name, obj)}`", "", inspect.getdoc(obj) or "", ""]
+    lines += ["## Tile methods and attributes", "",
+              "Inside a kernel a tile `t` also has these (each is the `tj.*` operation named):", "",
+              "| form | meaning | example |", "|---|---|---|"]
+    from tilejit.language import _TILE_METHOD_DOCS
+    for form, meaning, example in _TILE_METHOD_DOCS.values():
+        lines.append(f"| `{form}` | {meaning.replace('``', '`')} | `{example}` |")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -29,6 +29,19 @@ def test_every_public_name_shows_an_example():
     assert missing == [], f"public names without an example in their docstring: {missing}"
 
 
+def test_every_tile_method_the_frontend_accepts_is_documented_with_an_example():
+    """The frontend's tile methods and attributes come from ``language._TILE_METHOD_DOCS``, and each
+    has a row (form, meaning, example) in docs/language.md."""
+    import os
+    from tilejit import language
+    from tilejit.frontend import calls
+    assert calls._TILE_METHODS | set(language._TILE_ATTRIBUTES) == set(language._TILE_METHOD_DOCS)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = open(os.path.join(root, "docs", "language.md")).read()
+    for form, meaning, example in language._TILE_METHOD_DOCS.values():
+        assert f"| `{form}` |" in text and example and meaning
+
+
 def test_docs_language_md_is_generated_from_the_docstrings_and_up_to_date():
     """``docs/language.md`` lists every public operation with its docstring, and
     ``docs/compiler.md`` every PIPELINE stage with its module's (regenerate both with
@@ -53,3 +66,30 @@ def test_the_tj_namespace_holds_no_stray_imports():
     """``dir(tj)`` shows the language, not the modules the package happens to import."""
     import tilejit as tj_
     assert not [n for n in ("math", "functools", "annotations") if hasattr(tj_, n)]
+
+
+def test_the_documented_tile_methods_work_as_documented(monkeypatch):
+    """Each method of the table, used in a kernel on the interpreter, against NumPy."""
+    import numpy as np
+    import tilejit as tj
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+
+    @tj.kernel
+    def methods(x, out, idx):
+        t = tj.load(x, (0, 0), (4, 8))
+        tj.static_assert(t.ndim == 2 and t.shape[0] == 4)
+        tj.store(out, (0, 0), t.T.trans().astype(tj.float32).to(out.dtype))                       # rows 0-3
+        tj.store(out, (4, 0), t.permute(1, 0).reshape((4, 8)))                                     # rows 4-7
+        tj.store(out, (8, 0), t.sum(axis=1, keepdims=True).broadcast_to((4, 8)))                  # rows 8-11
+        tj.store(out, (12, 0), t.max(axis=0).expand_dims(0) - t.min(axis=0)[None, :])             # row 12
+        tj.store(idx, (0,), t.argmax(axis=1))
+        tj.store(idx, (4,), t.argmin(axis=1))
+
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    out, idx = np.zeros((13, 8), np.float32), np.zeros(8, np.int32)
+    methods[(1,)](x, out, idx)
+    np.testing.assert_array_equal(out[:4], x)
+    np.testing.assert_array_equal(out[4:8], x.T.reshape(4, 8))
+    np.testing.assert_allclose(out[8:12], np.broadcast_to(x.sum(axis=1, keepdims=True), (4, 8)), rtol=1e-6)
+    np.testing.assert_array_equal(out[12], x.max(axis=0) - x.min(axis=0))
+    np.testing.assert_array_equal(idx, np.concatenate([x.argmax(axis=1), x.argmin(axis=1)]))

@@ -456,3 +456,32 @@ def next_power_of_2(n: int) -> int:
 
 
 del annotations          # the __future__ import: not a tj name (``from tilejit.language import *``)
+
+
+# Methods and attributes of tiles inside kernels (``t.to(...)``, ``t.T``, ...): what the frontend
+# accepts, documented in docs/language.md's "Tile methods" section. name -> (form, meaning, example)
+_TILE_METHOD_DOCS = {
+    "to": ("t.to(dtype, bitcast=False)", "``tj.cast(t, dtype, bitcast)``: each element converted (rounded to "
+           "nearest even), or its bits reinterpreted with ``bitcast=True``.", "acc.to(tj.bfloat16)"),
+    "astype": ("t.astype(dtype)", "NumPy's spelling of ``t.to(dtype)``.", "t.astype(tj.float32)"),
+    "reshape": ("t.reshape(shape)", "``tj.reshape``: the same elements in row-major order, another shape "
+                "(also ``t.reshape(a, b)``; ``can_reorder=`` is accepted and ignored).", "t.reshape((BM, BD))"),
+    "trans": ("t.trans(*dims)", "``tj.trans``: the axes reversed, or in the order ``dims``.", "k.trans()"),
+    "T": ("t.T", "The transpose of a 2-D tile, ``tj.trans(t)``; as a ``tj.dot`` operand it costs nothing.",
+          "tj.dot(q, k.T)"),
+    "permute": ("t.permute(*dims)", "``tj.permute``: the axes in the order ``dims``.", "t.permute(2, 0, 1)"),
+    "sum": ("t.sum(axis, keepdims=False)", "``tj.sum(t, axis, keepdims)``.", "t.sum(axis=1, keepdims=True)"),
+    "max": ("t.max(axis, keepdims=False)", "``tj.max(t, axis, keepdims)``.", "s.max(axis=1)"),
+    "min": ("t.min(axis, keepdims=False)", "``tj.min(t, axis, keepdims)``.", "d.min(axis=0)"),
+    "argmax": ("t.argmax(axis, keepdims=False)", "``tj.argmax``: int32 index of the first maximum.",
+               "scores.argmax(axis=1)"),
+    "argmin": ("t.argmin(axis, keepdims=False)", "``tj.argmin``: int32 index of the first minimum.",
+               "dist.argmin(axis=1)"),
+    "broadcast_to": ("t.broadcast_to(shape)", "``tj.broadcast_to``.", "bias[None, :].broadcast_to((BM, BN))"),
+    "expand_dims": ("t.expand_dims(axis)", "``tj.expand_dims`` (``t[None, :]`` is the same).", "v.expand_dims(0)"),
+    "shape": ("t.shape", "The tile's shape: a tuple of ints, known when compiling.", "acc.shape[0]"),
+    "dtype": ("t.dtype", "The tile's dtype (a ``tj.DType``).", "t.to(y.dtype)"),
+    "ndim": ("t.ndim", "The number of dimensions.", "tj.static_assert(t.ndim == 2)"),
+}
+_TILE_ATTRIBUTES = ("T", "shape", "dtype", "ndim")            # read as attributes, not called
+

@@ -27,8 +27,7 @@ from tilejit.frontend.semantics import ArrayHandle
 BUILTINS = {**semantics.BUILTINS, **packed.BUILTINS, **mathlib.BUILTINS}     # tj builtin name -> its builder
 
 _HOST_HELPERS = (language.cdiv, language.next_power_of_2)
-_TILE_METHODS = {"to", "reshape", "trans", "permute", "sum", "max", "min", "argmax", "argmin", "broadcast_to",
-                 "expand_dims", "astype"}
+_TILE_METHODS = set(language._TILE_METHOD_DOCS) - set(language._TILE_ATTRIBUTES)   # t.to(...), t.sum(...), ...
 _MATH_UNARY = {math.exp: "exp", math.log: "log", math.log2: "log2", math.sqrt: "sqrt",
                math.sin: "sin", math.cos: "cos", math.tanh: "tanh", math.erf: "erf", math.erfc: "erfc",
                math.fabs: "abs", math.log1p: "log1p", math.expm1: "expm1", math.sinh: "sinh",
