@@ -1,7 +1,10 @@
-"""Cold compile and new-process cache hit of the softmax kernel (``examples/softmax.py``), each
-measured in a fresh Python process (``subprocess``) and reported as the median of a few runs.
+"""Cold compile and new-process cache hit of a kernel, each measured in a fresh Python process
+(``subprocess``) and reported as the median of a few runs: the softmax (``examples/softmax.py``),
+or with ``--kernel gemm`` the bf16 128x256x64 GEMM of ``examples/matmul.py`` (8 warps, 4096³
+inputs) or ``--kernel attention`` the bf16 D128 128x128 attention of ``examples/attention.py``.
 
-    python3 benchmarks/bench_compile.py [--mode auto|cpu|gpu|both] [--runs 3] [--cols 1024] [--profile]
+    python3 benchmarks/bench_compile.py [--kernel softmax|gemm|attention] [--mode auto|cpu|gpu|both]
+        [--runs 3] [--cols 1024] [--profile]
     python3 -m pytest benchmarks/bench_compile.py --benchmark-only
 
 Modes (what a child process times, from the launch call on; imports are timed separately):
@@ -13,7 +16,8 @@ Modes (what a child process times, from the launch call on; imports are timed se
   auto gpu + cpu on a machine with a GPU and torch, else cpu.
 Cold runs get a fresh empty ``TILEJIT_CACHE_DIR``; hit runs reuse the last cold run's entry and
 check that it was read, not rewritten. One unrecorded cold run first warms ``__pycache__`` and
-the file cache. Targets: cold ≤ 800 ms, cache hit to first launch ≤ 50 ms.
+the file cache. Targets: cold ≤ 800 ms (softmax) and ≤ 1000 ms (GEMM, attention), cache hit to
+first launch ≤ 50 ms.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import pytest
 import common
 
 TARGET_MS = {"cold": 800.0, "hit": 50.0}
+COLD_TARGET_MS = {"softmax": 800.0, "gemm": 1000.0, "attention": 1000.0}
 CHILD_TAG = "BENCH_COMPILE_RESULT "
 CHILD_TIMEOUT_S = 180
 WHAT = {("cpu", "cold"): "cold compile to cubin (no load)",
@@ -50,13 +55,39 @@ def _manifests(cache_dir: str) -> dict:
     return found
 
 
-def _compile_without_device(kernel, rows: int, cols: int, dtype: str, num_warps: int) -> dict:
+def _problem(kind: str, args, np_or_torch):
+    """(kernel, arguments, constexprs, grid, num_warps, reference or None) of the measured kernel,
+    on NumPy arrays (``np_or_torch`` is numpy: untouched pages, no reference) or torch CUDA
+    tensors (with the reference to check the first launch against)."""
+    torch = None if np_or_torch.__name__ == "numpy" else np_or_torch
+
+    def array(shape, dtype_name, seed):
+        if torch is None:
+            from tilejit import dtypes
+            return np_or_torch.empty(shape, dtype=dtypes.lookup(dtype_name).np)
+        return common.random_tensor(torch, shape, getattr(torch, dtype_name), seed=seed, scale=1.0)
+    if kind == "gemm":
+        kernel = common.load_example("matmul").matmul_kernel.kernel
+        a, b, c = (array((4096, 4096), "bfloat16", s) for s in (1, 2, 3))
+        ref = (lambda: (a.float() @ b.float())) if torch is not None else None
+        return kernel, (a, b, c), dict(BM=128, BN=256, BK=64, STAGES=3), (32, 16), 8, ref
+    if kind == "attention":
+        kernel = common.load_example("attention").attention_kernel
+        q, k, v, o = (array((4, 32, 4096, 128), "bfloat16", s) for s in (1, 2, 3, 4))
+        ref = (lambda: torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())) \
+            if torch is not None else None
+        return kernel, (q, k, v, o, 128 ** -0.5), dict(BM=128, BN=128, BD=128, CAUSAL=False), (32, 128), 8, ref
+    kernel = common.load_example("softmax").softmax_kernel
+    x, y = array((args.rows, args.cols), args.dtype, 1), array((args.rows, args.cols), args.dtype, 2)
+    ref = (lambda: torch.softmax(x.float(), dim=-1)) if torch is not None else None
+    return kernel, (x, y), {"BLOCK": _block(args.cols)}, (args.rows,), args.num_warps, ref
+
+
+def _compile_without_device(args) -> dict:
     import numpy as np
-    from tilejit import dtypes
-    x = np.empty((rows, cols), dtype=dtypes.lookup(dtype).np)     # untouched pages: no cost
-    y = np.empty_like(x)
+    kernel, values, consts, _, num_warps, _ = _problem(args.kernel, args, np)
     start = time.perf_counter()
-    specs, consts, _ = kernel.specialise(kernel.bind((x, y), {"BLOCK": _block(cols)}))
+    specs, consts, _ = kernel.specialise(kernel.bind(values, consts))
     entry = kernel.compile(specs, consts, num_warps, "cuda")
     ms = (time.perf_counter() - start) * 1e3
     art = entry.artifact
@@ -64,25 +95,27 @@ def _compile_without_device(kernel, rows: int, cols: int, dtype: str, num_warps:
             "spills": art.spills}
 
 
-def _first_launch(kernel, rows: int, cols: int, dtype: str, num_warps: int) -> dict:
+def _first_launch(args) -> dict:
     import torch
-    x = common.random_tensor(torch, (rows, cols), getattr(torch, dtype), seed=1, scale=2.0)
-    y = torch.full_like(x, float("nan"))
+    kernel, values, consts, grid, num_warps, reference = _problem(args.kernel, args, torch)
+    out = values[-1] if args.kernel == "softmax" else values[2] if args.kernel == "gemm" else values[3]
+    out.fill_(float("nan"))
     torch.cuda.synchronize()
     start = time.perf_counter()
-    kernel[(rows,)](x, y, BLOCK=_block(cols), num_warps=num_warps)
+    kernel[grid](*values, num_warps=num_warps, **consts)
     torch.cuda.synchronize()
     ms = (time.perf_counter() - start) * 1e3
-    error = common.relative_error(torch, y.float(), torch.softmax(x.float(), dim=-1))
-    return {"ms": ms, "rel_error": error, "ok": error <= (1e-4 if dtype == "float32" else 1e-2)}
+    error = common.relative_error(torch, out.float(), reference())
+    return {"ms": ms, "rel_error": error,
+            "ok": error <= (1e-4 if args.kernel == "softmax" and args.dtype == "float32" else 2e-2)}
 
 
-def _profiled(measure, kernel, args) -> dict:
+def _profiled(measure, args) -> dict:
     """``measure`` under cProfile; the top functions by cumulative time go to stdout."""
     import cProfile
     import pstats
     profiler = cProfile.Profile()
-    result = profiler.runcall(measure, kernel, args.rows, args.cols, args.dtype, args.num_warps)
+    result = profiler.runcall(measure, args)
     pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(18)
     return result
 
@@ -92,16 +125,13 @@ def child_main(args) -> int:
     started = time.perf_counter()
     before = _manifests(os.environ["TILEJIT_CACHE_DIR"])
     import tilejit  # noqa: F401  (imports are timed apart from the compile)
-    kernel = common.load_example("softmax").softmax_kernel
+    common.load_example({"gemm": "matmul", "attention": "attention"}.get(args.kernel, "softmax"))
     if args.mode == "gpu":
         import torch
         torch.cuda.init()
     import_ms = (time.perf_counter() - started) * 1e3
     measure = _first_launch if args.mode == "gpu" else _compile_without_device
-    if args.profile:
-        result = _profiled(measure, kernel, args)
-    else:
-        result = measure(kernel, args.rows, args.cols, args.dtype, args.num_warps)
+    result = _profiled(measure, args) if args.profile else measure(args)
     after = _manifests(os.environ["TILEJIT_CACHE_DIR"])
     if args.child == "cold":
         result["cache_ok"] = not before and bool(after)     # a miss that wrote an entry
@@ -123,7 +153,7 @@ def run_child(kind: str, mode: str, cache_dir: str, args, profile: bool = False)
     "profile"). RuntimeError with the child's output if it failed."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--mode", mode,
            "--rows", str(args.rows), "--cols", str(args.cols), "--dtype", args.dtype,
-           "--num-warps", str(args.num_warps)] + (["--profile"] if profile else [])
+           "--num-warps", str(args.num_warps), "--kernel", args.kernel] + (["--profile"] if profile else [])
     env = dict(os.environ, TILEJIT_CACHE_DIR=cache_dir, PYTHONUNBUFFERED="1")
     env.pop(common.BENCH_OUT_ENV, None)
     if mode == "gpu":
@@ -161,7 +191,7 @@ def measure_mode(mode: str, args) -> list[dict]:
 
 def summarise(kind: str, mode: str, results: list[dict], args) -> dict:
     median = statistics.median(r["ms"] for r in results)
-    target = TARGET_MS[kind]
+    target = COLD_TARGET_MS[args.kernel] if kind == "cold" else TARGET_MS[kind]
     if not all(r.get("ok", True) for r in results):
         status = "WRONG OUTPUT"
     elif not all(r["cache_ok"] for r in results):     # e.g. sources edited between the runs
@@ -178,7 +208,9 @@ def summarise(kind: str, mode: str, results: list[dict], args) -> dict:
 
 
 def record_row(row: dict, args) -> None:
-    common.record("compile " + row["kind"], f"softmax {args.rows}x{args.cols}", args.dtype,
+    shape = {"gemm": "GEMM 4096³ 128x256x64 8 warps", "attention": "attention B4 H32 S4096 D128 128x128 8 warps"}
+    common.record("compile " + row["kind"], shape.get(args.kernel, f"softmax {args.rows}x{args.cols}"),
+                  "bfloat16" if args.kernel != "softmax" else args.dtype,
                   row["ms"], "ms", f"target ≤ {row['target_ms']:g} ms", row["target_ms"],
                   row["vs_target"], what=row["what"], mode=row["mode"], status=row["status"],
                   import_ms=row["import_ms"], process_ms=row["process_ms"], runs=row["runs"],
@@ -201,6 +233,7 @@ def modes_for(requested: str) -> list[str]:
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=["auto", "cpu", "gpu", "both"], default="auto")
+    parser.add_argument("--kernel", choices=["softmax", "gemm", "attention"], default="softmax")
     parser.add_argument("--runs", type=int, default=3, help="processes per measurement")
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--cols", type=int, default=1024)
@@ -228,8 +261,9 @@ def main(argv=None) -> int:
             record_row(row, args)
             failed |= row["status"] not in ("ok", "OVER")
         rows += mode_rows
-    common.print_table(rows, COLUMNS, title=f"compile softmax BLOCK={_block(args.cols)} {args.dtype} "
-                       f"num_warps={args.num_warps} on {common.gpu_name()} "
+    what = f"softmax BLOCK={_block(args.cols)} {args.dtype} num_warps={args.num_warps}" \
+        if args.kernel == "softmax" else f"{args.kernel} (bf16, 8 warps)"
+    common.print_table(rows, COLUMNS, title=f"compile {what} on {common.gpu_name()} "
                        f"(median of {args.runs} new processes each)")
     return 1 if failed else 0
 
