@@ -82,6 +82,30 @@ def test_fake_tensors_get_the_functions_outputs_and_launch_nothing():
     assert not scale_rows_kernel._cache                 # no specialisation, no compile, no launch
 
 
+@tj.autotune(configs=[tj.Config(num_warps=1), tj.Config(num_warps=2)], key=["x"])
+@tj.kernel
+def tuned_scale_kernel(x, y, s, BLOCK: tj.constexpr):
+    r = tj.program_id(0)
+    tj.store(y, (r, 0), tj.load(x, (r, 0), (1, BLOCK)) * s + 1.0)
+
+
+@tjt.op("tilejit_test::tuned_scale_rows")
+def tuned_scale_rows(x: torch.Tensor, s: float) -> torch.Tensor:
+    y = torch.empty_like(x)
+    tuned_scale_kernel[(x.shape[0],)](x, y, s, BLOCK=tj.next_power_of_2(x.shape[1]))
+    return y
+
+
+def test_an_autotuned_kernel_is_not_tuned_on_fake_tensors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        out = tuned_scale_rows(torch.empty(3, 8), 2.0)
+    assert out.shape == (3, 8) and tuned_scale_kernel.best_config is None
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(torch.compile(lambda t: tuned_scale_rows(t, 2.0), fullgraph=True,
+                                             backend="aot_eager")(x), x * 2 + 1)
+
+
 def test_torch_compile_fullgraph_has_no_graph_break():
     x = torch.randn(8, 16)
     explained = torch._dynamo.explain(model)(x)

@@ -98,6 +98,11 @@ def launches_skipped():
         _tracing.skip = before
 
 
+def launches_are_skipped() -> bool:
+    """True inside ``launches_skipped`` on this thread."""
+    return getattr(_tracing, "skip", False)
+
+
 _debug_env = _environ_reader(("TILEJIT_DEBUG",))
 
 

@@ -38,7 +38,7 @@ from tilejit.autotune.inputs import InputGuard
 from tilejit.autotune.progress import Progress
 from tilejit.autotune.store import ResultStore, canonical, device_identity
 from tilejit.errors import LaunchError, PerformanceWarning, TilejitError
-from tilejit.kernel import Kernel, at_caller, check_num_stages, check_num_warps
+from tilejit.kernel import Kernel, at_caller, check_num_stages, check_num_warps, launches_are_skipped
 
 REGISTERS_PER_CTA = 65536         # sm_80 and sm_90: 64K 32-bit registers per CTA
 
@@ -217,6 +217,8 @@ class Autotuned:
     # --- launching -------------------------------------------------------------------------------
     def __getitem__(self, grid):
         def launch(*args, stream=None, **kwargs):
+            if launches_are_skipped():                 # traced on fake tensors (tilejit.torch): no tuning
+                return
             try:
                 config = self._config_for(grid, args, kwargs, stream)
                 self.kernel[grid](*args, stream=stream, **config.launch_options(kwargs), **config.constexprs)
