@@ -146,7 +146,7 @@ def _sass(cubin: bytes | None, arch: str) -> str:
     import subprocess
     import tempfile
     if cubin is None:
-        raise ValueError(f"no cubin for {arch}: nvJitLink is needed (pip install nvidia-nvjitlink)")
+        raise ValueError(f"no cubin for {arch}: nvJitLink or ptxas is needed (pip install nvidia-nvjitlink)")
     for tool, flags in (("nvdisasm", ["-c"]), ("cuobjdump", ["-sass"])):
         path = shutil.which(tool)
         if path:
@@ -192,11 +192,13 @@ def info_lines() -> list[str]:
              f"python        {platform.python_version()} ({sys.executable})",
              f"llvmlite      {_package_version('llvmlite')} (LLVM {'.'.join(map(str, llvm.llvm_version_info))})",
              f"cuda-python   {_package_version('cuda-python', 'cuda-bindings')}"]
-    if ptxas.available():
-        from cuda.bindings import nvjitlink
+    nvjitlink = ptxas._nvjitlink()
+    if nvjitlink is not None:
         lines.append(f"nvJitLink     {'.'.join(map(str, nvjitlink.version()))}")
+    elif ptxas.ptxas_command():
+        lines.append(f"nvJitLink     not found; assembling with {ptxas.ptxas_command()}")
     else:
-        lines.append("nvJitLink     not found (pip install nvidia-nvjitlink: inspect() then reports "
+        lines.append("nvJitLink     not found, nor ptxas (pip install nvidia-nvjitlink: inspect() then reports "
                      "registers and spills)")
     if driver.available():
         version = driver.device_properties(0).driver_version

@@ -1,14 +1,19 @@
-"""PTX -> cubin with nvJitLink (``cuda.bindings.nvjitlink``, the ``nvidia-nvjitlink`` wheel), plus
-the resource report ptxas prints with ``-verbose``: registers, spill bytes, static shared memory.
+"""PTX -> cubin with nvJitLink (``cuda.bindings.nvjitlink``, the ``nvidia-nvjitlink`` wheel), or,
+where that is missing, with the CUDA toolkit's ``ptxas`` command (``$TILEJIT_PTXAS``, else on
+``PATH`` or under ``$CUDA_HOME/bin``), plus the resource report ptxas prints with ``-verbose``:
+registers, spill bytes, static shared memory.
 
 Needs no GPU, so CI assembles every kernel for sm_80 and sm_90a and checks it does not spill.
 """
 from __future__ import annotations
 
 import functools
-
+import os
 import re
+import shutil
 import struct
+import subprocess
+import tempfile
 from dataclasses import dataclass
 
 from tilejit.errors import CompileError
@@ -92,23 +97,45 @@ def cubin_report(cubin: bytes) -> tuple[int, int]:
     return registers, frame
 
 
-@functools.cache
-def available() -> bool:
-    """Whether nvJitLink (the ``nvidia-nvjitlink`` wheel behind cuda-python) can be started."""
+def _nvjitlink():
+    """cuda-python's nvJitLink module if the library behind it starts, else None."""
     try:
         from cuda.bindings import nvjitlink
         nvjitlink.destroy(nvjitlink.create(1, ["-arch=sm_80"]))
-        return True
+        return nvjitlink
     except Exception:               # ImportError, or DynamicLibNotFoundError without the wheel
-        return False
+        return None
+
+
+def ptxas_command() -> str | None:
+    """The CUDA toolkit's ``ptxas``: ``$TILEJIT_PTXAS``, else the one on PATH, else under
+    ``$CUDA_HOME`` (or /usr/local/cuda); None when there is none."""
+    chosen = os.environ.get("TILEJIT_PTXAS")
+    if chosen:
+        return chosen if os.access(chosen, os.X_OK) else None
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    home = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ptxas")
+    return home if os.access(home, os.X_OK) else None
+
+
+@functools.cache
+def available() -> bool:
+    """Whether PTX can be assembled here: nvJitLink starts, or a ``ptxas`` command exists."""
+    return _nvjitlink() is not None or ptxas_command() is not None
 
 
 def assemble(ptx: str, arch: str, options: tuple[str, ...] = ()) -> Assembled:
-    """Assemble ``ptx`` for ``arch`` (e.g. "sm_80", "sm_90a") into a cubin with nvJitLink."""
-    try:
-        from cuda.bindings import nvjitlink
-    except ImportError as e:          # cuda-python too old, or its nvjitlink module missing
-        raise PtxAssemblyError(f"nvJitLink is not available ({e}); install nvidia-nvjitlink") from None
+    """Assemble ``ptx`` for ``arch`` (e.g. "sm_80", "sm_90a") into a cubin with nvJitLink, or with
+    the ``ptxas`` command where nvJitLink is missing."""
+    nvjitlink = _nvjitlink()
+    if nvjitlink is None:
+        command = ptxas_command()
+        if command is None:
+            raise PtxAssemblyError("neither nvJitLink nor ptxas is available: install nvidia-nvjitlink "
+                                   "(pip install nvidia-nvjitlink) or the CUDA toolkit")
+        return _assemble_with_command(command, ptx, arch, options)
     opts = [f"-arch={arch}", "-verbose", "-lineinfo", *options]     # the PTX's .loc lines into the cubin
     try:
         handle = nvjitlink.create(len(opts), opts)
@@ -127,10 +154,31 @@ def assemble(ptx: str, arch: str, options: tuple[str, ...] = ()) -> Assembled:
         nvjitlink.get_linked_cubin(handle, cubin)
     finally:
         nvjitlink.destroy(handle)
+    return _assembled(bytes(cubin), log)
+
+
+def _assembled(cubin: bytes, log: str) -> Assembled:
     registers, spills, shared = parse_report(log)
     if not registers:               # no report (a cached assembly): the cubin's registers and frame
-        registers, spills = cubin_report(bytes(cubin))
-    return Assembled(bytes(cubin), registers, spills, shared, log)
+        registers, spills = cubin_report(cubin)
+    return Assembled(cubin, registers, spills, shared, log)
+
+
+def _assemble_with_command(command: str, ptx: str, arch: str, options: tuple[str, ...]) -> Assembled:
+    """The same with the ``ptxas`` command (a whole-program cubin; its ``-v`` report)."""
+    with tempfile.TemporaryDirectory(prefix="tilejit-ptxas-") as tmp:
+        source, target = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "kernel.cubin")
+        with open(source, "w") as f:
+            f.write(ptx)
+        extra = [o for o in options if o.startswith("-") and not o.startswith("-arch")]
+        done = subprocess.run([command, f"-arch={arch}", "-v", "-lineinfo", *extra, source, "-o", target],
+                              capture_output=True, text=True)
+        log = (done.stdout + done.stderr).strip()
+        if done.returncode != 0:
+            raise PtxAssemblyError(f"ptxas ({command}) failed for {arch}:\n{log}")
+        with open(target, "rb") as f:
+            cubin = f.read()
+    return _assembled(cubin, log)
 
 
 def with_min_ctas(ptx: str, n: int) -> str | None:
