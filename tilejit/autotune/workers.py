@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 MAX_WORKERS = 16
+WORKER_TIMEOUT_S = 900         # a worker that takes longer is killed; its jobs compile here
 
 
 def worker_count(jobs: int) -> int:
@@ -45,13 +46,13 @@ def compile_in_workers(backend_name: str, jobs: list) -> int:
             procs.append(proc)
             proc.stdin.write(pickle.dumps((backend_name, share)))
             proc.stdin.close()
+            proc.stdin = None                     # (so that communicate() only reads)
         done = 0
         for proc in procs:
-            out = proc.stdout.read()
-            proc.wait()
             try:
+                out, _ = proc.communicate(timeout=WORKER_TIMEOUT_S)
                 done += sum(pickle.loads(out)) if proc.returncode == 0 else 0
-            except Exception:                     # a worker that died: its jobs compile here
+            except Exception:                     # a worker that died or hung: its jobs compile here
                 pass
         return done
     except OSError:                               # no processes here: everything compiles in this one
