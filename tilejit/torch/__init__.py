@@ -15,8 +15,7 @@
 ``op`` registers the function with ``torch.library.custom_op`` (same arguments: the name is
 "namespace::name", the parameters need type annotations, ``mutates_args`` names the tensors the
 kernels write in place).  ``torch.compile`` then traces through it without breaking the graph,
-also with dynamic shapes and under CUDA graphs, and the op is available as
-``torch.ops.<namespace>.<name>`` too.
+also with dynamic shapes, and the op is available as ``torch.ops.<namespace>.<name>`` too.
 
 The shapes and dtypes of the outputs (the "fake" implementation ``torch.compile`` needs) come
 from the function itself: ``op`` runs it on PyTorch's fake tensors with every tilejit launch
