@@ -21,18 +21,20 @@ def scale_rows_kernel(x, y, s, BLOCK: tj.constexpr):
     tj.store(y, (r, 0), tj.load(x, (r, 0), (1, BLOCK)) * s + 1.0)
 
 
+def launch_scale_rows(kernel, x, s):
+    y = torch.empty_like(x)
+    kernel[(x.shape[0],)](x, y, s, BLOCK=tj.next_power_of_2(x.shape[1]))
+    return y
+
+
 @tjt.op("tilejit_test::scale_rows")
 def scale_rows(x: torch.Tensor, s: float) -> torch.Tensor:
-    y = torch.empty_like(x)
-    scale_rows_kernel[(x.shape[0],)](x, y, s, BLOCK=tj.next_power_of_2(x.shape[1]))
-    return y
+    return launch_scale_rows(scale_rows_kernel, x, s)
 
 
 @tjt.op("tilejit_test::scale_rows_backward")
 def scale_rows_backward(g: torch.Tensor, s: float) -> torch.Tensor:
-    out = torch.empty_like(g)
-    scale_rows_kernel[(g.shape[0],)](g, out, s, BLOCK=tj.next_power_of_2(g.shape[1]))
-    return out - 1.0                                   # the kernel adds 1
+    return launch_scale_rows(scale_rows_kernel, g, s) - 1.0       # the kernel adds 1
 
 
 def _setup(ctx, inputs, output):
@@ -82,18 +84,13 @@ def test_fake_tensors_get_the_functions_outputs_and_launch_nothing():
     assert not scale_rows_kernel._cache                 # no specialisation, no compile, no launch
 
 
-@tj.autotune(configs=[tj.Config(num_warps=1), tj.Config(num_warps=2)], key=["x"])
-@tj.kernel
-def tuned_scale_kernel(x, y, s, BLOCK: tj.constexpr):
-    r = tj.program_id(0)
-    tj.store(y, (r, 0), tj.load(x, (r, 0), (1, BLOCK)) * s + 1.0)
+tuned_scale_kernel = tj.autotune(configs=[tj.Config(num_warps=1), tj.Config(num_warps=2)], key=["x"])(
+    scale_rows_kernel)
 
 
 @tjt.op("tilejit_test::tuned_scale_rows")
 def tuned_scale_rows(x: torch.Tensor, s: float) -> torch.Tensor:
-    y = torch.empty_like(x)
-    tuned_scale_kernel[(x.shape[0],)](x, y, s, BLOCK=tj.next_power_of_2(x.shape[1]))
-    return y
+    return launch_scale_rows(tuned_scale_kernel, x, s)
 
 
 def test_an_autotuned_kernel_is_not_tuned_on_fake_tensors():
