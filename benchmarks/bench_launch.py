@@ -88,9 +88,14 @@ def _load_function(torch, artifact):
 
 
 def _param_values(artifact, x) -> list:
-    """One ctypes value per kernel parameter, laid out by the artifact's ParamDesc list."""
+    """One ctypes value per kernel parameter, laid out by the artifact's ParamDesc list; a
+    kernel packed several programs to a CTA (``pack_programs``) takes grid axis 0 (here 1) as one
+    more int32 after ``x``."""
     values = []
     for p in artifact.params:
+        if p.kind is ParamKind.SCALAR and p.arg == 1 and artifact.programs_per_cta > 1:
+            values.append(ctypes.c_int32(1))
+            continue
         if p.kind is ParamKind.PTR:
             values.append(ctypes.c_uint64(x.data_ptr()))
         elif p.kind is ParamKind.DIM:
@@ -112,7 +117,7 @@ def raw_launchers(torch) -> list[Launcher]:
     assert artifact.shared_bytes == 0, "the increment kernel should need no shared memory"
     module, function = _load_function(torch, artifact)
     stream = torch.cuda.current_stream().cuda_stream
-    threads = 32 * artifact.num_warps
+    threads = artifact.cta_threads            # every warp of a CTA holding several programs
     success, launch_kernel = cu.CUresult.CUDA_SUCCESS, cu.cuLaunchKernel
 
     values = _param_values(artifact, x_packed)
