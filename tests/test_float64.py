@@ -163,7 +163,8 @@ def test_float64_floor_division_and_modulo_are_numpys_across_the_range(backend, 
     with np.errstate(all="ignore"):
         want_q, want_r = np.floor_divide(t, u), np.remainder(t, u)
     assert np.array_equal(q.view(np.int64), want_q.view(np.int64)) or np.array_equal(q, want_q, equal_nan=True)
-    np.testing.assert_array_equal(np.signbit(r), np.signbit(want_r))
+    signed = ~np.isnan(want_r)          # a NaN's sign is the platform's (the GPU's is always +)
+    np.testing.assert_array_equal(np.signbit(r)[signed], np.signbit(want_r)[signed])
     np.testing.assert_array_equal(r, want_r)
     np.testing.assert_array_equal(q, want_q)
 
