@@ -137,8 +137,46 @@ class Pending:
         return Pending(self.written | other.written, self.read | other.read)
 
 
+_ASYNC_PROXY = (SimtOp.WGMMA, SimtOp.TMA_STORE, SimtOp.TMA_LOAD)
+
+
 def _hits(ranges, rng) -> bool:
     return any(lo < rng[1] and rng[0] < hi for lo, hi in ranges)
+
+
+def _stores_before_async_ops(fn: ir.Function, ranges: dict) -> set:
+    """The STORE_SHARED ops an async-proxy op (a WGMMA, a TMA copy) may follow on bytes they
+    share: later in a block they share, or anywhere in a loop around both.  Their stores need a
+    proxy fence; one in the other branch of an IF, or after the last such op, does not."""
+    paths, stores, asyncs = {}, [], []
+
+    def visit(block, path):
+        for i, o in enumerate(block.ops):
+            here = path + ((o, i),)
+            if o.op is SimtOp.STORE_SHARED:
+                stores.append(o)
+            elif o.op in _ASYNC_PROXY:
+                asyncs.append(o)
+            paths[o] = here
+            for k, region in enumerate(o.regions):
+                visit(region, here + ((None, k),))
+    visit(fn.body, ())
+
+    def touched(o):
+        if o.op is SimtOp.TMA_LOAD:
+            return {ranges[o.attrs.buffer]}
+        return {ranges[b] for b in accessed_buffers(o)}
+
+    def may_follow(store, op) -> bool:
+        for (s_op, s_i), (a_op, a_i) in zip(paths[store], paths[op]):
+            if s_i != a_i:                   # first difference: the same block, or an IF's two regions
+                return a_i > s_i and s_op is not None
+            if s_op is not None and s_op.op in (SimtOp.FOR, SimtOp.WHILE):
+                return True                  # a loop around both: its next iteration follows
+        return False
+
+    return {s for s in stores for a in asyncs
+            if any(_hits(touched(a), ranges[b]) for b in accessed_buffers(s)) and may_follow(s, a)}
 
 
 class BarrierInserter:
@@ -146,23 +184,43 @@ class BarrierInserter:
     thread wrote them) and before a shared write of bytes read or written since then (another
     thread may not have read them yet).  Loops are analysed with their back edge.  Ops in
     ``meta["self_synced_ops"]`` (a cp.async ring inside its loop) are skipped: the pipeliner
-    knows each iteration touches another slot and places one barrier per iteration."""
+    knows each iteration touches another slot and places one barrier per iteration.  A thread's
+    store to a buffer the async proxy reads (a WGMMA operand, a TMA store's staging) is followed
+    by a FENCE_PROXY_ASYNC after the run of stores it ends, so whichever barrier comes next
+    publishes it to the tensor cores and the copy engine."""
 
     def __init__(self, fn: ir.Function):
         self.ranges = {b: (off, off + size) for b, (off, size) in fn.meta.shared_buffers.items()}
         self.skip = fn.meta.self_synced_ops
         self.count = 0
+        # bytes the async proxy touches (wgmma operands, TMA copies' boxes): a thread's ordinary
+        # store to them is followed by its fence.proxy.async, before any barrier that publishes
+        # it (a barrier placed for other reasons, such as the mbarriers' initialisation, may
+        # already separate the store from the wgmma, so the fence cannot wait for the wgmma);
+        # a store to another buffer sharing their bytes counts too (a TMA copy overwrites it)
+        self.fenced_stores = _stores_before_async_ops(fn, self.ranges)
 
     def block(self, block: ir.Block, state: Pending, insert: bool) -> Pending:
         out = []
+        unfenced = False                # a store to bytes the async proxy reads is not fenced yet
+        final = block.ops[-1] if block.ops else None
         for o in block.ops:
             buffers = accessed_buffers(o) if o not in self.skip else ()
+            # one fence for a run of such stores (arithmetic between them does not end the run)
+            if unfenced and (o.regions or o.op is SimtOp.BARRIER or o is final
+                             or (buffers and o.op is not SimtOp.STORE_SHARED)):
+                out.append(ir.Operation(SimtOp.FENCE_PROXY_ASYNC, loc=o.loc))
+                unfenced = False
+            if insert and o in self.fenced_stores:
+                unfenced = True
             if buffers:
                 rngs = {self.ranges[b] for b in buffers}
                 reading = o.op in SHARED_READS
                 if any(_hits(state.written if reading else state.written | state.read, r) for r in rngs):
                     if insert:
-                        if o.op in (SimtOp.WGMMA, SimtOp.TMA_STORE):    # bytes stored by threads, read by the async proxy
+                        fenced = out and out[-1].op is SimtOp.FENCE_PROXY_ASYNC
+                        if o.op in (SimtOp.WGMMA, SimtOp.TMA_STORE) and not fenced:
+                            # bytes stored by threads (cp.async too), read by the async proxy
                             out.append(ir.Operation(SimtOp.FENCE_PROXY_ASYNC, loc=o.loc))
                         out.append(ir.Operation(SimtOp.BARRIER, loc=o.loc))
                         self.count += 1
@@ -180,6 +238,8 @@ class BarrierInserter:
                 then, other = (self.block(r, state, insert) for r in o.regions)
                 state = then | other
             out.append(o)
+        if unfenced:
+            out.append(ir.Operation(SimtOp.FENCE_PROXY_ASYNC, loc=block.ops[-1].loc))
         if insert:
             block.ops[:] = out
         return state

@@ -215,6 +215,56 @@ def test_barrier_inserter_fences_thread_stores_before_a_wgmma_reads_them():
         SimtOp.STORE_SHARED, SimtOp.FENCE_PROXY_ASYNC, SimtOp.BARRIER, SimtOp.WGMMA]
 
 
+def test_a_thread_store_the_wgmma_reads_is_fenced_before_an_earlier_barrier():
+    """A barrier placed for another reason (the mbarriers' initialisation) already separates the
+    store from the wgmma: the proxy fence goes right after the store, before that barrier (on
+    the H200 the warp-specialised BM 64 / BN 128 attention read a stale q tile without it)."""
+    from tilejit import ir, simt
+    from tilejit.passes.shared_memory import insert_barriers
+
+    def value(n=1, dt=D.int32):
+        return ir.Value(simt.RegType(dt, n))
+    attrs = simt.WgmmaAttrs("bf16", 8, 128, True, 128, 2048, (0, 1))
+    ops = [ir.Operation(SimtOp.STORE_SHARED, [value(), value()], [], simt.SharedAttrs(1, 0)),
+           ir.Operation(SimtOp.STORE_SHARED, [value(), value()], [], simt.SharedAttrs(1, 2)),
+           ir.Operation(SimtOp.BARRIER, [], []),
+           ir.Operation(SimtOp.WGMMA, [value(4, D.float32), value(), value()], [simt.RegType(D.float32, 4)], attrs),
+           ir.Operation(SimtOp.STORE_SHARED, [value(), value()], [], simt.SharedAttrs(1, 2))]
+    buffers = {0: (0, 1024), 1: (1024, 1024), 2: (2048, 1024)}     # (offset, bytes); threads alone read 2
+    fn = ir.Function("k", ir.Block([], ops), [], simt.SimtMeta("k", [], 4, shared_buffers=buffers))
+    got = [o.op for o in insert_barriers(fn).body.ops]
+    assert got == [SimtOp.STORE_SHARED, SimtOp.STORE_SHARED, SimtOp.FENCE_PROXY_ASYNC, SimtOp.BARRIER,
+                   SimtOp.WGMMA, SimtOp.STORE_SHARED]                # buffer 2's stores need no fence
+
+
+def test_emulator_catches_a_wgmma_reading_a_store_without_its_proxy_fence(monkeypatch):
+    """The warp-specialised attention stages q with thread stores, then a barrier (the
+    mbarriers'), then the loop's wgmma reads it: without the fence the emulator stops."""
+    from tilejit.backends import emulate
+    from tilejit.passes import shared_memory
+    from tilejit.examples import attention
+    q = np.random.default_rng(0).standard_normal((1, 1, 100, 64)).astype(np.float16)
+
+    def simt():
+        tile = attention.attention_kernel.tile_ir((ArraySpec(D.float16, 4, True, True, False),) * 4
+                                                  + (ScalarSpec(D.float32),),
+                                                  {"BM": 64, "BN": 128, "BD": 64, "CAUSAL": False})
+        return compile_to_simt(tile, num_warps=4)
+    fn = simt()
+    assert fn.meta.producer_warps and ops(fn, SimtOp.FENCE_PROXY_ASYNC)
+    emulate.run(fn, (2, 1), [q, q, q, np.zeros_like(q), np.float32(0.125)])
+
+    real = shared_memory.BarrierInserter.__init__
+
+    def forgets_the_fence(self, fn):
+        real(self, fn)
+        self.fenced_stores = set()
+    monkeypatch.setattr(shared_memory.BarrierInserter, "__init__", forgets_the_fence)
+    fn = simt()
+    with pytest.raises(emulate.EmulatorError, match="without a FENCE_PROXY_ASYNC"):
+        emulate.run(fn, (2, 1), [q, q, q, np.zeros_like(q), np.float32(0.125)])
+
+
 def test_emulator_catches_a_wgmma_reading_bytes_stored_without_a_barrier():
     from tilejit.backends import emulate
     from tilejit.examples import attention

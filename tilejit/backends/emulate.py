@@ -27,7 +27,7 @@ from tilejit.abi import ParamKind
 from tilejit import backends, ir, simt
 from tilejit.backends import emulate_mma, emulate_tma
 from tilejit.backends.emulate_async import AsyncOps
-from tilejit.backends.emulate_frame import WARP, EmulatorError, Frame, uniform  # noqa: F401 (re-exported)
+from tilejit.backends.emulate_frame import FENCED, WARP, EmulatorError, Frame, uniform  # noqa: F401 (re-exported)
 from tilejit.errors import DeviceAssertError, LaunchError
 from tilejit.backends.interpret import atomic_combine, elementwise_fn
 from tilejit.simt import MapType, PtrType, SimtOp, SplitAttrs
@@ -90,6 +90,10 @@ class Machine(AsyncOps):
                 self.wgmma_open, self.wgmma_groups = [], []   # shared bytes in-flight wgmmas read
                 self.writer = np.full((c, self.shared_bytes), -1, np.int32)
                 self.reader = np.full((c, self.shared_bytes), -1, np.int32)
+                # the async proxy (wgmma, TMA stores) sees a thread's ordinary store once that
+                # thread's fence.proxy.async and then a barrier follow it: the writer until the
+                # fence, FENCED until the barrier, -1 once published
+                self.unfenced = np.full((c, self.shared_bytes), -1, np.int32)
                 self.copies = emulate_mma.AsyncCopies()
                 self.mbarriers = emulate_tma.Mbarriers(self.shared_bytes, c)
                 self.epochs = emulate_tma.ConsumerEpochs(c, self.shared_bytes)
@@ -285,6 +289,9 @@ class Machine(AsyncOps):
         self.race(o, f, rows, addr, self.writer, "written by")
         self.race(o, f, rows, addr, self.reader, "read by")
         self.mark(self.writer, rows, addr)
+        if self.race_check:
+            self.unfenced[rows[..., None], addr[..., None] + np.arange(dt.itemsize)] = \
+                np.broadcast_to(self.tid[None, :, None, None], addr.shape + (dt.itemsize,))
         self.shared.view(dt)[rows, addr // dt.itemsize] = value
         if self.cluster > 1:
             self.unordered[rows[..., None], addr[..., None] + np.arange(dt.itemsize)] = True
@@ -320,6 +327,10 @@ class Machine(AsyncOps):
     def op_BARRIER(self, o, f):
         self.writer[f.ids] = -1
         self.reader[f.ids] = -1
+        if self.race_check:
+            seen = self.unfenced[f.ids]
+            seen[seen == FENCED] = -1
+            self.unfenced[f.ids] = seen
 
     # --- control flow ------------------------------------------------------------------------------
     def split(self, o, f: Frame, keys: np.ndarray, run) -> None:

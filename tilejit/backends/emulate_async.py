@@ -11,7 +11,7 @@ import threading
 import numpy as np
 
 from tilejit.backends import emulate_mma, emulate_tma
-from tilejit.backends.emulate_frame import WARP, EmulatorError, Frame, uniform
+from tilejit.backends.emulate_frame import FENCED, WARP, EmulatorError, Frame, uniform
 
 
 class AsyncOps:
@@ -70,6 +70,7 @@ class AsyncOps:
                         if (self.writer[cta, read] != -1).any():
                             raise EmulatorError("shared-memory race: WGMMA reads bytes written since the "
                                                 "last BARRIER")
+                        self.check_fenced(o, cta, read)
                         self.reader[cta, read] = first
                     self.consumer_touch(cta, read)
                     self.wgmma_open.append((int(cta), read))
@@ -99,7 +100,21 @@ class AsyncOps:
     def op_WGMMA_FENCE(self, o, f):          # ordering only: the emulator runs wgmma in program order
         pass
 
-    op_FENCE_PROXY_ASYNC = op_WGMMA_FENCE
+    def op_FENCE_PROXY_ASYNC(self, o, f):
+        """This side's threads' ordinary stores become visible to the async proxy at the next
+        barrier (``unfenced``)."""
+        if self.race_check:
+            seen = self.unfenced[f.ids]
+            seen[np.isin(seen, self.tid)] = FENCED
+            self.unfenced[f.ids] = seen
+
+    def check_fenced(self, o, cta, read) -> None:
+        """The async proxy (``o``: a WGMMA or TMA_STORE) reads shared bytes ``read`` of ``cta``:
+        a thread's store to them must be followed by its proxy fence and then a barrier."""
+        if self.race_check and (self.unfenced[cta, read] != -1).any():
+            raise EmulatorError(f"shared-memory race: {o.op.name} (the async proxy) reads bytes that threads "
+                                f"stored without a FENCE_PROXY_ASYNC and then a BARRIER after the store: "
+                                f"the tensor cores or the copy engine may read stale bytes")
 
     def op_PACK(self, o, f):
         x = f[o.operands[0]]
@@ -159,6 +174,7 @@ class AsyncOps:
             cta, thread = np.nonzero(smem >= 0)
             if self.race_check:
                 self.writer[cta[:, None], smem[cta, thread][:, None] + np.arange(16)] = thread[:, None]
+                self.unfenced[cta[:, None], smem[cta, thread][:, None] + np.arange(16)] = thread[:, None]
 
     # --- TMA and mbarriers (emulate_tma) ----------------------------------------------------------
     def issuers(self, o, f, operand: int):
@@ -297,6 +313,7 @@ class AsyncOps:
             if self.race_check and (self.writer[row, addrs] != -1).any():
                 raise EmulatorError("shared-memory race: TMA_STORE reads bytes written since the last BARRIER "
                                     "(and its proxy fence)")
+            self.check_fenced(o, row, addrs)
             try:
                 tmap.store_box(tuple(int(x[c, t, 0]) for x in coords), self.shared[row, addrs])
             except emulate_tma.TmaError as e:

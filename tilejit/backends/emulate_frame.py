@@ -7,6 +7,7 @@ import numpy as np
 from tilejit.errors import LaunchError
 
 WARP = 32
+FENCED = -2     # Machine.unfenced: shared bytes fenced by their writer, not yet published by a barrier
 
 
 class EmulatorError(LaunchError):
