@@ -38,11 +38,13 @@ def increment_kernel(x, BLOCK: tj.constexpr):
 class Launcher:
     """One way to launch the increment kernel on its own one-element tensor ``x``."""
 
-    def __init__(self, name: str, x, launch):
-        self.name, self.x, self.launch = name, x, launch
+    def __init__(self, name: str, x, launch, before=None):
+        self.name, self.x, self.launch, self.before = name, x, launch, before
         self.launched = 0
 
     def run(self, count: int) -> None:
+        if self.before is not None:          # e.g. the driver binding this launcher measures
+            self.before()
         launch = self.launch
         for _ in range(count):
             launch()
@@ -59,10 +61,17 @@ def _one(torch):
     return torch.ones(1, dtype=torch.float32, device="cuda")
 
 
-def tilejit_launcher(torch) -> Launcher:
-    x = _one(torch)
-    return Launcher("tilejit kernel[grid](...)", x,
-                    lambda: increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS))
+def tilejit_launchers(torch) -> list[Launcher]:
+    """tilejit's launch through its default driver binding (ctypes on libcuda) and through
+    cuda-python's (``runtime.launch.use_binding``; each launcher selects its own)."""
+    from tilejit.runtime import launch
+    launchers = []
+    for binding in dict.fromkeys((launch.use_binding("ctypes"), "cuda-python")):
+        x = _one(torch)
+        launchers.append(Launcher(f"tilejit kernel[grid](...) ({binding})", x,
+                                  lambda x=x: increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS),
+                                  before=lambda b=binding: launch.use_binding(b)))
+    return launchers
 
 
 # ----------------------------------------------------------------------------- raw cuLaunchKernel
@@ -172,7 +181,7 @@ def time_launches(torch, launcher: Launcher, per_batch: int, batches: int, warmu
 
 def all_launchers(torch) -> list:
     """(name, factory) for every launcher; a factory that fails is reported, not fatal."""
-    return [("tilejit", lambda: [tilejit_launcher(torch)]), ("raw", lambda: raw_launchers(torch)),
+    return [("tilejit", lambda: tilejit_launchers(torch)), ("raw", lambda: raw_launchers(torch)),
             ("triton", lambda: [triton_launcher(torch)])]
 
 
@@ -241,7 +250,7 @@ def test_launch_overhead(benchmark):
         if "us" in row:
             benchmark.extra_info[row["launcher"] + " us"] = row["us"]
             benchmark.extra_info["tilejit / " + row["launcher"]] = row.get("tilejit_over")
-    launcher = tilejit_launcher(torch)
+    launcher = tilejit_launchers(torch)[0]
     launcher.run(10)
     launcher.check(torch)
     benchmark(launcher.launch)

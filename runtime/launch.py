@@ -2,7 +2,11 @@
 kernel's ``ParamDesc`` list. The runtime never needs to know how the code was made."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import numbers
+import os
+import threading
 import weakref
 
 import numpy as np
@@ -86,6 +90,14 @@ class LoadedKernel:
 
 
 def _driver_launch(kernel: LoadedKernel, grid, block_threads: int, stream, params_address) -> None:
+    """Launch through libcuda's C functions (``LibcudaLaunch``) where they load, else through
+    cuda-python; ``use_binding`` picks one."""
+    if _driver_launch_impl is None:
+        use_binding(os.environ.get("TILEJIT_LAUNCH_BINDING", "ctypes"))
+    _driver_launch_impl(kernel, grid, block_threads, stream, params_address)
+
+
+def _cuda_python_launch(kernel: LoadedKernel, grid, block_threads: int, stream, params_address) -> None:
     cu = driver.cuda()
     err, = cu.cuCtxSetCurrent(kernel.context)
     if err:
@@ -94,6 +106,65 @@ def _driver_launch(kernel: LoadedKernel, grid, block_threads: int, stream, param
                              kernel.shared_bytes, stream or 0, params_address, 0)
     if err:
         raise DeviceError(f"cuLaunchKernel failed: {driver.error_string(err)}", kernel=kernel.name)
+
+
+class LibcudaLaunch:
+    """``cuLaunchKernel`` called through ctypes on libcuda itself, with the function and context
+    handles kept as integers: cuda-python converts every argument of every call into its own
+    objects, which costs several microseconds a launch.  The context is made current only when
+    another one is (``cuCtxGetCurrent`` first: a few hundred nanoseconds)."""
+
+    def __init__(self, lib):
+        void, uint = ctypes.c_void_p, ctypes.c_uint
+        self.launch_kernel = lib.cuLaunchKernel
+        self.launch_kernel.argtypes = [void, uint, uint, uint, uint, uint, uint, uint, void, void, void]
+        self.launch_kernel.restype = ctypes.c_int
+        self.get_current, self.set_current = lib.cuCtxGetCurrent, lib.cuCtxSetCurrent
+        self.get_current.argtypes, self.get_current.restype = [ctypes.POINTER(void)], ctypes.c_int
+        self.set_current.argtypes, self.set_current.restype = [void], ctypes.c_int
+        self._local = threading.local()       # each thread's cuCtxGetCurrent result
+
+    @classmethod
+    def open(cls) -> "LibcudaLaunch | None":
+        try:
+            return cls(ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1"))
+        except (OSError, AttributeError):
+            return None
+
+    def __call__(self, kernel: LoadedKernel, grid, block_threads: int, stream, params_address) -> None:
+        handles = kernel.__dict__.get("_handles")
+        if handles is None:
+            handles = kernel._handles = (int(kernel.function), int(kernel.context))
+        function, context = handles
+        try:
+            current, ref = self._local.current
+        except AttributeError:
+            current = ctypes.c_void_p()
+            ref = ctypes.byref(current)
+            self._local.current = current, ref
+        if self.get_current(ref) or current.value != context:
+            err = self.set_current(context)
+            if err:
+                driver.check(driver.cuda().CUresult(err), "cuCtxSetCurrent")
+        err = self.launch_kernel(function, grid[0], grid[1], grid[2], block_threads, 1, 1, kernel.shared_bytes,
+                                 stream or None, params_address, None)
+        if err:
+            raise DeviceError(f"cuLaunchKernel failed: {driver.error_string(driver.cuda().CUresult(err))}",
+                              kernel=kernel.name)
+
+
+_driver_launch_impl = None
+
+
+def use_binding(name: str) -> str:
+    """Launch through ``"ctypes"`` (libcuda's C functions; cuda-python where libcuda does not
+    load) or ``"cuda-python"``; the binding in use.  ``TILEJIT_LAUNCH_BINDING`` picks the first."""
+    global _driver_launch_impl
+    if name not in ("ctypes", "cuda-python"):
+        raise LaunchError(f"TILEJIT_LAUNCH_BINDING must be 'ctypes' or 'cuda-python', got {name!r}")
+    lib = LibcudaLaunch.open() if name == "ctypes" else None
+    _driver_launch_impl = lib or _cuda_python_launch
+    return "ctypes" if lib else "cuda-python"
 
 
 def load(image: bytes, kernel_name: str, shared_bytes: int, device: int) -> LoadedKernel:

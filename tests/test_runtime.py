@@ -503,3 +503,61 @@ def test_gather_strided_reads_every_dtype_at_its_strides(dtype):
     want = flat.reshape(4, 10)[:3, ::2][:, :4]
     assert got.dtype == dt and got.flags.c_contiguous
     assert np.array_equal(got.view(f"u{dt.itemsize}"), want.view(f"u{dt.itemsize}"))
+
+
+# --- the ctypes binding to libcuda (runtime.launch.LibcudaLaunch), on a fake library ------------
+def _fake_libcuda(launch_result=0):
+    from types import SimpleNamespace
+    calls, state = [], {"current": None}
+
+    def record(name, impl):
+        def call(*args):
+            calls.append((name, args))
+            return impl(*args)
+        return call
+
+    def get_current(ref):
+        ref._obj.value = state["current"]
+        return 0
+
+    def set_current(context):
+        state["current"] = context
+        return 0
+    lib = SimpleNamespace(cuLaunchKernel=record("launch", lambda *a: launch_result),
+                          cuCtxGetCurrent=record("get", get_current), cuCtxSetCurrent=record("set", set_current))
+    return lib, calls
+
+
+def test_the_ctypes_binding_makes_the_context_current_only_when_another_is():
+    from types import SimpleNamespace
+    from tilejit.runtime.launch import LibcudaLaunch
+    lib, calls = _fake_libcuda()
+    kernel = SimpleNamespace(function=0x1000, context=0x2000, shared_bytes=64, name="k")
+    launch = LibcudaLaunch(lib)
+    launch(kernel, (3, 2, 1), 128, 0x55, 0x7000)
+    launch(kernel, (4, 1, 1), 256, None, 0x7000)
+    assert [c[0] for c in calls] == ["get", "set", "launch", "get", "launch"]
+    assert calls[1][1] == (0x2000,)
+    assert calls[2][1] == (0x1000, 3, 2, 1, 128, 1, 1, 64, 0x55, 0x7000, None)
+    assert calls[4][1] == (0x1000, 4, 1, 1, 256, 1, 1, 64, None, 0x7000, None)     # the legacy stream
+
+
+def test_the_ctypes_binding_names_the_driver_error():
+    from types import SimpleNamespace
+    pytest.importorskip("cuda.bindings")
+    from tilejit.runtime.launch import LibcudaLaunch
+    lib, _ = _fake_libcuda(launch_result=1)
+    kernel = SimpleNamespace(function=0x1000, context=0x2000, shared_bytes=0, name="add_one")
+    with pytest.raises(tj.DeviceError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE") as err:
+        LibcudaLaunch(lib)(kernel, (1, 1, 1), 32, None, 0x7000)
+    assert "add_one" in str(err.value)
+
+
+def test_the_launch_binding_is_checked_and_falls_back_to_cuda_python(monkeypatch):
+    from tilejit.runtime import launch
+    monkeypatch.setattr(launch, "_driver_launch_impl", None)
+    monkeypatch.setattr(launch.LibcudaLaunch, "open", classmethod(lambda cls: None))     # no libcuda here
+    assert launch.use_binding("ctypes") == "cuda-python"
+    assert launch._driver_launch_impl is launch._cuda_python_launch
+    with pytest.raises(tj.LaunchError, match="TILEJIT_LAUNCH_BINDING"):
+        launch.use_binding("cffi")
