@@ -183,10 +183,36 @@ def operand_source(lw, v: ir.Value, cfg: DotConfig, tile: SharedTile, staged: di
     return stage_registers(lw, v, cfg, tile)
 
 
+def lower_dmma(lw, o: ir.Operation, cfg: DotConfig) -> ir.Value:
+    """The float64 DOT ``o`` on DMMA (``mma.sync.aligned.m8n8k4.row.col.f64``): A, B and the
+    accumulator taken in their fragment layouts (``mma_layouts.mma_layout``), whose register
+    ``(rep0 * reps1 + rep1) * size + i`` is element ``i`` of instruction tile ``(rep0, rep1)``:
+    one double of A (m8 x k4) and of B (k4 x n8) per lane and instruction, two of C."""
+    a_v, b_v, acc_v = o.operands
+    kind = cfg.kind
+    a = lw.get(a_v, ML.mma_layout(kind, ML.Operand.A, (cfg.m, cfg.k), cfg.warps))
+    b = lw.get(b_v, ML.mma_layout(kind, ML.Operand.B, (cfg.k, cfg.n), cfg.warps))
+    acc = lw.get(acc_v, cfg.acc_layout)
+    c = kind.c_regs
+    pieces = [[lw.gather(acc, range((mi * cfg.n_reps + ni) * c, (mi * cfg.n_reps + ni + 1) * c))
+               for ni in range(cfg.n_reps)] for mi in range(cfg.m_reps)]
+    attrs = simt.MmaAttrs(kind.ab_type)
+    for kk in range(cfg.k_steps):
+        a_frags = [lw.gather(a, [mi * cfg.k_steps + kk]) for mi in range(cfg.m_reps)]
+        b_frags = [lw.gather(b, [kk * cfg.n_reps + ni]) for ni in range(cfg.n_reps)]
+        for mi in range(cfg.m_reps):
+            for ni in range(cfg.n_reps):
+                pieces[mi][ni] = lw.emit(SimtOp.MMA, [a_frags[mi], b_frags[ni], pieces[mi][ni]],
+                                         RegType(cfg.acc_dtype, c), attrs).result
+    return lw.concat([p for row in pieces for p in row])
+
+
 def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     """The DOT ``o`` on tensor cores; ``staged`` maps an operand Value already in a swizzled
     shared tile to its ``Staged`` tile."""
     a_v, b_v, acc_v = o.operands
+    if cfg.registers_only:
+        return lower_dmma(lw, o, cfg)
     if lw.dot_plans.family(o) is DotFamily.WGMMA:
         a_src = staged[a_v] if a_v in staged and staged[a_v].tile.wgmma_a else register_a_fragments(lw, a_v, cfg)
         b_src = staged[b_v] if b_v in staged and staged[b_v].tile.wgmma_b else None

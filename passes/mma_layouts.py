@@ -53,8 +53,8 @@ class MmaKind:
 
     @property
     def per_reg(self) -> int:
-        """A/B elements packed in one 32-bit register."""
-        return 32 // self.bits
+        """A/B elements packed in one 32-bit register (a float64 element fills a 64-bit one)."""
+        return max(1, 32 // self.bits)
 
     @property
     def ptx(self) -> str:
@@ -69,6 +69,8 @@ MMA_KINDS = {
     "s8": MmaKind("m16n8k32", 16, 8, 32, "s8", "s32", 8, 4, 2),
     "e4m3": MmaKind("m16n8k32", 16, 8, 32, "e4m3", "f32", 8, 4, 2),
     "e5m2": MmaKind("m16n8k32", 16, 8, 32, "e5m2", "f32", 8, 4, 2),
+    # DMMA (sm_80+): one float64 of A and of B and two of C per lane, in 64-bit registers
+    "f64": MmaKind("m8n8k4", 8, 8, 4, "f64", "f64", 64, 1, 1, 2),
 }
 
 
@@ -76,7 +78,7 @@ def mma_kind_for(dtype: D.DType, allow_tf32: bool = False) -> MmaKind | None:
     """The mma instruction ``tj.dot`` uses for inputs of ``dtype``, or None when there is none
     (float32 without ``allow_tf32`` is computed in full precision, not on tensor cores)."""
     name = {"bfloat16": "bf16", "float16": "f16", "int8": "s8",
-            "float8e4m3": "e4m3", "float8e5m2": "e5m2"}.get(dtype.name)
+            "float8e4m3": "e4m3", "float8e5m2": "e5m2", "float64": "f64"}.get(dtype.name)
     if dtype == D.float32 and allow_tf32:
         name = "tf32"
     return MMA_KINDS[name] if name else None
@@ -107,7 +109,9 @@ def a_coord(kind: MmaKind | str, lane, i):
     """(row, col) in the M x K matrix A of element ``a<i>`` held by ``lane``."""
     kind = as_mma_kind(kind)
     g, t = _group(lane)
-    if kind.bits == 16:       # §9.7.14.5.8, Figure 79 (.f16/.bf16, m16n8k16)
+    if kind.bits == 64:       # §9.7.14.5.1 (.f64, m8n8k4): row groupID, col threadID_in_group
+        row, col = g + 0 * i, t + 0 * i
+    elif kind.bits == 16:     # §9.7.14.5.8, Figure 79 (.f16/.bf16, m16n8k16)
         row = g + 8 * ((i >> 1) & 1)                  # groupID for 0<=i<2 || 4<=i<6, else +8
         col = t * 2 + (i & 1) + 8 * (i >> 2)          # +8 for i >= 4
     elif kind.bits == 32:     # §9.7.14.5.7, Figure 72 (.tf32, m16n8k8)
@@ -123,7 +127,9 @@ def b_coord(kind: MmaKind | str, lane, i):
     """(row, col) in the K x N matrix B of element ``b<i>`` held by ``lane``."""
     kind = as_mma_kind(kind)
     g, t = _group(lane)
-    if kind.bits == 16:       # §9.7.14.5.8, Figure 81
+    if kind.bits == 64:       # §9.7.14.5.1 (.f64, m8n8k4): row threadID_in_group
+        row = t + 0 * i
+    elif kind.bits == 16:     # §9.7.14.5.8, Figure 81
         row = t * 2 + (i & 1) + 8 * (i >> 1)          # +8 for i >= 2
     elif kind.bits == 32:     # §9.7.14.5.7, Figure 75: tig for b0, tig + 4 for b1
         row = t + 4 * i

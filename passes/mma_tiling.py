@@ -53,6 +53,12 @@ class DotConfig:
         return ML.mma_layout(self.kind, ML.Operand.C, (self.m, self.n), self.warps)
 
     @property
+    def registers_only(self) -> bool:
+        """DMMA (float64): A and B come from registers in the fragment layouts (a layout
+        conversion puts them there), never from swizzled shared tiles, rings or ldmatrix."""
+        return self.kind.bits == 64
+
+    @property
     def ldmatrix_b(self) -> bool:
         """B (stored K x N row-major) is read with ``ldmatrix.trans`` (16-bit types); other
         types read their B fragments element by element."""
@@ -130,7 +136,7 @@ def dot_config(o: ir.Operation, num_warps: int, forced: tuple[int, int] | None =
         warps = forced
     if warps is None:
         return None
-    acc = D.int32 if kind.acc_type == "s32" else D.float32
+    acc = {"s32": D.int32, "f64": D.float64}.get(kind.acc_type, D.float32)
     return DotConfig(kind, m, n, k, warps, a.dtype, acc)
 
 

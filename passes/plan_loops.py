@@ -108,7 +108,7 @@ def invariant_operands(facts: Facts, o: ir.Operation) -> list[StagedOperand]:
     out, seen = [], set(facts.staged)
     for dot in body.ops:
         cfg = facts.dot_plans.config(dot) if dot.op is TileOp.DOT else None
-        if cfg is None:
+        if cfg is None or cfg.registers_only:
             continue
         on_wgmma = facts.dot_plans.family(dot) is DotFamily.WGMMA
         for tile, v in zip((SharedTile.A, SharedTile.B), dot.operands[:2]):
@@ -161,7 +161,7 @@ def ring_plans(facts: "Facts", o: ir.Operation, default_stages: int = DEFAULT_ST
     out = []
     for dot in body.ops:
         cfg = facts.dot_plans.config(dot) if dot.op is TileOp.DOT else None
-        if cfg is None:
+        if cfg is None or cfg.registers_only:
             continue
         mine = []
         on_wgmma = facts.dot_plans.family(dot) is DotFamily.WGMMA

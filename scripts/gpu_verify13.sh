@@ -7,7 +7,8 @@
 #   3. the demo on the cuda backend;
 #   4. TMA stores A/B: bench_matmul.py with TILEJIT_TMA_STORE=0 and =1 (fresh caches), after
 #      printing what each compiles (inspect().copy_engines);
-#   5. bench_launch.py: the ctypes binding to libcuda against cuda-python's, raw and Triton.
+#   5. float64 GEMM on DMMA against cuBLAS DGEMM (scripts/probes/f64_gemm.py);
+#   6. bench_launch.py: the ctypes binding to libcuda against cuda-python's, raw and Triton.
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -28,4 +29,5 @@ print('copy engines:', matmul.matmul_kernel.kernel.inspect(a, a, a, BM=128, BN=2
   (cd benchmarks && TILEJIT_TMA_STORE=$s TILEJIT_CACHE_DIR=/tmp/tjc_s$s BENCH_EACH=1 timeout 70 python3 bench_matmul.py \
     --shapes 4096x4096x4096,8192x8192x8192 --dtypes bfloat16 --reps 20 --configs 128x256x64x4x8 2>&1 | quiet | tail -6 | tee "$OUT/store$s.txt")
 done
+TILEJIT_CACHE_DIR=/tmp/tjc_t timeout 60 python3 scripts/probes/f64_gemm.py 4096 2>&1 | grep -v "Warning\|entry = self" | tee "$OUT/f64_gemm.txt"
 (cd benchmarks && timeout 40 python3 bench_launch.py 2>&1 | tail -8 | tee "$OUT/launch.txt")

@@ -178,3 +178,36 @@ def test_the_float64_remainder_is_a_loop_of_exact_steps_and_assembles(arch):
     ptx = cuda.build(f64_divmod.tile_ir(specs, consts), 4, arch, stop_after="ptx")["ptx"]
     assert "cvt.rzi.f64.f64" in ptx and "fma.rn.f64" in ptx and "rem." not in ptx
     assemble_or_skip(ptx, arch)
+
+
+# --- tj.dot in float64 on the DMMA tensor cores (mma.sync.m8n8k4.f64, sm_80+) ---------------------
+@tj.kernel
+def f64_matmul(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    m, n = tj.program_id(0) * BM, tj.program_id(1) * BN
+    acc = tj.zeros((BM, BN), tj.float64)
+    for k in range(0, a.shape[1], BK):              # a plain range, as a Triton user writes it
+        acc += tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (k, n), (BK, BN)))
+    tj.store(c, (m, n), acc)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("BM, BN, BK, warps", [(32, 32, 16, 4), (64, 32, 32, 4), (16, 16, 8, 1), (64, 64, 16, 8)])
+def test_float64_dot_matches_numpy_on_ragged_shapes(backend, BM, BN, BK, warps, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(BM + BN + BK + warps)
+    a, b = rng.standard_normal((100, 90)), rng.standard_normal((90, 70))
+    c = np.full((100, 70), np.nan)
+    f64_matmul[(tj.cdiv(100, BM), tj.cdiv(70, BN))](a, b, c, BM=BM, BN=BN, BK=BK, num_warps=warps)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_float64_dot_runs_on_dmma_and_assembles(arch):
+    """Every product is one mma.sync.m8n8k4.f64: 64x32 tile, 4 warps, K 32 -> 64 per warp."""
+    from tilejit.backends import cuda
+    x = np.zeros((64, 64))
+    specs, consts, _ = f64_matmul.specialise(f64_matmul.bind((x, x, x), {"BM": 64, "BN": 32, "BK": 32}))
+    ptx = cuda.build(f64_matmul.tile_ir(specs, consts), 4, arch, stop_after="ptx")["ptx"]
+    assert ptx.count("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64") == 64
+    assert "fma.rn.f64" not in ptx                   # not the FMA fallback
+    assemble_or_skip(ptx, arch)

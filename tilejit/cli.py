@@ -15,7 +15,7 @@ from tilejit.kernel import Kernel
 from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec
 
 STAGES = {"tile": "tile_ir", "simt": "simt_ir", "llvm": "llvm_ir", "ptx": "ptx", "sass": "sass"}
-_SHORT_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i8": "int8", "i16": "int16",
+_SHORT_DTYPES = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "e4m3": "float8e4m3", "e5m2": "float8e5m2", "i8": "int8", "i16": "int16",
                  "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "i1": "bool"}
 _SIG_ITEM = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(?:\[\s*(\d+)\s*\])?\s*$")
 

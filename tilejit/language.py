@@ -389,8 +389,9 @@ def histogram(x, bins):
 def dot(a, b, acc=None, allow_tf32=False):
     """``a @ b (+ acc)`` for 2-D tiles (M, K) @ (K, N), accumulated in float32 (int32 for int8,
     float64 for float64): tensor cores (wgmma on sm_90a, mma.sync on sm_80) for
-    float16/bfloat16/float8/int8 and tf32 when ``allow_tf32``, FMAs otherwise (float64 among
-    them: fused multiply-adds in float64, not yet the DMMA tensor cores).  ``acc`` is the (M, N)
+    float16/bfloat16/float8/int8, tf32 when ``allow_tf32`` and float64 (DMMA
+    ``mma.m8n8k4.f64``, sm_80+), FMAs otherwise (float32 without ``allow_tf32``, tiles that
+    are not powers of two or too small for the instruction).  ``acc`` is the (M, N)
     accumulator.
     Example: ``acc = tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (k, n), (BK, BN)), acc)``."""
 @builtin

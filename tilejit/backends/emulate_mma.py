@@ -154,6 +154,9 @@ def mma(a_regs: np.ndarray, b_regs: np.ndarray, c_regs: np.ndarray, kind) -> np.
     in the last bit; PTX does not specify it).  s8 products are summed in int64 and wrap to
     int32 (no ``.satfinite``).  tf32 inputs are truncated (``tf32_truncate``)."""
     kind = ML.as_mma_kind(kind)
+    if kind.ab_type == "f64":
+        return _dmma(kind, np.asarray(a_regs, np.float64), np.asarray(b_regs, np.float64),
+                     np.asarray(c_regs, np.float64))
     a, lead = _batch(np.asarray(a_regs), 2)
     b, c = np.asarray(b_regs).reshape(a.shape[0], -1, kind.b_regs), np.asarray(c_regs)
     c = c.reshape(a.shape[0], -1, kind.c_regs)
@@ -170,6 +173,22 @@ def mma(a_regs: np.ndarray, b_regs: np.ndarray, c_regs: np.ndarray, kind) -> np.
         c_mat = scatter_fragment(kind, "c", c.astype(np.float32).reshape(per_warp))
         d = (a_mat.astype(np.float64) @ b_mat.astype(np.float64) + c_mat).astype(np.float32)
     out = gather_fragment(kind, "c", d).reshape(a.shape[0], warps * WARP, kind.c_regs)
+    return out.reshape(lead + out.shape[1:])
+
+
+def _dmma(kind, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``mma.sync.aligned.m8n8k4.row.col.f64``: one double of A and B and two of C per lane;
+    D = A @ B + C in float64 (each of the four products and C summed by NumPy in that order: the
+    hardware's order of roundings is not specified)."""
+    a, lead = _batch(a, 2)
+    b, c = b.reshape(a.shape[0], -1, 1), c.reshape(a.shape[0], -1, 2)
+    if a.shape[2] != 1 or not a.shape[1] == b.shape[1] == c.shape[1]:
+        raise MmaEmulationError(f"{kind.ptx}: operands have shapes {a.shape}, {b.shape}, {c.shape}")
+    warps = _warps(a.shape[1])
+    per_warp = (a.shape[0], warps, WARP, -1)
+    d = scatter_fragment(kind, "a", a.reshape(per_warp)) @ scatter_fragment(kind, "b", b.reshape(per_warp)) \
+        + scatter_fragment(kind, "c", c.reshape(per_warp))
+    out = gather_fragment(kind, "c", d).reshape(a.shape[0], warps * WARP, 2)
     return out.reshape(lead + out.shape[1:])
 
 

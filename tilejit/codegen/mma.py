@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-I32, F16, F32 = ir.IntType(32), ir.HalfType(), ir.FloatType()
+I32, F16, F32, F64 = ir.IntType(32), ir.HalfType(), ir.FloatType(), ir.DoubleType()
 HALF2 = ir.VectorType(F16, 2)
 GLOBAL, SHARED = 1, 3                      # NVPTX address spaces
 
@@ -60,6 +60,7 @@ MMA_INTRINSICS = {
     "e4m3": ("llvm.nvvm.mma.m16n8k32.row.col.f32.e4m3.e4m3.f32", False),
     "e5m2": ("llvm.nvvm.mma.m16n8k32.row.col.f32.e5m2.e5m2.f32", False),
 }
+DMMA_INTRINSIC = "llvm.nvvm.mma.m8n8k4.row.col.f64"      # float64, sm_80+ (PTX ISA §9.7.14.5.1)
 # fp8 mma.m16n8k32 needs PTX ISA 8.4 (and sm_89+).  Under "+ptx80" -- tilejit's sm_90a target --
 # LLVM 22 cannot select the intrinsic and *aborts the process* ("LLVM ERROR: Cannot select"),
 # so ``mma`` refuses fp8 unless the caller says the target's PTX ISA is new enough.
@@ -69,13 +70,19 @@ FP8_MIN_PTX = 84
 def mma(builder: ir.IRBuilder, a: list[ir.Value], b: list[ir.Value], c: list[ir.Value],
         kind, ptx_version: int = 80) -> list[ir.Value]:
     """``mma.sync.aligned.<shape>.row.col`` of ``kind`` (an A/B type name "bf16", "f16",
-    "tf32", "s8", "e4m3", "e5m2", or a ``passes.mma_layouts.MmaKind``): ``a`` = 4 i32, ``b`` =
-    2 i32, ``c`` = 4 float (4 i32 for s8); returns the 4 accumulator values D.  The f16
+    "tf32", "s8", "e4m3", "e5m2", "f64", or a ``passes.mma_layouts.MmaKind``): ``a`` = 4 i32,
+    ``b`` = 2 i32, ``c`` = 4 float (4 i32 for s8); returns the 4 accumulator values D ("f64":
+    1 + 1 + 2 doubles, returns 2).  The f16
     intrinsic takes ``<2 x half>`` operands: the i32 registers are bitcast (same bits).  tf32
     operands are f32 bit patterns (round them with ``f32_to_tf32`` first; un-rounded bits are
     modelled as truncated by ``backends.emulate_mma``).  The fp8 kinds need sm_89+ and a target whose PTX
     ISA (``ptx_version``, e.g. 84 for "+ptx84") is at least ``FP8_MIN_PTX``."""
     ab_type = getattr(kind, "ab_type", kind)
+    if ab_type == "f64":          # DMMA m8n8k4: one double of A and of B, two of C
+        if (len(a), len(b), len(c)) != (1, 1, 2):
+            raise ValueError(f"{DMMA_INTRINSIC} takes 1 + 1 + 2 doubles, got {len(a)} + {len(b)} + {len(c)}")
+        fn = _declare(builder, DMMA_INTRINSIC, ir.LiteralStructType([F64] * 2), [F64] * 4)
+        return _unpack(builder, builder.call(fn, [*a, *b, *c]), 2)
     name, int_acc = MMA_INTRINSICS[ab_type]
     if ab_type in ("e4m3", "e5m2") and ptx_version < FP8_MIN_PTX:
         raise ValueError(f"{name} needs PTX ISA {FP8_MIN_PTX / 10:.1f} (+ptx{FP8_MIN_PTX}); "
