@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from tilejit import ir
 from tilejit.ir import ELEMENTWISE_OPS, TileOp, TileType
 from tilejit.passes import layouts as L
+from tilejit.passes import mma_layouts as ML
 from tilejit.specs import ArraySpec
 
 DEFERRED_OPS = frozenset({TileOp.CONSTANT, TileOp.SPLAT, TileOp.ARANGE})
@@ -275,7 +276,7 @@ def assign_layouts(fn: ir.Function, num_warps: int) -> ir.Function:
         if is_tile(a):
             assigner.set(a, default_layout(a.type, num_warps))
     assigner.block(fn.body)
-    if pin_broadcast_loads(fn, assigner):
+    if pin_broadcast_loads(fn, assigner) | pin_dmma_operands(fn, assigner):
         assigner.block(fn.body)
     fn.meta["layouts"] = assigner.layouts
     fn.meta["deferred"] = assigner.deferred
@@ -301,6 +302,29 @@ def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
                                                                                      for v in found):
             pinned = pinned or any(assigner.layouts.get(v) != lay for v, lay in found.items())
             assigner.pinned.update(found)
+    return pinned
+
+
+def pin_dmma_operands(fn: ir.Function, assigner: LayoutAssigner) -> bool:
+    """A float64 DOT's operand loaded for it alone (through casts and reshapes) is loaded
+    straight into its DMMA fragment layout (``mma_tiling.DotConfig.registers_only``): lane
+    (g, t) reads A[g, t] and B[t, g] of each 8 x 4 / 4 x 8 instruction tile, whole 32-byte
+    sectors per warp, with no conversion through shared memory.  Returns whether anything was
+    pinned."""
+    pinned = False
+    uses = _Uses(ir.users(fn), {a: o for o in fn.walk() if o.op is TileOp.FOR for a in o.regions[0].args[1:]})
+    for o in fn.walk():
+        cfg = assigner.dot_plans.config(o) if o.op is TileOp.DOT else None
+        if cfg is None or not cfg.registers_only:
+            continue
+        for operand, v, shape in ((ML.Operand.A, o.operands[0], (cfg.m, cfg.k)),
+                                  (ML.Operand.B, o.operands[1], (cfg.k, cfg.n))):
+            found: dict[ir.Value, L.Layout] = {}
+            if v not in assigner.pinned and _pin_source(v, ML.mma_layout(cfg.kind, operand, shape, cfg.warps),
+                                                        uses, assigner, found) \
+                    and not any(x in assigner.pinned for x in found):
+                pinned = pinned or any(assigner.layouts.get(x) != lay for x, lay in found.items())
+                assigner.pinned.update(found)
     return pinned
 
 

@@ -210,4 +210,7 @@ def test_the_float64_dot_runs_on_dmma_and_assembles(arch):
     ptx = cuda.build(f64_matmul.tile_ir(specs, consts), 4, arch, stop_after="ptx")["ptx"]
     assert ptx.count("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64") == 64
     assert "fma.rn.f64" not in ptx                   # not the FMA fallback
+    # the loads are made in the fragment layouts (assign_layouts.pin_dmma_operands): per warp
+    # and k tile, 2 x 8 doubles of A and 8 x 4 of B, with no trip through shared memory
+    assert "st.shared" not in ptx and "bar.sync" not in ptx and ptx.count("ld.global") == 48
     assemble_or_skip(ptx, arch)
