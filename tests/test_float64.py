@@ -214,3 +214,31 @@ def test_the_float64_dot_runs_on_dmma_and_assembles(arch):
     # and k tile, 2 x 8 doubles of A and 8 x 4 of B, with no trip through shared memory
     assert "st.shared" not in ptx and "bar.sync" not in ptx and ptx.count("ld.global") == 48
     assemble_or_skip(ptx, arch)
+
+
+@tj.kernel
+def f64_matmul_nt(a, b_t, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    """c = a @ b_t.T, B given N x K as a Linear layer's weight, spelled with .T."""
+    m, n = tj.program_id(0) * BM, tj.program_id(1) * BN
+    acc = tj.zeros((BM, BN), tj.float64)
+    for k in tj.range(0, a.shape[1], BK):
+        acc = tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b_t, (n, k), (BN, BK)).T, acc)
+    tj.store(c, (m, n), acc)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float64_dot_of_a_transposed_weight(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(4)
+    a, w = rng.standard_normal((70, 40)), rng.standard_normal((50, 40))
+    c = np.full((70, 50), np.nan)
+    f64_matmul_nt[(tj.cdiv(70, 32), tj.cdiv(50, 32))](a, w, c, BM=32, BN=32, BK=16, num_warps=4)
+    np.testing.assert_allclose(c, a @ w.T, rtol=1e-13, atol=1e-13)
+
+
+def test_the_transposed_spelling_reaches_dmma_too():
+    from tilejit.backends import cuda
+    x = np.zeros((64, 64))
+    specs, consts, _ = f64_matmul_nt.specialise(f64_matmul_nt.bind((x, x, x), {"BM": 32, "BN": 32, "BK": 16}))
+    ptx = cuda.build(f64_matmul_nt.tile_ir(specs, consts), 4, "sm_90a", stop_after="ptx")["ptx"]
+    assert ptx.count("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64") == 16 and "fma.rn.f64" not in ptx
