@@ -170,7 +170,8 @@ def test_the_environment_reader_sees_changes(monkeypatch):
 def test_the_fast_paths_python_is_a_few_microseconds(backend):
     """The re-launch fast path's own Python (key, grid, dispatch; the launcher a no-op here):
     22 us on the build machine before the environment and array specs were read cheaply, 6.6
-    after. The bound leaves room for slower machines but fails at the old cost."""
+    after, 5.0 once the environment was read once a launch, launch functions were kept per grid
+    and dtypes keyed by name. The bound leaves room for slower machines but fails at the old cost."""
     import time
     backend.fast_launcher = lambda artifact: (lambda grid, views, stream: None)
     x, y = FakeDeviceArray(), FakeDeviceArray(ptr=8192)
@@ -182,3 +183,20 @@ def test_the_fast_paths_python_is_a_few_microseconds(backend):
             scale[(8,)](x, y, 3, BLOCK=8)
         best = min(best, (time.perf_counter() - start) / 2000)
     assert best < 15e-6, f"{best * 1e6:.1f} us per launch"
+
+
+def test_an_int_grid_reuses_its_launch_function_and_a_callable_grid_does_not(backend):
+    assert scale[(8,)] is scale[(8,)] and scale[8] is scale[8] and scale[(8,)] is not scale[(4,)]
+    grid = lambda meta: (1,)            # noqa: E731
+    assert scale[grid] is not scale[grid]
+    assert scale[[8]] is not scale[[8]]          # a list is not kept (it could change)
+
+
+def test_the_debug_switch_is_still_read_on_every_launch(backend, monkeypatch):
+    x, y = FakeDeviceArray(), FakeDeviceArray(ptr=8192)
+    launch = scale[(8,)]
+    launch(x, y, 3, BLOCK=8)
+    launch(x, y, 3, BLOCK=8)
+    monkeypatch.setenv("TILEJIT_DEBUG", "1")        # a debug compile: the full path again
+    launch(x, y, 3, BLOCK=8)
+    assert len(backend.slow) == 2 and len(backend.fast) == 1

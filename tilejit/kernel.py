@@ -80,6 +80,7 @@ def _environ_reader(names: tuple):
 
 
 _switch_env = _environ_reader(SWITCH_ENV)
+_DEBUG_AT = SWITCH_ENV.index("TILEJIT_DEBUG")
 
 
 _tracing = threading.local()
@@ -106,10 +107,14 @@ def launches_are_skipped() -> bool:
 _debug_env = _environ_reader(("TILEJIT_DEBUG",))
 
 
+def _is_on(value) -> bool:
+    """An environment switch's raw value (str, or bytes from ``os.environ``'s dict) is "1"."""
+    return value is not None and value.strip() in ("1", b"1")
+
+
 def verify_switch() -> bool:
     """``TILEJIT_DEBUG=1``: verify the IR after every pass (it changes no code, so no key has it)."""
-    value = _debug_env()[0]
-    return value is not None and value.strip() in ("1", b"1")
+    return _is_on(_debug_env()[0])
 
 
 def debug_switch() -> bool:
@@ -192,6 +197,7 @@ class Kernel:
         self._cache: dict[tuple, _Compiled] = {}
         # re-launch fast path: (num_warps, backend env, constexpr kwargs, arg keys) -> launcher
         self._fast: dict[tuple, object] = {}
+        self._launchers: dict = {}                      # int / int-tuple grid -> its launch function
         leading = [p.name for p in self.params[:len(self.runtime_names)]]
         self._fast_arity = len(leading) if leading == self.runtime_names else -1
         # what the code may fold in (globals, closure cells, attribute chains, the same for the
@@ -222,6 +228,12 @@ class Kernel:
         raise at_caller(err, self.name, sys._getframe(1)) from None
 
     def __getitem__(self, grid):
+        cacheable = type(grid) is int or type(grid) is tuple and all(type(g) is int for g in grid)
+        if cacheable:                   # kernel[(n,)] in a loop: one launcher per grid, made once
+            launch = self._launchers.get(grid)
+            if launch is not None:
+                return launch
+
         def launch(*args, num_warps: int | None = None, num_stages: int | None = None, fast_math: bool = False,
                    debug: bool = False, stream=None, **kwargs):
             if getattr(_tracing, "skip", False):
@@ -231,11 +243,16 @@ class Kernel:
                 for name, flag in (("fast_math", fast_math), ("debug", debug)):
                     if not isinstance(flag, bool):
                         raise LaunchError(f"{name} must be True or False, got {flag!r}")
-                debug = debug or debug_switch()
-                if not self._launch_fast(grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug):
+                env = _switch_env()             # read once: the debug switch and the fast path's key
+                debug = debug or _is_on(env[_DEBUG_AT])
+                if not self._launch_fast(grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug, env):
                     self._launch(grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug)
             except TilejitError as err:
                 raise at_caller(err, self.name, sys._getframe(1)) from None
+        if cacheable:
+            if len(self._launchers) >= 256:
+                self._launchers.clear()
+            self._launchers[grid] = launch
         return launch
 
     # --- binding and specialisation ------------------------------------------------------------
@@ -383,7 +400,7 @@ class Kernel:
                                   "but the kernel stores to it", kernel=self.name)
 
     # --- the re-launch fast path ---------------------------------------------------------------
-    def _fast_key(self, args, kwargs, num_warps, num_stages=None, fast_math=False, debug=False):
+    def _fast_key(self, args, kwargs, num_warps, num_stages=None, fast_math=False, debug=False, env=None):
         """(key, views) when the runtime arguments are exactly the positional ones and each is a
         device array or a Python int/float; None sends the launch down the full path. The key
         holds everything the specialisation depends on, computed by the same rules."""
@@ -403,23 +420,25 @@ class Kernel:
                 v = _fast_device_view(v)
                 if v is None:
                     return None
-                part = (v.device, _spec_fields(v.dtype, v.shape, v.strides, v.ptr))
+                dtype = v.dtype              # its name: a str hashes in C, a DType in Python
+                part = (v.device, dtype.name, _spec_fields(dtype, v.shape, v.strides, v.ptr)[1:])
             parts.append(part)
             views.append(v)
         consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        key = (num_warps, num_stages, fast_math, debug, _switch_env(), consts, tuple(parts))
+        key = (num_warps, num_stages, fast_math, debug, env or _switch_env(), consts, tuple(parts))
         try:
             hash(key)
         except TypeError:
             return None
         return key, views
 
-    def _launch_fast(self, grid, args, kwargs, num_warps, stream, num_stages=None, fast_math=False, debug=False) -> bool:
+    def _launch_fast(self, grid, args, kwargs, num_warps, stream, num_stages=None, fast_math=False, debug=False,
+                     env=None) -> bool:
         """Launch a specialisation seen before with minimal Python work; False if not possible."""
         if not self._fast:
             return False
         self._drop_stale()
-        fast = self._fast_key(args, kwargs, num_warps, num_stages, fast_math, debug)
+        fast = self._fast_key(args, kwargs, num_warps, num_stages, fast_math, debug, env)
         launcher = self._fast.get(fast[0]) if fast is not None else None
         if launcher is None:
             return False
@@ -635,7 +654,7 @@ _SPEC_MEMO: dict = {}
 def _spec_fields(dtype, shape, strides, ptr: int) -> tuple:
     """``array_spec_fields`` remembered by (dtype, shape, strides, 16-byte alignment of ptr), the
     only things it reads of ptr besides the alignment (the launch path's hot spot otherwise)."""
-    key = (dtype, tuple(shape), tuple(strides), ptr % 16 == 0)
+    key = (dtype.name, tuple(shape), tuple(strides), ptr % 16 == 0)
     fields = _SPEC_MEMO.get(key)
     if fields is None:
         if len(_SPEC_MEMO) > 4096:
