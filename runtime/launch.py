@@ -146,8 +146,11 @@ class LibcudaLaunch:
             err = self.set_current(context)
             if err:
                 driver.check(driver.cuda().CUresult(err), "cuCtxSetCurrent")
-        err = self.launch_kernel(function, grid[0], grid[1], grid[2], block_threads, 1, 1, kernel.shared_bytes,
-                                 stream or None, params_address, None)
+        try:
+            err = self.launch_kernel(function, grid[0], grid[1], grid[2], block_threads, 1, 1, kernel.shared_bytes,
+                                     stream or None, params_address, None)
+        except ctypes.ArgumentError:      # a value ctypes cannot convert (a NumPy integer, say)
+            return _cuda_python_launch(kernel, grid, block_threads, stream, params_address)
         if err:
             raise DeviceError(f"cuLaunchKernel failed: {driver.error_string(driver.cuda().CUresult(err))}",
                               kernel=kernel.name)

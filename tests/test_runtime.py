@@ -561,3 +561,19 @@ def test_the_launch_binding_is_checked_and_falls_back_to_cuda_python(monkeypatch
     assert launch._driver_launch_impl is launch._cuda_python_launch
     with pytest.raises(tj.LaunchError, match="TILEJIT_LAUNCH_BINDING"):
         launch.use_binding("cffi")
+
+
+def test_the_ctypes_binding_hands_values_ctypes_refuses_to_cuda_python(monkeypatch):
+    import ctypes
+    from types import SimpleNamespace
+    from tilejit.runtime import launch as launch_module
+    lib, _ = _fake_libcuda()
+
+    def refuses(*args):
+        raise ctypes.ArgumentError("argument 2: wrong type")
+    lib.cuLaunchKernel = refuses
+    taken = []
+    monkeypatch.setattr(launch_module, "_cuda_python_launch", lambda *a: taken.append(a[1]))
+    kernel = SimpleNamespace(function=0x1000, context=0x2000, shared_bytes=0, name="k")
+    launch_module.LibcudaLaunch(lib)(kernel, (np.int64(2), 1, 1), 32, None, 0x7000)
+    assert taken == [(2, 1, 1)]
