@@ -229,6 +229,7 @@ def main(argv=None) -> dict:
               f"tilejit {loss[-1]:.3f}; largest relative gap {gap:.2e}; median step torch {ref_step * 1e3:.1f} ms, "
               f"tilejit {step * 1e3:.1f} ms ({ref_step / step:.2f}x)")
     if world > 1:
+        torch.distributed.barrier()                       # no rank tears gloo down under another
         torch.distributed.destroy_process_group()
     return {"torch": ref_loss, "tilejit": loss, "gap": gap, "step_s": step, "torch_step_s": ref_step}
 

@@ -6,6 +6,14 @@ conversion, cross-warp reduction, DOT operand tile and cp.async ring), so both p
 lowering and see every buffer without a side table.  LDMATRIX reads and CP_ASYNC writes count
 as accesses (so do TMA copies and mbarrier ops); those in ``meta["self_synced_ops"]`` (a cp.async ring inside its pipelined loop)
 are ordered by the pipeliner's own barriers.
+
+The tensor cores' wgmma and the TMA copies reach shared memory through the *async proxy*: bytes
+that threads stored with ordinary stores are visible to it only after each storing thread's
+``fence.proxy.async`` and then a barrier.  ``insert_barriers`` puts that fence after every run
+of stores whose bytes an async-proxy op may touch later (in the same block, or anywhere in a
+loop around both), whichever barrier then publishes them (on the H200, a warp-specialised
+attention read a stale q tile when the only barrier was the mbarriers' initialisation); the
+emulator stops a WGMMA or TMA store that reads bytes stored without it.
 """
 from __future__ import annotations
 
