@@ -159,6 +159,16 @@ class LibcudaLaunch:
 _driver_launch_impl = None
 
 
+def binding_in_use() -> str:
+    """The binding launches take (``use_binding``'s answer, without choosing it), and why."""
+    name = os.environ.get("TILEJIT_LAUNCH_BINDING", "ctypes")
+    if name not in ("ctypes", "cuda-python"):
+        return f"none: TILEJIT_LAUNCH_BINDING={name!r} is neither 'ctypes' nor 'cuda-python'"
+    if name == "cuda-python":
+        return "cuda-python (TILEJIT_LAUNCH_BINDING)"
+    return "ctypes on libcuda" if LibcudaLaunch.open() else "cuda-python (libcuda cannot be opened here)"
+
+
 def use_binding(name: str) -> str:
     """Launch through ``"ctypes"`` (libcuda's C functions; cuda-python where libcuda does not
     load) or ``"cuda-python"``; the binding in use.  ``TILEJIT_LAUNCH_BINDING`` picks the first."""

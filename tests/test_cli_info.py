@@ -28,6 +28,11 @@ def test_info_reports_versions_gpus_backend_and_cache(capsys, monkeypatch, tmp_p
     else:
         assert "none" in rows["gpu"]
     assert rows["backend"].split()[1] == "emulate"
+    assert "cuLaunchKernel through" in rows["launches"]
+    monkeypatch.setenv("TILEJIT_LAUNCH_BINDING", "cuda-python")
+    assert "cuda-python (TILEJIT_LAUNCH_BINDING)" in "\n".join(cli.info_lines())
+    monkeypatch.setenv("TILEJIT_LAUNCH_BINDING", "cffi")
+    assert "neither" in "\n".join(cli.info_lines())
     assert str(tmp_path / "cache") in rows["cache"] and "0 kernels" in rows["cache"]
 
 

@@ -210,6 +210,8 @@ def info_lines() -> list[str]:
     else:
         lines.append("gpu           none (no NVIDIA driver or no GPU found): kernels run on the CPU backends")
     lines.append(f"backend       {backends.selected()} (TILEJIT_BACKEND chooses another: {', '.join(backends.NAMES)})")
+    from tilejit.runtime.launch import binding_in_use
+    lines.append(f"launches      cuLaunchKernel through {binding_in_use()}")
     found = cache.info()
     lines.append(f"cache         {found['dir']}: {found['entries']} kernels, {found['bytes'] / 2**20:.1f} MiB "
                  "(TILEJIT_CACHE_DIR moves it; tilejit cache clear empties it)")
