@@ -104,22 +104,15 @@ def launches_are_skipped() -> bool:
     return getattr(_tracing, "skip", False)
 
 
-_debug_env = _environ_reader(("TILEJIT_DEBUG",))
-
-
 def _is_on(value) -> bool:
     """An environment switch's raw value (str, or bytes from ``os.environ``'s dict) is "1"."""
     return value is not None and value.strip() in ("1", b"1")
 
 
 def verify_switch() -> bool:
-    """``TILEJIT_DEBUG=1``: verify the IR after every pass (it changes no code, so no key has it)."""
-    return _is_on(_debug_env()[0])
-
-
-def debug_switch() -> bool:
-    """``TILEJIT_DEBUG=1`` also compiles every launch as ``debug=True`` (device asserts kept)."""
-    return verify_switch()
+    """``TILEJIT_DEBUG=1``: verify the IR after every pass (it changes no code, so no key has it).
+    A launch reads the same switch from its one environment read and compiles as ``debug=True``."""
+    return _is_on(_switch_env()[_DEBUG_AT])
 
 
 def kernel(fn=None):
