@@ -148,11 +148,28 @@ def raw_launchers(torch) -> list[Launcher]:
         if err != success:
             raise RuntimeError(f"cuLaunchKernel failed: {err}")
 
+    x_ctypes = _one(torch)
+    ctypes_values = _param_values(artifact, x_ctypes)
+    ctypes_pointers = (ctypes.c_void_p * len(ctypes_values))(*[ctypes.addressof(v) for v in ctypes_values])
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    c_launch = libcuda.cuLaunchKernel
+    uint, void = ctypes.c_uint, ctypes.c_void_p
+    c_launch.argtypes = [void, uint, uint, uint, uint, uint, uint, uint, void, void, void]
+    c_launch.restype = ctypes.c_int
+    c_function, c_stream, c_params = int(function), stream or None, ctypes.addressof(ctypes_pointers)
+
+    def launch_ctypes():
+        err = c_launch(c_function, 1, 1, 1, threads, 1, 1, 0, c_stream, c_params, None)
+        if err:
+            raise RuntimeError(f"cuLaunchKernel failed: {err}")
+
     packed_launcher = Launcher("raw cuLaunchKernel (packed once)", x_packed, launch_packed)
+    ctypes_launcher = Launcher("raw cuLaunchKernel (ctypes, packed once)", x_ctypes, launch_ctypes)
     tuple_launcher = Launcher("raw cuLaunchKernel (args tuple)", x_tuple, launch_tuple)
     packed_launcher.keep = (values, pointers, module)     # alive as long as the launchers
     tuple_launcher.keep = (module,)
-    return [packed_launcher, tuple_launcher]
+    ctypes_launcher.keep = (ctypes_values, ctypes_pointers, module)
+    return [packed_launcher, ctypes_launcher, tuple_launcher]
 
 
 def triton_launcher(torch) -> Launcher:
@@ -163,20 +180,28 @@ def triton_launcher(torch) -> Launcher:
 
 
 # ---------------------------------------------------------------------------------------- timing
-def time_launches(torch, launcher: Launcher, per_batch: int, batches: int, warmup: int) -> dict:
-    """Median and min µs per launch over ``batches`` batches, after ``warmup`` launches (which
-    include any compile and module load) and a correctness check."""
-    launcher.run(warmup)
-    launcher.check(torch)
-    per_launch = []
+def time_round_robin(torch, launchers: list[Launcher], per_batch: int, batches: int, warmup: int) -> list[dict]:
+    """Median and min µs per launch of each launcher over ``batches`` batches, after ``warmup``
+    launches (which include any compile and module load) and a correctness check.  The batches
+    take turns (batch i of every launcher, then batch i+1), so a slow spell of the host or the
+    order the launchers come in weighs on all of them alike."""
+    for launcher in launchers:
+        launcher.run(warmup)
+        launcher.check(torch)
+    per_launch = {id(launcher): [] for launcher in launchers}
     for _ in range(batches):
-        start = time.perf_counter()
-        launcher.run(per_batch)
-        torch.cuda.synchronize()
-        per_launch.append((time.perf_counter() - start) / per_batch * 1e6)
-    launcher.check(torch)
-    return {"launcher": launcher.name, "us": statistics.median(per_launch), "min_us": min(per_launch),
-            "max_us": max(per_launch)}
+        for launcher in launchers:
+            start = time.perf_counter()
+            launcher.run(per_batch)
+            torch.cuda.synchronize()
+            per_launch[id(launcher)].append((time.perf_counter() - start) / per_batch * 1e6)
+    rows = []
+    for launcher in launchers:
+        launcher.check(torch)
+        times = per_launch[id(launcher)]
+        rows.append({"launcher": launcher.name, "us": statistics.median(times), "min_us": min(times),
+                     "max_us": max(times)})
+    return rows
 
 
 def all_launchers(torch) -> list:
@@ -186,16 +211,16 @@ def all_launchers(torch) -> list:
 
 
 def measure_all(torch, per_batch: int, batches: int, warmup: int) -> tuple[list[dict], int]:
-    rows, failures = [], 0
+    launchers, rows, failures = [], [], 0
     for label, factory in all_launchers(torch):
         try:
-            for launcher in factory():
-                rows.append(time_launches(torch, launcher, per_batch, batches, warmup))
+            launchers.extend(factory())
         except Exception as err:        # e.g. Triton missing: the other rows still count
             failures += 1
             traceback.print_exc()
             print(f"bench_launch: {label} FAILED: {type(err).__name__}: {err}", file=sys.stderr)
             rows.append({"launcher": label, "status": f"FAILED ({type(err).__name__})"})
+    rows[:0] = time_round_robin(torch, launchers, per_batch, batches, warmup)
     tilejit_us = next((r["us"] for r in rows if r["launcher"].startswith("tilejit") and "us" in r), None)
     for row in rows:
         if "us" in row and tilejit_us is not None:

@@ -6,7 +6,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", "..", "benchmarks"), os.path.join(HERE, "..", "..", "tests")]
+# tests first: both folders have a conftest, and test_float64 needs the tests one
+sys.path[:0] = [os.path.join(HERE, "..", "..", "tests"), os.path.join(HERE, "..", "..", "benchmarks")]
 
 import common  # noqa: E402
 import tilejit as tj  # noqa: E402
