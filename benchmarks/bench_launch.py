@@ -62,11 +62,11 @@ def _one(torch):
 
 
 def tilejit_launchers(torch) -> list[Launcher]:
-    """tilejit's launch through its default driver binding (ctypes on libcuda) and through
-    cuda-python's (``runtime.launch.use_binding``; each launcher selects its own)."""
+    """tilejit's launch through its default driver binding (cuda-python) and through ctypes on
+    libcuda (``runtime.launch.use_binding``; each launcher selects its own)."""
     from tilejit.runtime import launch
     launchers = []
-    for binding in dict.fromkeys((launch.use_binding("ctypes"), "cuda-python")):
+    for binding in dict.fromkeys((launch.DEFAULT_BINDING, launch.use_binding("ctypes"))):
         x = _one(torch)
         launchers.append(Launcher(f"tilejit kernel[grid](...) ({binding})", x,
                                   lambda x=x: increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS),

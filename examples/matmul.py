@@ -19,6 +19,9 @@ CONFIGS = [tj.Config(BM=64, BN=64, BK=32, STAGES=3, num_warps=4),
            tj.Config(BM=64, BN=128, BK=64, STAGES=4, num_warps=4),     # wgmma; 128 tiles at 1024x1024
            tj.Config(BM=128, BN=64, BK=64, STAGES=4, num_warps=8),     # wgmma; the same, two warpgroups
            tj.Config(BM=16, BN=64, BK=64, STAGES=4, num_warps=4),     # skinny M (decode GEMV-like)
+           # 8-32 rows on sm_90a: computed transposed (passes/swap_small_dots.py), the weights as
+           # wgmma's M; 1.00x cuBLAS at M16 and M32, N8192 K8192 (H200, 2026-12-05)
+           tj.Config(BM=32, BN=64, BK=128, STAGES=6, num_warps=4),
            # small M, large K: deep rings keep the weights streaming (H200, M128 / M16 N8192 K8192)
            tj.Config(BM=64, BN=128, BK=64, STAGES=7, num_warps=4),
            tj.Config(BM=64, BN=128, BK=128, STAGES=4, num_warps=4),

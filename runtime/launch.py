@@ -90,10 +90,10 @@ class LoadedKernel:
 
 
 def _driver_launch(kernel: LoadedKernel, grid, block_threads: int, stream, params_address) -> None:
-    """Launch through libcuda's C functions (``LibcudaLaunch``) where they load, else through
-    cuda-python; ``use_binding`` picks one."""
+    """Launch through cuda-python, or through libcuda's C functions (``LibcudaLaunch``) with
+    ``TILEJIT_LAUNCH_BINDING=ctypes``; ``use_binding`` picks one."""
     if _driver_launch_impl is None:
-        use_binding(os.environ.get("TILEJIT_LAUNCH_BINDING", "ctypes"))
+        use_binding(os.environ.get("TILEJIT_LAUNCH_BINDING", DEFAULT_BINDING))
     _driver_launch_impl(kernel, grid, block_threads, stream, params_address)
 
 
@@ -108,11 +108,20 @@ def _cuda_python_launch(kernel: LoadedKernel, grid, block_threads: int, stream, 
         raise DeviceError(f"cuLaunchKernel failed: {driver.error_string(err)}", kernel=kernel.name)
 
 
+# The binding launches take unless TILEJIT_LAUNCH_BINDING says otherwise.  cuda-python: on the
+# H200 (2026-12-05, bench_launch.py, launchers taking turns) a raw cuLaunchKernel of a packed
+# parameter buffer cost 6.3 µs through cuda-python and 8.4 µs through ctypes, a ctypes
+# cuCtxGetCurrent 0.59 µs against cuda-python's 0.18, and a tilejit launch 14.9-15.3 µs through
+# cuda-python against 16.8-17.5 through ctypes: ctypes' argument conversion costs more than
+# cuda-python's, not less.
+DEFAULT_BINDING = "cuda-python"
+
+
 class LibcudaLaunch:
     """``cuLaunchKernel`` called through ctypes on libcuda itself, with the function and context
-    handles kept as integers: cuda-python converts every argument of every call into its own
-    objects, which costs several microseconds a launch.  The context is made current only when
-    another one is (``cuCtxGetCurrent`` first: a few hundred nanoseconds)."""
+    handles kept as integers, and the context made current only when another one is
+    (``cuCtxGetCurrent`` first).  Measured slower than cuda-python (``DEFAULT_BINDING``); kept
+    for drivers or environments where cuda-python's launch misbehaves."""
 
     def __init__(self, lib):
         void, uint = ctypes.c_void_p, ctypes.c_uint
@@ -161,17 +170,18 @@ _driver_launch_impl = None
 
 def binding_in_use() -> str:
     """The binding launches take (``use_binding``'s answer, without choosing it), and why."""
-    name = os.environ.get("TILEJIT_LAUNCH_BINDING", "ctypes")
+    name = os.environ.get("TILEJIT_LAUNCH_BINDING", DEFAULT_BINDING)
     if name not in ("ctypes", "cuda-python"):
         return f"none: TILEJIT_LAUNCH_BINDING={name!r} is neither 'ctypes' nor 'cuda-python'"
     if name == "cuda-python":
-        return "cuda-python (TILEJIT_LAUNCH_BINDING)"
+        return "cuda-python" + (" (TILEJIT_LAUNCH_BINDING)" if "TILEJIT_LAUNCH_BINDING" in os.environ else "")
     return "ctypes on libcuda" if LibcudaLaunch.open() else "cuda-python (libcuda cannot be opened here)"
 
 
 def use_binding(name: str) -> str:
-    """Launch through ``"ctypes"`` (libcuda's C functions; cuda-python where libcuda does not
-    load) or ``"cuda-python"``; the binding in use.  ``TILEJIT_LAUNCH_BINDING`` picks the first."""
+    """Launch through ``"cuda-python"`` (the default) or ``"ctypes"`` (libcuda's C functions;
+    cuda-python where libcuda does not load); the binding in use.  ``TILEJIT_LAUNCH_BINDING``
+    picks the first."""
     global _driver_launch_impl
     if name not in ("ctypes", "cuda-python"):
         raise LaunchError(f"TILEJIT_LAUNCH_BINDING must be 'ctypes' or 'cuda-python', got {name!r}")

@@ -61,13 +61,24 @@ def test_three_slot_ring_keeps_one_group_in_flight():
 
 @pytest.mark.parametrize("why, kwargs", [
     ("not sm_90a", {"target": "sm_80"}),
-    ("M is not one warpgroup slice per 4 warps", {"BM": 32}),
+    ("M is not one warpgroup slice per 4 warps", {"BM": 32, "BN": 128}),   # (BN 64: swapped, below)
     ("N is not a whole 64-column atom", {"BN": 32}),
     ("no pipelining", {"stages": 1}),
     ("float32 without tf32", {"dtype": D.float32}),
 ])
 def test_other_dots_keep_mma_sync(why, kwargs):
     assert not ops(simt_fn(**kwargs), SimtOp.WGMMA), why
+
+
+def test_a_small_m_dot_is_computed_transposed_on_wgmma():
+    """BM 32 with BN 64 (one 64-row slice per warpgroup) is swapped (``swap_small_dots``): wgmma
+    with the B tile as its M-major A, and mma.sync when ``TRANSPOSED_A`` is off."""
+    assert ops(simt_fn(BM=32), SimtOp.WGMMA)
+    saved, wgmma.TRANSPOSED_A = wgmma.TRANSPOSED_A, False
+    try:
+        assert not ops(simt_fn(BM=32), SimtOp.WGMMA)
+    finally:
+        wgmma.TRANSPOSED_A = saved
 
 
 def test_the_option_turns_it_off():
