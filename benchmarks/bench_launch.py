@@ -148,28 +148,36 @@ def raw_launchers(torch) -> list[Launcher]:
         if err != success:
             raise RuntimeError(f"cuLaunchKernel failed: {err}")
 
-    x_ctypes = _one(torch)
-    ctypes_values = _param_values(artifact, x_ctypes)
-    ctypes_pointers = (ctypes.c_void_p * len(ctypes_values))(*[ctypes.addressof(v) for v in ctypes_values])
     libcuda = ctypes.CDLL("libcuda.so.1")
-    c_launch = libcuda.cuLaunchKernel
-    uint, void = ctypes.c_uint, ctypes.c_void_p
-    c_launch.argtypes = [void, uint, uint, uint, uint, uint, uint, uint, void, void, void]
-    c_launch.restype = ctypes.c_int
-    c_function, c_stream, c_params = int(function), stream or None, ctypes.addressof(ctypes_pointers)
 
-    def launch_ctypes():
-        err = c_launch(c_function, 1, 1, 1, threads, 1, 1, 0, c_stream, c_params, None)
-        if err:
-            raise RuntimeError(f"cuLaunchKernel failed: {err}")
+    def ctypes_launcher(argtypes: bool) -> Launcher:
+        """cuLaunchKernel through ctypes on libcuda: with argtypes (ctypes converts every
+        argument), or without (handles pre-made as c_void_p, ints passed as C ints)."""
+        x = _one(torch)
+        values = _param_values(artifact, x)
+        pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        uint, void = ctypes.c_uint, ctypes.c_void_p
+        c_launch = libcuda["cuLaunchKernel"]          # a function object of its own (not cached)
+        c_launch.restype = ctypes.c_int
+        if argtypes:
+            c_launch.argtypes = [void, uint, uint, uint, uint, uint, uint, uint, void, void, void]
+            f, s, p = int(function), stream or None, ctypes.addressof(pointers)
+        else:
+            f, s, p = void(int(function)), void(stream) if stream else None, void(ctypes.addressof(pointers))
+
+        def launch():
+            err = c_launch(f, 1, 1, 1, threads, 1, 1, 0, s, p, None)
+            if err:
+                raise RuntimeError(f"cuLaunchKernel failed: {err}")
+        launcher = Launcher(f"raw cuLaunchKernel (ctypes{', argtypes' if argtypes else ''}, packed once)", x, launch)
+        launcher.keep = (values, pointers, module)
+        return launcher
 
     packed_launcher = Launcher("raw cuLaunchKernel (packed once)", x_packed, launch_packed)
-    ctypes_launcher = Launcher("raw cuLaunchKernel (ctypes, packed once)", x_ctypes, launch_ctypes)
     tuple_launcher = Launcher("raw cuLaunchKernel (args tuple)", x_tuple, launch_tuple)
     packed_launcher.keep = (values, pointers, module)     # alive as long as the launchers
     tuple_launcher.keep = (module,)
-    ctypes_launcher.keep = (ctypes_values, ctypes_pointers, module)
-    return [packed_launcher, ctypes_launcher, tuple_launcher]
+    return [packed_launcher, ctypes_launcher(False), ctypes_launcher(True), tuple_launcher]
 
 
 def triton_launcher(torch) -> Launcher:

@@ -507,12 +507,14 @@ def test_gather_strided_reads_every_dtype_at_its_strides(dtype):
 
 # --- the ctypes binding to libcuda (runtime.launch.LibcudaLaunch), on a fake library ------------
 def _fake_libcuda(launch_result=0):
+    """libcuda's three launch functions, recording their arguments (c_void_p by value)."""
+    import ctypes
     from types import SimpleNamespace
     calls, state = [], {"current": None}
 
     def record(name, impl):
         def call(*args):
-            calls.append((name, args))
+            calls.append((name, tuple(a.value if isinstance(a, ctypes.c_void_p) else a for a in args)))
             return impl(*args)
         return call
 
@@ -521,7 +523,7 @@ def _fake_libcuda(launch_result=0):
         return 0
 
     def set_current(context):
-        state["current"] = context
+        state["current"] = context.value if isinstance(context, ctypes.c_void_p) else context
         return 0
     lib = SimpleNamespace(cuLaunchKernel=record("launch", lambda *a: launch_result),
                           cuCtxGetCurrent=record("get", get_current), cuCtxSetCurrent=record("set", set_current))
@@ -563,17 +565,16 @@ def test_the_launch_binding_is_checked_and_falls_back_to_cuda_python(monkeypatch
         launch.use_binding("cffi")
 
 
-def test_the_ctypes_binding_hands_values_ctypes_refuses_to_cuda_python(monkeypatch):
-    import ctypes
+def test_the_ctypes_binding_hands_values_ctypes_would_mangle_to_cuda_python(monkeypatch):
+    """Without argtypes ctypes would pass a NumPy integer wrongly (or refuse it): such a launch
+    goes through cuda-python, and libcuda's cuLaunchKernel is not called."""
     from types import SimpleNamespace
     from tilejit.runtime import launch as launch_module
-    lib, _ = _fake_libcuda()
-
-    def refuses(*args):
-        raise ctypes.ArgumentError("argument 2: wrong type")
-    lib.cuLaunchKernel = refuses
+    lib, calls = _fake_libcuda()
     taken = []
     monkeypatch.setattr(launch_module, "_cuda_python_launch", lambda *a: taken.append(a[1]))
     kernel = SimpleNamespace(function=0x1000, context=0x2000, shared_bytes=0, name="k")
     launch_module.LibcudaLaunch(lib)(kernel, (np.int64(2), 1, 1), 32, None, 0x7000)
-    assert taken == [(2, 1, 1)]
+    launch_module.LibcudaLaunch(lib)(kernel, (2, 1, 1), np.int32(32), None, 0x7000)
+    assert taken == [(np.int64(2), 1, 1), (2, 1, 1)]
+    assert "launch" not in [c[0] for c in calls]
