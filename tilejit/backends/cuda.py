@@ -9,11 +9,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from tilejit.abi import ParamKind
+from tilejit.abi import ParamDesc, ParamKind
 from tilejit import backends, dtypes
-from tilejit.backends.resources import check_resources
 from tilejit.errors import Loc
-from tilejit.simt import ParamDesc, assert_sites, copy_engines
+
+# A cache hit reads an artifact and launches it: the compiler's modules (tilejit.simt, the passes
+# that backends.resources imports) are imported by the stages that use them, not here.
 
 _CACHE_FILES = ("ptx", "cubin", "llvm_ir", "simt_ir")
 
@@ -101,6 +102,12 @@ class CudaArtifact:
 
 
 # ------------------------------------------------------------------------------------------ stages
+def check_resources(fn, target: str) -> None:
+    """``backends.resources.check_resources`` (imported when a kernel is compiled)."""
+    from tilejit.backends.resources import check_resources as check
+    check(fn, target)
+
+
 def stage_simt(state: dict) -> None:
     from tilejit import ir
     from tilejit.passes.pipeline import compile_to_simt
@@ -221,6 +228,7 @@ class CudaBackend:
             return None
 
     def compile(self, tile_fn, options: dict) -> CudaArtifact:
+        from tilejit.simt import assert_sites, copy_engines
         state = build(tile_fn, options["num_warps"], self.target, **backends.switch_options(options))
         simt_fn = state["simt_fn"]
         art = CudaArtifact(state["kernel_name"], list(simt_fn.meta.params), tuple(simt_fn.meta.writes),
