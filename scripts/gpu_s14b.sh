@@ -22,3 +22,6 @@ print('copy engines:', matmul.matmul_kernel.kernel.inspect(a, a, a, BM=128, BN=2
     --shapes 4096x4096x4096,8192x8192x8192,4096x4096x14336 --dtypes bfloat16 --reps 20 \
     --configs 128x256x64x4x8 2>&1 | quiet | tail -5 | tee "$OUT/store$s.txt")
 done
+# where the attention's cold compile and cache hit go on the GPU host (new processes, cProfile)
+(cd benchmarks && timeout 120 python3 bench_compile.py --mode gpu --kernel attention --runs 1 --profile 2>&1 \
+  | quiet | grep -v "^$" | cut -c1-160 | tail -60 | tee "$OUT/compile_profile.txt")
