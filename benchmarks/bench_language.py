@@ -2,10 +2,12 @@
 tensors against torch's own operators, same inputs, same run: CUDA events, warm-up, medians,
 outputs poisoned before every run (``common.time_cuda``), each result checked against torch's.
 
-    python3 benchmarks/bench_language.py [--only histogram,embedding_bag,topk,moe] [--reps 50]
+    python3 benchmarks/bench_language.py [--only histogram,histogram_scatter,embedding_bag,topk,moe] [--reps 50]
 
-- histogram: 16M int32 values, 256 bins (some values outside them), counts zeroed and filled by
-  ``tj.atomic_add`` (both timed) against ``torch.bincount`` of the values inside;
+- histogram: 16M int32 values, 256 bins (some values outside them), counts zeroed and filled
+  (both timed) against ``torch.bincount`` of the values inside: ``histogram`` by the example's
+  ``run`` (each program counts 16K values privately with ``tj.histogram``, then one
+  ``tj.atomic_add`` per bin), ``histogram_scatter`` by an atomic per value;
 - embedding_bag: 4096 bags of 0-63 rows of a 100k x 128 float32 table against
   ``F.embedding_bag(mode="sum")``;
 - topk: 8192 rows of 1024 float32, k = 8, a bitonic ``tj.sort`` per row against ``torch.topk``;
@@ -30,17 +32,23 @@ def _time(torch, fn, out, reps: int) -> float:
     return common.time_cuda(fn, setup=poison, reps=reps).median_ms * 1e3
 
 
-def histogram(torch, reps: int) -> dict:
+def histogram(torch, reps: int, scatter: bool = False) -> dict:
+    """``run``'s kernel (private counts per program, one atomic per bin), or with ``scatter``
+    the direct one (an atomic per value)."""
     ex = common.load_example("histogram")
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randint(-16, 272, (1 << 24,), generator=gen, device="cuda", dtype=torch.int32)
     counts = torch.empty(256, dtype=torch.int32, device="cuda")
     inside = x[(x >= 0) & (x < 256)]
     BLOCK = 4096
+    meta = ex.blocks(256, x.numel())
 
     def run():
         counts.zero_()
-        ex.histogram_kernel[(tj.cdiv(x.numel(), BLOCK),)](x, counts, BLOCK=BLOCK)
+        if scatter:
+            ex.histogram_kernel[(tj.cdiv(x.numel(), BLOCK),)](x, counts, BLOCK=BLOCK)
+        else:
+            ex.histogram_blocks_kernel[(tj.cdiv(x.numel(), meta["PER_PROGRAM"]),)](x, counts, **meta)
     ref = torch.empty(256, dtype=torch.int64, device="cuda")
 
     def reference():
@@ -48,8 +56,8 @@ def histogram(torch, reps: int) -> dict:
     t = _time(torch, run, counts, reps)
     t_ref = _time(torch, reference, ref, reps)
     assert torch.equal(counts.long(), ref), "histogram differs from torch.bincount"
-    return {"case": "histogram", "shape": "16M int32, 256 bins", "tilejit_us": t, "torch_us": t_ref,
-            "reference": "torch.bincount"}
+    return {"case": "histogram (scatter)" if scatter else "histogram", "shape": "16M int32, 256 bins",
+            "tilejit_us": t, "torch_us": t_ref, "reference": "torch.bincount"}
 
 
 def embedding_bag(torch, reps: int) -> dict:
@@ -119,7 +127,7 @@ def moe(torch, reps: int) -> dict:
             "torch_us": t_ref, "reference": "per-expert x[idx] @ w[e]"}
 
 
-CASES = {"histogram": histogram, "embedding_bag": embedding_bag, "topk": topk, "moe": moe}
+CASES = {"histogram": histogram, "histogram_scatter": lambda torch, reps: histogram(torch, reps, scatter=True), "embedding_bag": embedding_bag, "topk": topk, "moe": moe}
 
 
 def main(argv=None) -> int:

@@ -192,7 +192,9 @@ class BarrierInserter:
     thread wrote them) and before a shared write of bytes read or written since then (another
     thread may not have read them yet).  Loops are analysed with their back edge.  Ops in
     ``meta["self_synced_ops"]`` (a cp.async ring inside its loop) are skipped: the pipeliner
-    knows each iteration touches another slot and places one barrier per iteration.  A thread's
+    knows each iteration touches another slot and places one barrier per iteration; after the
+    loop its copies count as writes (other threads' may still land), so a buffer reusing the
+    ring's bytes waits for a barrier.  A thread's
     store to a buffer the async proxy reads (a WGMMA operand, a TMA store's staging) is followed
     by a FENCE_PROXY_ASYNC after the run of stores it ends, so whichever barrier comes next
     publishes it to the tensor cores and the copy engine."""
@@ -207,6 +209,11 @@ class BarrierInserter:
         # already separate the store from the wgmma, so the fence cannot wait for the wgmma);
         # a store to another buffer sharing their bytes counts too (a TMA copy overwrites it)
         self.fenced_stores = _stores_before_async_ops(fn, self.ranges)
+
+    def ring_writes(self, body: ir.Block) -> frozenset:
+        """The byte ranges of the self-synchronised copies in ``body`` (at any depth)."""
+        return frozenset(self.ranges[b] for x in body.walk() if x in self.skip and x.op is SimtOp.CP_ASYNC
+                         for b in accessed_buffers(x))
 
     def block(self, block: ir.Block, state: Pending, insert: bool) -> Pending:
         out = []
@@ -242,6 +249,10 @@ class BarrierInserter:
                 first = self.block(body, state, False)
                 last = self.block(body, state | first, insert)
                 state = last if o.op is SimtOp.WHILE else state | last
+                # the ring's copies (skipped above: the pipeliner orders them within the loop)
+                # may still land after the loop, zero-filled past its end, until every thread has
+                # waited for its own: bytes another buffer reuses afterwards need a barrier first
+                state = Pending(state.written | self.ring_writes(body), state.read)
             elif o.op is SimtOp.IF:
                 then, other = (self.block(r, state, insert) for r in o.regions)
                 state = then | other
