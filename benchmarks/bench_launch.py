@@ -64,9 +64,9 @@ def _one(torch):
 def tilejit_launchers(torch) -> list[Launcher]:
     """tilejit's launch through its default driver binding (cuda-python) and through ctypes on
     libcuda (``runtime.launch.use_binding``; each launcher selects its own)."""
-    from tilejit.runtime import launch
+    from tilejit.runtime import driver, launch
     launchers = []
-    for binding in dict.fromkeys((launch.DEFAULT_BINDING, launch.use_binding("ctypes"))):
+    for binding in dict.fromkeys((driver.DEFAULT_BINDING, launch.use_binding("ctypes"))):
         x = _one(torch)
         launchers.append(Launcher(f"tilejit kernel[grid](...) ({binding})", x,
                                   lambda x=x: increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS),

@@ -24,6 +24,31 @@ def cuda():
     return driver
 
 
+# Which binding the driver calls go through unless TILEJIT_LAUNCH_BINDING says otherwise:
+# "ctypes" (libcuda's C functions, ``runtime.libcuda``) or "cuda-python".
+DEFAULT_BINDING = "cuda-python"
+BINDINGS = ("ctypes", "cuda-python")
+
+
+def binding_setting() -> str:
+    """The binding TILEJIT_LAUNCH_BINDING asks for (LaunchError for one that does not exist)."""
+    name = os.environ.get("TILEJIT_LAUNCH_BINDING", DEFAULT_BINDING)
+    if name not in BINDINGS:
+        raise LaunchError(f"TILEJIT_LAUNCH_BINDING must be 'ctypes' or 'cuda-python', got {name!r}")
+    return name
+
+
+@functools.cache
+def lib():
+    """The ctypes libcuda (``runtime.libcuda.Libcuda``) that devices, contexts and modules go
+    through when the binding is "ctypes" and libcuda opens; None: cuda-python (chosen once per
+    process)."""
+    if binding_setting() != "ctypes":
+        return None
+    from tilejit.runtime.libcuda import Libcuda
+    return Libcuda.open()
+
+
 def check(result, call: str):
     """Unwrap a cuda-python result: ``(CUresult, *values)`` or a bare ``CUresult``.
 
@@ -38,7 +63,9 @@ def check(result, call: str):
 
 
 def error_string(status) -> str:
-    """``CUDA_ERROR_NAME (description)`` for a CUresult, without raising."""
+    """``CUDA_ERROR_NAME (description)`` for a CUresult (or its int), without raising."""
+    if type(status) is int and lib() is not None:
+        return lib().error_string(status)
     name = getattr(status, "name", str(status))
     try:
         err, text = cuda().cuGetErrorString(status)
@@ -53,6 +80,9 @@ def error_string(status) -> str:
 def available() -> bool:
     """Whether a CUDA driver and at least one device are present (computed once)."""
     try:
+        c = lib()
+        if c is not None:
+            return c.init() == 0 and c.device_count() > 0
         driver = cuda()
         if driver.cuInit(0)[0] != 0:
             return False
@@ -73,6 +103,8 @@ def require() -> None:
 
 def device_count() -> int:
     require()
+    if lib() is not None:
+        return lib().device_count()
     return check(cuda().cuDeviceGetCount(), "cuDeviceGetCount")
 
 
@@ -84,12 +116,16 @@ def context(device: int):
     require()
     with _lock:
         if device not in _contexts:
-            count = check(cuda().cuDeviceGetCount(), "cuDeviceGetCount")
+            count = device_count()
             if not 0 <= device < count:
                 raise LaunchError(f"CUDA device {device} does not exist ({count} device(s) present)")
-            handle = check(cuda().cuDeviceGet(device), "cuDeviceGet")
-            _contexts[device] = check(cuda().cuDevicePrimaryCtxRetain(handle),
-                                      "cuDevicePrimaryCtxRetain")
+            c = lib()
+            if c is not None:
+                _contexts[device] = c.primary_context(c.device(device))
+            else:
+                handle = check(cuda().cuDeviceGet(device), "cuDeviceGet")
+                _contexts[device] = check(cuda().cuDevicePrimaryCtxRetain(handle),
+                                          "cuDevicePrimaryCtxRetain")
         return _contexts[device]
 
 
@@ -98,12 +134,17 @@ def activate(device: int) -> None:
 
     Set unconditionally (a cheap thread-local write in the driver): another library on this
     thread (torch, CuPy) may have switched the current context since our last call."""
+    if lib() is not None:
+        return lib().set_current(int(context(device)))
     check(cuda().cuCtxSetCurrent(context(device)), "cuCtxSetCurrent")
 
 
 def current_device() -> int:
     """The device of the calling thread's current context, or 0 when none is current."""
     require()
+    c = lib()
+    if c is not None:
+        return c.current_device() if c.current() else 0
     ctx = check(cuda().cuCtxGetCurrent(), "cuCtxGetCurrent")
     if ctx is None or int(ctx) == 0:
         return 0
@@ -133,6 +174,19 @@ class DeviceProperties:
 def device_properties(device: int) -> DeviceProperties:
     """Properties of ``device`` (queried once per process)."""
     require()
+    c = lib()
+    if c is not None:
+        from tilejit.runtime import libcuda as L
+        handle = c.device(device)
+        return DeviceProperties(
+            name=c.device_name(handle),
+            compute_capability=tuple(c.attribute(a, handle) for a in L.DEV_COMPUTE_CAPABILITY),
+            sm_count=c.attribute(L.DEV_MULTIPROCESSOR_COUNT, handle),
+            max_threads_per_block=c.attribute(L.DEV_MAX_THREADS_PER_BLOCK, handle),
+            max_shared_per_block=c.attribute(L.DEV_MAX_SHARED_MEMORY_PER_BLOCK, handle),
+            max_shared_per_block_optin=c.attribute(L.DEV_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, handle),
+            max_grid=tuple(c.attribute(a, handle) for a in L.DEV_MAX_GRID_DIM),
+            driver_version=c.driver_version())
     driver = cuda()
     handle = check(driver.cuDeviceGet(device), "cuDeviceGet")
     attr = driver.CUdevice_attribute

@@ -3,7 +3,6 @@ kernel's ``ParamDesc`` list. The runtime never needs to know how the code was ma
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import numbers
 import os
 import threading
@@ -59,10 +58,12 @@ class LoadedKernel:
         """CTAs of ``block_threads`` threads that the device runs at once (SMs times the driver's
         occupancy for this function), queried once per block size: a persistent kernel's grid."""
         if block_threads not in self._resident:
-            cu = driver.cuda()
-            driver.check(cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
-            per_sm = driver.check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                self.function, block_threads, self.shared_bytes), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            driver.activate(self.device)
+            if driver.lib() is not None:
+                per_sm = driver.lib().occupancy(int(self.function), block_threads, self.shared_bytes)
+            else:
+                per_sm = driver.check(driver.cuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    self.function, block_threads, self.shared_bytes), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
             self._resident[block_threads] = max(1, int(per_sm)) * driver.device_properties(self.device).sm_count
         return self._resident[block_threads]
 
@@ -93,7 +94,7 @@ def _driver_launch(kernel: LoadedKernel, grid, block_threads: int, stream, param
     """Launch through cuda-python, or through libcuda's C functions (``LibcudaLaunch``) with
     ``TILEJIT_LAUNCH_BINDING=ctypes``; ``use_binding`` picks one."""
     if _driver_launch_impl is None:
-        use_binding(os.environ.get("TILEJIT_LAUNCH_BINDING", DEFAULT_BINDING))
+        use_binding(driver.binding_setting())
     _driver_launch_impl(kernel, grid, block_threads, stream, params_address)
 
 
@@ -108,20 +109,12 @@ def _cuda_python_launch(kernel: LoadedKernel, grid, block_threads: int, stream, 
         raise DeviceError(f"cuLaunchKernel failed: {driver.error_string(err)}", kernel=kernel.name)
 
 
-# The binding launches take unless TILEJIT_LAUNCH_BINDING says otherwise.  cuda-python: on the
-# H200 (2026-12-05, bench_launch.py, launchers taking turns) a raw cuLaunchKernel of a packed
-# parameter buffer cost 6.3 µs through cuda-python and 8.4 µs through ctypes, a ctypes
-# cuCtxGetCurrent 0.59 µs against cuda-python's 0.18, and a tilejit launch 14.9-15.3 µs through
-# cuda-python against 16.8-17.5 through ctypes: ctypes' argument conversion costs more than
-# cuda-python's, not less.
-DEFAULT_BINDING = "cuda-python"
-
-
 class LibcudaLaunch:
     """``cuLaunchKernel`` called through ctypes on libcuda itself, with the function and context
     handles kept as integers, and the context made current only when another one is
-    (``cuCtxGetCurrent`` first).  Measured slower than cuda-python (``DEFAULT_BINDING``); kept
-    for drivers or environments where cuda-python's launch misbehaves."""
+    (``cuCtxGetCurrent`` first).  On the H200 (2026-12-05, bench_launch.py, launchers taking
+    turns) a bare cuLaunchKernel cost 6.18 µs this way, 7.90 with argtypes and 6.05 through
+    cuda-python."""
 
     def __init__(self, lib):
         # No argtypes: ctypes then passes Python ints as C ints and ctypes objects as they are,
@@ -135,10 +128,9 @@ class LibcudaLaunch:
 
     @classmethod
     def open(cls) -> "LibcudaLaunch | None":
-        try:
-            return cls(ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1"))
-        except (OSError, AttributeError):
-            return None
+        from tilejit.runtime.libcuda import Libcuda
+        c = Libcuda.open()
+        return cls(c.lib) if c is not None else None
 
     def __call__(self, kernel: LoadedKernel, grid, block_threads: int, stream, params_address) -> None:
         handles = kernel.__dict__.get("_handles")
@@ -173,18 +165,20 @@ _driver_launch_impl = None
 
 def binding_in_use() -> str:
     """The binding launches take (``use_binding``'s answer, without choosing it), and why."""
-    name = os.environ.get("TILEJIT_LAUNCH_BINDING", DEFAULT_BINDING)
-    if name not in ("ctypes", "cuda-python"):
-        return f"none: TILEJIT_LAUNCH_BINDING={name!r} is neither 'ctypes' nor 'cuda-python'"
+    try:
+        name = driver.binding_setting()
+    except LaunchError:
+        return f"none: TILEJIT_LAUNCH_BINDING={os.environ['TILEJIT_LAUNCH_BINDING']!r} is neither 'ctypes' nor 'cuda-python'"
     if name == "cuda-python":
         return "cuda-python" + (" (TILEJIT_LAUNCH_BINDING)" if "TILEJIT_LAUNCH_BINDING" in os.environ else "")
     return "ctypes on libcuda" if LibcudaLaunch.open() else "cuda-python (libcuda cannot be opened here)"
 
 
 def use_binding(name: str) -> str:
-    """Launch through ``"cuda-python"`` (the default) or ``"ctypes"`` (libcuda's C functions;
-    cuda-python where libcuda does not load); the binding in use.  ``TILEJIT_LAUNCH_BINDING``
-    picks the first."""
+    """Launch through ``"cuda-python"`` or ``"ctypes"`` (libcuda's C functions; cuda-python where
+    libcuda does not load); the binding in use.  ``TILEJIT_LAUNCH_BINDING`` picks the first
+    (``driver.DEFAULT_BINDING`` without it), and with it where devices, contexts and modules go
+    (``driver.lib``)."""
     global _driver_launch_impl
     if name not in ("ctypes", "cuda-python"):
         raise LaunchError(f"TILEJIT_LAUNCH_BINDING must be 'ctypes' or 'cuda-python', got {name!r}")
@@ -204,26 +198,40 @@ def load(image: bytes, kernel_name: str, shared_bytes: int, device: int) -> Load
                           f"allows at most {props.max_shared_per_block_optin} per block",
                           kernel=kernel_name)
     driver.activate(device)
-    cu = driver.cuda()
     module = _load_module(image, kernel_name)
-    function = driver.check(cu.cuModuleGetFunction(module, kernel_name.encode()),
-                            f"cuModuleGetFunction({kernel_name!r})")
-    attrs = cu.CUfunction_attribute
-    static_shared = driver.check(cu.cuFuncGetAttribute(attrs.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                                                       function), "cuFuncGetAttribute")
+    c = driver.lib()
+    if c is not None:
+        from tilejit.runtime import libcuda as L
+        function = c.function(module, kernel_name)
+
+        def attribute(which):
+            return c.function_attribute({"shared": L.FUNC_SHARED_SIZE_BYTES, "threads": L.FUNC_MAX_THREADS_PER_BLOCK,
+                                         "registers": L.FUNC_NUM_REGS}[which], function)
+
+        def allow_dynamic_shared(size):
+            c.set_function_attribute(function, L.FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES, size)
+    else:
+        cu = driver.cuda()
+        function = driver.check(cu.cuModuleGetFunction(module, kernel_name.encode()),
+                                f"cuModuleGetFunction({kernel_name!r})")
+        attrs = cu.CUfunction_attribute
+
+        def attribute(which):
+            code = {"shared": attrs.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "threads": attrs.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                    "registers": attrs.CU_FUNC_ATTRIBUTE_NUM_REGS}[which]
+            return driver.check(cu.cuFuncGetAttribute(code, function), "cuFuncGetAttribute")
+
+        def allow_dynamic_shared(size):
+            driver.check(cu.cuFuncSetAttribute(function, attrs.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, size),
+                         "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+    static_shared = attribute("shared")
     if static_shared + shared_bytes > props.max_shared_per_block_optin:
         raise LaunchError(f"the kernel needs {static_shared} static + {shared_bytes} dynamic bytes "
                           f"of shared memory; at most {props.max_shared_per_block_optin} fit",
                           kernel=kernel_name)
     if static_shared + shared_bytes > props.max_shared_per_block:
-        driver.check(cu.cuFuncSetAttribute(function,
-                                           attrs.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                           shared_bytes),
-                     "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
-    max_threads = driver.check(cu.cuFuncGetAttribute(attrs.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-                                                     function), "cuFuncGetAttribute")
-    num_regs = driver.check(cu.cuFuncGetAttribute(attrs.CU_FUNC_ATTRIBUTE_NUM_REGS, function),
-                            "cuFuncGetAttribute")
+        allow_dynamic_shared(shared_bytes)
+    max_threads, num_regs = attribute("threads"), attribute("registers")
     kernel = LoadedKernel(function, device, kernel_name, shared_bytes, props.max_grid,
                           max_threads, num_regs)
     kernel.module = module          # the function is valid only while its module is loaded
@@ -238,9 +246,10 @@ def take_assert_record(kernel: LoadedKernel) -> list[int] | None:
     """After the kernel's launches end (the context is synchronised): the words of its module's
     failed-assert record, which is cleared for the next launch; None when no assert failed."""
     cu = driver.cuda()
-    driver.check(cu.cuCtxSetCurrent(kernel.context), "cuCtxSetCurrent")
+    driver.activate(kernel.device)
     driver.check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
-    address, size = driver.check(cu.cuModuleGetGlobal(kernel.module, ASSERT_SYMBOL.encode()),
+    module = cu.CUmodule(int(kernel.module)) if type(kernel.module) is int else kernel.module
+    address, size = driver.check(cu.cuModuleGetGlobal(module, ASSERT_SYMBOL.encode()),
                                  f"cuModuleGetGlobal({ASSERT_SYMBOL!r})")
     words = np.zeros(ASSERT_WORDS, np.int32)
     driver.check(cu.cuMemcpyDtoH(words.ctypes.data, address, min(int(size), words.nbytes)), "cuMemcpyDtoH")
@@ -252,19 +261,22 @@ def take_assert_record(kernel: LoadedKernel) -> list[int] | None:
 
 def _load_module(image: bytes, kernel_name: str):
     """cuModuleLoadDataEx with error and info logs; the driver's log goes into the DeviceError."""
-    cu = driver.cuda()
     image = bytes(image)
     if not image.startswith((_ELF_MAGIC, _FATBIN_MAGIC)) and not image.endswith(b"\0"):
         image += b"\0"                  # PTX text must be NUL-terminated
-    error_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
-    jit = cu.CUjit_option
-    options = [jit.CU_JIT_ERROR_LOG_BUFFER, jit.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-               jit.CU_JIT_INFO_LOG_BUFFER, jit.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-               jit.CU_JIT_LOG_VERBOSE]
-    values = [error_log, JIT_LOG_BYTES, info_log, JIT_LOG_BYTES, 1]
-    err, module = cu.cuModuleLoadDataEx(image, len(options), options, values)
-    if err:
+    if driver.lib() is not None:
+        err, module, log = driver.lib().load_module(image, JIT_LOG_BYTES)
+    else:
+        cu = driver.cuda()
+        error_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
+        jit = cu.CUjit_option
+        options = [jit.CU_JIT_ERROR_LOG_BUFFER, jit.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                   jit.CU_JIT_INFO_LOG_BUFFER, jit.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                   jit.CU_JIT_LOG_VERBOSE]
+        values = [error_log, JIT_LOG_BYTES, info_log, JIT_LOG_BYTES, 1]
+        err, module = cu.cuModuleLoadDataEx(image, len(options), options, values)
         log = "\n".join(text for text in (_c_string(error_log), _c_string(info_log)) if text)
+    if err:
         raise DeviceError(f"cuModuleLoadDataEx failed: {driver.error_string(err)}"
                           + (f"\ndriver JIT log:\n{log}" if log else ""), kernel=kernel_name)
     return module
@@ -277,7 +289,10 @@ def _c_string(buf: bytearray) -> str:
 def _unload(module, device: int) -> None:
     try:
         driver.activate(device)
-        driver.cuda().cuModuleUnload(module)
+        if type(module) is int and driver.lib() is not None:
+            driver.lib().unload_module(module)
+        else:
+            driver.cuda().cuModuleUnload(module)
     except Exception:           # never raise from a finaliser
         pass
 

@@ -101,6 +101,8 @@ def driver_args(cuda, args: TiledArgs) -> tuple:
 
 def _encode_tiled(args: TiledArgs) -> bytes:
     from tilejit.runtime import driver
+    if driver.lib() is not None:
+        return driver.lib().encode_tiled(args)
     cuda = driver.cuda()
     result = cuda.cuTensorMapEncodeTiled(*driver_args(cuda, args))
     if result[0] != 0:
