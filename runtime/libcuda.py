@@ -39,8 +39,9 @@ JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4
 JIT_ERROR_LOG_BUFFER = 5
 JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
 JIT_LOG_VERBOSE = 12
-# CUtensorMap: 16 64-bit words, 64-byte aligned
+# CUtensorMap: 16 64-bit words, 64-byte aligned; CU_TENSOR_MAP_L2_PROMOTION_L2_256B
 TENSOR_MAP_WORDS = 16
+L2_PROMOTION_256B = 3
 
 _VOID, _INT, _SIZE = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
 
@@ -157,7 +158,6 @@ class Libcuda:
         at = -ctypes.addressof(buf) % 64                      # the map must be 64-byte aligned
         u64, u32 = ctypes.c_uint64 * args.rank, ctypes.c_uint32 * args.rank
         strides = ctypes.c_uint64 * max(1, args.rank - 1)
-        from tilejit.runtime.tensormap import L2_PROMOTION_256B
         err = self.lib.cuTensorMapEncodeTiled(
             _VOID(ctypes.addressof(buf) + at), args.data_type, args.rank, _VOID(args.address), u64(*args.dims),
             strides(*args.strides), u32(*args.box), u32(*([1] * args.rank)), 0, args.swizzle,

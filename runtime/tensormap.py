@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 from tilejit.abi import TENSOR_MAP_BYTES
 from tilejit.errors import LaunchError
+from tilejit.runtime.libcuda import L2_PROMOTION_256B
 
 # CUtensorMapDataType by dtype name (bfloat16 and float8 have their own codes or are bytes)
 _DATA_TYPE = {"uint8": 0, "int8": 0, "bool": 0, "float8e4m3": 0, "float8e5m2": 0, "uint16": 1, "int16": 1,
               "uint32": 2, "int32": 3, "uint64": 4, "int64": 5, "float16": 6, "float32": 7, "float64": 8,
               "bfloat16": 9}
 _SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}            # CU_TENSOR_MAP_SWIZZLE_NONE / 32B / 64B / 128B
-L2_PROMOTION_256B = 3
 ZEROS = bytes(TENSOR_MAP_BYTES)
 CACHE_SIZE = 256
 
