@@ -79,6 +79,9 @@ def error_string(status) -> str:
 @functools.cache
 def available() -> bool:
     """Whether a CUDA driver and at least one device are present (computed once)."""
+    from tilejit.runtime.libcuda import Libcuda
+    if Libcuda.open() is None:          # no driver library: no GPU (and no cuda-python import to say so)
+        return False
     try:
         c = lib()
         if c is not None:

@@ -225,3 +225,17 @@ def test_a_cache_hit_on_torch_tensors_imports_no_cuda_python(tmp_path):
     hit = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert hit.returncode == 0, hit.stderr
     assert hit.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_without_a_driver_library_no_gpu_is_found_without_importing_cuda_python():
+    """On a machine with no libcuda (CI, a laptop), choosing the default backend asks
+    ``driver.available()``, which must not import cuda-python (40-50 ms) to learn there is none."""
+    import subprocess
+    import sys
+    if Libcuda.open() is not None:
+        pytest.skip("this machine has libcuda")
+    out = subprocess.run([sys.executable, "-c", "import sys\nfrom tilejit.runtime import driver\n"
+                          "print(driver.available(), 'cuda.bindings.driver' in sys.modules)"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]

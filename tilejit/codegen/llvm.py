@@ -641,10 +641,16 @@ def _parse_verified(llvm_ir: str) -> llvm.ModuleRef:
     return module
 
 
+# The module emit_llvm last parsed to verify, per thread, kept for the ptx_from_llvm of that same
+# text (the cuda backend's next stage): a big kernel's IR is parsed once, not twice (attention
+# D128: 27 ms of its ~0.8 s cold compile on the build machine)
+_parsed = threading.local()
+
+
 def emit_llvm(simt_fn: simt.Function, target: str = "sm_90a") -> str:
     """Verified LLVM IR text of a SIMT kernel (before optimisation)."""
     text = str(emit_module(simt_fn, target))
-    _parse_verified(text)
+    _parsed.last = (text, _parse_verified(text))
     return text
 
 
@@ -668,7 +674,9 @@ _LLVM_LOCK = threading.Lock()
 
 def ptx_from_llvm(llvm_ir: str, target: str = "sm_90a", opt_level: int = 3) -> str:
     """PTX text for LLVM IR text (verified, optimised at ``opt_level`` unless 0)."""
-    module = _parse_verified(llvm_ir)
+    last = getattr(_parsed, "last", None)
+    _parsed.last = None                 # optimize changes the module: it serves one call
+    module = last[1] if last is not None and last[0] is llvm_ir else _parse_verified(llvm_ir)
     with _LLVM_LOCK:
         if opt_level:
             optimize(module, target, opt_level)
