@@ -605,3 +605,19 @@ def test_shared_memory_is_addressed_with_32_bit_registers():
     accesses = re.findall(r"(?:ld|st)\.shared\S*\s+[^;]*", ptx) + re.findall(r"cp\.async\.cg\.shared\.global \[[^\]]*\]", ptx)
     assert len(accesses) > 10
     assert not [a for a in accesses if "[%rd" in a]
+
+
+def test_bfloat16_constants_round_as_ml_dtypes_does():
+    """``codegen.base.bfloat16_bits`` (no ml_dtypes import on the compile path) against
+    ml_dtypes on random float32 bit patterns (NaNs, infinities, subnormals and ties among them)."""
+    import ml_dtypes
+    from tilejit.codegen.base import bfloat16_bits
+    rng = np.random.default_rng(7)
+    bits = np.concatenate([rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32),
+                           np.array([0x7F800000, 0xFF800000, 0x7F7FFFFF, 0x00008000, 0x3F808000, 0x3F818000,
+                                     0x7F800001, 0xFFC12345, 0x80000000], np.uint32)])
+    values = bits.view(np.float32)
+    with np.errstate(invalid="ignore"):
+        want = values.astype(ml_dtypes.bfloat16).view(np.uint16)
+    got = np.array([bfloat16_bits(v) for v in values], np.uint16)
+    np.testing.assert_array_equal(got, want)
