@@ -19,3 +19,4 @@ done
 (cd benchmarks && TILEJIT_CACHE_DIR=/tmp/tjc_t timeout 100 python3 bench_language.py --reps 20 --only histogram,histogram_scatter \
   2>&1 | quiet | tail -4 | tee "$OUT/language.txt")
 (cd benchmarks && TILEJIT_LAUNCH_BINDING=ctypes timeout 60 python3 bench_launch.py 2>&1 | tail -9 | tee "$OUT/launch.txt")
+TILEJIT_CACHE_DIR=/tmp/tjc_g timeout 90 python3 examples/train_gpt.py --steps 200 2>&1 | quiet | tail -2 | tee "$OUT/train_gpt.txt"
