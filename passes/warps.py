@@ -16,7 +16,10 @@ programs, 0.91x as 8 packed 1-warp ones, 0.42x unpacked; at 1 KiB tiles, unpacke
 packed 1 warp: fp32 256 columns softmax 0.80 -> 0.97, RMSNorm 0.80 -> 0.98, layernorm 0.79 ->
 0.92, bf16 512 softmax 0.80 -> 0.93, RMSNorm 0.79 -> 0.84, but bf16 512 layernorm (1536 values
 loaded: x, weight, bias) 0.68 -> 0.58, hence the bound on the values loaded.  A row tile too large even then is split into chunks
-by ``passes.chunk_rows`` first, and the warps are chosen for the chunk.
+by ``passes.chunk_rows`` first, and the warps are chosen for the chunk.  A kernel without a
+DOT gets at least the warps that hold its largest tile, computed ones included, within
+``MAX_VALUES_PER_THREAD`` values a thread (``tj.histogram``'s (values, bins) compares: 256 x 256
+needs 2 warps where its 1 KiB loads alone would get 1).
 """
 from __future__ import annotations
 
@@ -39,6 +42,9 @@ WIDE_BYTES_PER_THREAD = 128
 # at 8192 (not split: 24576 values) 0.61x at 16 against 0.44x at 8; bf16 RMSNorm 8192 keeps 8.
 VALUES_PER_THREAD = 64
 MIN_WARPS, MAX_WARPS, DOT_WARPS = 2, 32, 4
+# the most values one thread's tile may hold (backends.resources refuses more): far past the 255
+# registers a thread has, where LLVM would grind on
+MAX_VALUES_PER_THREAD = 1024
 
 
 def memory_tiles(fn: ir.Function) -> list:
@@ -76,10 +82,27 @@ def small_program(fn: ir.Function, num_warps: int = 1) -> bool:
     return memory_tile_bytes(fn) <= limit and loaded_values(fn) <= PACK_LOADED
 
 
+def holding_warps(fn: ir.Function) -> int:
+    """The fewest warps (a power of two, at most ``MAX_WARPS``) whose threads can hold ``fn``'s
+    largest tile, loaded or computed (a histogram's (values, bins) compares), within the
+    registers a thread may use (``MAX_VALUES_PER_THREAD``)."""
+    largest = max([r.type.numel for o in fn.walk() for r in o.results if isinstance(r.type, ir.TileType)], default=0)
+    warps = 1
+    while warps < MAX_WARPS and largest > warps * 32 * MAX_VALUES_PER_THREAD:
+        warps *= 2
+    return warps
+
+
 def choose_num_warps(fn: ir.Function, cluster: bool = False) -> int:
-    """The warps for a launch of ``fn`` that gives none (see the module docstring); with
-    ``cluster`` (the target has clusters and the switch is on) a row that ``cluster_rows`` splits
-    over a cluster gets the warps of its part."""
+    """The warps for a launch of ``fn`` that gives none (see the module docstring), and for a
+    kernel without a DOT at least the warps that can hold its largest tile (``holding_warps``);
+    with ``cluster`` (the target has clusters and the switch is on) a row that ``cluster_rows``
+    splits over a cluster gets the warps of its part."""
+    warps = _choose_num_warps(fn, cluster)
+    return warps if any(o.op is TileOp.DOT for o in fn.walk()) else max(warps, holding_warps(fn))
+
+
+def _choose_num_warps(fn: ir.Function, cluster: bool = False) -> int:
     if any(o.op is TileOp.DOT for o in fn.walk()):
         return DOT_WARPS
     if cluster and cluster_rows.plan_cluster(fn) is not None:

@@ -53,3 +53,19 @@ def test_chunked_counts_are_numpys(backend, monkeypatch):
     chunked_counts[(tj.cdiv(x.size, 2048),)](x, counts, BINS=256, CHUNK=256, PER_PROGRAM=2048, num_warps=4)
     inside = x[(x >= 0) & (x < 256)]
     np.testing.assert_array_equal(counts, np.bincount(inside, minlength=256))
+
+
+def test_the_default_warps_hold_the_largest_computed_tile():
+    """No ``num_warps``: the (256 values, 256 bins) compares of ``tj.histogram`` need 2 warps at
+    1024 values a thread, though the loaded tiles alone would get 1 (``warps.holding_warps``);
+    the launch then runs instead of failing with "tile too large for the registers"."""
+    from tilejit.passes.warps import _choose_num_warps, choose_num_warps, holding_warps
+    spec = ArraySpec(D.int32, 1, True, True, False)
+    tile = chunked_counts.tile_ir((spec, spec), {"BINS": 256, "CHUNK": 256, "PER_PROGRAM": 2048})
+    assert (_choose_num_warps(tile), holding_warps(tile), choose_num_warps(tile)) == (1, 2, 2)
+    x = np.random.default_rng(5).integers(-3, 260, 3000).astype(np.int32)
+    counts = np.zeros(256, np.int32)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TILEJIT_BACKEND", "emulate")
+        chunked_counts[(2,)](x, counts, BINS=256, CHUNK=256, PER_PROGRAM=2048)
+    np.testing.assert_array_equal(counts, np.bincount(x[(x >= 0) & (x < 256)], minlength=256))

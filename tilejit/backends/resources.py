@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from tilejit.errors import CompileError
 from tilejit.passes.shared_memory import MAX_SHARED_BYTES
-
-MAX_VALUES_PER_THREAD = 1024      # far past the 255 registers a thread has: LLVM would grind on
+from tilejit.passes.warps import MAX_VALUES_PER_THREAD
 
 
 def check_resources(fn, target: str) -> None:
