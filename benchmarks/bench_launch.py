@@ -62,11 +62,13 @@ def _one(torch):
 
 
 def tilejit_launchers(torch) -> list[Launcher]:
-    """tilejit's launch through its default driver binding (cuda-python) and through ctypes on
-    libcuda (``runtime.launch.use_binding``; each launcher selects its own)."""
+    """tilejit's launch through its default driver binding (``driver.DEFAULT_BINDING``) and
+    through the other (``runtime.launch.use_binding``; each launcher selects its own; ctypes is
+    cuda-python where libcuda cannot be opened)."""
     from tilejit.runtime import driver, launch
     launchers = []
-    for binding in dict.fromkeys((driver.DEFAULT_BINDING, launch.use_binding("ctypes"))):
+    other = "cuda-python" if driver.DEFAULT_BINDING == "ctypes" else "ctypes"
+    for binding in dict.fromkeys((launch.use_binding(driver.DEFAULT_BINDING), launch.use_binding(other))):
         x = _one(torch)
         launchers.append(Launcher(f"tilejit kernel[grid](...) ({binding})", x,
                                   lambda x=x: increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS),

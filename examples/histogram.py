@@ -8,8 +8,8 @@ masked off.  Every value is one atomic on a few hundred addresses, which the GPU
 ``histogram_blocks_kernel`` (what ``run`` uses) counts privately first: each program counts
 ``PER_PROGRAM`` values, ``CHUNK`` at a time, into a (``BINS``,) tile in registers with
 ``tj.histogram`` (values outside ``[0, BINS)`` are not counted), then adds that tile to
-``counts`` with one atomic per bin.  On the H200, 16M values into 256 bins took 3.98 ms the
-direct way."""
+``counts`` with one atomic per bin.  On the H200 (2026-12-05), 16M values into 256 bins took
+3.99 ms the direct way and 0.46 ms this way (``torch.bincount``: 0.21 ms)."""
 import numpy as np
 
 import tilejit as tj
