@@ -16,7 +16,6 @@ cuda-python's where it is installed).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 
 from tilejit.errors import DeviceError
@@ -55,8 +54,8 @@ class Libcuda:
     @classmethod
     @functools.cache
     def open(cls) -> "Libcuda | None":
-        try:
-            return cls(ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1"))
+        try:       # the driver's soname, found as the system finds it (find_library would run ldconfig)
+            return cls(ctypes.CDLL("libcuda.so.1"))
         except OSError:
             return None
 

@@ -325,3 +325,21 @@ def test_values_reached_through_attribute_chains_are_part_of_the_fingerprint(exp
 
 def test_the_toolchain_versions_are_part_of_the_compiler_fingerprint():
     assert "cuda-bindings" in fingerprint.toolchain_versions()
+
+
+def test_the_toolchain_versions_are_importlib_metadatas(tmp_path, monkeypatch):
+    """Read from the ``.dist-info`` folders' names: the same answer as ``importlib.metadata``,
+    and the first folder on ``sys.path`` wins (a fake newer nvJitLink placed first)."""
+    import importlib.metadata as md
+    want = []
+    for dist in fingerprint._TOOLCHAIN:
+        try:
+            want.append(f"{dist} {md.version(dist)}")
+        except md.PackageNotFoundError:
+            pass
+    assert fingerprint.toolchain_versions() == "; ".join(want)
+    (tmp_path / "nvidia_nvjitlink_cu13-13.9.1.dist-info").mkdir()
+    (tmp_path / "Cuda_Bindings-99.0.dist-info").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = fingerprint.toolchain_versions()
+    assert "cuda-bindings 99.0" in found and "nvidia-nvjitlink-cu13 13.9.1" in found
