@@ -6,9 +6,13 @@ measured in the same run.
     python3 benchmarks/bench_sweep.py [--columns 128,1024,4096,16384,65536] [--dtypes float32,bfloat16]
                                       [--kernels softmax,layernorm,rmsnorm] [--png sweep.png]
                                       [--gemm 512,1024,2048,4096,8192]
+                                      [--attention 1024,2048,4096,8192]
 
 ``--gemm`` adds the GEMM by size: bf16 M=N=K from the list, the best of ``bench_matmul.py``'s
 configs (what ``tj.autotune`` picks from the same list) against cuBLAS and Triton in the same run.
+``--attention`` adds FlashAttention forward by sequence length: bf16, D128, 32 heads, a batch of
+16384 / S sequences (at least 1), full and causal, the best of ``bench_attention.py``'s wgmma
+configs against SDPA's flash and cuDNN kernels in the same run.
 
 Every output is poisoned with NaN, computed and checked against torch in float32 before it is
 timed. Bytes moved: the input read and the output written (a weight row is not counted). With
@@ -57,14 +61,19 @@ def cases(torch, kernel: str, x, w, b, y):
     raise SystemExit(f"bench_sweep: unknown kernel {kernel!r} (softmax, layernorm or rmsnorm)")
 
 
-def plot(rows: list[dict], path: str, gemm: list[dict] = ()) -> None:
+def plot(rows: list[dict], path: str, gemm: list[dict] = (), attention: list[dict] = ()) -> None:
+    """One panel per (row kernel, dtype): the fraction of copy bandwidth against the row length;
+    then GEMM by size (fraction of cuBLAS) and attention by sequence length (fraction of cuDNN,
+    full and causal) when those were measured."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     keys = sorted({(r["kernel"], r["dtype"]) for r in rows})
-    fig, axes = plt.subplots(1, len(keys) + bool(gemm), figsize=(4 * (len(keys) + bool(gemm)), 3.5), squeeze=False)
+    panels = len(keys) + bool(gemm) + bool(attention)
+    fig, axes = plt.subplots(1, panels, figsize=(4 * panels, 3.5), squeeze=False)
+    extra = iter(axes[0][len(keys):])
     if gemm:
-        ax = axes[0][-1]
+        ax = next(extra)
         sizes = [int(r["shape"].split("x")[0]) for r in gemm]
         ax.plot(sizes, [r.get("vs_cublas", float("nan")) for r in gemm], "o-", label="tilejit / cuBLAS")
         ax.plot(sizes, [r["triton"] / r["cublas"] for r in gemm], "^:", label="Triton / cuBLAS")
@@ -74,6 +83,20 @@ def plot(rows: list[dict], path: str, gemm: list[dict] = ()) -> None:
         ax.set_xlabel("size")
         ax.set_ylabel("fraction of cuBLAS")
         ax.legend()
+    if attention:
+        ax = next(extra)
+        for causal, style in ((False, "-"), (True, "--")):
+            sel = [r for r in attention if r["causal"] == causal]
+            seqs = [r["seq"] for r in sel]
+            tag = "causal" if causal else "full"
+            ax.plot(seqs, [r.get("vs_cudnn", float("nan")) for r in sel], "o" + style, label=f"tilejit / cuDNN, {tag}")
+            ax.plot(seqs, [r["flash"] / r["cudnn"] for r in sel], "^" + style, label=f"SDPA flash / cuDNN, {tag}")
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.3)
+        ax.set_title("attention fwd bf16, D128")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("fraction of cuDNN")
+        ax.legend(fontsize="small")
     for ax, (kernel, dtype) in zip(axes[0], keys):
         sel = [r for r in rows if (r["kernel"], r["dtype"]) == (kernel, dtype)]
         cols = [r["cols"] for r in sel]
@@ -99,6 +122,7 @@ def main(argv=None) -> int:
     parser.add_argument("--png", default="")
     parser.add_argument("--elements", type=int, default=ELEMENTS, help="elements per run (rows = this / C)")
     parser.add_argument("--gemm", default="", help="comma-separated GEMM sizes (bf16 M=N=K) to add")
+    parser.add_argument("--attention", default="", help="comma-separated sequence lengths of attention to add")
     args = parser.parse_args(argv)
     torch = common.require_cuda_torch()
     rows = []
@@ -135,8 +159,9 @@ def main(argv=None) -> int:
     common.print_table(rows, COLUMNS, title=f"row kernels by length on {common.gpu_name()} (2**26 elements, "
                        f"CUDA events, median of {args.reps}, L2 flushed; no num_warps)")
     gemm = gemm_sweep(torch, [int(v) for v in args.gemm.split(",") if v], args.reps)
+    attention = attention_sweep(torch, [int(v) for v in args.attention.split(",") if v], args.reps)
     if args.png:
-        plot(rows, args.png, gemm)
+        plot(rows, args.png, gemm, attention)
         print(f"plot: {args.png}")
     return 0
 
@@ -154,6 +179,30 @@ def gemm_sweep(torch, sizes: list[int], reps: int) -> list[dict]:
                               ("triton", "Triton TF/s", ".0f"), ("vs_cublas", "tj/cuBLAS", ".3f"),
                               ("vs_triton", "tj/Triton", ".3f")],
                        title=f"GEMM bf16 by size on {common.gpu_name()} (CUDA events, median, L2 flushed)")
+    return rows
+
+
+ATTENTION_TOKENS, ATTENTION_HEADS, ATTENTION_DIM = 16384, 32, 128
+ATTENTION_CONFIGS = [(128, 128, 8), (64, 128, 4)]          # bench_attention's wgmma configs
+
+
+def attention_sweep(torch, seqs: list[int], reps: int) -> list[dict]:
+    """Attention forward by sequence length (see the module docstring), full and causal."""
+    if not seqs:
+        return []
+    import bench_attention
+    rows = []
+    for seq in seqs:
+        batch = max(1, ATTENTION_TOKENS // seq)
+        for causal in (False, True):
+            row = bench_attention.measure(torch, batch, ATTENTION_HEADS, seq, ATTENTION_DIM, causal, reps,
+                                          ATTENTION_CONFIGS)
+            rows.append({**row, "seq": seq})
+    common.print_table(rows, [("config", "config", "s"), ("causal", "causal", ""), ("best", "best config", "s"),
+                              ("tilejit", "tilejit TF/s", ".0f"), ("flash", "flash TF/s", ".0f"),
+                              ("cudnn", "cuDNN TF/s", ".0f"), ("vs_flash", "tj/flash", ".3f"),
+                              ("vs_cudnn", "tj/cuDNN", ".3f")],
+                       title=f"attention bf16 D128 by sequence length on {common.gpu_name()} (CUDA events, median)")
     return rows
 
 
