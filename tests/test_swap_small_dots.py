@@ -52,7 +52,9 @@ def test_other_dots_are_left_alone(why, consts, warps):
     assert not [o for o in fn.walk() if o.op is TileOp.TRANS], why
 
 
-def test_off_by_default(monkeypatch):
+def test_on_by_default_and_off_with_the_switch(monkeypatch):
+    monkeypatch.undo()                              # the module's own default: on
+    assert wgmma.TRANSPOSED_A
     monkeypatch.setattr(wgmma, "TRANSPOSED_A", False)
     fn = until(KERNEL, {"BM": 16, "BN": 64, "BK": 64, "STAGES": 4}, "swap_small_dots")
     assert not [o for o in fn.walk() if o.op is TileOp.TRANS]

@@ -46,7 +46,7 @@ def test_a_transposed_a_runs_on_wgmma_from_m_major_atoms():
     assert sorted(r.tile.name for r in plan.rings) == ["A_MN_ATOMS", "B_NK_ATOMS"]
 
 
-def test_off_by_default_a_transposed_a_stays_on_mma_sync(monkeypatch):
+def test_with_the_switch_off_a_transposed_a_stays_on_mma_sync(monkeypatch):
     from tilejit.passes import wgmma
     monkeypatch.setattr(wgmma, "TRANSPOSED_A", False)
     fn = planned((BF16, BF16, BF16), {"BM": 16, "BN": 64, "BK": 128}, 4)
