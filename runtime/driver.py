@@ -86,8 +86,8 @@ def available() -> bool:
     from tilejit.runtime.libcuda import Libcuda
     if Libcuda.open() is None:          # no driver library: no GPU (and no cuda-python import to say so)
         return False
+    c = lib()                           # (a TILEJIT_LAUNCH_BINDING naming no binding: LaunchError)
     try:
-        c = lib()
         if c is not None:
             return c.init() == 0 and c.device_count() > 0
         driver = cuda()

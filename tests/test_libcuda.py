@@ -239,3 +239,19 @@ def test_without_a_driver_library_no_gpu_is_found_without_importing_cuda_python(
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_wrong_binding_setting_is_named_not_taken_for_a_missing_gpu(monkeypatch):
+    """With a driver library present, TILEJIT_LAUNCH_BINDING=cffi is a LaunchError naming the
+    variable, not "no CUDA device is available"."""
+    monkeypatch.setattr(Libcuda, "open", classmethod(lambda cls: Libcuda(FakeLib())))
+    monkeypatch.setenv("TILEJIT_LAUNCH_BINDING", "cffi")
+    driver.lib.cache_clear()
+    driver.available.cache_clear()
+    try:
+        with pytest.raises(tj.LaunchError, match="TILEJIT_LAUNCH_BINDING must be 'ctypes' or 'cuda-python'"):
+            driver.available()
+    finally:
+        monkeypatch.undo()
+        driver.lib.cache_clear()
+        driver.available.cache_clear()
