@@ -34,12 +34,16 @@ DEFAULT_BINDING = "ctypes"
 BINDINGS = ("ctypes", "cuda-python")
 
 
-def binding_setting() -> str:
-    """The binding TILEJIT_LAUNCH_BINDING asks for (LaunchError for one that does not exist)."""
-    name = os.environ.get("TILEJIT_LAUNCH_BINDING", DEFAULT_BINDING)
+def check_binding(name: str) -> str:
+    """``name`` when it is one of ``BINDINGS``, else a LaunchError naming the variable."""
     if name not in BINDINGS:
         raise LaunchError(f"TILEJIT_LAUNCH_BINDING must be 'ctypes' or 'cuda-python', got {name!r}")
     return name
+
+
+def binding_setting() -> str:
+    """The binding TILEJIT_LAUNCH_BINDING asks for (LaunchError for one that does not exist)."""
+    return check_binding(os.environ.get("TILEJIT_LAUNCH_BINDING", DEFAULT_BINDING))
 
 
 @functools.cache

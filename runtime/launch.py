@@ -180,9 +180,7 @@ def use_binding(name: str) -> str:
     (``driver.DEFAULT_BINDING`` without it), and with it where devices, contexts and modules go
     (``driver.lib``)."""
     global _driver_launch_impl
-    if name not in ("ctypes", "cuda-python"):
-        raise LaunchError(f"TILEJIT_LAUNCH_BINDING must be 'ctypes' or 'cuda-python', got {name!r}")
-    lib = LibcudaLaunch.open() if name == "ctypes" else None
+    lib = LibcudaLaunch.open() if driver.check_binding(name) == "ctypes" else None
     _driver_launch_impl = lib or _cuda_python_launch
     return "ctypes" if lib else "cuda-python"
 

@@ -24,6 +24,17 @@ def chunked_counts(x, counts, BINS: tj.constexpr, CHUNK: tj.constexpr, PER_PROGR
     tj.atomic_add(counts, (0,), h)
 
 
+@tj.kernel
+def chunked_counts_staged(x, counts, BINS: tj.constexpr, CHUNK: tj.constexpr, PER_PROGRAM: tj.constexpr):
+    """The same counts spelled with ``tj.range(stages=3)`` and two chunks of values a step."""
+    start = tj.program_id(0) * PER_PROGRAM
+    h = tj.zeros((BINS,), tj.int32)
+    for i in tj.range(start, start + PER_PROGRAM, 2 * CHUNK, stages=3):
+        h += tj.histogram(tj.load(x, (i,), (CHUNK,), other=-1), BINS)
+        h += tj.histogram(tj.load(x, (i + CHUNK,), (CHUNK,), other=-1), BINS)
+    tj.atomic_add(counts, (0,), h)
+
+
 def _simt():
     spec = ArraySpec(D.int32, 1, True, True, False)
     tile = chunked_counts.tile_ir((spec, spec), {"BINS": 256, "CHUNK": 256, "PER_PROGRAM": 2048})
@@ -45,12 +56,13 @@ def test_a_buffer_reusing_the_rings_bytes_after_the_loop_waits_for_a_barrier():
     assert any(o.op is SimtOp.BARRIER for o in after[:first_store])
 
 
+@pytest.mark.parametrize("kernel", [chunked_counts, chunked_counts_staged], ids=["range", "tj.range"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_chunked_counts_are_numpys(backend, monkeypatch):
+def test_chunked_counts_are_numpys(backend, kernel, monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     x = np.random.default_rng(3).integers(-8, 264, 5000).astype(np.int32)
     counts = np.zeros(256, np.int32)
-    chunked_counts[(tj.cdiv(x.size, 2048),)](x, counts, BINS=256, CHUNK=256, PER_PROGRAM=2048, num_warps=4)
+    kernel[(tj.cdiv(x.size, 2048),)](x, counts, BINS=256, CHUNK=256, PER_PROGRAM=2048, num_warps=4)
     inside = x[(x >= 0) & (x < 256)]
     np.testing.assert_array_equal(counts, np.bincount(inside, minlength=256))
 
