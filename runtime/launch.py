@@ -125,6 +125,8 @@ class LibcudaLaunch:
         self.get_current, self.set_current = lib.cuCtxGetCurrent, lib.cuCtxSetCurrent
         self.get_current.restype = self.set_current.restype = ctypes.c_int
         self._local = threading.local()       # each thread's cuCtxGetCurrent result
+        from tilejit.runtime.libcuda import Libcuda
+        self._errors = Libcuda(lib)           # error names from this libcuda (no cuda-python import)
 
     @classmethod
     def open(cls) -> "LibcudaLaunch | None":
@@ -147,7 +149,7 @@ class LibcudaLaunch:
         if self.get_current(ref) or current.value != context:
             err = self.set_current(context_arg)
             if err:
-                driver.check(driver.cuda().CUresult(err), "cuCtxSetCurrent")
+                raise DeviceError(f"cuCtxSetCurrent failed: {self._errors.error_string(err)}", kernel=kernel.name)
         x, y, z = grid
         if not (type(x) is int and type(y) is int and type(z) is int and type(block_threads) is int
                 and type(params_address) is int and (stream is None or type(stream) is int)):
@@ -156,8 +158,7 @@ class LibcudaLaunch:
         err = self.launch_kernel(function, x, y, z, block_threads, 1, 1, kernel.shared_bytes,
                                  ctypes.c_void_p(stream) if stream else None, ctypes.c_void_p(params_address), None)
         if err:
-            raise DeviceError(f"cuLaunchKernel failed: {driver.error_string(driver.cuda().CUresult(err))}",
-                              kernel=kernel.name)
+            raise DeviceError(f"cuLaunchKernel failed: {self._errors.error_string(err)}", kernel=kernel.name)
 
 
 _driver_launch_impl = None

@@ -506,8 +506,9 @@ def test_gather_strided_reads_every_dtype_at_its_strides(dtype):
 
 
 # --- the ctypes binding to libcuda (runtime.launch.LibcudaLaunch), on a fake library ------------
-def _fake_libcuda(launch_result=0):
-    """libcuda's three launch functions, recording their arguments (c_void_p by value)."""
+def _fake_libcuda(launch_result=0, set_result=0):
+    """libcuda's three launch functions, recording their arguments (c_void_p by value), and its
+    two error-naming functions (answering as the driver does for CUDA_ERROR_INVALID_VALUE)."""
     import ctypes
     from types import SimpleNamespace
     calls, state = [], {"current": None}
@@ -524,9 +525,19 @@ def _fake_libcuda(launch_result=0):
 
     def set_current(context):
         state["current"] = context.value if isinstance(context, ctypes.c_void_p) else context
-        return 0
+        return set_result
+
+    def error_text(words):
+        def answer(status, ref):
+            if status != 1:
+                return 1                        # CUDA_ERROR_INVALID_VALUE: an unknown status
+            ref._obj.value = words
+            return 0
+        return answer
     lib = SimpleNamespace(cuLaunchKernel=record("launch", lambda *a: launch_result),
-                          cuCtxGetCurrent=record("get", get_current), cuCtxSetCurrent=record("set", set_current))
+                          cuCtxGetCurrent=record("get", get_current), cuCtxSetCurrent=record("set", set_current),
+                          cuGetErrorName=error_text(b"CUDA_ERROR_INVALID_VALUE"),
+                          cuGetErrorString=error_text(b"invalid argument"))
     return lib, calls
 
 
@@ -544,15 +555,16 @@ def test_the_ctypes_binding_makes_the_context_current_only_when_another_is():
     assert calls[4][1] == (0x1000, 4, 1, 1, 256, 1, 1, 64, None, 0x7000, None)     # the legacy stream
 
 
-def test_the_ctypes_binding_names_the_driver_error():
+@pytest.mark.parametrize("failing", ["cuLaunchKernel", "cuCtxSetCurrent"])
+def test_the_ctypes_binding_names_the_driver_error_from_libcuda(failing):
     from types import SimpleNamespace
-    pytest.importorskip("cuda.bindings")
     from tilejit.runtime.launch import LibcudaLaunch
-    lib, _ = _fake_libcuda(launch_result=1)
+    lib, calls = _fake_libcuda(**{"launch_result" if failing == "cuLaunchKernel" else "set_result": 1})
     kernel = SimpleNamespace(function=0x1000, context=0x2000, shared_bytes=0, name="add_one")
-    with pytest.raises(tj.DeviceError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE") as err:
+    with pytest.raises(tj.DeviceError, match=rf"{failing} failed: CUDA_ERROR_INVALID_VALUE \(invalid argument\)") as err:
         LibcudaLaunch(lib)(kernel, (1, 1, 1), 32, None, 0x7000)
     assert "add_one" in str(err.value)
+    assert ("launch" in [c[0] for c in calls]) is (failing == "cuLaunchKernel")    # nothing launched after a failed set
 
 
 def test_the_launch_binding_is_checked_and_falls_back_to_cuda_python(monkeypatch):
