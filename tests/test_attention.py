@@ -1,8 +1,9 @@
 """FlashAttention (``examples/attention.py``) on the tensor-core path: the chained-DOT structure
 in SIMT IR (``p`` handed to the second mma in registers, K and V through cp.async rings, ``q``
 staged once before the key loop, one barrier per iteration) and float64 NumPy equivalence on
-ragged lengths, causal and full, GQA group sizes 1/2/4, head dims 64 and 128, fp16 and bf16,
-on the emulator here and on the GPU under ``-m gpu``."""
+ragged lengths, causal and full, GQA group sizes 1/2/4/8, head dims 64, 128 and 256, fp16 and
+bf16, on the emulator here and on the GPU under ``-m gpu``; head dim 256 also through the
+warp-specialised wgmma path (128 x 64 tiles, 8 warps: the tile that fits shared memory)."""
 import os
 
 import numpy as np
@@ -76,11 +77,11 @@ def run(q, k, v, causal, dim):
     return o
 
 
-@settings(max_examples=6, deadline=None)
-@given(group=st.sampled_from([1, 2, 4]), seq=st.integers(1, 90), dim=st.sampled_from([64, 128]),
+@settings(max_examples=8, deadline=None)
+@given(group=st.sampled_from([1, 2, 4, 8]), seq=st.integers(1, 90), dim=st.sampled_from([64, 128, 256]),
        causal=st.booleans(), dt=st.sampled_from([tj.float16, tj.bfloat16]), seed=st.integers(0, 2**16))
 def test_attention_matches_float64(backend, group, seq, dim, causal, dt, seed):
-    kv_heads = 1 if group == 4 else 2
+    kv_heads = 1 if group >= 4 else 2
     q, k, v = attention.example_inputs(np.random.default_rng(seed), 1, kv_heads * group, kv_heads,
                                        seq, dim, dt.np)
     out = run(q, k, v, causal, dim)
@@ -117,3 +118,33 @@ def test_wgmma_attention_matches_float64(backend, seq, dim, causal, BMN, warps):
     grid = (tj.cdiv(seq, BMN), 4)
     KERNEL[grid](q, k, v, o, 1.0 / float(np.sqrt(dim)), BM=BMN, BN=64, BD=dim, CAUSAL=causal, num_warps=warps)
     tj.testing.assert_close(o, attention.reference(q, k, v, causal), dtype=tj.bfloat16)
+
+
+@pytest.mark.parametrize("seq, causal, group", [(150, True, 8), (70, False, 1)])
+def test_head_dim_256_on_the_warp_specialised_path_matches_float64(backend, seq, causal, group):
+    """D 256 at 128 x 64 and 8 warps: two consumer warpgroups fed by a producer warpgroup's TMA
+    ring (a 128 x 128 tile would need 320 KB of shared memory); GQA 8 sums nothing but must
+    read each KV head for eight query heads."""
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = KERNEL.tile_ir((arr, arr, arr, arr, ScalarSpec(D.float32)), {"BM": 128, "BN": 64, "BD": 256, "CAUSAL": causal})
+    assert compile_to_simt(tile, num_warps=8, target="sm_90a").meta.producer_warps == 4
+    q, k, v = attention.example_inputs(np.random.default_rng(seq), 1, group, 1, seq, 256, tj.bfloat16.np)
+    o = np.full_like(q, np.nan)
+    KERNEL[(tj.cdiv(seq, 128), group)](q, k, v, o, 1.0 / 16.0, BM=128, BN=64, BD=256, CAUSAL=causal, num_warps=8)
+    tj.testing.assert_close(o, attention.reference(q, k, v, causal), dtype=tj.bfloat16)
+
+
+def test_head_dim_256_ptx_assembles_without_spills():
+    """Assembled whole, as the driver JIT-compiles a warp-specialised kernel (nvJitLink's
+    relocatable code ignores setmaxnreg, so its consumers would spill at the launch's 168)."""
+    from tilejit.codegen import ptxas
+    from tilejit.codegen.llvm import compile_ptx
+    command = ptxas.ptxas_command()
+    if command is None:
+        pytest.skip("no ptxas command (the CUDA toolkit)")
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = KERNEL.tile_ir((arr, arr, arr, arr, ScalarSpec(D.float32)), {"BM": 128, "BN": 64, "BD": 256, "CAUSAL": True})
+    ptx = compile_ptx(compile_to_simt(tile, num_warps=8, target="sm_90a"), "sm_90a")
+    out = ptxas._assemble_with_command(command, ptx, "sm_90a", ())
+    assert "wgmma.mma_async" in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+    assert out.spills == 0 and "serialized" not in out.log and "C7504" not in out.log, out.log
