@@ -67,7 +67,10 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
             stages = pipeline_stages(o, default_stages or preferred_stages(o, rings, facts.dot_plans))
             if rings and not (o.attrs and o.attrs.stages):          # the compiler's choice: fit it
                 per_stage = sum(facts.dot_plans.config(r.dot).tile_bytes(r.tile) for r in rings)
-                while stages > 1 and stages * per_stage > RING_BUDGET.get(target, RING_BUDGET["sm_80"]):
+                # less what the loop's staged operands (attention's q) hold for its whole run
+                budget = RING_BUDGET.get(target, RING_BUDGET["sm_80"]) - sum(
+                    facts.dot_plans.config(s.dot).tile_bytes(s.tile) for s in staged)
+                while stages > 1 and stages * per_stage > budget:
                     stages -= 1
                 if stages < 2:
                     rings = ()
