@@ -4,7 +4,11 @@ measured in the same run. Targets: backward ≥ 1.0× SDPA flash backward, forwa
 ≥ 1.0× SDPA flash, at B4 H32 S4096 D128 and B16 H16 S1024 D64, causal and full.
 
     python3 benchmarks/bench_attention_backward.py [--configs 4x32x4096x128,16x16x1024x64] [--reps 10]
-        [--kernel-configs 64x64x8,32x64x4]
+        [--kernel-configs 32x64x4/64x64x4,32x128x8/128x64x8]
+
+A kernel config is ``BMxBNxwarps`` of the dK/dV kernel, then ``/`` and the dQ kernel's (which
+wants its 16 rows a warp along BM where dK/dV wants them along BN); the forward of the
+forward + backward timing runs at ``FORWARD`` (128 x 128, 8 warps: wgmma, warp-specialised).
 
 The gradients are checked against SDPA's (math backend, float32) before timing. FLOPs counted
 as FlashAttention reports them: backward 2.5× the forward's 4·B·H·S²·D (halved for causal).
@@ -17,7 +21,10 @@ import sys
 import common
 
 CONFIGS = [(4, 32, 4096, 128), (16, 16, 1024, 64)]
-KERNEL_CONFIGS = [(64, 64, 8), (32, 64, 4), (32, 128, 8), (64, 128, 8)]     # BM, BN, num_warps
+# (dK/dV BM, BN, num_warps), (dQ BM, BN, num_warps): each DOT on wgmma from TMA rings on sm_90a
+KERNEL_CONFIGS = [((32, 64, 4), (64, 64, 4)), ((32, 128, 8), (128, 64, 8)), ((32, 64, 4), (128, 64, 8)),
+                  ((32, 128, 8), (64, 64, 4))]
+FORWARD = {"BM": 128, "BN": 128, "num_warps": 8}
 
 
 def measure(torch, batch, heads, seq, dim, causal, reps, kernel_configs):
@@ -36,19 +43,20 @@ def measure(torch, batch, heads, seq, dim, causal, reps, kernel_configs):
         import numpy as np
         return torch.empty(shape, device="cuda", dtype={np.float32: torch.float32}.get(dtype, dtype))
     best = None
-    for BM, BN, nw in kernel_configs:
-        label = f"{BM}x{BN}x{nw}"
+    for (BM, BN, nw), dq_config in kernel_configs:
+        label = f"{BM}x{BN}x{nw}/" + "x".join(map(str, dq_config))
+        tiles = dict(BM=BM, BN=BN, num_warps=nw, dq_config=dq_config)
         try:
-            o, lse = ab.forward(q, k, v, causal, BM=BM, BN=BN, empty=empty)
-            grads = ab.backward(q, k, v, o, lse, do, causal, BM=BM, BN=BN, empty=empty)
+            o, lse = ab.forward(q, k, v, causal, empty=empty, **FORWARD)
+            grads = ab.backward(q, k, v, o, lse, do, causal, empty=empty, **tiles)
             torch.cuda.synchronize()
             err = max(common.relative_error(torch, g.float(), r) for g, r in zip(grads, ref))
             if not err < 3e-2:
                 print(f"  config {label}: WRONG (rel err {err:.2e})", file=sys.stderr)
                 continue
-            t = common.time_cuda(lambda: ab.backward(q, k, v, o, lse, do, causal, BM=BM, BN=BN, empty=empty), reps=reps)
-            both = common.time_cuda(lambda: ab.backward(q, k, v, *ab.forward(q, k, v, causal, BM=BM, BN=BN, empty=empty),
-                                                        do, causal, BM=BM, BN=BN, empty=empty), reps=reps)
+            t = common.time_cuda(lambda: ab.backward(q, k, v, o, lse, do, causal, empty=empty, **tiles), reps=reps)
+            both = common.time_cuda(lambda: ab.backward(q, k, v, *ab.forward(q, k, v, causal, empty=empty, **FORWARD),
+                                                        do, causal, empty=empty, **tiles), reps=reps)
         except Exception as e:                       # a config the compiler refuses: reported, left out
             print(f"  config {label}: dropped: {str(e).splitlines()[0]}", file=sys.stderr)
             continue
@@ -75,17 +83,22 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", default=",".join("x".join(map(str, c)) for c in CONFIGS))
     parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--kernel-configs", default=",".join("x".join(map(str, c)) for c in KERNEL_CONFIGS),
-                        help="BMxBNxwarps,... to sweep")
+    parser.add_argument("--kernel-configs", default=",".join("/".join("x".join(map(str, t)) for t in c)
+                                                            for c in KERNEL_CONFIGS),
+                        help="dK/dV BMxBNxwarps / dQ BMxBNxwarps,... to sweep")
     args = parser.parse_args(argv)
-    kernel_configs = [tuple(int(v) for v in c.split("x")) for c in args.kernel_configs.split(",")]
+    kernel_configs = []
+    for c in args.kernel_configs.split(","):
+        dkdv, _, dq = c.partition("/")
+        dkdv = tuple(int(v) for v in dkdv.split("x"))
+        kernel_configs.append((dkdv, tuple(int(v) for v in dq.split("x")) if dq else dkdv))
     torch = common.cuda_torch()
     if torch is None:
         print("bench_attention_backward: skipped (needs torch with a CUDA GPU)")
         return 0
     rows = [measure(torch, *map(int, c.split("x")), causal, args.reps, kernel_configs)
             for c in args.configs.split(",") for causal in (False, True)]
-    common.print_table(rows, [("config", "config", "s"), ("causal", "causal", "s"), ("best", "BMxBNxwarps", "s"),
+    common.print_table(rows, [("config", "config", "s"), ("causal", "causal", "s"), ("best", "dK/dV / dQ tiles", "s"),
                               ("bwd", "tilejit bwd TF/s", ".0f"), ("flash_bwd", "flash bwd TF/s", ".0f"),
                               ("vs_bwd", "tj/flash bwd", ".3f"), ("both", "tj fwd+bwd TF/s", ".0f"),
                               ("flash_both", "flash fwd+bwd TF/s", ".0f"), ("vs_both", "tj/flash fwd+bwd", ".3f"),

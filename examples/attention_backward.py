@@ -66,7 +66,9 @@ def delta_kernel(o, do, delta, BM: tj.constexpr, BD: tj.constexpr):
 def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
                 BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr, CAUSAL: tj.constexpr):
     """dK and dV of BN keys of one key/value head: every query row of every query head of its
-    group that sees them (from the diagonal down when causal)."""
+    group that sees them (from the diagonal down when causal).  ``q`` and ``do`` are each read
+    by two DOTs; the compiler loads them once per DOT (``passes.split_dot_loads``), so all four
+    run on wgmma from TMA rings on sm_90a."""
     start_n = tj.program_id(0) * BN
     kv_heads = k.shape[1]
     batch, kv_head = tj.program_id(1) // kv_heads, tj.program_id(1) % kv_heads
@@ -81,23 +83,26 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
     first = 0
     if CAUSAL:
         first = (start_n // BM) * BM                   # rows above the diagonal see none of these keys
-    for h in range(group):
-        head = kv_head * group + h
-        for start_m in range(first, seq_q, BM):
-            qt = tj.load(q, (batch, head, start_m, 0), (1, 1, BM, BD)).reshape((BM, BD))
-            dot_ = tj.load(do, (batch, head, start_m, 0), (1, 1, BM, BD)).reshape((BM, BD))
-            rows = start_m + tj.arange(0, BM)
-            m = tj.load(lse, (batch, head, start_m), (1, 1, BM)).reshape((BM,))
-            d = tj.load(delta, (batch, head, start_m), (1, 1, BM)).reshape((BM,))
-            keep = (rows[:, None] < seq_q) & (cols[None, :] < seq_k)
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= rows[:, None])
-            s = tj.dot(qt, kt.T).to(stat) * scale
-            p = tj.where(keep, tj.exp(s - m[:, None]), 0.0)
-            dv_acc += tj.dot(p.T.to(dot_.dtype), dot_).to(stat)
-            dp = tj.dot(dot_, vt.T).to(stat)
-            ds = p * (dp - d[:, None])
-            dk_acc += tj.dot(ds.T.to(qt.dtype), qt).to(stat)
+    blocks = tj.cdiv(seq_q - first, BM)               # query blocks per head
+    for t in range(0, group * blocks):                  # one loop over (head of the group, block)
+        head = kv_head * group + t // blocks
+        start_m = first + (t % blocks) * BM
+        qt = tj.load(q, (batch, head, start_m, 0), (1, 1, BM, BD)).reshape((BM, BD))
+        dot_ = tj.load(do, (batch, head, start_m, 0), (1, 1, BM, BD)).reshape((BM, BD))
+        rows = start_m + tj.arange(0, BM)
+        m = tj.load(lse, (batch, head, start_m), (1, 1, BM)).reshape((BM,))
+        d = tj.load(delta, (batch, head, start_m), (1, 1, BM)).reshape((BM,))
+        # transposed, as FlashAttention-2 computes it: Sᵀ = K Qᵀ (BN x BM), so Pᵀ and dSᵀ
+        # come out of their DOTs in the layout the next DOTs read (no transpose in registers)
+        keep = (cols[:, None] < seq_k) & (rows[None, :] < seq_q)
+        if CAUSAL:
+            keep = keep & (cols[:, None] <= rows[None, :])
+        st = tj.dot(kt, qt.T).to(stat) * scale
+        pt = tj.where(keep, tj.exp(st - m[None, :]), 0.0)
+        dv_acc += tj.dot(pt.to(dot_.dtype), dot_).to(stat)
+        dpt = tj.dot(vt, dot_.T).to(stat)
+        dst = pt * (dpt - d[None, :])
+        dk_acc += tj.dot(dst.to(qt.dtype), qt).to(stat)
     tj.store(dk, (batch, kv_head, start_n, 0), (dk_acc * scale).to(dk.dtype).reshape((1, 1, BN, BD)))
     tj.store(dv, (batch, kv_head, start_n, 0), dv_acc.to(dv.dtype).reshape((1, 1, BN, BD)))
 
@@ -141,19 +146,26 @@ def _stat_dtype(dtype) -> type:
     return np.float64 if str(dtype).rsplit(".", 1)[-1] == "float64" else np.float32
 
 
-def forward(q, k, v, causal=False, BM=32, BN=32, empty=np.empty):
+def forward(q, k, v, causal=False, BM=32, BN=32, empty=np.empty, num_warps=None):
     """(o, lse): the attention output and each row's log-sum-exp (float32; float64 inputs keep
-    float64).  ``empty(shape, dtype)`` allocates (``np.empty`` for NumPy, a torch one for torch)."""
+    float64).  ``empty(shape, dtype)`` allocates (``np.empty`` for NumPy, a torch one for torch);
+    ``num_warps`` None lets the compiler choose."""
     batch, heads, seq_q, dim = q.shape
     o, lse = empty(q.shape, q.dtype), empty((batch, heads, seq_q), _stat_dtype(q.dtype))
     scale = 1.0 / float(np.sqrt(dim))       # a constexpr: exact in float64 math, float32 in float32's
     forward_kernel[(tj.cdiv(seq_q, BM), batch * heads)](q, k, v, o, lse, scale,
-                                                        BM=BM, BN=BN, BD=tj.next_power_of_2(dim), CAUSAL=causal)
+                                                        BM=BM, BN=BN, BD=tj.next_power_of_2(dim), CAUSAL=causal,
+                                                        num_warps=num_warps)
     return o, lse
 
 
-def backward(q, k, v, o, lse, do, causal=False, BM=32, BN=32, empty=np.empty):
-    """(dq, dk, dv) for the output gradient ``do`` (dk, dv summed over each group's query heads)."""
+def backward(q, k, v, o, lse, do, causal=False, BM=32, BN=32, empty=np.empty, num_warps=None, dq_config=None):
+    """(dq, dk, dv) for the output gradient ``do`` (dk, dv summed over each group's query heads).
+    ``BM`` x ``BN`` tiles and ``num_warps`` (None: the compiler's choice) for the dK/dV kernel,
+    and for the dQ kernel unless ``dq_config`` gives its own ``(BM, BN, num_warps)``.  On sm_90a
+    every DOT runs on wgmma from TMA rings at D 64 and 128 when the wgmma side has 16 rows a
+    warp: ``BN = 16 * num_warps`` for dK/dV (``BM=32, BN=64, num_warps=4``), ``BM = 16 *
+    num_warps`` for dQ (``dq_config=(64, 64, 4)``)."""
     batch, heads, seq_q, dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     scale, BD = 1.0 / float(np.sqrt(dim)), tj.next_power_of_2(dim)
@@ -161,9 +173,10 @@ def backward(q, k, v, o, lse, do, causal=False, BM=32, BN=32, empty=np.empty):
     delta_kernel[(tj.cdiv(seq_q, BM), batch * heads)](o, do, delta, BM=BM, BD=BD)
     dq, dk, dv = empty(q.shape, q.dtype), empty(k.shape, k.dtype), empty(v.shape, v.dtype)
     dkdv_kernel[(tj.cdiv(seq_k, BN), batch * kv_heads)](q, k, v, do, lse, delta, dk, dv, scale,
-                                                         BM=BM, BN=BN, BD=BD, CAUSAL=causal)
-    dq_kernel[(tj.cdiv(seq_q, BM), batch * heads)](q, k, v, do, lse, delta, dq, scale,
-                                                   BM=BM, BN=BN, BD=BD, CAUSAL=causal)
+                                                         BM=BM, BN=BN, BD=BD, CAUSAL=causal, num_warps=num_warps)
+    dq_bm, dq_bn, dq_warps = dq_config or (BM, BN, num_warps)
+    dq_kernel[(tj.cdiv(seq_q, dq_bm), batch * heads)](q, k, v, do, lse, delta, dq, scale,
+                                                      BM=dq_bm, BN=dq_bn, BD=BD, CAUSAL=causal, num_warps=dq_warps)
     return dq, dk, dv
 
 
@@ -220,13 +233,13 @@ def torch_attention():
         @tjt.op("tilejit_examples::attention_forward")
         def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-            return forward(q, k, v, causal, empty=allocator(q))
+            return forward(q, k, v, causal, empty=allocator(q), **FORWARD_TILES)
 
         @tjt.op("tilejit_examples::attention_backward")
         def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                                lse: torch.Tensor, do: torch.Tensor,
                                causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            return backward(q, k, v, o, lse, do.contiguous(), causal, empty=allocator(q))
+            return backward(q, k, v, o, lse, do.contiguous(), causal, empty=allocator(q), **BACKWARD_TILES)
 
         def setup_context(ctx, inputs, output):
             ctx.save_for_backward(*inputs[:3], *output)
@@ -242,6 +255,9 @@ def torch_attention():
 
 
 _TORCH_OP = None
+# the torch op's tiles: every DOT of the three kernels on wgmma on sm_90a at D 64 and 128
+FORWARD_TILES = {"BM": 128, "BN": 64, "num_warps": 8}
+BACKWARD_TILES = {"BM": 32, "BN": 64, "num_warps": 4, "dq_config": (64, 64, 4)}
 
 
 def example_inputs(rng, batch=1, heads=4, kv_heads=2, seq=100, dim=32, dtype=np.float32):

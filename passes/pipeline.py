@@ -43,6 +43,7 @@ from tilejit.passes import remat_indices as remat_module
 from tilejit.passes.shared_memory import MAX_SHARED_BYTES, insert_barriers, plan_shared_memory, ring_buffers
 from tilejit.passes import specialise_warps as specialise_module
 from tilejit.passes.specialise_warps import persistable, specialise_warps
+from tilejit.passes.split_dot_loads import split_dot_loads
 from tilejit.passes.strip_asserts import strip_asserts
 from tilejit.passes.swap_small_dots import swap_small_dots
 from tilejit.passes.uniform_masks import uniform_masks
@@ -119,6 +120,7 @@ PIPELINE = [
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
     Stage("hoist_loads", lambda fn, opt: hoist_loads(fn), "tile"),
     Stage("prefetch_loads", lambda fn, opt: prefetch_loads(fn), "tile"),
+    Stage("split_dot_loads", lambda fn, opt: split_dot_loads(fn, opt.target), "tile"),
     Stage("swap_small_dots", lambda fn, opt: swap_small_dots(fn, opt.num_warps, opt.target, opt.wgmma), "tile"),
     Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),
