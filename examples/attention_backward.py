@@ -66,9 +66,11 @@ def delta_kernel(o, do, delta, BM: tj.constexpr, BD: tj.constexpr):
 def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
                 BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr, CAUSAL: tj.constexpr):
     """dK and dV of BN keys of one key/value head: every query row of every query head of its
-    group that sees them (from the diagonal down when causal).  ``q`` and ``do`` are each read
-    by two DOTs; the compiler loads them once per DOT (``passes.split_dot_loads``), so all four
-    run on wgmma from TMA rings on sm_90a."""
+    group that sees them (from the diagonal down when causal), in one loop over (head, query
+    block).  On sm_90a all four DOTs run on wgmma from TMA rings: the compiler computes ``s``,
+    ``p``, ``dp`` and ``ds`` transposed, since only their transposes reach DOTs
+    (``passes.sink_transposes``: ``Sᵀ = K Qᵀ``, FlashAttention-2's form), and loads ``q`` and
+    ``do``, each read by two DOTs, once per DOT (``passes.split_dot_loads``)."""
     start_n = tj.program_id(0) * BN
     kv_heads = k.shape[1]
     batch, kv_head = tj.program_id(1) // kv_heads, tj.program_id(1) % kv_heads
@@ -92,17 +94,15 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
         rows = start_m + tj.arange(0, BM)
         m = tj.load(lse, (batch, head, start_m), (1, 1, BM)).reshape((BM,))
         d = tj.load(delta, (batch, head, start_m), (1, 1, BM)).reshape((BM,))
-        # transposed, as FlashAttention-2 computes it: Sᵀ = K Qᵀ (BN x BM), so Pᵀ and dSᵀ
-        # come out of their DOTs in the layout the next DOTs read (no transpose in registers)
-        keep = (cols[:, None] < seq_k) & (rows[None, :] < seq_q)
+        keep = (rows[:, None] < seq_q) & (cols[None, :] < seq_k)
         if CAUSAL:
-            keep = keep & (cols[:, None] <= rows[None, :])
-        st = tj.dot(kt, qt.T).to(stat) * scale
-        pt = tj.where(keep, tj.exp(st - m[None, :]), 0.0)
-        dv_acc += tj.dot(pt.to(dot_.dtype), dot_).to(stat)
-        dpt = tj.dot(vt, dot_.T).to(stat)
-        dst = pt * (dpt - d[None, :])
-        dk_acc += tj.dot(dst.to(qt.dtype), qt).to(stat)
+            keep = keep & (cols[None, :] <= rows[:, None])
+        s = tj.dot(qt, kt.T).to(stat) * scale
+        p = tj.where(keep, tj.exp(s - m[:, None]), 0.0)
+        dv_acc += tj.dot(p.T.to(dot_.dtype), dot_).to(stat)
+        dp = tj.dot(dot_, vt.T).to(stat)
+        ds = p * (dp - d[:, None])
+        dk_acc += tj.dot(ds.T.to(qt.dtype), qt).to(stat)
     tj.store(dk, (batch, kv_head, start_n, 0), (dk_acc * scale).to(dk.dtype).reshape((1, 1, BN, BD)))
     tj.store(dv, (batch, kv_head, start_n, 0), dv_acc.to(dv.dtype).reshape((1, 1, BN, BD)))
 

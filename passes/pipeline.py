@@ -43,6 +43,7 @@ from tilejit.passes import remat_indices as remat_module
 from tilejit.passes.shared_memory import MAX_SHARED_BYTES, insert_barriers, plan_shared_memory, ring_buffers
 from tilejit.passes import specialise_warps as specialise_module
 from tilejit.passes.specialise_warps import persistable, specialise_warps
+from tilejit.passes.sink_transposes import sink_transposes
 from tilejit.passes.split_dot_loads import split_dot_loads
 from tilejit.passes.strip_asserts import strip_asserts
 from tilejit.passes.swap_small_dots import swap_small_dots
@@ -117,6 +118,7 @@ PIPELINE = [
     Stage("canonicalize", lambda fn, opt: canonicalize(fn), "tile"),
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
+    Stage("sink_transposes", lambda fn, opt: sink_transposes(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
     Stage("hoist_loads", lambda fn, opt: hoist_loads(fn), "tile"),
     Stage("prefetch_loads", lambda fn, opt: prefetch_loads(fn), "tile"),

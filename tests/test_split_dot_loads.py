@@ -10,7 +10,7 @@ import pytest
 import tilejit as tj
 from tilejit import dtypes as D
 from tilejit.ir import TileOp
-from tilejit.passes import pipeline, split_dot_loads as split_module
+from tilejit.passes import pipeline, sink_transposes as sink_module, split_dot_loads as split_module
 from tilejit.passes.plans import CopyEngine
 from tilejit.passes.split_dot_loads import split_dot_loads
 from tilejit.specs import ArraySpec
@@ -102,9 +102,11 @@ def test_a_load_read_by_two_dots_becomes_one_load_per_dot():
 
 
 @pytest.mark.parametrize("kernel", [gram_transposed_kernel, gram_scaled_kernel])
-def test_loads_it_leaves_alone(kernel):
+def test_loads_it_leaves_alone(kernel, monkeypatch):
     """A DOT that reads a transpose computed in registers (mma.sync through a layout
-    conversion: more rings only spill), and a tile that arithmetic reads too."""
+    conversion: more rings only spill; ``sink_transposes``, off here, removes such transposes
+    where it can), and a tile that arithmetic reads too."""
+    monkeypatch.setattr(sink_module, "SINK_TRANSPOSES", False)
     fn = tile_fn_before_split(kernel)
     split_dot_loads(fn, "sm_90a")
     assert len(loads_of_x(fn)[0]) == 1

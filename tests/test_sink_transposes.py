@@ -1,0 +1,179 @@
+"""``passes.sink_transposes``: a tile whose transpose is what DOTs read is computed transposed
+(``dot(a, b)ᵀ = dot(bᵀ, aᵀ)``, elementwise ops on transposed operands, ``m[:, None]`` as
+``m[None, :]``); the IR before and after, the cases it leaves alone, NumPy equivalence on the
+CPU backends, and FlashAttention's dK/dV loop written both ways reaching the same wgmma plan."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import dtypes as D
+from tilejit.ir import TileOp
+from tilejit.passes import pipeline, sink_transposes as sink_module
+from tilejit.passes.plans import CopyEngine, DotFamily
+from tilejit.passes.sink_transposes import sink_transposes
+from tilejit.specs import ArraySpec
+
+from examples import attention_backward as ab
+
+
+@tj.kernel
+def masked_gram_kernel(w, x, out, n, BN: tj.constexpr, BM: tj.constexpr, BD: tj.constexpr):
+    """out = sum over row blocks of x of (mask ∘ exp(X Wᵀ - c))ᵀ X: the first DOT's product is
+    read transposed, through a mask and a per-row broadcast."""
+    acc = tj.zeros((BN, BD), tj.float32)
+    wt = tj.load(w, (0, 0), (BN, BD))
+    cols = tj.arange(0, BN)
+    for m in range(0, x.shape[0], BM):
+        xt = tj.load(x, (m, 0), (BM, BD))
+        rows = m + tj.arange(0, BM)
+        c = tj.load(n, (m,), (BM,))
+        s = tj.dot(xt, wt.T) * 0.5
+        p = tj.where((rows[:, None] < x.shape[0]) & (cols[None, :] < BN), tj.exp(s - c[:, None]), 0.0)
+        acc += tj.dot(p.T.to(xt.dtype), xt)
+    tj.store(out, (0, 0), acc)
+
+
+@tj.kernel
+def stored_too_kernel(w, x, out, side, BN: tj.constexpr, BM: tj.constexpr, BD: tj.constexpr):
+    """The product is also stored as it is: it stays untransposed (a transpose would only move)."""
+    acc = tj.zeros((BN, BD), tj.float32)
+    wt = tj.load(w, (0, 0), (BN, BD))
+    for m in range(0, x.shape[0], BM):
+        xt = tj.load(x, (m, 0), (BM, BD))
+        s = tj.dot(xt, wt.T)
+        tj.store(side, (m, 0), s)
+        acc += tj.dot(s.T.to(xt.dtype), xt)
+    tj.store(out, (0, 0), acc)
+
+
+ARR = ArraySpec(D.bfloat16, 2, True, True, False)
+F32_2, F32_1 = ArraySpec(D.float32, 2, True, True, False), ArraySpec(D.float32, 1, True, True, False)
+
+
+def until(kernel, specs, consts, stop, warps=4):
+    """The kernel's tile IR after the pipeline's stage ``stop``."""
+    fn = pipeline.clone_function(kernel.tile_ir(specs, consts))
+    opts = pipeline.Options(warps, "sm_90a")
+    for stage in pipeline.PIPELINE:
+        fn = stage.run(fn, opts)
+        if stage.name == stop:
+            return fn
+    raise AssertionError(f"no stage {stop}")
+
+
+def loop_ops(fn):
+    return next(o for o in fn.walk() if o.op is TileOp.FOR).regions[0].ops
+
+
+def transposes_of_computed_tiles(fn) -> int:
+    """TRANS ops in the loop whose operand is not a (reshaped) load."""
+    count = 0
+    for o in loop_ops(fn):
+        if o.op is TileOp.TRANS:
+            src = o.operands[0].owner
+            while src is not None and src.op is TileOp.RESHAPE:
+                src = src.operands[0].owner
+            count += src is None or src.op is not TileOp.LOAD
+    return count
+
+
+CONSTS = {"BN": 64, "BM": 32, "BD": 64}
+
+
+def test_the_product_read_transposed_is_computed_transposed():
+    before = until(masked_gram_kernel, (ARR, ARR, F32_2, F32_1), CONSTS, "dce")
+    assert transposes_of_computed_tiles(before) == 1
+    after = sink_transposes(pipeline.clone_function(before))
+    assert transposes_of_computed_tiles(after) == 0
+    dots = [o for o in loop_ops(after) if o.op is TileOp.DOT]
+    first = dots[0]                            # sᵀ = W Xᵀ: (BN x BM), W as A, Xᵀ as B
+    assert first.result.type.shape == (64, 32)
+    assert first.operands[0].owner.op is TileOp.LOAD or first.operands[0].owner.op is TileOp.RESHAPE
+    assert first.operands[1].owner.op is TileOp.TRANS
+    reshapes = [o for o in loop_ops(after) if o.op is TileOp.RESHAPE and o.result.type.shape == (1, 32)]
+    assert reshapes                            # c[:, None] became c[None, :], rows the same
+
+
+def test_a_product_also_read_untransposed_is_left_alone():
+    before = until(stored_too_kernel, (ARR, ARR, F32_2, F32_2), CONSTS, "dce")
+    after = sink_transposes(pipeline.clone_function(before))
+    assert transposes_of_computed_tiles(after) == 1
+
+
+def test_the_switch_turns_it_off(monkeypatch):
+    monkeypatch.setattr(sink_module, "SINK_TRANSPOSES", False)
+    before = until(masked_gram_kernel, (ARR, ARR, F32_2, F32_1), CONSTS, "dce")
+    assert transposes_of_computed_tiles(sink_transposes(before)) == 1
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("rows", [64, 75])
+def test_masked_gram_matches_numpy(backend, rows, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(rows)
+    w = (rng.standard_normal((64, 64)) / 8).astype(tj.bfloat16.np)
+    x = (rng.standard_normal((rows, 64)) / 8).astype(tj.bfloat16.np)
+    c = rng.standard_normal(rows).astype(np.float32)
+    out = np.full((64, 64), np.nan, np.float32)
+    masked_gram_kernel[(1,)](w, x, out, c, BN=64, BM=32, BD=64, num_warps=4)
+    x64 = x.astype(np.float64)
+    p = np.exp((x64 @ w.astype(np.float64).T).astype(np.float32) * 0.5 - c[:, None])
+    want = p.astype(tj.bfloat16.np).astype(np.float64).T @ x64
+    np.testing.assert_allclose(out, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+# --- FlashAttention's dK/dV loop, written both ways ---------------------------------------------
+@tj.kernel
+def dkdv_transposed_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
+                           BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr, CAUSAL: tj.constexpr):
+    """One head's dK and dV with Sᵀ = K Qᵀ written out (FlashAttention-2's and Triton's
+    tutorial's spelling); ``examples/attention_backward.py`` writes S = Q Kᵀ and reads ``p.T``."""
+    start_n = tj.program_id(0) * BN
+    seq_q, seq_k = q.shape[2], k.shape[2]
+    kt = tj.load(k, (0, 0, start_n, 0), (1, 1, BN, BD)).reshape((BN, BD))
+    vt = tj.load(v, (0, 0, start_n, 0), (1, 1, BN, BD)).reshape((BN, BD))
+    cols = start_n + tj.arange(0, BN)
+    dk_acc = tj.zeros((BN, BD), tj.float32)
+    dv_acc = tj.zeros((BN, BD), tj.float32)
+    for start_m in range(0, seq_q, BM):
+        qt = tj.load(q, (0, 0, start_m, 0), (1, 1, BM, BD)).reshape((BM, BD))
+        dot_ = tj.load(do, (0, 0, start_m, 0), (1, 1, BM, BD)).reshape((BM, BD))
+        rows = start_m + tj.arange(0, BM)
+        m = tj.load(lse, (0, 0, start_m), (1, 1, BM)).reshape((BM,))
+        d = tj.load(delta, (0, 0, start_m), (1, 1, BM)).reshape((BM,))
+        keep = (cols[:, None] < seq_k) & (rows[None, :] < seq_q)
+        if CAUSAL:
+            keep = keep & (cols[:, None] <= rows[None, :])
+        pt = tj.where(keep, tj.exp(tj.dot(kt, qt.T) * scale - m[None, :]), 0.0)
+        dv_acc += tj.dot(pt.to(dot_.dtype), dot_)
+        dst = pt * (tj.dot(vt, dot_.T) - d[None, :])
+        dk_acc += tj.dot(dst.to(qt.dtype), qt)
+    tj.store(dk, (0, 0, start_n, 0), (dk_acc * scale).to(dk.dtype).reshape((1, 1, BN, BD)))
+    tj.store(dv, (0, 0, start_n, 0), dv_acc.to(dv.dtype).reshape((1, 1, BN, BD)))
+
+
+A4, S3 = ArraySpec(D.bfloat16, 4, True, True, False), ArraySpec(D.float32, 3, True, True, False)
+
+
+def dkdv_plan(kernel, causal, BM=32, BN=64, warps=4, dim=128):
+    fn = until(kernel, (A4,) * 4 + (S3, S3, A4, A4),
+               {"scale": dim ** -0.5, "BM": BM, "BN": BN, "BD": dim, "CAUSAL": causal}, "plan_loops", warps)
+    loop = next(o for o in fn.walk() if o.op is TileOp.FOR)
+    dots = [o for o in loop.regions[0].ops if o.op is TileOp.DOT]
+    return fn.meta["loop_plans"][loop], [fn.meta["dot_plans"].family(d) for d in dots]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kernel", [ab.dkdv_kernel, dkdv_transposed_kernel], ids=["S=QKt", "St=KQt"])
+def test_both_spellings_of_the_dkdv_loop_run_on_wgmma_from_tma_rings(kernel, causal):
+    plan, families = dkdv_plan(kernel, causal)
+    assert families == [DotFamily.WGMMA] * 4
+    assert len(plan.rings) == 4 and plan.engine is CopyEngine.TMA
+
+
+def test_without_the_pass_the_plain_spelling_stays_on_mma_sync(monkeypatch):
+    monkeypatch.setattr(sink_module, "SINK_TRANSPOSES", False)
+    _, families = dkdv_plan(ab.dkdv_kernel, False)
+    assert DotFamily.WGMMA not in families[1::2]          # the DOTs reading p.T and ds.T
