@@ -203,3 +203,33 @@ def test_the_dkdv_kernel_on_wgmma_matches_float64(causal, monkeypatch):
     _, _, dk_ref, dv_ref = ab.gradients(q, k, v, do, causal)
     for got, want in ((dk, dk_ref), (dv, dv_ref)):
         assert np.abs(got.astype(np.float64) - want).max() <= 1e-2 * np.abs(want).max()
+
+
+def test_the_dq_loop_reads_k_from_two_rings_on_wgmma(monkeypatch):
+    """dQ reads each K block in S = Q Kᵀ and in dQ += dS K: split, both DOTs (and dP = dO Vᵀ)
+    run on wgmma from three TMA rings at 64 x 64, 4 warps; the result matches float64 on the
+    emulator."""
+    from tilejit.passes.plans import DotFamily
+    fn = pipeline.clone_function(ab.dq_kernel.tile_ir((A4,) * 4 + (S3, S3, A4),
+                                                      {"scale": 128 ** -0.5, "BM": 64, "BN": 64, "BD": 128,
+                                                       "CAUSAL": True}))
+    opts = pipeline.Options(4, "sm_90a")
+    for stage in pipeline.PIPELINE:
+        fn = stage.run(fn, opts)
+        if stage.name == "plan_loops":
+            break
+    loop = next(o for o in fn.walk() if o.op is TileOp.FOR)
+    dots = [o for o in loop.regions[0].ops if o.op is TileOp.DOT]
+    assert [fn.meta["dot_plans"].family(d) for d in dots] == [DotFamily.WGMMA] * 3
+    plan = fn.meta["loop_plans"][loop]
+    assert len(plan.rings) == 3 and plan.engine is CopyEngine.TMA
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    q, k, v, do = ab.example_inputs(np.random.default_rng(2), 1, 4, 2, 100, 128, tj.bfloat16.np)
+    o, lse = ab.forward(q, k, v, True, BM=64, BN=64)
+    delta = np.empty(lse.shape, np.float32)
+    ab.delta_kernel[(tj.cdiv(100, 64), 4)](o, do, delta, BM=64, BD=128)
+    dq = np.full_like(q, np.nan)
+    ab.dq_kernel[(tj.cdiv(100, 64), 4)](q, k, v, do, lse, delta, dq, 128 ** -0.5, BM=64, BN=64, BD=128,
+                                        CAUSAL=True, num_warps=4)
+    want = ab.gradients(q, k, v, do, True)[1]
+    assert np.abs(dq.astype(np.float64) - want).max() <= 1e-2 * np.abs(want).max()
