@@ -103,6 +103,41 @@ def test_bad_grid_on_the_fast_path_is_still_a_launch_error(backend):
     assert backend.fast == []
 
 
+@pytest.mark.parametrize("option, value", [("fast_math", 0), ("debug", None), ("num_stages", 0)])
+def test_bad_launch_options_on_the_fast_path_are_still_launch_errors(backend, option, value):
+    x, y = FakeDeviceArray(), FakeDeviceArray(ptr=8192)
+    scale[(8,)](x, y, 3, BLOCK=8)
+    with pytest.raises(tj.LaunchError, match=option):
+        scale[(8,)](x, y, 3, BLOCK=8, **{option: value})
+    assert backend.fast == []
+
+
+@pytest.mark.parametrize("grid", [(8.0,), (True,), (8, 0)])
+def test_a_grid_equal_to_a_cached_one_but_not_ints_is_refused(backend, grid):
+    x, y = FakeDeviceArray(), FakeDeviceArray(ptr=8192)
+    scale[(8,)](x, y, 3, BLOCK=8)
+    scale[(1,)](x, y, 3, BLOCK=8)
+    with pytest.raises(tj.LaunchError, match="grid"):
+        scale[grid](x, y, 3, BLOCK=8)
+
+
+@tj.kernel
+def pick(x, y, WHICH: tj.constexpr):
+    tj.store(y, (0, 0), tj.load(x, (0, 0), (1, 8)) * len(WHICH))
+
+
+def test_an_unhashable_constexpr_takes_the_full_path_every_time(backend):
+    """A list constexpr (compiled as a tuple) makes the fast path's key unhashable: each launch
+    is bound again, and compiles once."""
+    x, y = FakeDeviceArray(), FakeDeviceArray(ptr=8192)
+    pick._cache.clear()
+    pick._fast.clear()
+    for _ in range(3):
+        pick[(1,)](x, y, WHICH=[1, 2])
+    assert len(backend.slow) == 3 and len(backend.compiled) == 1
+    assert backend.fast == [] and pick._fast == {}
+
+
 GAIN = 2.0
 
 

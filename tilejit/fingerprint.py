@@ -101,9 +101,15 @@ def dependency_readers(pyfn) -> list:
     return readers
 
 
+_AS_THEMSELVES = frozenset({types.FunctionType, types.BuiltinFunctionType, types.ModuleType, type, int, float,
+                            complex, str, bytes, bool, type(None)})
+
+
 def snapshot(value):
     """A comparable copy of ``value``: containers by content (so an in-place change shows), any
     other object as itself (compared by identity, then equality)."""
+    if type(value) in _AS_THEMSELVES:         # a kernel's globals on every launch: no isinstance chain
+        return value
     if isinstance(value, (list, tuple)):
         return (type(value), tuple(snapshot(v) for v in value))
     if isinstance(value, dict):

@@ -222,23 +222,30 @@ class Kernel:
 
     def __getitem__(self, grid):
         cacheable = type(grid) is int or type(grid) is tuple and all(type(g) is int for g in grid)
+        fast_grid = grid
         if cacheable:                   # kernel[(n,)] in a loop: one launcher per grid, made once
             launch = self._launchers.get(grid)
             if launch is not None:
                 return launch
+            try:
+                fast_grid = normalise_grid(grid)        # (n, 1, 1) once, not at every launch
+            except LaunchError:
+                pass                                    # reported by the launch, as for any grid
 
         def launch(*args, num_warps: int | None = None, num_stages: int | None = None, fast_math: bool = False,
                    debug: bool = False, stream=None, **kwargs):
             if getattr(_tracing, "skip", False):
                 return
             try:
-                check_num_stages(num_stages)
-                for name, flag in (("fast_math", fast_math), ("debug", debug)):
-                    if not isinstance(flag, bool):
-                        raise LaunchError(f"{name} must be True or False, got {flag!r}")
+                if num_stages is not None or fast_math is not False or debug is not False:
+                    check_num_stages(num_stages)
+                    for name, flag in (("fast_math", fast_math), ("debug", debug)):
+                        if not isinstance(flag, bool):
+                            raise LaunchError(f"{name} must be True or False, got {flag!r}")
                 env = _switch_env()             # read once: the debug switch and the fast path's key
-                debug = debug or _is_on(env[_DEBUG_AT])
-                if not self._launch_fast(grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug, env):
+                if env[_DEBUG_AT] is not None and _is_on(env[_DEBUG_AT]):
+                    debug = True
+                if not self._launch_fast(fast_grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug, env):
                     self._launch(grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug)
             except TilejitError as err:
                 raise at_caller(err, self.name, sys._getframe(1)) from None
@@ -380,7 +387,10 @@ class Kernel:
         if fast is not None:
             launcher = make_fast(entry.artifact)
             if launcher is not None:
-                self._fast[fast[0]] = launcher
+                try:
+                    self._fast[fast[0]] = launcher
+                except TypeError:                   # an unhashable constexpr value: no fast path
+                    pass
 
     def _check_outputs(self, artifact, values: list, specs: tuple) -> None:
         """Refuse, before anything runs on any backend, a launch whose output is a read-only
@@ -396,34 +406,28 @@ class Kernel:
     def _fast_key(self, args, kwargs, num_warps, num_stages=None, fast_math=False, debug=False, env=None):
         """(key, views) when the runtime arguments are exactly the positional ones and each is a
         device array or a Python int/float; None sends the launch down the full path. The key
-        holds everything the specialisation depends on, computed by the same rules."""
+        holds everything the specialisation depends on, computed by the same rules (it may be
+        unhashable: a list constexpr; the lookup then fails and the launch takes the full path)."""
         if len(args) != self._fast_arity:
             return None
         parts, views = [], []
         for v in args:
             t = type(v)
-            if v is None:
+            if t is int:
+                parts.append(_INT32_MIN <= v < _INT32_LIMIT)
+            elif t is float:
+                parts.append("f")
+            elif v is None:
                 parts.append(None)                        # compiled in: not a kernel parameter
                 continue
-            if t is int:
-                part = -2**31 <= v < 2**31
-            elif t is float:
-                part = "f"
             else:
                 v = _fast_device_view(v)
                 if v is None:
                     return None
-                dtype = v.dtype              # its name: a str hashes in C, a DType in Python
-                part = (v.device, dtype.name, _spec_fields(dtype, v.shape, v.strides, v.ptr)[1:])
-            parts.append(part)
+                parts.append((v.device, _spec_key(v.dtype, v.shape, v.strides, v.ptr)))
             views.append(v)
-        consts = tuple((k, type(v), v) for k, v in kwargs.items())     # 1024.0 is not 1024
-        key = (num_warps, num_stages, fast_math, debug, env or _switch_env(), consts, tuple(parts))
-        try:
-            hash(key)
-        except TypeError:
-            return None
-        return key, views
+        consts = tuple([(k, type(c), c) for k, c in kwargs.items()]) if kwargs else ()     # 1024.0 is not 1024
+        return (num_warps, num_stages, fast_math, debug, env or _switch_env(), consts, tuple(parts)), views
 
     def _launch_fast(self, grid, args, kwargs, num_warps, stream, num_stages=None, fast_math=False, debug=False,
                      env=None) -> bool:
@@ -432,7 +436,12 @@ class Kernel:
             return False
         self._drop_stale()
         fast = self._fast_key(args, kwargs, num_warps, num_stages, fast_math, debug, env)
-        launcher = self._fast.get(fast[0]) if fast is not None else None
+        if fast is None:
+            return False
+        try:
+            launcher = self._fast.get(fast[0])
+        except TypeError:                           # an unhashable constexpr value
+            return False
         if launcher is None:
             return False
         if callable(grid):
@@ -642,6 +651,26 @@ def check_num_warps(num_warps, who: str = "", allow_none: bool = True) -> None:
 
 
 _SPEC_MEMO: dict = {}
+
+
+_INT32_MIN, _INT32_LIMIT = -2**31, 2**31
+_SPEC_KEYS: dict = {}
+
+
+def _spec_key(dtype, shape, strides, ptr: int) -> tuple:
+    """What the fast path's key holds of an array: the dtype's name and ``_spec_fields`` after
+    the dtype (a str hashes in C, a DType in Python), remembered as ``_spec_fields`` is."""
+    key = (dtype.name, shape, strides, not ptr & 15)
+    try:
+        found = _SPEC_KEYS.get(key)
+    except TypeError:                       # a list shape: hashed as a tuple
+        key = (dtype.name, tuple(shape), tuple(strides), not ptr & 15)
+        found = _SPEC_KEYS.get(key)
+    if found is None:
+        if len(_SPEC_KEYS) > 4096:
+            _SPEC_KEYS.clear()
+        found = _SPEC_KEYS[key] = (dtype.name,) + _spec_fields(dtype, shape, strides, ptr)[1:]
+    return found
 
 
 def _spec_fields(dtype, shape, strides, ptr: int) -> tuple:
