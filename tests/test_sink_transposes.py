@@ -165,10 +165,12 @@ def dkdv_plan(kernel, causal, BM=32, BN=64, warps=4, dim=128):
     return fn.meta["loop_plans"][loop], [fn.meta["dot_plans"].family(d) for d in dots]
 
 
+@pytest.mark.parametrize("tiles", [(32, 64, 4), (32, 128, 8)], ids=["32x64x4", "32x128x8"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("kernel", [ab.dkdv_kernel, dkdv_transposed_kernel], ids=["S=QKt", "St=KQt"])
-def test_both_spellings_of_the_dkdv_loop_run_on_wgmma_from_tma_rings(kernel, causal):
-    plan, families = dkdv_plan(kernel, causal)
+def test_both_spellings_of_the_dkdv_loop_run_on_wgmma_from_tma_rings(kernel, causal, tiles):
+    BM, BN, warps = tiles
+    plan, families = dkdv_plan(kernel, causal, BM, BN, warps)
     assert families == [DotFamily.WGMMA] * 4
     assert len(plan.rings) == 4 and plan.engine is CopyEngine.TMA
 

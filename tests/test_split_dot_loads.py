@@ -11,11 +11,12 @@ import tilejit as tj
 from tilejit import dtypes as D
 from tilejit.ir import TileOp
 from tilejit.passes import pipeline, sink_transposes as sink_module, split_dot_loads as split_module
-from tilejit.passes.plans import CopyEngine
+from tilejit.passes.plans import CopyEngine, DotFamily
 from tilejit.passes.split_dot_loads import split_dot_loads
 from tilejit.specs import ArraySpec
 
 from examples import attention_backward as ab
+from test_sink_transposes import dkdv_plan, until
 
 
 @tj.kernel
@@ -156,23 +157,14 @@ def dkdv_simt(BM, BN, warps, dim=128, causal=False):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_dkdv_loop_runs_its_four_dots_on_wgmma_from_tma_rings(causal):
-    from tilejit.passes.plans import DotFamily
+    """q and dO each ringed twice (test_sink_transposes checks the plan of both spellings)."""
     from tilejit.simt import SimtOp
-    fn = ab.dkdv_kernel.tile_ir((A4,) * 4 + (S3, S3, A4, A4),
-                                {"scale": 128 ** -0.5, "BM": 32, "BN": 64, "BD": 128, "CAUSAL": causal})
-    fn = pipeline.clone_function(fn)
-    opts = pipeline.Options(4, "sm_90a")
-    for stage in pipeline.PIPELINE:
-        fn = stage.run(fn, opts)
-        if stage.name == "plan_loops":
-            break
-    loop = next(o for o in fn.walk() if o.op is TileOp.FOR)
-    plan = fn.meta["loop_plans"][loop]
-    dots = [o for o in loop.regions[0].ops if o.op is TileOp.DOT]
-    assert len(dots) == 4 and all(fn.meta["dot_plans"].family(d) is DotFamily.WGMMA for d in dots)
-    assert len(plan.rings) == 4 and plan.engine is CopyEngine.TMA      # q and dO twice each
+    plan, families = dkdv_plan(ab.dkdv_kernel, causal)
+    assert families == [DotFamily.WGMMA] * 4 and len(plan.rings) == 4 and plan.engine is CopyEngine.TMA
+    arrays = [r.load.operands[0] for r in plan.rings]
+    assert all(arrays.count(a) == 2 for a in arrays)            # two rings of each array
     simt_fn, _ = dkdv_simt(32, 64, 4, causal=causal)
-    assert any(o.op is SimtOp.WGMMA for o in simt_fn.walk())
+    assert sum(o.op is SimtOp.WGMMA for o in simt_fn.walk()) > 0
 
 
 def test_the_dkdv_kernel_assembles_without_spills():
@@ -209,15 +201,8 @@ def test_the_dq_loop_reads_k_from_two_rings_on_wgmma(monkeypatch):
     """dQ reads each K block in S = Q Kᵀ and in dQ += dS K: split, both DOTs (and dP = dO Vᵀ)
     run on wgmma from three TMA rings at 64 x 64, 4 warps; the result matches float64 on the
     emulator."""
-    from tilejit.passes.plans import DotFamily
-    fn = pipeline.clone_function(ab.dq_kernel.tile_ir((A4,) * 4 + (S3, S3, A4),
-                                                      {"scale": 128 ** -0.5, "BM": 64, "BN": 64, "BD": 128,
-                                                       "CAUSAL": True}))
-    opts = pipeline.Options(4, "sm_90a")
-    for stage in pipeline.PIPELINE:
-        fn = stage.run(fn, opts)
-        if stage.name == "plan_loops":
-            break
+    fn = until(ab.dq_kernel, (A4,) * 4 + (S3, S3, A4),
+               {"scale": 128 ** -0.5, "BM": 64, "BN": 64, "BD": 128, "CAUSAL": True}, "plan_loops")
     loop = next(o for o in fn.walk() if o.op is TileOp.FOR)
     dots = [o for o in loop.regions[0].ops if o.op is TileOp.DOT]
     assert [fn.meta["dot_plans"].family(d) for d in dots] == [DotFamily.WGMMA] * 3

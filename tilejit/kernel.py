@@ -650,16 +650,15 @@ def check_num_warps(num_warps, who: str = "", allow_none: bool = True) -> None:
         raise LaunchError(f"{who}num_warps must be a power of two from 1 to 32, got {num_warps!r}")
 
 
-_SPEC_MEMO: dict = {}
-
-
 _INT32_MIN, _INT32_LIMIT = -2**31, 2**31
 _SPEC_KEYS: dict = {}
 
 
 def _spec_key(dtype, shape, strides, ptr: int) -> tuple:
-    """What the fast path's key holds of an array: the dtype's name and ``_spec_fields`` after
-    the dtype (a str hashes in C, a DType in Python), remembered as ``_spec_fields`` is."""
+    """What the fast path's key holds of an array: the dtype's name (a str hashes in C, a DType
+    in Python) and the rest of ``array_spec_fields``, remembered by (dtype, shape, strides,
+    16-byte alignment of ptr), the only things it reads of ptr besides the alignment (the
+    launch path's hot spot otherwise)."""
     key = (dtype.name, shape, strides, not ptr & 15)
     try:
         found = _SPEC_KEYS.get(key)
@@ -669,20 +668,8 @@ def _spec_key(dtype, shape, strides, ptr: int) -> tuple:
     if found is None:
         if len(_SPEC_KEYS) > 4096:
             _SPEC_KEYS.clear()
-        found = _SPEC_KEYS[key] = (dtype.name,) + _spec_fields(dtype, shape, strides, ptr)[1:]
+        found = _SPEC_KEYS[key] = (dtype.name,) + array_spec_fields(dtype, shape, strides, ptr)[1:]
     return found
-
-
-def _spec_fields(dtype, shape, strides, ptr: int) -> tuple:
-    """``array_spec_fields`` remembered by (dtype, shape, strides, 16-byte alignment of ptr), the
-    only things it reads of ptr besides the alignment (the launch path's hot spot otherwise)."""
-    key = (dtype.name, tuple(shape), tuple(strides), ptr % 16 == 0)
-    fields = _SPEC_MEMO.get(key)
-    if fields is None:
-        if len(_SPEC_MEMO) > 4096:
-            _SPEC_MEMO.clear()
-        fields = _SPEC_MEMO[key] = array_spec_fields(dtype, shape, strides, ptr)
-    return fields
 
 
 def _fast_device_view(value):
