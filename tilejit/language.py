@@ -303,7 +303,10 @@ def bitcast(x, dtype):
 @builtin
 def trans(x, *perm):
     """``x`` with its dims permuted (``perm``, default: reversed), as ``np.transpose``; ``x.T`` and
-    ``tj.trans(k)`` reach the same tensor-core paths in ``tj.dot``.
+    ``tj.trans(k)`` reach the same tensor-core paths in ``tj.dot``.  A transposed tile computed in
+    registers (``tj.dot(p.T, do)`` of a softmax ``p``) is computed transposed from the start where
+    only its transpose is read, so it costs nothing either (FlashAttention's backward written
+    ``S = Q Kᵀ`` runs as ``Sᵀ = K Qᵀ``).
     Example: ``tj.dot(q, tj.trans(k))`` (also spelled ``k.T``)."""
 @builtin
 def permute(x, *dims):
@@ -468,7 +471,7 @@ _TILE_METHOD_DOCS = {
     "reshape": ("t.reshape(shape)", "``tj.reshape``: the same elements in row-major order, another shape "
                 "(also ``t.reshape(a, b)``; ``can_reorder=`` is accepted and ignored).", "t.reshape((BM, BD))"),
     "trans": ("t.trans(*dims)", "``tj.trans``: the axes reversed, or in the order ``dims``.", "k.trans()"),
-    "T": ("t.T", "The transpose of a 2-D tile, ``tj.trans(t)``; as a ``tj.dot`` operand it costs nothing.",
+    "T": ("t.T", "The transpose of a 2-D tile, ``tj.trans(t)``; as a ``tj.dot`` operand it costs nothing (a loaded tile, or one computed where only its transpose is read).",
           "tj.dot(q, k.T)"),
     "permute": ("t.permute(*dims)", "``tj.permute``: the axes in the order ``dims``.", "t.permute(2, 0, 1)"),
     "sum": ("t.sum(axis, keepdims=False)", "``tj.sum(t, axis, keepdims)``.", "t.sum(axis=1, keepdims=True)"),
