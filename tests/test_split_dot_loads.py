@@ -180,18 +180,21 @@ def test_the_dkdv_kernel_assembles_without_spills():
         assert "wgmma.mma_async" in ptx and out.spills == 0 and "serialized" not in out.log, (BM, BN, out.log)
 
 
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("tiles", [(32, 64, 4), (32, 128, 8)], ids=["32x64x4", "32x128x8"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_dkdv_kernel_on_wgmma_matches_float64(causal, monkeypatch):
-    """D 128, 32 x 64 tiles, 4 warps, GQA 2, a ragged length: the wgmma / TMA path on the
-    emulator (``-m gpu`` runs it on the GPU through the test above's kernels)."""
-    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+def test_the_dkdv_kernel_on_wgmma_matches_float64(causal, tiles, backend, monkeypatch):
+    """D 128, GQA 2, a ragged length: the wgmma / TMA path (with a producer warpgroup at 8
+    warps) against float64, on the emulator here and on the GPU under ``-m gpu``."""
+    BM, BN, warps = tiles
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
     q, k, v, do = ab.example_inputs(np.random.default_rng(1), 1, 4, 2, 100, 128, tj.bfloat16.np)
     o, lse = ab.forward(q, k, v, causal, BM=64, BN=64)
     delta = np.empty(lse.shape, np.float32)
     ab.delta_kernel[(tj.cdiv(100, 64), 4)](o, do, delta, BM=64, BD=128)
     dk, dv = np.full_like(k, np.nan), np.full_like(v, np.nan)
-    ab.dkdv_kernel[(tj.cdiv(100, 64), 2)](q, k, v, do, lse, delta, dk, dv, 128 ** -0.5, BM=32, BN=64, BD=128,
-                                          CAUSAL=causal, num_warps=4)
+    ab.dkdv_kernel[(tj.cdiv(100, BN), 2)](q, k, v, do, lse, delta, dk, dv, 128 ** -0.5, BM=BM, BN=BN, BD=128,
+                                          CAUSAL=causal, num_warps=warps)
     _, _, dk_ref, dv_ref = ab.gradients(q, k, v, do, causal)
     for got, want in ((dk, dk_ref), (dv, dv_ref)):
         assert np.abs(got.astype(np.float64) - want).max() <= 1e-2 * np.abs(want).max()
