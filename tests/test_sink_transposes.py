@@ -179,3 +179,11 @@ def test_without_the_pass_the_plain_spelling_stays_on_mma_sync(monkeypatch):
     monkeypatch.setattr(sink_module, "SINK_TRANSPOSES", False)
     _, families = dkdv_plan(ab.dkdv_kernel, False)
     assert DotFamily.WGMMA not in families[1::2]          # the DOTs reading p.T and ds.T
+
+
+@pytest.mark.parametrize("kernel", [ab.dkdv_kernel, dkdv_transposed_kernel, ab.dq_kernel], ids=["dkdv", "dkdv_t", "dq"])
+def test_the_rewritten_ir_verifies_after_every_pass(kernel):
+    specs = (A4,) * 4 + (S3, S3) + ((A4,) if kernel is ab.dq_kernel else (A4, A4))
+    for causal in (False, True):
+        tile = kernel.tile_ir(specs, {"scale": 0.088, "BM": 32, "BN": 64, "BD": 128, "CAUSAL": causal})
+        pipeline.compile_to_simt(tile, 4, "sm_90a", verify=True)
