@@ -159,13 +159,13 @@ def forward(q, k, v, causal=False, BM=32, BN=32, empty=np.empty, num_warps=None)
     return o, lse
 
 
-def backward(q, k, v, o, lse, do, causal=False, BM=32, BN=32, empty=np.empty, num_warps=None, dq_config=None):
+def backward(q, k, v, o, lse, do, causal=False, BM=32, BN=64, empty=np.empty, num_warps=4, dq_config=(64, 64, 4)):
     """(dq, dk, dv) for the output gradient ``do`` (dk, dv summed over each group's query heads).
     ``BM`` x ``BN`` tiles and ``num_warps`` (None: the compiler's choice) for the dK/dV kernel,
-    and for the dQ kernel unless ``dq_config`` gives its own ``(BM, BN, num_warps)``.  On sm_90a
-    every DOT runs on wgmma from TMA rings at D 64 and 128 when the wgmma side has 16 rows a
-    warp: ``BN = 16 * num_warps`` for dK/dV (``BM=32, BN=64, num_warps=4``), ``BM = 16 *
-    num_warps`` for dQ (``dq_config=(64, 64, 4)``)."""
+    and ``dq_config``'s ``(BM, BN, num_warps)`` for the dQ kernel (None: dK/dV's three).
+    The defaults run every DOT on wgmma from TMA rings on sm_90a at D 64 and 128: the wgmma
+    side has 16 rows a warp, ``BN = 16 * num_warps`` for dK/dV and ``BM = 16 * num_warps`` for
+    dQ (32 x 128 with 8 warps and 128 x 64 with 8 do too)."""
     batch, heads, seq_q, dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     scale, BD = 1.0 / float(np.sqrt(dim)), tj.next_power_of_2(dim)
@@ -239,7 +239,7 @@ def torch_attention():
         def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                                lse: torch.Tensor, do: torch.Tensor,
                                causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            return backward(q, k, v, o, lse, do.contiguous(), causal, empty=allocator(q), **BACKWARD_TILES)
+            return backward(q, k, v, o, lse, do.contiguous(), causal, empty=allocator(q))
 
         def setup_context(ctx, inputs, output):
             ctx.save_for_backward(*inputs[:3], *output)
@@ -255,9 +255,8 @@ def torch_attention():
 
 
 _TORCH_OP = None
-# the torch op's tiles: every DOT of the three kernels on wgmma on sm_90a at D 64 and 128
+# the torch op's forward tiles (the backward's are its defaults): wgmma on sm_90a at D 64 and 128
 FORWARD_TILES = {"BM": 128, "BN": 64, "num_warps": 8}
-BACKWARD_TILES = {"BM": 32, "BN": 64, "num_warps": 4, "dq_config": (64, 64, 4)}
 
 
 def example_inputs(rng, batch=1, heads=4, kv_heads=2, seq=100, dim=32, dtype=np.float32):

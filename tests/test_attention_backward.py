@@ -23,7 +23,7 @@ def test_gradients_match_numpy_in_float64(backend, causal, heads, kv_heads, seq,
     q, k, v, do = ab.example_inputs(np.random.default_rng(seq), heads=heads, kv_heads=kv_heads, seq=seq, dim=dim,
                                     dtype=np.float64)
     o, lse = ab.forward(q, k, v, causal, BM=16, BN=16)
-    got = (o, *ab.backward(q, k, v, o, lse, do, causal, BM=16, BN=16))
+    got = (o, *ab.backward(q, k, v, o, lse, do, causal, BM=16, BN=16, num_warps=None, dq_config=None))
     for name, g, want in zip(("o", "dq", "dk", "dv"), got, ab.gradients(q, k, v, do, causal)):
         np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-10, err_msg=name)
 
@@ -35,7 +35,7 @@ def test_float16_gradients_within_tolerance_with_keys_longer_than_queries(backen
     q, k, v, do = ab.example_inputs(rng, heads=2, kv_heads=1, seq=40, dim=32, dtype=np.float16)
     k, v = (np.concatenate([t, t[:, :, :9]], axis=2) for t in (k, v))          # 49 keys, 40 queries
     o, lse = ab.forward(q, k, v, False, BM=16, BN=32)
-    got = (o, *ab.backward(q, k, v, o, lse, do, False, BM=16, BN=32))
+    got = (o, *ab.backward(q, k, v, o, lse, do, False, BM=16, BN=32, num_warps=None, dq_config=None))
     for name, g, want in zip(("o", "dq", "dk", "dv"), got, ab.gradients(q, k, v, do)):
         scale = np.abs(want).max()
         assert np.abs(g.astype(np.float64) - want).max() <= 2e-2 * scale, name
