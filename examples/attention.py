@@ -54,7 +54,8 @@ attention_tuned = tj.autotune(configs=[tj.Config(BM=64, BN=32, num_warps=4),
                                        tj.Config(BM=128, BN=128, num_warps=8),    # wgmma on sm_90a
                                        tj.Config(BM=64, BN=64, num_warps=4),
                                        tj.Config(BM=128, BN=32, num_warps=4),
-                                       tj.Config(BM=128, BN=64, num_warps=4)],
+                                       tj.Config(BM=128, BN=64, num_warps=4),
+                                       tj.Config(BM=128, BN=64, num_warps=8)],   # wgmma; D 256's fit
                               key=["q", "k"])(attention_kernel)
 
 
