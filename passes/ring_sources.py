@@ -38,13 +38,19 @@ def ring_source(fn: ir.Function, multiples, dot: ir.Operation, v: ir.Value, body
     if found is None:
         return None
     load, chain, n_major = found
+    offsets = ringable_offsets(fn, multiples, load, body)
+    return None if offsets is None else RingSource(load, tuple(chain), n_major, tuple(offsets))
+
+
+def ringable_offsets(fn: ir.Function, multiples, load: ir.Operation, body: ir.Block) -> list[ir.Operation] | None:
+    """The body ops computing ``load``'s offsets when a ring can copy it ahead (the array and
+    offset rules above), else None."""
     spec = array_spec(fn, load.operands[0])
     if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
         return None
     if (multiples.of(load.operands[-1]) * spec.dtype.itemsize) % 16:
         return None
-    offsets = offset_slice(body, load, small_loads=True)
-    return None if offsets is None else RingSource(load, tuple(chain), n_major, tuple(offsets))
+    return offset_slice(body, load, small_loads=True)
 
 
 SMALL_LOAD = 16          # elements of a load an offset may be computed from (a page table's entry)
@@ -69,20 +75,13 @@ def offset_slice(body: ir.Block, load: ir.Operation, small_loads: bool = False) 
         o = in_body.get(v)
         if o is None or o in needed:
             continue
-        small = small_loads and (not is_tile(v) or _elements(v) <= SMALL_LOAD)
+        small = small_loads and (not is_tile(v) or v.type.numel <= SMALL_LOAD)
         if o.regions or (is_tile(v) and not small) or o.op in (TileOp.STORE, TileOp.ATOMIC) or \
                 (o.op is TileOp.LOAD and not (small and not ir.gathers(o))):
             return None
         needed.add(o)
         stack.extend(o.operands)
     return [o for o in body.ops if o in needed]
-
-
-def _elements(v: ir.Value) -> int:
-    n = 1
-    for d in v.type.shape:
-        n *= d
-    return n
 
 
 def _load_chain(v: ir.Value, uses: dict, body: ir.Block):

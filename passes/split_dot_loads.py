@@ -29,10 +29,10 @@ from __future__ import annotations
 from tilejit import dtypes as D
 from tilejit import ir
 from tilejit.ir import TileOp
-from tilejit.passes.assign_layouts import array_spec
+from tilejit.passes import lower_memory
 from tilejit.passes.mma_tiling import pipeline_stages
 from tilejit.passes.plan_loops import RING_BUDGET
-from tilejit.passes.ring_sources import offset_slice
+from tilejit.passes.ring_sources import ringable_offsets
 
 _OPERAND_DTYPES = (D.bfloat16, D.float16, D.float8e4m3, D.float8e5m2)
 # The switch (benchmarks/switch_probe.py): False leaves every load as the user wrote it.
@@ -42,20 +42,20 @@ _CHAIN = (TileOp.RESHAPE, TileOp.TRANS)
 
 def split_dot_loads(fn: ir.Function, target: str = "sm_90a") -> ir.Function:
     if SPLIT_DOT_LOADS:
-        _walk(fn, fn.body, RING_BUDGET.get(target, RING_BUDGET["sm_80"]))
+        _walk(fn, fn.body, RING_BUDGET.get(target, RING_BUDGET["sm_80"]), lower_memory.KnownMultiples(fn))
     return fn
 
 
-def _walk(fn: ir.Function, block: ir.Block, budget: int) -> None:
+def _walk(fn: ir.Function, block: ir.Block, budget: int, multiples) -> None:
     for o in list(block.ops):
         for r in o.regions:
-            _walk(fn, r, budget)
+            _walk(fn, r, budget, multiples)
         if o.op is TileOp.FOR and pipeline_stages(o) >= 2:
             body = o.regions[0]
             split = []
             for load in [x for x in body.ops if x.op is TileOp.LOAD]:
                 paths = _dot_paths(load, body)
-                if paths is not None and len(paths) >= 2 and _ringable(fn, body, load) \
+                if paths is not None and len(paths) >= 2 and ringable_offsets(fn, multiples, load, body) is not None \
                         and not any(_transposed_registers(dot) for *_, (dot, _) in paths):
                     split.append((load, paths))
             extra = sum(2 * _bytes(load.result) * (len(paths) - 1) for load, paths in split)
@@ -66,10 +66,7 @@ def _walk(fn: ir.Function, block: ir.Block, budget: int) -> None:
 
 
 def _bytes(v: ir.Value) -> int:
-    n = v.type.dtype.itemsize
-    for d in v.type.shape:
-        n *= d
-    return n
+    return v.type.numel * v.type.dtype.itemsize
 
 
 def _operand_bytes(body: ir.Block) -> int:
@@ -137,14 +134,6 @@ def _transposed_registers(dot: ir.Operation) -> bool:
             if src.owner is None or src.owner.op is not TileOp.LOAD:
                 return True
     return False
-
-
-def _ringable(fn: ir.Function, body: ir.Block, load: ir.Operation) -> bool:
-    """The array and offsets a ring can copy ahead (``ring_sources.ring_source``'s rules)."""
-    spec = array_spec(fn, load.operands[0])
-    if not (spec.unit_inner_stride and spec.aligned16) or (load.attrs and load.attrs.other != 0):
-        return False
-    return offset_slice(body, load, small_loads=True) is not None
 
 
 def _clone_path(body: ir.Block, load: ir.Operation, path: list[tuple[ir.Operation, int]]) -> None:

@@ -36,6 +36,24 @@ def masked_gram_kernel(w, x, out, n, BN: tj.constexpr, BM: tj.constexpr, BD: tj.
 
 
 @tj.kernel
+def masked_gram_range_kernel(w, x, out, n, BN: tj.constexpr, BM: tj.constexpr, BD: tj.constexpr):
+    """``masked_gram_kernel`` spelled otherwise: ``tj.range(stages=2)``, ``tj.trans`` for ``.T``,
+    the mask's comparisons in the other order, the scale after the exponent's argument."""
+    acc = tj.zeros((BN, BD), tj.float32)
+    wt = tj.load(w, (0, 0), (BN, BD))
+    cols = tj.arange(0, BN)
+    for m in tj.range(0, x.shape[0], BM, stages=2):
+        xt = tj.load(x, (m, 0), (BM, BD))
+        rows = m + tj.arange(0, BM)
+        c = tj.load(n, (m,), (BM,))
+        s = tj.dot(xt, tj.trans(wt))
+        keep = (cols[None, :] < BN) & (rows[:, None] < x.shape[0])
+        p = tj.where(keep, tj.exp(0.5 * s - c[:, None]), 0.0)
+        acc += tj.dot(tj.trans(p).to(xt.dtype), xt)
+    tj.store(out, (0, 0), acc)
+
+
+@tj.kernel
 def stored_too_kernel(w, x, out, side, BN: tj.constexpr, BM: tj.constexpr, BD: tj.constexpr):
     """The product is also stored as it is: it stays untransposed (a transpose would only move)."""
     acc = tj.zeros((BN, BD), tj.float32)
@@ -96,6 +114,17 @@ def test_the_product_read_transposed_is_computed_transposed():
     assert reshapes                            # c[:, None] became c[None, :], rows the same
 
 
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("kernel", [masked_gram_kernel, masked_gram_range_kernel], ids=["range, .T", "tj.range, tj.trans"])
+def test_both_spellings_compute_the_product_transposed_and_split_x(kernel, warps):
+    """Either spelling, 4 or 8 warps: no transpose of a computed tile is left, and the block of
+    x (read by both DOTs once p is computed transposed) is loaded once per DOT."""
+    fn = until(kernel, (ARR, ARR, F32_2, F32_1), {"BN": 16 * warps, "BM": 32, "BD": 64}, "split_dot_loads", warps)
+    assert transposes_of_computed_tiles(fn) == 0
+    loads = [o for o in loop_ops(fn) if o.op is TileOp.LOAD and o.operands[0] is fn.args[1]]
+    assert len(loads) == 2
+
+
 def test_a_product_also_read_untransposed_is_left_alone():
     before = until(stored_too_kernel, (ARR, ARR, F32_2, F32_2), CONSTS, "dce")
     after = sink_transposes(pipeline.clone_function(before))
@@ -109,15 +138,16 @@ def test_the_switch_turns_it_off(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("kernel", [masked_gram_kernel, masked_gram_range_kernel], ids=["range, .T", "tj.range, tj.trans"])
 @pytest.mark.parametrize("rows", [64, 75])
-def test_masked_gram_matches_numpy(backend, rows, monkeypatch):
+def test_masked_gram_matches_numpy(backend, rows, kernel, monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     rng = np.random.default_rng(rows)
     w = (rng.standard_normal((64, 64)) / 8).astype(tj.bfloat16.np)
     x = (rng.standard_normal((rows, 64)) / 8).astype(tj.bfloat16.np)
     c = rng.standard_normal(rows).astype(np.float32)
     out = np.full((64, 64), np.nan, np.float32)
-    masked_gram_kernel[(1,)](w, x, out, c, BN=64, BM=32, BD=64, num_warps=4)
+    kernel[(1,)](w, x, out, c, BN=64, BM=32, BD=64, num_warps=4)
     x64 = x.astype(np.float64)
     p = np.exp((x64 @ w.astype(np.float64).T).astype(np.float32) * 0.5 - c[:, None])
     want = p.astype(tj.bfloat16.np).astype(np.float64).T @ x64
