@@ -41,7 +41,7 @@ from llvmlite import ir
 from llvmlite.ir.values import ArgumentAttributes
 
 from tilejit.abi import TENSOR_MAP_BYTES, ParamKind
-from tilejit.codegen import mma
+from tilejit.codegen import mma, nibbles
 from tilejit import dtypes as D
 from tilejit import simt
 from tilejit.codegen.base import GLOBAL, I8, I32, I64, Ctx, const, mem_type, reg_type
@@ -286,6 +286,9 @@ class KernelEmitter:
             kind, ty = ("bf16", reg_type(D.bfloat16)) if out.dtype == D.bfloat16 else ("f16", reg_type(D.float16))
             self.set(op.result, [x for i in range(0, out.n, 2)
                                  for x in mma.f32_pair_to_16(self.b, operands[0][i], operands[0][i + 1], kind, ty)])
+            return
+        if op.attrs.op is TileOp.CAST and (pairs := nibbles.cast_pairs(self.ctx, operands[0], dtypes[0], out.dtype)):
+            self.set(op.result, pairs)         # tj.unpack's nibbles converted two at a time
             return
         regs = []
         self.ctx.inline_division = out.n == 1

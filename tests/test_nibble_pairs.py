@@ -1,0 +1,117 @@
+"""``tj.unpack``'s nibbles cast to bfloat16/float16 two at a time (``codegen.nibbles``): a byte's
+``& 15`` and ``>> 4`` registers, found through constant-condition selects, become one ``prmt``
+(or a shift and an or, for a byte that is not part of a loaded word), one mask-and-magic and one
+paired subtraction.  The pair's bits are computed on the host by the same LLVM for every byte
+value at every position of a word; the W4A16 kernel's PTX takes the paired form (and fewer
+registers) with the switch on, and its old form with it off."""
+import ctypes
+import re
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+from llvmlite import ir
+
+import tilejit as tj
+from tilejit import dtypes as D
+from tilejit.codegen import nibbles
+from tilejit.codegen.base import I8, I32, Ctx, const
+from tilejit.codegen.elementwise import elementwise
+from tilejit.ir import TileOp
+
+MAGIC = 0x4300
+
+
+def _nibbles_of(ctx, byte, k):
+    """(lo, hi) registers of ``byte`` as codegen emits ``tj.unpack``: ``& 15``, ``>> 4``, then the
+    interleaving select on a condition computed from constants (``k`` picks the arms' order)."""
+    b = ctx.builder
+    lo = elementwise(ctx, TileOp.AND, [byte, const(D.uint8, 15)], [D.uint8, D.uint8], D.uint8)
+    hi = elementwise(ctx, TileOp.SHR, [byte, const(D.uint8, 4)], [D.uint8, D.uint8], D.uint8)
+    even = b.icmp_unsigned("==", b.add(ir.Constant(I32, 0), ir.Constant(I32, k)), ir.Constant(I32, 0))
+    odd = b.icmp_unsigned("==", b.add(ir.Constant(I32, 0), ir.Constant(I32, k + 1)), ir.Constant(I32, 0))
+    return b.select(even, lo, hi) if k == 0 else lo, b.select(odd, lo, hi)
+
+
+def _run_pairs(words: bool) -> np.ndarray:
+    """Bits of the pair of every byte 0..255, bytes read as 16-byte vectors (``words``) or one by one."""
+    mod, ptr = ir.Module("host"), ir.PointerType()
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ptr, ptr]), "f")
+    ctx = Ctx(mod, fn, 90, "host")
+    b = ctx.builder
+    cache: dict = {}
+    for j in range(256):
+        if words:
+            vector = b.load(b.gep(fn.args[1], [ir.Constant(I32, j // 16 * 16)], source_etype=I8),
+                            typ=ir.VectorType(I8, 16))
+            byte = b.extract_element(vector, ir.Constant(I32, j % 16))
+        else:
+            byte = b.load(b.gep(fn.args[1], [ir.Constant(I32, j)], source_etype=I8), typ=I8)
+        lo, hi = _nibbles_of(ctx, byte, 0)
+        found = nibbles._nibble_pair(lo, hi)
+        assert found is byte
+        bits = nibbles.pair_bits(ctx, found, MAGIC, cache)
+        b.store(bits, b.gep(fn.args[0], [ir.Constant(I32, j)], source_etype=I32))
+    b.ret_void()
+    text = str(mod)
+    assert ("shufflevector" in text) == words
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = llvm.parse_assembly(text)
+    module.verify()
+    engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    cfn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(engine.get_function_address("f"))
+    data = np.random.default_rng(0).permutation(256).astype(np.uint8)
+    out = np.zeros(256, np.uint32)
+    cfn(out.ctypes.data, data.ctypes.data)
+    return data, out
+
+
+@pytest.mark.parametrize("words", [True, False], ids=["prmt", "shift-or"])
+def test_every_byte_gives_its_two_nibbles_as_magic_halves(words):
+    data, out = _run_pairs(words)
+    want = (MAGIC | data.astype(np.uint32) & 15) | (MAGIC | data.astype(np.uint32) >> 4) << 16
+    np.testing.assert_array_equal(out, want)
+    # and the halves are 2**7 + n as bfloat16 values: the subtraction of 2**7 leaves n exactly
+    halves = np.stack([out & 0xFFFF, out >> 16], axis=-1).astype(np.uint32) << 16
+    np.testing.assert_array_equal(halves.view(np.float32) - 128, np.stack([data & 15, data >> 4], -1))
+
+
+def test_only_low_then_high_of_one_byte_pairs():
+    mod = ir.Module("m")
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8, I8]), "f")
+    ctx = Ctx(mod, fn, 90, "host")
+    (lo, hi), (lo2, hi2) = _nibbles_of(ctx, fn.args[0], 0), _nibbles_of(ctx, fn.args[1], 0)
+    assert nibbles._nibble_pair(lo, hi) is fn.args[0]
+    assert nibbles._nibble_pair(hi, lo) is None                # high first: not a tj.unpack pair
+    assert nibbles._nibble_pair(lo, hi2) is None               # two bytes
+    assert nibbles._nibble_pair(lo, lo) is None
+    other = elementwise(ctx, TileOp.SHR, [fn.args[0], const(D.uint8, 3)], [D.uint8, D.uint8], D.uint8)
+    assert nibbles._nibble_pair(lo, other) is None             # not the high nibble
+    assert nibbles.cast_pairs(ctx, [lo, lo2], D.uint8, D.bfloat16) is None
+    assert nibbles.cast_pairs(ctx, [lo, hi], D.uint8, D.float32) is None     # f32: one at a time
+    assert len(nibbles.cast_pairs(ctx, [lo, hi, lo2, other], D.uint8, D.float16)) == 4
+
+
+def _w4a16_ptx(monkeypatch, on: bool):
+    from examples import w4a16_gemm
+    from tilejit.backends.cuda import build
+    monkeypatch.setattr(nibbles, "NIBBLE_PAIRS", on)
+    k = w4a16_gemm.w4a16_matmul_kernel
+    a = np.zeros((16, 256), tj.bfloat16.np)
+    packed = np.zeros((256, 64), np.uint8)
+    s = np.zeros((2, 128), tj.bfloat16.np)
+    specs, consts, _ = k.specialise(k.bind((a, packed, s, s, np.zeros((16, 128), tj.bfloat16.np)),
+                                           {"BM": 16, "BN": 128, "BK": 128, "GROUP": 128}))
+    return build(k.tile_ir(specs, consts), 4, "sm_90a")
+
+
+def test_w4a16_dequantises_pairs_with_prmt(monkeypatch):
+    ptx = _w4a16_ptx(monkeypatch, True)["ptx"]
+    paired = re.findall(r"prmt\.b32\s+%r\d+, %r\d+, %r\d+, 0x([4-7])0([0-3])U;", ptx)
+    assert paired and all(int(hi) == int(lo) + 4 for hi, lo in paired)
+    assert re.search(r"and\.b32\s+%r\d+, %r\d+, 983055;", ptx)         # 0x000F000F
+    assert not re.search(r"and\.b16\s+%rs\d+, %rs\d+, 15;", ptx)      # no nibble masked alone
+    old = _w4a16_ptx(monkeypatch, False)["ptx"]
+    assert re.search(r"and\.b16\s+%rs\d+, %rs\d+, 15;", old) and "983055" not in old

@@ -1,0 +1,136 @@
+"""Packed 4-bit values to bfloat16/float16 two at a time (``tj.unpack`` then ``.to(bf16)``).
+
+``tj.unpack`` gives each byte ``b`` of a packed tile as two registers, ``b & 15`` and ``b >> 4``
+(low nibble first), and the cast that follows converts each alone: pick the byte out of its
+word, mask or shift it, widen it, set the magic exponent and pair two halves into one 32-bit
+register before the ``bf16x2`` subtraction, about seven instructions a pair (W4A16's decode
+loop is bound by them).  Here a CAST whose registers come in such pairs converts the pair at
+once: one ``prmt`` puts byte ``i`` of the 32-bit word in the low half and the same byte shifted
+right by 4 in the high half (one shift a word serves its four bytes), one ``lop3`` keeps the two
+nibbles and sets the magic exponents (``0x4300``: 2**7 + n as a bfloat16; ``0x6400``: 2**10 + n
+as a float16) and one ``bf16x2``/``f16x2`` subtraction of 2**7 (2**10) leaves the two exact
+values.  The pairs are found in the LLVM values themselves (``and``/``lshr`` of one byte,
+through selects whose conditions are constants); a byte that is not an element of a loaded
+vector of whole words takes the shift-and-or form of the same trick; any other register
+converts alone (``base.convert``).  ``NIBBLE_PAIRS`` switches it off."""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilejit import dtypes as D
+from tilejit.codegen import base
+from tilejit.codegen.base import BF16, F16, I8, I32, Ctx, convert
+from tilejit.dtypes import DType
+
+NIBBLE_PAIRS = True
+_MAGIC = {D.bfloat16: (0x4300, 128.0, BF16), D.float16: (0x6400, 1024.0, F16)}
+_FOLDS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+          "and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b}
+_COMPARES = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+             "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+
+
+def cast_pairs(ctx: Ctx, regs: list, src: DType, dst: DType) -> list | None:
+    """``regs`` (``src`` integers) cast to ``dst``, nibble pairs two at a time; None when no
+    pair is found (the caller converts register by register)."""
+    if not (NIBBLE_PAIRS and base.MAGIC_INT_TO_FLOAT) or dst not in _MAGIC or src not in (D.uint8, D.int8) or len(regs) < 2:
+        return None
+    pairs = {i: byte for i in range(0, len(regs) - 1, 2) if (byte := _nibble_pair(regs[i], regs[i + 1])) is not None}
+    if not pairs:
+        return None
+    words: dict = {}
+    out = []
+    for i in range(0, len(regs), 2):
+        if i in pairs:
+            out += _convert_pair(ctx, pairs[i], dst, words)
+        else:
+            out += [convert(ctx, r, src, dst) for r in regs[i:i + 2]]
+    return out
+
+
+def _nibble_pair(lo, hi):
+    """The i8 byte ``b`` when ``lo`` is ``b & 15`` and ``hi`` is ``b >> 4`` (logical)."""
+    lo, hi = _resolve(lo), _resolve(hi)
+    if not (isinstance(lo, ir.Instruction) and lo.opname == "and" and isinstance(hi, ir.Instruction)
+            and hi.opname == "lshr" and lo.type == I8 and hi.type == I8):
+        return None
+    byte = hi.operands[0]
+    if _fold(hi.operands[1]) != 4 or not any(a is byte and _fold(m) == 15 for a, m in (lo.operands, lo.operands[::-1])):
+        return None
+    return byte
+
+
+def _resolve(v, depth: int = 8):
+    """``v`` with selects on constant conditions replaced by the value they pick."""
+    while depth and isinstance(v, ir.Instruction) and v.opname == "select":
+        cond = _fold(v.operands[0])
+        if cond is None:
+            return v
+        v, depth = v.operands[1 if cond else 2], depth - 1
+    return v
+
+
+def _fold(v, depth: int = 6):
+    """The integer value of ``v`` when it is computed from constants alone, else None."""
+    if isinstance(v, ir.Constant):
+        return v.constant if isinstance(v.constant, (int, bool)) and not isinstance(v.type, ir.VectorType) else None
+    if depth == 0 or not isinstance(v, ir.Instruction):
+        return None
+    args = [_fold(a, depth - 1) for a in v.operands]
+    if None in args:
+        return None
+    if v.opname in _FOLDS:
+        return _FOLDS[v.opname](*args) & ((1 << v.type.width) - 1)
+    if v.opname == "lshr":
+        return args[0] >> args[1]
+    if v.opname == "select":
+        return args[1] if args[0] else args[2]
+    if v.opname in ("zext", "trunc"):
+        return args[0] & ((1 << v.type.width) - 1)
+    if v.opname == "icmp" and v.op.lstrip("us") in _COMPARES:    # (llvmlite's "eq", "ult", "sge", ...)
+        if v.op[0] == "s":
+            args = [a - (1 << w) if a >> (w - 1) else a for a, w in zip(args, (o.type.width for o in v.operands))]
+        return int(_COMPARES[v.op.lstrip("us")](*args))
+    return None
+
+
+def _convert_pair(ctx: Ctx, byte, dst: DType, words: dict) -> list:
+    """(``byte & 15``, ``byte >> 4``) as two ``dst`` registers."""
+    b = ctx.builder
+    magic, offset, ty = _MAGIC[dst]
+    pair_ty = ir.VectorType(ty, 2)
+    values = b.fsub(b.bitcast(pair_bits(ctx, byte, magic, words), pair_ty), ir.Constant(pair_ty, [offset, offset]))
+    return [b.extract_element(values, ir.Constant(I32, k)) for k in range(2)]
+
+
+def pair_bits(ctx: Ctx, byte, magic: int, words: dict):
+    """The i32 ``(magic | byte & 15) | (magic | byte >> 4) << 16`` of the i8 ``byte``."""
+    b = ctx.builder
+    word = _word_of(ctx, byte, words)
+    if word is not None:                 # prmt: byte i of the word low, the word >> 4's byte i high
+        (w, shifted), i = word
+        v4 = ir.VectorType(I8, 4)
+        both = b.shuffle_vector(b.bitcast(w, v4), b.bitcast(shifted, v4),
+                                ir.Constant(ir.VectorType(I32, 4), [i, i, 4 + i, 4 + i]))
+        spread = b.bitcast(both, I32)
+    else:                                # the byte at bits 0-7 and 12-19
+        x = b.zext(byte, I32)
+        spread = b.or_(x, b.shl(x, ir.Constant(I32, 12)))
+    return b.or_(b.and_(spread, ir.Constant(I32, 0x000F000F)), ir.Constant(I32, magic | magic << 16))
+
+
+def _word_of(ctx: Ctx, byte, words: dict):
+    """((32-bit word, the word >> 4), byte index) when ``byte`` is element j of a vector of whole
+    words; ``words`` keeps each word's two registers for the other bytes of the word."""
+    if not (isinstance(byte, ir.Instruction) and byte.opname == "extractelement"):
+        return None
+    vector, index = byte.operands
+    j = _fold(index)
+    if j is None or not isinstance(vector.type, ir.VectorType) or vector.type.element != I8 or vector.type.count % 4:
+        return None
+    key = (id(vector), j // 4)
+    if key not in words:
+        b = ctx.builder
+        w = b.extract_element(b.bitcast(vector, ir.VectorType(I32, vector.type.count // 4)), ir.Constant(I32, j // 4))
+        words[key] = (w, b.lshr(w, ir.Constant(I32, 4)))
+    return words[key], j % 4
