@@ -22,18 +22,23 @@ from tilejit.ir import TileOp
 MAGIC = 0x4300
 
 
-def _nibbles_of(ctx, byte, k):
-    """(lo, hi) registers of ``byte`` as codegen emits ``tj.unpack``: ``& 15``, ``>> 4``, then the
-    interleaving select on a condition computed from constants (``k`` picks the arms' order)."""
+def _nibbles_of(ctx, byte, k, signed=False):
+    """(lo, hi) registers of ``byte`` as codegen emits ``tj.unpack``: ``& 15``, ``>> 4`` (for int4
+    then ``^ 8`` and ``- 8``), then the interleaving select on a condition computed from
+    constants (``k`` picks the arms' order)."""
     b = ctx.builder
     lo = elementwise(ctx, TileOp.AND, [byte, const(D.uint8, 15)], [D.uint8, D.uint8], D.uint8)
     hi = elementwise(ctx, TileOp.SHR, [byte, const(D.uint8, 4)], [D.uint8, D.uint8], D.uint8)
+    if signed:
+        lo, hi = (elementwise(ctx, TileOp.SUB, [elementwise(ctx, TileOp.XOR, [v, const(D.uint8, 8)], [D.uint8] * 2,
+                                                            D.uint8), const(D.uint8, 8)], [D.uint8] * 2, D.uint8)
+                  for v in (lo, hi))
     even = b.icmp_unsigned("==", b.add(ir.Constant(I32, 0), ir.Constant(I32, k)), ir.Constant(I32, 0))
     odd = b.icmp_unsigned("==", b.add(ir.Constant(I32, 0), ir.Constant(I32, k + 1)), ir.Constant(I32, 0))
     return b.select(even, lo, hi) if k == 0 else lo, b.select(odd, lo, hi)
 
 
-def _run_pairs(words: bool) -> np.ndarray:
+def _run_pairs(words: bool, signed: bool = False) -> np.ndarray:
     """Bits of the pair of every byte 0..255, bytes read as 16-byte vectors (``words``) or one by one."""
     mod, ptr = ir.Module("host"), ir.PointerType()
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ptr, ptr]), "f")
@@ -47,10 +52,10 @@ def _run_pairs(words: bool) -> np.ndarray:
             byte = b.extract_element(vector, ir.Constant(I32, j % 16))
         else:
             byte = b.load(b.gep(fn.args[1], [ir.Constant(I32, j)], source_etype=I8), typ=I8)
-        lo, hi = _nibbles_of(ctx, byte, 0)
+        lo, hi = _nibbles_of(ctx, byte, 0, signed)
         found = nibbles._nibble_pair(lo, hi)
-        assert found is byte
-        bits = nibbles.pair_bits(ctx, found, MAGIC, cache)
+        assert found == (byte, signed)
+        bits = nibbles.pair_bits(ctx, byte, signed, MAGIC, cache)
         b.store(bits, b.gep(fn.args[0], [ir.Constant(I32, j)], source_etype=I32))
     b.ret_void()
     text = str(mod)
@@ -68,14 +73,18 @@ def _run_pairs(words: bool) -> np.ndarray:
     return data, out
 
 
+@pytest.mark.parametrize("signed", [False, True], ids=["uint4", "int4"])
 @pytest.mark.parametrize("words", [True, False], ids=["prmt", "shift-or"])
-def test_every_byte_gives_its_two_nibbles_as_magic_halves(words):
-    data, out = _run_pairs(words)
-    want = (MAGIC | data.astype(np.uint32) & 15) | (MAGIC | data.astype(np.uint32) >> 4) << 16
+def test_every_byte_gives_its_two_nibbles_as_magic_halves(words, signed):
+    data, out = _run_pairs(words, signed)
+    flip = 8 if signed else 0
+    want = (MAGIC | (data.astype(np.uint32) & 15) ^ flip) | (MAGIC | (data.astype(np.uint32) >> 4) ^ flip) << 16
     np.testing.assert_array_equal(out, want)
-    # and the halves are 2**7 + n as bfloat16 values: the subtraction of 2**7 leaves n exactly
+    # and the halves are 2**7 + n (+ 8) as bfloat16 values: subtracting 2**7 (+ 8) leaves the
+    # nibble's value exactly, as tj.unpack gives it (int4: two's complement)
     halves = np.stack([out & 0xFFFF, out >> 16], axis=-1).astype(np.uint32) << 16
-    np.testing.assert_array_equal(halves.view(np.float32) - 128, np.stack([data & 15, data >> 4], -1))
+    nib = np.stack([data & 15, data >> 4], -1).astype(np.int64)
+    np.testing.assert_array_equal(halves.view(np.float32) - 128 - flip, (nib ^ 8) - 8 if signed else nib)
 
 
 def test_only_low_then_high_of_one_byte_pairs():
@@ -83,7 +92,7 @@ def test_only_low_then_high_of_one_byte_pairs():
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8, I8]), "f")
     ctx = Ctx(mod, fn, 90, "host")
     (lo, hi), (lo2, hi2) = _nibbles_of(ctx, fn.args[0], 0), _nibbles_of(ctx, fn.args[1], 0)
-    assert nibbles._nibble_pair(lo, hi) is fn.args[0]
+    assert nibbles._nibble_pair(lo, hi) == (fn.args[0], False)
     assert nibbles._nibble_pair(hi, lo) is None                # high first: not a tj.unpack pair
     assert nibbles._nibble_pair(lo, hi2) is None               # two bytes
     assert nibbles._nibble_pair(lo, lo) is None
@@ -92,6 +101,11 @@ def test_only_low_then_high_of_one_byte_pairs():
     assert nibbles.cast_pairs(ctx, [lo, lo2], D.uint8, D.bfloat16) is None
     assert nibbles.cast_pairs(ctx, [lo, hi], D.uint8, D.float32) is None     # f32: one at a time
     assert len(nibbles.cast_pairs(ctx, [lo, hi, lo2, other], D.uint8, D.float16)) == 4
+    slo, shi = _nibbles_of(ctx, fn.args[0], 0, signed=True)
+    assert nibbles._nibble_pair(slo, shi) == (fn.args[0], True)
+    assert nibbles._nibble_pair(slo, hi) is None               # one signed, one not
+    assert nibbles.cast_pairs(ctx, [slo, shi], D.uint8, D.bfloat16) is None  # (n ^ 8) - 8 as uint8: 248..
+    assert nibbles.cast_pairs(ctx, [slo, shi], D.int8, D.bfloat16) is not None
 
 
 def _w4a16_ptx(monkeypatch, on: bool):
@@ -115,3 +129,22 @@ def test_w4a16_dequantises_pairs_with_prmt(monkeypatch):
     assert not re.search(r"and\.b16\s+%rs\d+, %rs\d+, 15;", ptx)      # no nibble masked alone
     old = _w4a16_ptx(monkeypatch, False)["ptx"]
     assert re.search(r"and\.b16\s+%rs\d+, %rs\d+, 15;", old) and "983055" not in old
+
+
+@tj.kernel
+def _int4_to_bf16(p, out, B: tj.constexpr):
+    q = tj.unpack(tj.load(p, (0, 0), (16, B)), tj.int4)
+    tj.store(out, (0, 0), q.to(tj.bfloat16))
+
+
+def test_int4_pairs_flip_the_sign_bit_in_the_same_logic_op(monkeypatch):
+    from tilejit.backends.cuda import build
+    k = _int4_to_bf16
+    specs, consts, _ = k.specialise(k.bind((np.zeros((16, 32), np.uint8), np.zeros((16, 64), tj.bfloat16.np)),
+                                           {"B": 32}))
+    ptx = build(k.tile_ir(specs, consts), 4, "sm_90a", stop_after="ptx")["ptx"]
+    # the masked nibbles ^ 0x00080008 | 0x43004300: one xor with 0x43084308 (LLVM joins them)
+    assert re.search(r"and\.b32\s+%r\d+, %r\d+, 983055;\s+xor\.b32\s+%r\d+, %r\d+, 1124614920;", ptx)
+    assert "cvt.rn.bf16.f32" not in ptx                                 # (each nibble through f32 before)
+    monkeypatch.setattr(nibbles, "NIBBLE_PAIRS", False)
+    assert "cvt.rn.bf16.f32" in build(k.tile_ir(specs, consts), 4, "sm_90a", stop_after="ptx")["ptx"]

@@ -269,7 +269,9 @@ def where(cond, x, y):
 def unpack(t, dtype):
     """The 4-bit values packed two per byte in the uint8 tile ``t`` (low nibble first), with the
     last dimension doubled: ``tj.int4`` -> int8, ``tj.uint4`` -> uint8, ``tj.float4e2m1`` ->
-    float32 (the e2m1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives).
+    float32 (the e2m1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives).  On the GPU,
+    ``tj.unpack(t, tj.uint4 or tj.int4).to(tj.bfloat16 or tj.float16)`` converts each byte's two
+    values together: one byte permute, one logic op and one paired subtraction per byte.
     Example: ``q = tj.unpack(tj.load(w, (k, n // 2), (BK, BN // 2)), tj.uint4)`` gives (BK, BN) values 0..15."""
 @builtin
 def pack(t, dtype):

@@ -9,7 +9,8 @@ once: one ``prmt`` puts byte ``i`` of the 32-bit word in the low half and the sa
 right by 4 in the high half (one shift a word serves its four bytes), one ``lop3`` keeps the two
 nibbles and sets the magic exponents (``0x4300``: 2**7 + n as a bfloat16; ``0x6400``: 2**10 + n
 as a float16) and one ``bf16x2``/``f16x2`` subtraction of 2**7 (2**10) leaves the two exact
-values.  The pairs are found in the LLVM values themselves (``and``/``lshr`` of one byte,
+values.  ``tj.int4``'s nibbles (``(n ^ 8) - 8``) pair the same way, with the ``^ 8`` in the
+same logic op and 2**7 + 8 (2**10 + 8) subtracted.  The pairs are found in the LLVM values themselves (``and``/``lshr`` of one byte,
 through selects whose conditions are constants); a byte that is not an element of a loaded
 vector of whole words takes the shift-and-or form of the same trick; any other register
 converts alone (``base.convert``).  ``NIBBLE_PAIRS`` switches it off."""
@@ -35,29 +36,46 @@ def cast_pairs(ctx: Ctx, regs: list, src: DType, dst: DType) -> list | None:
     pair is found (the caller converts register by register)."""
     if not (NIBBLE_PAIRS and base.MAGIC_INT_TO_FLOAT) or dst not in _MAGIC or src not in (D.uint8, D.int8) or len(regs) < 2:
         return None
-    pairs = {i: byte for i in range(0, len(regs) - 1, 2) if (byte := _nibble_pair(regs[i], regs[i + 1])) is not None}
+    pairs = {i: found for i in range(0, len(regs) - 1, 2)
+             if (found := _nibble_pair(regs[i], regs[i + 1])) is not None and (src == D.int8 or not found[1])}
     if not pairs:
         return None
     words: dict = {}
     out = []
     for i in range(0, len(regs), 2):
         if i in pairs:
-            out += _convert_pair(ctx, pairs[i], dst, words)
+            out += _convert_pair(ctx, *pairs[i], dst, words)
         else:
             out += [convert(ctx, r, src, dst) for r in regs[i:i + 2]]
     return out
 
 
 def _nibble_pair(lo, hi):
-    """The i8 byte ``b`` when ``lo`` is ``b & 15`` and ``hi`` is ``b >> 4`` (logical)."""
+    """(i8 byte ``b``, signed) when ``lo`` is ``b & 15`` and ``hi`` is ``b >> 4`` (logical), or
+    (signed) ``tj.int4``'s ``(n ^ 8) - 8`` of each."""
     lo, hi = _resolve(lo), _resolve(hi)
+    signed = _signed_nibble(lo) is not None and _signed_nibble(hi) is not None
+    if signed:
+        lo, hi = _resolve(_signed_nibble(lo)), _resolve(_signed_nibble(hi))
     if not (isinstance(lo, ir.Instruction) and lo.opname == "and" and isinstance(hi, ir.Instruction)
             and hi.opname == "lshr" and lo.type == I8 and hi.type == I8):
         return None
     byte = hi.operands[0]
     if _fold(hi.operands[1]) != 4 or not any(a is byte and _fold(m) == 15 for a, m in (lo.operands, lo.operands[::-1])):
         return None
-    return byte
+    return byte, signed
+
+
+def _signed_nibble(v):
+    """``n`` when ``v`` is ``(n ^ 8) - 8`` (a nibble as a two's complement int4)."""
+    v = _resolve(v)
+    if not (isinstance(v, ir.Instruction) and v.opname == "sub" and _fold(v.operands[1]) == 8):
+        return None
+    x = _resolve(v.operands[0])
+    if not (isinstance(x, ir.Instruction) and x.opname == "xor"):
+        return None
+    n, m = x.operands
+    return n if _fold(m) == 8 else m if _fold(n) == 8 else None
 
 
 def _resolve(v, depth: int = 8):
@@ -94,17 +112,21 @@ def _fold(v, depth: int = 6):
     return None
 
 
-def _convert_pair(ctx: Ctx, byte, dst: DType, words: dict) -> list:
-    """(``byte & 15``, ``byte >> 4``) as two ``dst`` registers."""
+def _convert_pair(ctx: Ctx, byte, signed: bool, dst: DType, words: dict) -> list:
+    """(``byte & 15``, ``byte >> 4``) as two ``dst`` registers (``signed``: as int4 values, whose
+    ``n ^ 8`` is the value plus 8)."""
     b = ctx.builder
     magic, offset, ty = _MAGIC[dst]
+    bits = pair_bits(ctx, byte, signed, magic, words)
     pair_ty = ir.VectorType(ty, 2)
-    values = b.fsub(b.bitcast(pair_bits(ctx, byte, magic, words), pair_ty), ir.Constant(pair_ty, [offset, offset]))
+    shift = offset + 8 if signed else offset
+    values = b.fsub(b.bitcast(bits, pair_ty), ir.Constant(pair_ty, [shift, shift]))
     return [b.extract_element(values, ir.Constant(I32, k)) for k in range(2)]
 
 
-def pair_bits(ctx: Ctx, byte, magic: int, words: dict):
-    """The i32 ``(magic | byte & 15) | (magic | byte >> 4) << 16`` of the i8 ``byte``."""
+def pair_bits(ctx: Ctx, byte, signed: bool, magic: int, words: dict):
+    """The i32 ``(magic | byte & 15) | (magic | byte >> 4) << 16`` of the i8 ``byte`` (``signed``:
+    each nibble ``^ 8``)."""
     b = ctx.builder
     word = _word_of(ctx, byte, words)
     if word is not None:                 # prmt: byte i of the word low, the word >> 4's byte i high
@@ -116,7 +138,10 @@ def pair_bits(ctx: Ctx, byte, magic: int, words: dict):
     else:                                # the byte at bits 0-7 and 12-19
         x = b.zext(byte, I32)
         spread = b.or_(x, b.shl(x, ir.Constant(I32, 12)))
-    return b.or_(b.and_(spread, ir.Constant(I32, 0x000F000F)), ir.Constant(I32, magic | magic << 16))
+    nibbles = b.and_(spread, ir.Constant(I32, 0x000F000F))
+    if signed:
+        nibbles = b.xor(nibbles, ir.Constant(I32, 0x00080008))
+    return b.or_(nibbles, ir.Constant(I32, magic | magic << 16))
 
 
 def _word_of(ctx: Ctx, byte, words: dict):
