@@ -225,3 +225,15 @@ def test_masked_integers_of_any_width_convert_to_16_bit_floats(backend, src, dt,
     y = np.zeros(256, dt.np)
     masked_ints_k[(1,)](x, y, DT=dt, B=256)
     np.testing.assert_array_equal(y.astype(np.float32), (x & 15).astype(np.float32))
+
+
+def test_the_e2m1_decode_is_bit_moves_and_one_multiply():
+    """float4e2m1 codes decode through float32's bits (sign, exponent, mantissa moved, times
+    2**126), not through exp2 and selects: the GPU code has no ex2, selp or compare on floats,
+    and its multiply keeps subnormals (no .ftz: the codes 1 and 9 are float32 subnormals times 2**126)."""
+    from tilejit.backends.cuda import build
+    specs, consts, _ = unpack_k.specialise(unpack_k.bind(
+        (np.zeros((8, 16), np.uint8), np.zeros((8, 32), np.float32)), {"KIND": tj.float4e2m1, "M": 8, "N": 16}))
+    ptx = build(unpack_k.tile_ir(specs, consts), 4, "sm_90a", stop_after="ptx")["ptx"]
+    assert "ex2" not in ptx and "selp.f32" not in ptx and "setp.eq.f32" not in ptx
+    assert "mul.rn.f32" in ptx and "ftz" not in ptx

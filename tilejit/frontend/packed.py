@@ -1,6 +1,6 @@
 """4-bit data (``tj.int4``, ``tj.uint4``, ``tj.float4e2m1``) packed two values per uint8 byte,
 low nibble first: ``tj.unpack`` and ``tj.pack`` as compositions of the tile ops that
-``semantics`` builds (masks and shifts, the e2m1 decode with ``exp2``, the nearest-e2m1 encode,
+``semantics`` builds (masks and shifts, the e2m1 decode through float32's bits, the nearest-e2m1 encode,
 and an interleave through a unit axis)."""
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ def unpack(b: Builder, t, dtype) -> Value:
 
 
 def _e2m1_value(b: Builder, n: Value) -> Value:
-    """A nibble's float4e2m1 value: sign bit 3, exponent bits 2-1 (bias 1), mantissa bit 0."""
-    code = binary(b, "&", n, 7)
-    exp = cast(b, binary(b, ">>", code, 1), dtypes.float32)
-    mant = cast(b, binary(b, "&", code, 1), dtypes.float32)
-    normal = binary(b, "*", binary(b, "+", binary(b, "*", mant, 0.5), 1.0), unary(b, "exp2", binary(b, "-", exp, 1.0)))
-    magnitude = where(b, binary(b, "==", exp, 0.0), binary(b, "*", mant, 0.5), normal)
-    return where(b, binary(b, "!=", binary(b, "&", n, 8), 0), unary(b, "-", magnitude), magnitude)
+    """A nibble's float4e2m1 value: sign bit 3, exponent bits 2-1 (bias 1), mantissa bit 0.  Its
+    bits moved to float32's sign (31), exponent (24-23) and mantissa (22) read as
+    2**(e - 127) * (1 + m / 2), or m * 2**-127 for e = 0 (a float32 subnormal); times 2**126
+    (exact: a power of two) that is the e2m1 value, -0.0 for the code 8."""
+    n32 = cast(b, n, dtypes.uint32)
+    bits = binary(b, "|", binary(b, "<<", binary(b, "&", n32, 8), 28), binary(b, "<<", binary(b, "&", n32, 7), 22))
+    return binary(b, "*", bitcast_to(b, bits, dtypes.float32), 2.0 ** 126)
 
 
 def _interleave(b: Builder, even: Value, odd: Value) -> Value:
