@@ -62,6 +62,12 @@ PERSIST_TILES = False
 # shares them (``_shared_before``) and such loops can be specialised too; False (the default)
 # leaves the planner free and such loops unspecialised.
 PRIVATE_RINGS = False
+# The switch: True puts two consumer warpgroups whose loop issues two or more wgmma groups
+# (attention's QK^T and PV) in ping-pong (``pingpong``); False (the default until measured on
+# the GPU) lets them run out of step as they fall.
+PINGPONG = False
+PINGPONG_BARRIERS = (2, 3, 4)    # named barrier ids: warpgroup g waits at 2 + g, 4 pairs the ends
+#                                  (0 and 1 are the CTA's and the consumers')
 
 
 def worth_it(rec, num_warps: int = 4) -> bool:
@@ -257,6 +263,8 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     consumer = ir.Block([], [o for o in fn.body.ops if o not in hoisted])
     bar_id = const(1, head)
     _named_barriers(consumer, bar_id, consumers)
+    if PINGPONG and not persist and pingpong_groups(body, consumers):
+        pingpong(holder if guard is not None else consumer, loop, group, head, loc)
     if consumer.ops and consumer.ops[-1].op is SimtOp.YIELD:
         consumer.ops.pop()
     consumer.ops.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
@@ -342,6 +350,71 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     fn.meta.persistent_tiles = persist
     fn.meta.self_synced_ops = set(fn.meta.self_synced_ops) | {o for o in fn.walk() if o.op in simt.TMA_OPS}
     return fn
+
+
+def pingpong_groups(body: ir.Block, consumers: int) -> list[tuple[int, int]] | None:
+    """(first op, WGMMA_COMMIT) indices of each wgmma group at the top of the consumers' loop
+    ``body``, when two consumer warpgroups run two or more groups there and nothing else in the
+    body synchronises them (no barrier; no wgmma inside a nested region); else None."""
+    if consumers != 256:
+        return None
+    ops = body.ops
+    nested = {x.op for o in ops for r in o.regions for x in r.walk()}
+    if nested & {SimtOp.WGMMA, SimtOp.WGMMA_COMMIT, SimtOp.BARRIER, SimtOp.BARRIER_ARRIVE} \
+            or any(o.op in (SimtOp.BARRIER, SimtOp.BARRIER_ARRIVE) for o in ops):
+        return None
+    groups, start = [], None
+    for i, o in enumerate(ops):
+        if start is None and o.op in (SimtOp.WGMMA_FENCE, SimtOp.WGMMA):
+            start = i
+        elif o.op is SimtOp.WGMMA_COMMIT and start is not None:
+            groups.append((start, i))
+            start = None
+    return groups if len(groups) >= 2 else None
+
+
+def pingpong(holder: ir.Block, loop: ir.Operation, group: ir.Value, head: list, loc) -> None:
+    """Two consumer warpgroups take turns at the tensor cores (FlashAttention-3's ping-pong):
+    warpgroup g waits at named barrier ``2 + g`` (256 threads) before issuing each of its
+    wgmma groups and, once it has issued one, arrives at the other's; so the groups alternate
+    g0, g1, g0, ... and one warpgroup's softmax runs while the other's products do.  Before the
+    loop warpgroup 1 arrives at warpgroup 0's barrier (warpgroup 0 goes first) while warpgroup 0
+    arrives at barrier 4; after it warpgroup 0 waits at its own (for warpgroup 1's last arrival)
+    and warpgroup 1 at barrier 4.  So each barrier's arrivals and waits pair up whatever the trip
+    count, with no branch on the warpgroup (the ids are computed from it: the emulator runs the
+    consumers in lockstep and needs every branch uniform).  ``tests/test_pingpong.py`` plays the
+    two warpgroups' barrier sequences through every interleaving.
+    In place: ``loop``'s body and ``holder`` (the block holding the loop)."""
+    body = loop.regions[0]
+    groups = pingpong_groups(body, 256)
+    lo, hi, ends = PINGPONG_BARRIERS
+
+    def op(kind, operands, rtype=None, attrs=None):
+        o = ir.Operation(kind, operands, [rtype] if rtype else [], attrs, None, loc)
+        head.append(o)
+        return o.result if rtype else o
+
+    def k(v):
+        return op(SimtOp.CONSTANT, [], RegType(I32), simt.VectorConstAttrs((v,)))
+
+    def ew(kind, a, b):
+        return op(SimtOp.ELEMENTWISE, [a, b], RegType(I32), simt.EwAttrs(kind))
+    mine = ew(TileOp.ADD, group, k(lo))                                  # lo + g
+    other = ew(TileOp.SUB, k(lo + hi), mine)                             # hi - g
+    step = ew(TileOp.MUL, group, k(lo - ends))
+    before = ew(TileOp.ADD, step, k(ends))                               # g0: ends, g1: lo
+    after = ew(TileOp.SUB, k(lo), step)                                  # g0: lo, g1: ends
+    turns = simt.BarrierAttrs(256)
+
+    def barrier(kind, bar):
+        return ir.Operation(kind, [bar], [], turns, None, loc)
+    ops = list(body.ops)
+    for start, commit in reversed(groups):
+        ops.insert(commit + 1, barrier(SimtOp.BARRIER_ARRIVE, other))
+        ops.insert(start, barrier(SimtOp.BARRIER, mine))
+    body.ops[:] = ops
+    at = holder.ops.index(loop)
+    holder.ops[at:at + 1] = [barrier(SimtOp.BARRIER_ARRIVE, before), loop, barrier(SimtOp.BARRIER, after)]
 
 
 def _replace(block: ir.Block, subst: dict, skip=None) -> None:

@@ -137,6 +137,8 @@ class SimtOp(enum.Enum):
     STORE_SHARED = enum.auto()   # (addr, value) -> ()                                          SharedAttrs
     BARRIER = enum.auto()        # bar.sync 0 across the CTA; or (id: i32 n=1) -> (): named barrier
     #   ``id`` over attrs.threads threads (one program's warps when a CTA holds several)  BarrierAttrs
+    BARRIER_ARRIVE = enum.auto()  # (id: i32 n=1) -> (): arrive at named barrier ``id`` (counted toward
+    #   attrs.threads) without waiting (bar.arrive): the other side of a BARRIER that waits for it  BarrierAttrs
     CLUSTER_BARRIER = enum.auto()  # () -> (): barrier.cluster arrive (release) and wait (acquire): every
     #   thread of every CTA of the cluster; shared bytes written before it are seen by all of them
     LOAD_SHARED_CLUSTER = enum.auto()  # (addr, rank: i32 n=1, on: bool n=1) -> n values read at shared
@@ -434,6 +436,9 @@ _SPECS = {
     SimtOp.BARRIER: lambda o: None if not o.operands or (len(o.operands) == 1 and _n(o.operands[0]) == 1
                                                          and o.attrs.threads % 32 == 0)
     else "BARRIER takes nothing, or a named barrier's id and attrs.threads (a multiple of 32)",
+    SimtOp.BARRIER_ARRIVE: lambda o: None if len(o.operands) == 1 and _n(o.operands[0]) == 1
+    and isinstance(o.attrs, BarrierAttrs) and o.attrs.threads % 32 == 0
+    else "BARRIER_ARRIVE takes a named barrier's id and attrs.threads (a multiple of 32)",
     SimtOp.CP_ASYNC: lambda o: None if len({_n(x) for x in o.operands[1:4]}) == 1
     and isinstance(o.operands[0].type, PtrType) and len(o.operands) in (4, 5)
     and (len(o.operands) == 4 or (_n(o.operands[4]) == 1 and o.operands[4].type.dtype.name == "bool"))

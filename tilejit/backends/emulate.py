@@ -324,6 +324,10 @@ class Machine(AsyncOps):
         out[sel] = self.shared.view(dt)[rows, addr // dt.itemsize]
         return out
 
+    def op_BARRIER_ARRIVE(self, o, f):
+        """An arrival that waits for nothing (the warpgroups' ping-pong turns, ``pingpong``): no
+        ordering of this thread's accesses for the race check (it only ever adds a wait elsewhere)."""
+
     def op_BARRIER(self, o, f):
         self.writer[f.ids] = -1
         self.reader[f.ids] = -1

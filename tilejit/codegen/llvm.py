@@ -492,6 +492,10 @@ class KernelEmitter:
             return
         self.ctx.call("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(I32, 0)])
 
+    def op_BARRIER_ARRIVE(self, op):
+        self.ctx.call("llvm.nvvm.barrier.cta.arrive.aligned.count", ir.VoidType(),
+                      [self.get(op.operands[0])[0], ir.Constant(I32, op.attrs.threads)])
+
     # --- structured control flow
     def _phis(self, values: list[list]) -> list[list]:
         return [[self.b.phi(r.type) for r in regs] for regs in values]

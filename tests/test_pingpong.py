@@ -1,0 +1,159 @@
+"""Ping-pong of two consumer warpgroups (``passes/specialise_warps.py``, ``PINGPONG``): in a
+warp-specialised attention kernel each consumer warpgroup waits at its own named barrier before
+issuing a wgmma group and arrives at the other's once it has, so the groups reach the tensor
+cores in turns (FlashAttention-3's schedule).  The emulator runs a CTA's consumer warps in
+lockstep and so cannot deadlock or reorder on named barriers; here the two warpgroups' barrier
+sequences are played through a model of the hardware's named barriers (``bar.sync`` waits until
+the barrier's thread count has arrived, ``bar.arrive`` counts without waiting, a full barrier
+resets) under every interleaving: no deadlock, no barrier over-filled, nothing left pending at
+the end, and the wgmma groups alternate between the warpgroups.  The kernel still matches
+float64 on the emulator, and the switch off leaves the kernel as it was."""
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import dtypes as D
+from tilejit.backends import emulate
+from tilejit import backends
+from tilejit.examples import attention
+from tilejit.ir import TileOp
+from tilejit.passes import specialise_warps as SW
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.simt import SimtOp
+from tilejit.specs import ArraySpec, ScalarSpec
+
+KERNEL = attention.attention_kernel
+
+
+def compiled(monkeypatch, on, BM=128, BN=128, D_=128, causal=False, warps=8):
+    monkeypatch.setattr(SW, "PINGPONG", on)
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = KERNEL.tile_ir((arr, arr, arr, arr, ScalarSpec(D.float32)), {"BM": BM, "BN": BN, "BD": D_, "CAUSAL": causal})
+    return compile_to_simt(tile, num_warps=warps, target="sm_90a", verify=True)
+
+
+def consumer_block(fn):
+    [split] = [o for o in fn.body.ops if o.op is SimtOp.IF]
+    return split.regions[0]
+
+
+def group_value(fn):
+    return next(o.result for o in fn.body.ops if o.op is SimtOp.SHUFFLE_IDX)
+
+
+def evaluate(v, group, wg):
+    """A scalar SIMT value computed from constants and the warpgroup index ``wg``."""
+    if v is group:
+        return wg
+    o = v.owner
+    if o.op is SimtOp.CONSTANT:
+        return o.attrs.values[0]
+    if o.op is SimtOp.ELEMENTWISE:
+        a, b = (evaluate(x, group, wg) for x in o.operands)
+        return {TileOp.ADD: a + b, TileOp.SUB: a - b, TileOp.EQ: a == b, TileOp.MUL: a * b}[o.attrs.op]
+    raise AssertionError(f"{o.op.name} is not computed from the warpgroup index")
+
+
+def syncs_in(o):
+    return any(x.op in (SimtOp.BARRIER, SimtOp.BARRIER_ARRIVE, SimtOp.WGMMA_COMMIT) for r in o.regions for x in r.walk())
+
+
+def events(block, group, wg, trips):
+    """The barrier events (and wgmma groups) of warpgroup ``wg`` running ``block``, its
+    pipelined loop ``trips`` times."""
+    out = []
+    for o in block.ops:
+        if o.op is SimtOp.BARRIER:
+            assert o.operands, "a CTA-wide bar.sync 0 among the consumers would hang the producer"
+            out.append(("sync", evaluate(o.operands[0], group, wg), o.attrs.threads))
+        elif o.op is SimtOp.BARRIER_ARRIVE:
+            out.append(("arrive", evaluate(o.operands[0], group, wg), o.attrs.threads))
+        elif o.op is SimtOp.WGMMA_COMMIT:
+            out.append(("gemm", wg, 0))
+        elif o.op is SimtOp.IF and syncs_in(o):
+            taken = evaluate(o.operands[0], group, wg)
+            out += events(o.regions[0 if taken else 1], group, wg, trips)
+        elif o.op is SimtOp.FOR and syncs_in(o):
+            for _ in range(trips):
+                out += events(o.regions[0], group, wg, trips)
+    return out
+
+
+def explore(programs) -> int:
+    """Every interleaving of the warpgroups' event lists against named barriers (128 threads a
+    warpgroup; a state is visited once): fails on a deadlock, a warpgroup arriving twice in one
+    phase of a barrier (the hardware counts each warp once), an over-filled barrier, arrivals
+    left at the end, or a wgmma group issued out of turn (the k-th group must be warpgroup
+    k % 2's).  Returns the number of states seen."""
+    seen = set()
+
+    def step(pc, count, waiting, gemms):
+        state = (pc, count, waiting, gemms)
+        if state in seen:
+            return
+        seen.add(state)
+        counts, waits = {b: frozenset(x) for b, x in count}, dict(waiting)
+        runnable = [w for w, prog in enumerate(programs) if pc[w] < len(prog) and w not in waits]
+        if not runnable:
+            assert all(p == len(prog) for p, prog in zip(pc, programs)), f"deadlock: {waits}, {counts}"
+            assert not waits and not any(counts.values()), f"left pending: {waits}, {counts}"
+            return
+        for w in runnable:
+            kind, bar, threads = programs[w][pc[w]]
+            c, wt, g = dict(counts), dict(waits), gemms
+            if kind == "gemm":
+                assert gemms % 2 == w, f"group {gemms} issued by warpgroup {w}"
+                g += 1
+            else:
+                arrived = dict(c).get(bar, frozenset())
+                assert w not in arrived, f"warpgroup {w} arrives twice in one phase of barrier {bar}"
+                c[bar] = arrived | {w}
+                assert 128 * len(c[bar]) <= threads, f"barrier {bar} over-filled"
+                if kind == "sync":
+                    wt[w] = bar
+                if 128 * len(c[bar]) == threads:      # complete: its waiters go on, it resets
+                    c[bar] = frozenset()
+                    wt = {x: b for x, b in wt.items() if b != bar}
+            nxt = tuple(p + (i == w) for i, p in enumerate(pc))
+            step(nxt, tuple(sorted((b, tuple(sorted(x))) for b, x in c.items())), tuple(sorted(wt.items())), g)
+
+    step((0,) * len(programs), (), (), 0)
+    return len(seen)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_two_consumer_warpgroups_take_turns_at_the_tensor_cores(monkeypatch, causal):
+    fn = compiled(monkeypatch, True, causal=causal)
+    consumer, group = consumer_block(fn), group_value(fn)
+    loop = next(o for o in consumer.walk() if o.op is SimtOp.FOR and any(x.op is SimtOp.WGMMA for x in o.regions[0].ops))
+    kinds = [o.op for o in loop.regions[0].ops]
+    assert kinds.count(SimtOp.BARRIER) == kinds.count(SimtOp.BARRIER_ARRIVE) == kinds.count(SimtOp.WGMMA_COMMIT) == 2
+    for trips in (1, 2, 5):
+        programs = [events(consumer, group, wg, trips) for wg in (0, 1)]
+        assert sum(e[0] == "gemm" for e in programs[0]) == 2 * trips
+        assert explore(programs) > 4 * trips
+
+
+def test_the_switch_off_and_other_shapes_keep_no_turns(monkeypatch):
+    assert not SW.PINGPONG                                     # off until measured on the GPU
+    off = compiled(monkeypatch, False)
+    assert not any(o.op is SimtOp.BARRIER_ARRIVE for o in off.walk())
+    four = compiled(monkeypatch, True, BM=64, BN=64, warps=4)  # one consumer warpgroup: nothing to alternate
+    assert not any(o.op is SimtOp.BARRIER_ARRIVE for o in four.walk())
+
+
+def test_the_barrier_arrive_reaches_ptx(monkeypatch):
+    from tilejit.codegen.llvm import compile_ptx
+    ptx = compile_ptx(compiled(monkeypatch, True), "sm_90a")
+    assert ptx.count("bar.arrive") == 3 and ptx.count("bar.sync") >= 3 + 2
+
+
+@pytest.mark.parametrize("seq, causal", [(130, True), (200, False)])
+def test_pingpong_attention_matches_float64_on_the_emulator(monkeypatch, seq, causal):
+    fn = compiled(monkeypatch, True, BN=64, D_=64, causal=causal)
+    assert fn.meta.producer_warps == 4 and any(o.op is SimtOp.BARRIER_ARRIVE for o in fn.walk())
+    q, k, v = attention.example_inputs(np.random.default_rng(seq), 1, 2, 1, seq, 64, tj.bfloat16.np)
+    o = np.full_like(q, np.nan)
+    grid, args = backends.launch_geometry(fn.meta.programs_per_cta, (tj.cdiv(seq, 128), 2), [q, k, v, o, 0.125])
+    emulate.run(fn, grid, args)
+    tj.testing.assert_close(o, attention.reference(q, k, v, causal), dtype=tj.bfloat16)
