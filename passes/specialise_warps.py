@@ -22,6 +22,11 @@ the then-branch of a top-level IF (the row-alignment guard ``two_ways`` emits). 
 The producer's thread C issues (the copies are predicated on it); all four producer warps run
 the loop and wait.  The mbarriers are never invalidated: the loop runs once per CTA, and its
 mbarrier buffer is too small to be shared with another (``shared_memory.DEDICATED_BYTES``).
+Ping-pong (``PINGPONG``, off until measured on the GPU): with two consumer warpgroups whose loop
+issues two or more wgmma groups (attention's QK^T and PV), the warpgroups take turns at the
+tensor cores through named barriers 2-4 (``pingpong``), so one's softmax overlaps the other's
+products.
+
 The pass refuses (returns ``fn`` unchanged) when the copies depend on anything but pure values
 of the kernel's top level, the ops before the loop in the guard and the loop body.
 
