@@ -157,3 +157,47 @@ def test_pingpong_attention_matches_float64_on_the_emulator(monkeypatch, seq, ca
     grid, args = backends.launch_geometry(fn.meta.programs_per_cta, (tj.cdiv(seq, 128), 2), [q, k, v, o, 0.125])
     emulate.run(fn, grid, args)
     tj.testing.assert_close(o, attention.reference(q, k, v, causal), dtype=tj.bfloat16)
+
+
+@tj.kernel
+def attention_plain(q, k, v, o, scale, BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr):
+    """Attention as a Triton user writes it: a plain ``range`` loop, ``k.T``, no GQA, causal
+    mask inline (no constexpr switch), the scale applied after the max."""
+    start_m = tj.program_id(0) * BM
+    heads = q.shape[1]
+    batch, head = tj.program_id(1) // heads, tj.program_id(1) % heads
+    qt = tj.load(q, (batch, head, start_m, 0), (1, 1, BM, BD)).reshape((BM, BD))
+    m_i = tj.full((BM,), -tj.inf, tj.float32)
+    l_i = tj.zeros((BM,), tj.float32)
+    acc = tj.zeros((BM, BD), tj.float32)
+    for n0 in range(0, tj.minimum(k.shape[2], start_m + BM), BN):
+        kt = tj.load(k, (batch, head, n0, 0), (1, 1, BN, BD)).reshape((BN, BD))
+        vt = tj.load(v, (batch, head, n0, 0), (1, 1, BN, BD)).reshape((BN, BD))
+        s = tj.dot(qt, kt.T)
+        s = tj.where((n0 + tj.arange(0, BN)[None, :] <= start_m + tj.arange(0, BM)[:, None])
+                     & (n0 + tj.arange(0, BN)[None, :] < k.shape[2]), s, -tj.inf)
+        m_new = tj.maximum(m_i, tj.max(s, axis=1) * scale)
+        alpha = tj.exp(m_i - m_new)
+        p = tj.exp(s * scale - m_new[:, None])
+        l_i = l_i * alpha + tj.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tj.dot(p.to(vt.dtype), vt)
+        m_i = m_new
+    tj.store(o, (batch, head, start_m, 0), (acc / l_i[:, None]).to(o.dtype).reshape((1, 1, BM, BD)))
+
+
+def test_the_plain_spelling_takes_turns_too_and_matches_float64(monkeypatch):
+    monkeypatch.setattr(SW, "PINGPONG", True)
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = attention_plain.tile_ir((arr, arr, arr, arr, ScalarSpec(D.float32)), {"BM": 128, "BN": 64, "BD": 64})
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a", verify=True)
+    assert fn.meta.producer_warps == 4
+    consumer, group = consumer_block(fn), group_value(fn)
+    programs = [events(consumer, group, wg, 3) for wg in (0, 1)]
+    assert [e[0] for e in programs[0]].count("arrive") == 1 + 2 * 3 and explore(programs)
+    seq = 150
+    q, k, v = attention.example_inputs(np.random.default_rng(seq), 1, 2, 1, seq, 64, tj.bfloat16.np)
+    k, v = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)               # one KV head per query head
+    o = np.full_like(q, np.nan)
+    grid, args = backends.launch_geometry(fn.meta.programs_per_cta, (tj.cdiv(seq, 128), 2), [q, k, v, o, 0.125])
+    emulate.run(fn, grid, args)
+    tj.testing.assert_close(o, attention.reference(q, k, v, True), dtype=tj.bfloat16)
