@@ -148,3 +148,14 @@ def test_int4_pairs_flip_the_sign_bit_in_the_same_logic_op(monkeypatch):
     assert "cvt.rn.bf16.f32" not in ptx                                 # (each nibble through f32 before)
     monkeypatch.setattr(nibbles, "NIBBLE_PAIRS", False)
     assert "cvt.rn.bf16.f32" in build(k.tile_ir(specs, consts), 4, "sm_90a", stop_after="ptx")["ptx"]
+
+
+def test_the_constant_folder_reads_signed_and_unsigned_compares_of_negative_constants():
+    mod = ir.Module("m")
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), []), "f")
+    b = Ctx(mod, fn, 90, "host").builder
+    m1, one = ir.Constant(I32, -1), ir.Constant(I32, 1)
+    assert nibbles._fold(b.icmp_signed("<", m1, one)) == 1          # -1 < 1
+    assert nibbles._fold(b.icmp_unsigned("<", m1, one)) == 0        # 0xFFFFFFFF < 1 is false
+    assert nibbles._fold(b.icmp_signed(">=", b.add(m1, m1), m1)) == 0   # -2 >= -1 is false
+    assert nibbles._fold(b.add(m1, one)) == 0                       # wraps to 0

@@ -10,10 +10,11 @@ right by 4 in the high half (one shift a word serves its four bytes), one ``lop3
 nibbles and sets the magic exponents (``0x4300``: 2**7 + n as a bfloat16; ``0x6400``: 2**10 + n
 as a float16) and one ``bf16x2``/``f16x2`` subtraction of 2**7 (2**10) leaves the two exact
 values.  ``tj.int4``'s nibbles (``(n ^ 8) - 8``) pair the same way, with the ``^ 8`` in the
-same logic op and 2**7 + 8 (2**10 + 8) subtracted.  The pairs are found in the LLVM values themselves (``and``/``lshr`` of one byte,
-through selects whose conditions are constants); a byte that is not an element of a loaded
-vector of whole words takes the shift-and-or form of the same trick; any other register
-converts alone (``base.convert``).  ``NIBBLE_PAIRS`` switches it off."""
+same logic op and 2**7 + 8 (2**10 + 8) subtracted.  The pairs are found in the LLVM values
+themselves (``and``/``lshr`` of one byte, through selects whose conditions are constants); a
+byte that is not an element of a loaded vector of whole words takes the shift-and-or form of
+the same trick; any other register converts alone (``base.convert``).  ``NIBBLE_PAIRS``
+switches it off."""
 from __future__ import annotations
 
 from llvmlite import ir
@@ -106,8 +107,10 @@ def _fold(v, depth: int = 6):
     if v.opname in ("zext", "trunc"):
         return args[0] & ((1 << v.type.width) - 1)
     if v.opname == "icmp" and v.op.lstrip("us") in _COMPARES:    # (llvmlite's "eq", "ult", "sge", ...)
+        widths = [o.type.width for o in v.operands]
+        args = [a & ((1 << w) - 1) for a, w in zip(args, widths)]            # as unsigned bits
         if v.op[0] == "s":
-            args = [a - (1 << w) if a >> (w - 1) else a for a, w in zip(args, (o.type.width for o in v.operands))]
+            args = [a - (1 << w) if a >> (w - 1) else a for a, w in zip(args, widths)]
         return int(_COMPARES[v.op.lstrip("us")](*args))
     return None
 
