@@ -268,8 +268,9 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     consumer = ir.Block([], [o for o in fn.body.ops if o not in hoisted])
     bar_id = const(1, head)
     _named_barriers(consumer, bar_id, consumers)
-    if PINGPONG and not persist and pingpong_groups(body, consumers):
-        pingpong(holder if guard is not None else consumer, loop, group, head, loc)
+    groups = pingpong_groups(body, consumers) if PINGPONG and not persist else None
+    if groups:
+        pingpong(holder if guard is not None else consumer, loop, groups, group, head, loc)
     if consumer.ops and consumer.ops[-1].op is SimtOp.YIELD:
         consumer.ops.pop()
     consumer.ops.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
@@ -378,7 +379,7 @@ def pingpong_groups(body: ir.Block, consumers: int) -> list[tuple[int, int]] | N
     return groups if len(groups) >= 2 else None
 
 
-def pingpong(holder: ir.Block, loop: ir.Operation, group: ir.Value, head: list, loc) -> None:
+def pingpong(holder: ir.Block, loop: ir.Operation, groups: list, group: ir.Value, head: list, loc) -> None:
     """Two consumer warpgroups take turns at the tensor cores (FlashAttention-3's ping-pong):
     warpgroup g waits at named barrier ``2 + g`` (256 threads) before issuing each of its
     wgmma groups and, once it has issued one, arrives at the other's; so the groups alternate
@@ -389,9 +390,9 @@ def pingpong(holder: ir.Block, loop: ir.Operation, group: ir.Value, head: list, 
     count, with no branch on the warpgroup (the ids are computed from it: the emulator runs the
     consumers in lockstep and needs every branch uniform).  ``tests/test_pingpong.py`` plays the
     two warpgroups' barrier sequences through every interleaving.
-    In place: ``loop``'s body and ``holder`` (the block holding the loop)."""
+    In place: ``loop``'s body (its wgmma ``groups``: ``pingpong_groups``) and ``holder`` (the
+    block holding the loop); ``group`` is the warpgroup index, ``head`` takes the ids' ops."""
     body = loop.regions[0]
-    groups = pingpong_groups(body, 256)
     lo, hi, ends = PINGPONG_BARRIERS
 
     def op(kind, operands, rtype=None, attrs=None):
