@@ -119,6 +119,23 @@ def test_narrow_dtypes_vectorise(dtype, vec, pattern):
     assert rep.spills == 0
 
 
+def test_lanes_with_the_same_operands_share_one_instruction():
+    """A row index broadcast along a row (the registers of a tile that repeat) is one add and one
+    compare in the LLVM IR, not one a register; lanes that differ keep their own instructions,
+    and equal constants of one vector are one value."""
+    k = Kernel("rows")
+    out, n = k.param("ptr", f32), k.param("dim", i32, 0)
+    row = k.ew(TileOp.ADD, k.op(SimtOp.THREAD_ID, (), RegType(i32)), k.const(i32, 1000))
+    rows = k.ew(TileOp.ADD, k.splat(row, 8), k.const(i32, 5, 5, 5, 5, 9, 9, 9, 9))   # two distinct lanes
+    mask = k.ew(TileOp.LT, rows, k.splat(n, 8))
+    k.op(SimtOp.STORE_GLOBAL, (out, rows, k.ew(TileOp.ADD, k.splat(k.const(f32, 1.0), 8),
+                                                 k.const(f32, *[0.5] * 8)), mask), attrs=GlobalAttrs())
+    text = codegen.emit_llvm(k.function(), "sm_90a")
+    assert len(re.findall(r"= add i32 %\S+, 5\b", text)) == 1 and len(re.findall(r"= add i32 %\S+, 9\b", text)) == 1
+    assert len(re.findall(r"= icmp slt i32", text)) == 2
+    assert len(re.findall(r"= fadd float", text)) <= 1, text
+
+
 def int_copy(dtype, vec):
     k = Kernel("copy")
     x, y = k.param("ptr", dtype), k.param("ptr", dtype)

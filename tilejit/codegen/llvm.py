@@ -263,7 +263,13 @@ class KernelEmitter:
     def op_CONSTANT(self, op):
         rt: RegType = op.result.type
         values = op.attrs.values if len(op.attrs.values) == rt.n else op.attrs.values * rt.n
-        self.set(op.result, [const(rt.dtype, v) for v in values])
+        made: dict = {}                # one object a value: ELEMENTWISE shares lanes by identity
+        regs = []
+        for v in values:
+            if (reg := made.get(repr(v))) is None:
+                reg = made[repr(v)] = const(rt.dtype, v)
+            regs.append(reg)
+        self.set(op.result, regs)
 
     def op_SPLAT(self, op):
         self.set(op.result, self.get(op.operands[0])[:1] * op.result.type.n)
@@ -292,9 +298,13 @@ class KernelEmitter:
             return
         regs = []
         self.ctx.inline_division = out.n == 1
-        for i in range(out.n):
+        done: dict = {}                # lanes with the same operands (a row index broadcast along
+        for i in range(out.n):         # a row, a mask's bounds) share one instruction: a smaller IR
             args = [o[i] if len(o) > 1 else o[0] for o in operands]
-            regs.append(elementwise(self.ctx, op.attrs.op, args, dtypes, out.dtype))
+            key = tuple(map(id, args))
+            if (reg := done.get(key)) is None:
+                reg = done[key] = elementwise(self.ctx, op.attrs.op, args, dtypes, out.dtype)
+            regs.append(reg)
         self.ctx.inline_division = False
         self.set(op.result, regs)
 
