@@ -111,12 +111,13 @@ def _first_launch(args) -> dict:
 
 
 def _profiled(measure, args) -> dict:
-    """``measure`` under cProfile; the top functions by cumulative time go to stdout."""
+    """``measure`` under cProfile; the top functions by cumulative and by own time go to stdout."""
     import cProfile
     import pstats
     profiler = cProfile.Profile()
     result = profiler.runcall(measure, args)
-    pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(18)
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(15)
     return result
 
 

@@ -1,0 +1,21 @@
+#!/bin/bash
+# GPU, session 17, first call (under 10 minutes):
+#   1. cold compile and new-process cache hit of attention and GEMM after the emitter's lane sharing
+#      (bench_compile gpu mode), then one cProfile'd cold and hit process of attention (where the
+#      hit's ~37 ms go);
+#   2. ncu of the W4A16 decode kernel at M1 (its limiter after the nibble pairs);
+#   3. the GEMM at 4096^3 against cuBLAS (the one #14 shape under 1.0x last time).
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+quiet() { grep -v "Warning\|entry = self"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+for k in attention gemm; do
+  timeout 120 python3 benchmarks/bench_compile.py --mode gpu --kernel $k --runs 3 2>&1 | quiet | tail -4 \
+    | tee "$OUT/compile-$k.txt"
+done
+timeout 90 python3 benchmarks/bench_compile.py --mode gpu --kernel attention --runs 1 --profile > "$OUT/compile-profile.txt" 2>&1
+grep -A60 "one hit run" "$OUT/compile-profile.txt" | head -75
+timeout 150 bash scripts/w4_profile.sh 16x128x128x4 1 2>&1 | tail -40 | tee "$OUT/w4-ncu.txt"
+(cd benchmarks && timeout 100 python3 bench_matmul.py --shapes 4096x4096x4096 --dtypes bfloat16 --configs 128x256x64x4x8 --reps 20 2>&1 | quiet \
+  | tail -8 | tee "$OUT/gemm4096.txt")
