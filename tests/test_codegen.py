@@ -136,6 +136,24 @@ def test_lanes_with_the_same_operands_share_one_instruction():
     assert len(re.findall(r"= fadd float", text)) <= 1, text
 
 
+@pytest.mark.parametrize("dtype,vec", [(f32, 4), (D.bfloat16, 8)])
+def test_a_masked_vector_groups_elements_are_constant_steps_from_its_first(dtype, vec):
+    """The element-by-element path of a masked vector load or store addresses element j as the
+    group's first pointer + j (one GEP from an offset a group, the rest constant steps), so the
+    PTX reads and writes them as ``[%rd+j*size]``, with no address arithmetic of their own."""
+    fn = exp_kernel(dtype, vec)
+    text = codegen.emit_llvm(fn, "sm_90a")
+    mem = "float" if dtype == f32 else "bfloat"
+    steps = re.findall(rf"getelementptr {mem}, ptr addrspace\(1\) %\S+, i32 (\d+)", text)
+    assert sorted(set(map(int, steps))) == list(range(1, vec)), steps
+    assert len(re.findall(rf"getelementptr {mem}, ptr addrspace\(1\) %\S+, i32 %", text)) == 2   # x and y
+    ptx = codegen.compile_ptx(fn, "sm_90a")
+    size = dtype.itemsize
+    for j in range(1, vec - 1):        # (the last one is out of bounds whenever the others are in)
+        assert re.search(rf"ld\.global\.b{8 * size}\s+%\w+, \[%rd\d+\+{j * size}\]", ptx), (j, ptx)
+        assert re.search(rf"st\.global\.b{8 * size}\s+\[%rd\d+\+{j * size}\]", ptx), (j, ptx)
+
+
 def int_copy(dtype, vec):
     k = Kernel("copy")
     x, y = k.param("ptr", dtype), k.param("ptr", dtype)
