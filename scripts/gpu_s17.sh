@@ -4,7 +4,8 @@
 #      (bench_compile gpu mode), then one cProfile'd cold and hit process of attention (where the
 #      hit's ~37 ms go);
 #   2. ncu of the W4A16 decode kernel at M1 (its limiter after the nibble pairs);
-#   3. the GEMM at 4096^3 against cuBLAS (the one #14 shape under 1.0x last time).
+#   3. the GEMM at 4096^3 against cuBLAS (the one #14 shape under 1.0x last time);
+#   4. W4A16 split-K sweep at M1 (below).
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -19,3 +20,8 @@ grep -A60 "one hit run" "$OUT/compile-profile.txt" | head -75
 timeout 150 bash scripts/w4_profile.sh 16x128x128x4 1 2>&1 | tail -40 | tee "$OUT/w4-ncu.txt"
 (cd benchmarks && timeout 100 python3 bench_matmul.py --shapes 4096x4096x4096 --dtypes bfloat16 --configs 128x256x64x4x8 --reps 20 2>&1 | quiet \
   | tail -8 | tee "$OUT/gemm4096.txt")
+# 4. W4A16 at M1, N = K = 8192: split-K against waves (16x128x128x4 holds 3 CTAs an SM at 160
+#    registers: 396 slots, split 8 launches 512 CTAs = 1.3 waves)
+(cd benchmarks && timeout 120 python3 bench_quant.py --w4 1 --fp8 '' --reps 20 --w4-configs \
+  16x128x128x4x4,16x128x128x4x6,16x128x128x4x8,16x128x128x4x16,16x64x128x4x6,16x64x128x4x12,16x256x128x8x8 \
+  2>&1 | quiet | tail -12 | tee "$OUT/w4-splits.txt")
