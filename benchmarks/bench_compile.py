@@ -4,7 +4,7 @@ or with ``--kernel gemm`` the bf16 128x256x64 GEMM of ``examples/matmul.py`` (8 
 inputs) or ``--kernel attention`` the bf16 D128 128x128 attention of ``examples/attention.py``.
 
     python3 benchmarks/bench_compile.py [--kernel softmax|gemm|attention] [--mode auto|cpu|gpu|both]
-        [--runs 3] [--cols 1024] [--profile]
+        [--runs 3] [--cols 1024] [--profile] [--stages]
     python3 -m pytest benchmarks/bench_compile.py --benchmark-only
 
 Modes (what a child process times, from the launch call on; imports are timed separately):
@@ -16,8 +16,12 @@ Modes (what a child process times, from the launch call on; imports are timed se
   auto gpu + cpu on a machine with a GPU and torch, else cpu.
 Cold runs get a fresh empty ``TILEJIT_CACHE_DIR``; hit runs reuse the last cold run's entry and
 check that it was read, not rewritten. One unrecorded cold run first warms ``__pycache__`` and
-the file cache. Targets: cold ≤ 800 ms (softmax) and ≤ 1000 ms (GEMM, attention), cache hit to
-first launch ≤ 50 ms.
+the file cache. ``--stages`` adds one unrecorded cold process that times each stage of the
+compile (frontend, passes, LLVM IR, O3, NVPTX emission, nvJitLink, module load: a warp-
+specialised kernel has no nvJitLink step, the driver JIT-compiles its PTX in the module load,
+and keeps the result in its own cache, ``~/.nv/ComputeCache``, unless ``CUDA_CACHE_DISABLE=1``).
+Targets: cold ≤ 800 ms (softmax) and ≤ 1000 ms (GEMM, attention), cache hit to first launch
+≤ 50 ms.
 """
 from __future__ import annotations
 
@@ -110,6 +114,42 @@ def _first_launch(args) -> dict:
             "ok": error <= (1e-4 if args.kernel == "softmax" and args.dtype == "float32" else 2e-2)}
 
 
+# (stage, module, attribute): what --stages times in a cold child; "ptx" includes "O3"
+STAGE_HOOKS = (("frontend", "tilejit.kernel", "Kernel._compile_job"),
+               ("passes", "tilejit.backends.cuda", "STAGES.simt"),
+               ("LLVM IR", "tilejit.backends.cuda", "STAGES.llvm"),
+               ("O3", "tilejit.codegen.llvm", "optimize"),
+               ("ptx", "tilejit.backends.cuda", "STAGES.ptx"),
+               ("nvJitLink", "tilejit.codegen.ptxas", "assemble"),
+               ("module load", "tilejit.runtime.launch", "load"))
+
+
+def _time_stages() -> dict:
+    """Wrap each STAGE_HOOKS function so that its wall time adds up in the returned dict
+    (milliseconds by stage).  Imports the compiler's modules first: run it in an unrecorded child."""
+    import importlib
+    spent: dict[str, float] = {}
+
+    def timed(stage, fn):
+        def wrapper(*a, **k):
+            start = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[stage] = spent.get(stage, 0.0) + (time.perf_counter() - start) * 1e3
+        return wrapper
+    for stage, module_name, attr in STAGE_HOOKS:
+        owner = importlib.import_module(module_name)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        if isinstance(owner, dict):
+            owner[name] = timed(stage, owner[name])
+        else:
+            setattr(owner, name, timed(stage, getattr(owner, name)))
+    return spent
+
+
 def _profiled(measure, args) -> dict:
     """``measure`` under cProfile; the top functions by cumulative and by own time go to stdout."""
     import cProfile
@@ -132,7 +172,10 @@ def child_main(args) -> int:
         torch.cuda.init()
     import_ms = (time.perf_counter() - started) * 1e3
     measure = _first_launch if args.mode == "gpu" else _compile_without_device
+    spent = _time_stages() if args.stages else None
     result = _profiled(measure, args) if args.profile else measure(args)
+    if spent is not None:
+        result["stages"] = spent
     after = _manifests(os.environ["TILEJIT_CACHE_DIR"])
     if args.child == "cold":
         result["cache_ok"] = not before and bool(after)     # a miss that wrote an entry
@@ -148,13 +191,14 @@ def _block(cols: int) -> int:
     return 1 << max(cols - 1, 0).bit_length()
 
 
-def run_child(kind: str, mode: str, cache_dir: str, args, profile: bool = False) -> dict:
+def run_child(kind: str, mode: str, cache_dir: str, args, profile: bool = False, stages: bool = False) -> dict:
     """One new process measuring ``kind`` (cold|hit) in ``mode``; its result with the wall time
     of the whole process added (and, with ``profile``, the child's cProfile text under
     "profile"). RuntimeError with the child's output if it failed."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--mode", mode,
            "--rows", str(args.rows), "--cols", str(args.cols), "--dtype", args.dtype,
-           "--num-warps", str(args.num_warps), "--kernel", args.kernel] + (["--profile"] if profile else [])
+           "--num-warps", str(args.num_warps), "--kernel", args.kernel] + (["--profile"] if profile else []) \
+        + (["--stages"] if stages else [])
     env = dict(os.environ, TILEJIT_CACHE_DIR=cache_dir, PYTHONUNBUFFERED="1")
     env.pop(common.BENCH_OUT_ENV, None)
     if mode == "gpu":
@@ -187,6 +231,15 @@ def measure_mode(mode: str, args) -> list[dict]:
             for kind, directory in (("cold", os.path.join(root, "profiled")), ("hit", last_dir)):
                 text = run_child(kind, mode, directory, args, profile=True)["profile"].strip()
                 print(f"--- cProfile of one {kind} run ({mode} mode), top by cumulative time\n{text}\n")
+        if args.stages:          # an extra, unrecorded cold run (its imports happen before the clock)
+            result = run_child("cold", mode, os.path.join(root, "staged"), args, stages=True)
+            spent = dict(result["stages"])
+            if "ptx" in spent:                  # the PTX stage is O3, then NVPTX's instruction selection
+                spent["ptx"] -= spent.get("O3", 0.0)
+            names = {"ptx": "NVPTX emission"}
+            print(f"--- stages of one cold run ({mode} mode; {result['ms']:.1f} ms in all, compiler imported first): "
+                  + ", ".join(f"{names.get(stage, stage)} {spent[stage]:.1f}" for stage, _, _ in STAGE_HOOKS
+                              if stage in spent) + " ms\n")
     return [summarise(kind, mode, results, args) for kind, results in runs.items()]
 
 
@@ -242,6 +295,8 @@ def parse_args(argv):
     parser.add_argument("--num-warps", type=int, default=4)
     parser.add_argument("--profile", action="store_true",
                         help="also profile one cold and one hit run (cProfile, not recorded)")
+    parser.add_argument("--stages", action="store_true",
+                        help="also time each stage of one cold run (frontend, passes, LLVM, O3, NVPTX, nvJitLink, load)")
     parser.add_argument("--child", choices=["cold", "hit"], help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
