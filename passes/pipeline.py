@@ -74,6 +74,14 @@ ROW_MIN_THREADS = 512
 # 0.88 / 0.86 / 0.87 / 0.86x copy, RMSNorm 0.91 / 0.91 / 0.89 / 0.88, against 0.89 / 0.91 / 0.86 /
 # 0.85 and 0.92 / 0.91 / 0.91 / 0.90 without: no gain.
 PERSIST_THREADS_PER_SM = ()
+# ... and for decode-shaped tensor-core kernels: every DOT's tile at most DECODE_DOT_ROWS rows (a
+# GEMV-like W4A16 or split-K product at M 1-16 is bound by latency, and its CTAs come in waves:
+# W4A16 16x128x128x4 at 159 registers holds 3 CTAs of 128 threads an SM, so split 8 at N 8192 is
+# 512 CTAs on 396 slots, 1.3 waves; 16x64x128x4 fits 4 CTAs in 110 registers without a spill).
+# () : none (other tensor-core kernels never wish: their tiles would spill).  Not yet measured
+# on a GPU: off until it is (benchmarks/switch_probe.py ...DECODE_DOT_THREADS_PER_SM="(512,)").
+DECODE_DOT_THREADS_PER_SM = ()
+DECODE_DOT_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -201,8 +209,10 @@ def set_occupancy(fn: ir.Function, tile_fn: ir.Function, num_warps: int) -> None
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, cluster_module.THREADS_PER_SM // fn.meta.cta_threads)
     if fn.meta.persistent and persist_module.THREADS_PER_SM:
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, persist_module.THREADS_PER_SM // fn.meta.cta_threads)
-    dots = any(o.op is TileOp.DOT for o in tile_fn.walk())                 # (tensor-core kernels never wish)
-    wanted = PACKED_THREADS_PER_SM if fn.meta.programs_per_cta > 1 else () if dots else \
+    dots = [o for o in tile_fn.walk() if o.op is TileOp.DOT]       # (tensor-core kernels wish only decode-shaped)
+    decode = bool(dots) and all(o.result.type.shape[-2] <= DECODE_DOT_ROWS for o in dots)
+    wanted = PACKED_THREADS_PER_SM if fn.meta.programs_per_cta > 1 else \
+        (DECODE_DOT_THREADS_PER_SM if decode else ()) if dots else \
         PERSIST_THREADS_PER_SM if fn.meta.persistent else \
         ROW_THREADS_PER_SM if fn.meta.cluster_ctas == 1 and fn.meta.cta_threads >= ROW_MIN_THREADS else ()
     wishes = sorted({min(32, threads // fn.meta.cta_threads) for threads in wanted or ()}   # (at most 32 per SM)

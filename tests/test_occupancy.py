@@ -206,3 +206,27 @@ def test_gemms_make_no_wishes():
     fn = compile_to_simt(k.tile_ir((a, a, a), {"BM": 128, "BN": 256, "BK": 64, "STAGES": 3}), 16)
     assert fn.meta.cta_threads >= 512
     assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (0, ())
+
+
+def test_decode_shaped_tensor_core_kernels_wish_only_when_asked(monkeypatch):
+    """With ``DECODE_DOT_THREADS_PER_SM`` set, a kernel whose every DOT has at most
+    ``DECODE_DOT_ROWS`` rows (W4A16 at BM 16) asks for that many threads per SM, then for the plain
+    hint; a GEMM of 64-row tiles never does; with the switch off (the default) neither does."""
+    from tilejit.passes import pipeline
+    from tilejit.examples import w4a16_gemm
+    bf16, u8 = (ArraySpec(dt, 2, True, True, False) for dt in (D.bfloat16, D.uint8))
+    f32 = ArraySpec(D.float32, 2, True, True, False)
+    w4 = w4a16_gemm.w4a16_matmul_kernel
+    consts = {"BM": 16, "BN": 64, "BK": 128, "GROUP": 128, "K_SLICE": 1024}
+    k = getattr(matmul_kernel, "kernel", matmul_kernel)
+
+    def hints(bm):
+        decode = compile_to_simt(w4.tile_ir((bf16, u8, bf16, bf16, f32), dict(consts, BM=bm)), 4)
+        return decode.meta.min_ctas_per_sm, decode.meta.min_ctas_fallbacks
+    gemm = (k.tile_ir((bf16, bf16, bf16), {"BM": 64, "BN": 64, "BK": 64, "STAGES": 3}), 4)
+    assert hints(16) == (0, ())
+    monkeypatch.setattr(pipeline, "DECODE_DOT_THREADS_PER_SM", (512,))
+    assert hints(16) == (4, (0,))
+    assert hints(64) == (0, ())
+    fn = compile_to_simt(*gemm)
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (0, ())
