@@ -60,10 +60,11 @@ def _element_ptr(ctx: Ctx, base, offset, dt: DType):
 
 
 def _group_ptrs(ctx: Ctx, base, first_offset, size: int, dt: DType) -> list:
-    """The element pointers of one vector group (its offsets are consecutive: ``vec`` says so):
-    the first from the offset, the rest a constant step from it.  (One pointer per element from
-    its own offset gave the NVPTX back end's strength reduction dozens of same-base addresses
-    to compare pairwise: a sixth of a big kernel's compile.)"""
+    """The pointers of the first ``size`` elements of a vector group (its offsets are consecutive:
+    ``vec`` says so; an unmasked group needs only the first): the first from the offset, the rest
+    a constant step from it.  (One pointer per element from its own offset gave the NVPTX back
+    end's strength reduction dozens of same-base addresses to compare pairwise: a sixth of a big
+    kernel's compile.)"""
     first = _element_ptr(ctx, base, first_offset, dt)
     return [first] + [ctx.builder.gep(first, [ir.Constant(I32, j)], source_etype=mem_type(dt)) for j in range(1, size)]
 
@@ -105,7 +106,7 @@ def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, ve
     other_value = const(dt, other)
     out = []
     for first, size in _groups(len(offsets), vec, dt):
-        ptrs = _group_ptrs(ctx, base, offsets[first], size, dt)
+        ptrs = _group_ptrs(ctx, base, offsets[first], size if masks is not None else 1, dt)
         if masks is None:
             out += _vector_load(ctx, ptrs[0], dt, size)
             continue
@@ -137,7 +138,7 @@ def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, ve
 def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None, dt: DType, vec: int) -> None:
     """``base[offsets[i]] = values[i]`` where ``masks[i]`` is true."""
     for first, size in _groups(len(offsets), vec, dt):
-        ptrs = _group_ptrs(ctx, base, offsets[first], size, dt)
+        ptrs = _group_ptrs(ctx, base, offsets[first], size if masks is not None else 1, dt)
         group = values[first:first + size]
         if masks is None:
             _vector_store(ctx, ptrs[0], group, dt)
