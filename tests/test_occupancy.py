@@ -230,3 +230,24 @@ def test_decode_shaped_tensor_core_kernels_wish_only_when_asked(monkeypatch):
     assert hints(64) == (0, ())
     fn = compile_to_simt(*gemm)
     assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (0, ())
+
+
+def test_the_decode_wish_does_not_depend_on_the_spelling(monkeypatch):
+    """A GEMV-like product spelled as a Triton user would (``@`` on a transposed weight tile, a
+    plain ``range`` loop, 8 warps) is decode-shaped by its 16-row DOT too, and wishes alike."""
+    import tilejit as tj
+    from tilejit.passes import pipeline
+
+    @tj.kernel
+    def gemv(x, w, y, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+        n = tj.program_id(0) * BN
+        acc = tj.zeros((BM, BN), tj.float32)
+        for k in range(0, x.shape[1], BK):
+            acc += tj.load(x, (0, k), (BM, BK)) @ tj.load(w, (n, k), (BN, BK)).T
+        tj.store(y, (0, n), acc)
+    bf16, f32 = ArraySpec(D.bfloat16, 2, True, True, False), ArraySpec(D.float32, 2, True, True, False)
+    monkeypatch.setattr(pipeline, "DECODE_DOT_THREADS_PER_SM", (1024,))
+    fn = compile_to_simt(gemv.tile_ir((bf16, bf16, f32), {"BM": 16, "BN": 64, "BK": 64}), 8)
+    assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (1024 // fn.meta.cta_threads, (0,))
+    wide = compile_to_simt(gemv.tile_ir((bf16, bf16, f32), {"BM": 64, "BN": 64, "BK": 64}), 8)
+    assert (wide.meta.min_ctas_per_sm, wide.meta.min_ctas_fallbacks) == (0, ())
