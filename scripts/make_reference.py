@@ -97,7 +97,8 @@ def render_compiler() -> str:
              "2. **passes** (`passes/`, installed as `tilejit.passes`): `PIPELINE` below, in order: tile IR to",
              "   tile IR, then the lowering to *SIMT IR* (one thread's registers) and the SIMT passes;",
              "3. **codegen** (`tilejit/codegen/`): SIMT IR to LLVM IR (llvmlite, NVPTX) to PTX, and nvJitLink",
-             "   to a cubin;",
+             "   to a cubin (a warp-specialised kernel: the toolkit's `ptxas` command, whole-program, where",
+             "   there is one, else the driver's JIT when the kernel is loaded);",
              "4. **runtime** (`runtime/`): the on-disk cache, module loading and launches.", "",
              "`tilejit compile FILE::KERNEL --emit STAGE` prints the IR after any stage named below; the",
              "interpret backend runs the tile IR, the emulate backend the SIMT IR.", ""]

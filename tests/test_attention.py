@@ -148,3 +148,27 @@ def test_head_dim_256_ptx_assembles_without_spills():
     out = ptxas._assemble_with_command(command, ptx, "sm_90a", ())
     assert "wgmma.mma_async" in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx
     assert out.spills == 0 and "serialized" not in out.log and "C7504" not in out.log, out.log
+
+
+@pytest.mark.parametrize("toolkit", [True, False])
+def test_warp_specialised_kernel_gets_a_whole_program_cubin_where_ptxas_is(toolkit, tmp_path, monkeypatch):
+    """The cuda backend assembles a setmaxnreg kernel with the ptxas command, whole-program (the
+    cubin is cached: no driver JIT when it is loaded); without the command the driver JIT-compiles
+    the PTX (no cubin), never nvJitLink's relocatable code that ignores setmaxnreg."""
+    from tilejit.codegen import ptxas
+    if ptxas.ptxas_command() is None or not ptxas.available():
+        pytest.skip("no ptxas command (the CUDA toolkit)")
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    if not toolkit:
+        monkeypatch.setenv("TILEJIT_PTXAS", str(tmp_path / "missing-ptxas"))
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    consts = {"BM": 128, "BN": 64, "BD": 128, "CAUSAL": True}
+    monkeypatch.setattr(KERNEL, "_cache", {})
+    entry = KERNEL.compile((arr, arr, arr, arr, ScalarSpec(D.float32)), consts, 8, "cuda")
+    art = entry.artifact
+    assert "setmaxnreg.inc.sync.aligned.u32" in art.ptx and art.producer_warps
+    if toolkit:
+        assert art.cubin.startswith(b"\x7fELF") and art.registers and art.spills == 0
+        assert ptxas.cubin_report(art.cubin)[0] == art.registers
+    else:
+        assert art.cubin is None and not art.registers

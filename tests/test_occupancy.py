@@ -42,7 +42,7 @@ def test_the_backend_keeps_the_first_hint_that_does_not_spill(monkeypatch, spill
     kernel, specs, _ = CASES["layernorm"]
     tried = []
 
-    def fake_assemble(ptx, target, options=()):
+    def fake_assemble(ptx, target, options=(), whole_program=False):
         hint = int(ptx.split(".minnctapersm")[1].split()[0]) if ".minnctapersm" in ptx else 0
         tried.append(hint)
         spills = 8 if spilling == "tie" else {8: 64, 6: 8, 0: 16}[hint] if hint in spilling else 0

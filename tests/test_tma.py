@@ -196,9 +196,11 @@ def test_emulator_catches_a_broken_hand_off(side, dropped, message):
         _run(fn, k=512)
 
 
-def test_warp_specialised_ptx_assembles_and_leaves_setmaxnreg_to_the_driver():
-    """nvJitLink compiles relocatable code, where ptxas ignores setmaxnreg (C7504), so the
-    cuda backend keeps no cubin for such a kernel: the driver JIT-compiles its PTX whole."""
+def test_warp_specialised_ptx_assembles_and_leaves_setmaxnreg_to_the_driver(monkeypatch, tmp_path):
+    """nvJitLink compiles relocatable code, where ptxas ignores setmaxnreg (C7504), so without
+    the ptxas command the cuda backend keeps no cubin for such a kernel: the driver JIT-compiles
+    its PTX whole."""
+    monkeypatch.setenv("TILEJIT_PTXAS", str(tmp_path / "missing-ptxas"))
     if not ptxas.available():
         pytest.skip("nvJitLink is not installed")
     from tilejit.backends import cuda

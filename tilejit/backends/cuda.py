@@ -129,10 +129,12 @@ def stage_ptx(state: dict) -> None:
 
 
 def stage_cubin(state: dict) -> None:
-    """Assemble with nvJitLink when it is installed; otherwise (or for a kernel that moves
-    registers between warpgroups) the driver JIT-compiles the PTX."""
+    """Assemble with nvJitLink when it is installed; a kernel that moves registers between
+    warpgroups (``setmaxnreg``) with the ``ptxas`` command, whole-program.  Without either the
+    driver JIT-compiles the PTX when the kernel is loaded (uncached by tilejit, no spill report)."""
     from tilejit.codegen import ptxas
-    if not ptxas.available() or "setmaxnreg" in state["ptx"]:
+    whole = "setmaxnreg" in state["ptx"]
+    if not ptxas.available() or (whole and not ptxas.whole_program_available()):
         # (nvJitLink compiles relocatable code, where ptxas ignores setmaxnreg (C7504): a
         # warp-specialised kernel is JIT-compiled whole by the driver, which honours it)
         meta = state["simt_fn"].meta if "simt_fn" in state else None
@@ -142,18 +144,20 @@ def stage_cubin(state: dict) -> None:
             stage_ptx(state)
         return
     asm, state["llvm_ir"], state["ptx"] = assemble_hinted(state["simt_fn"], state["target"],
-                                                          state["llvm_ir"], state["ptx"])
+                                                          state["llvm_ir"], state["ptx"], whole)
     # a log without ptxas's "Used N registers" line (seen under compute-sanitizer's racecheck)
     # leaves registers unknown, never 0: registers_per_thread then asks the loaded function
     state["cubin"], state["registers"], state["spills"] = asm.cubin, asm.registers or None, asm.spills
 
 
-def assemble_hinted(fn, target: str, llvm_ir: str | None = None, ptx: str | None = None):
+def assemble_hinted(fn, target: str, llvm_ir: str | None = None, ptx: str | None = None,
+                    whole_program: bool = False):
     """nvJitLink's assembly of SIMT ``fn`` (and its LLVM IR and PTX, when given), and, while it
     spills, again with each of ``fn.meta.min_ctas_fallbacks`` as the occupancy hint (the
     pipeline's ``set_occupancy``: packed and long-row kernels wish for more CTAs per SM).  Keeps
     the first that does not spill (else the one that spills least; the later on a tie) and leaves
     its hint in ``fn.meta``.
+    ``whole_program``: assemble with the ``ptxas`` command (``ptxas.assemble``).
     Returns (``ptxas.Assembled``, LLVM IR, PTX)."""
     from tilejit import codegen
     from tilejit.codegen import ptxas
@@ -161,13 +165,13 @@ def assemble_hinted(fn, target: str, llvm_ir: str | None = None, ptx: str | None
         llvm_ir = codegen.emit_llvm(fn, target)
         ptx = codegen.ptx_from_llvm(llvm_ir, target)
     first = fn.meta.min_ctas_per_sm
-    best = ptxas.assemble(ptx, target), first, ptx
+    best = ptxas.assemble(ptx, target, whole_program=whole_program), first, ptx
     for hint in fn.meta.min_ctas_fallbacks:
         if not best[0].spills:
             break
         fn.meta.min_ctas_per_sm = hint
         again = ptxas.with_min_ctas(ptx, hint) or codegen.ptx_from_llvm(codegen.emit_llvm(fn, target), target)
-        asm = ptxas.assemble(again, target)
+        asm = ptxas.assemble(again, target, whole_program=whole_program)
         if asm.spills <= best[0].spills:
             best = asm, hint, again
     asm, fn.meta.min_ctas_per_sm, ptx = best

@@ -126,10 +126,18 @@ def available() -> bool:
     return _nvjitlink() is not None or ptxas_command() is not None
 
 
-def assemble(ptx: str, arch: str, options: tuple[str, ...] = ()) -> Assembled:
+def whole_program_available() -> bool:
+    """Whether a whole-program cubin can be made here (the ``ptxas`` command; nvJitLink compiles
+    only relocatable code)."""
+    return ptxas_command() is not None
+
+
+def assemble(ptx: str, arch: str, options: tuple[str, ...] = (), whole_program: bool = False) -> Assembled:
     """Assemble ``ptx`` for ``arch`` (e.g. "sm_80", "sm_90a") into a cubin with nvJitLink, or with
-    the ``ptxas`` command where nvJitLink is missing."""
-    nvjitlink = _nvjitlink()
+    the ``ptxas`` command where nvJitLink is missing or ``whole_program`` asks for it: nvJitLink
+    compiles relocatable code, where ptxas ignores ``setmaxnreg`` (info C7504), so a kernel that
+    moves registers between warpgroups needs the whole-program assembly."""
+    nvjitlink = None if whole_program else _nvjitlink()
     if nvjitlink is None:
         command = ptxas_command()
         if command is None:
