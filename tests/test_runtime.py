@@ -590,3 +590,39 @@ def test_the_ctypes_binding_hands_values_ctypes_would_mangle_to_cuda_python(monk
     launch_module.LibcudaLaunch(lib)(kernel, (2, 1, 1), np.int32(32), None, 0x7000)
     assert taken == [(np.int64(2), 1, 1), (2, 1, 1)]
     assert "launch" not in [c[0] for c in calls]
+
+
+def _artifact_loading(monkeypatch, refuse):
+    """A CudaArtifact with a cubin and PTX, and the images ``launch.load`` was given (it raises
+    DeviceError for those in ``refuse``)."""
+    from tilejit.backends.cuda import CudaArtifact
+    tried = []
+
+    def fake_load(image, name, shared, device):
+        tried.append(bytes(image))
+        if bytes(image) in refuse:
+            raise DeviceError(f"cuModuleLoadDataEx failed: refused {bytes(image)[:5]!r}", kernel=name)
+        return ("loaded", bytes(image))
+    monkeypatch.setattr(launch, "load", fake_load)
+    art = CudaArtifact("k", [], (0,), 4, 0, ".version 8.4", b"\x7fELFcubin", "", "", 64, 0)
+    return art, tried
+
+
+def test_a_cubin_the_driver_refuses_falls_back_to_the_ptx(monkeypatch):
+    """A cubin made by a toolkit's ptxas newer than the driver: the driver JIT-compiles the PTX
+    instead, once a device, and a good cubin is loaded alone."""
+    art, tried = _artifact_loading(monkeypatch, refuse={b"\x7fELFcubin"})
+    assert art.kernel_for_device(0) == ("loaded", b".version 8.4")
+    assert art.kernel_for_device(0) == ("loaded", b".version 8.4")
+    assert tried == [b"\x7fELFcubin", b".version 8.4"]
+    art, tried = _artifact_loading(monkeypatch, refuse=set())
+    assert art.kernel_for_device(1) == ("loaded", b"\x7fELFcubin") and tried == [b"\x7fELFcubin"]
+
+
+def test_when_both_images_are_refused_the_error_gives_both_reasons(monkeypatch):
+    art, tried = _artifact_loading(monkeypatch, refuse={b"\x7fELFcubin", b".version 8.4"})
+    with pytest.raises(DeviceError) as info:
+        art.kernel_for_device(0)
+    assert "in kernel 'k'" in str(info.value) and "refused b'.vers'" in str(info.value)
+    assert "(the cubin was refused first: cuModuleLoadDataEx failed: refused b'\\x7fELF" in str(info.value)
+    assert tried == [b"\x7fELFcubin", b".version 8.4"] and not art.loaded

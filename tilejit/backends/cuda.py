@@ -55,10 +55,25 @@ class CudaArtifact:
             with self.lock:
                 loaded = self.loaded.get(device)
                 if loaded is None:
-                    image = self.cubin if self.cubin else self.ptx.encode()
-                    loaded = launch.load(image, self.name, self.shared_bytes, device)
+                    loaded = self._load(launch, device)
                     self.loaded[device] = loaded
         return loaded
+
+    def _load(self, launch, device: int):
+        """The cubin, else the PTX, loaded on ``device``.  A cubin the driver refuses (made by a
+        CUDA toolkit's ptxas newer than the driver) falls back to the driver JIT-compiling the
+        PTX; the driver's words on the cubin join the error if that fails too."""
+        from tilejit.errors import DeviceError
+        if not self.cubin:
+            return launch.load(self.ptx.encode(), self.name, self.shared_bytes, device)
+        try:
+            return launch.load(self.cubin, self.name, self.shared_bytes, device)
+        except DeviceError as refused:
+            try:
+                return launch.load(self.ptx.encode(), self.name, self.shared_bytes, device)
+            except DeviceError as e:
+                raise DeviceError(f"{e.message}\n(the cubin was refused first: {refused.message})",
+                                  kernel=self.name) from None
 
     def registers_per_thread(self) -> int | None:
         """Registers per thread: ptxas's report, else (the driver JIT-compiled the PTX, or a cache
