@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from tilejit.errors import CompileError
 
+# The switch: the PTX's .loc lines into the cubin (``-lineinfo``: profilers and
+# compute-sanitizer name source lines); False leaves them out.
+LINE_INFO = True
 _USED = re.compile(r"^ptxas info\s*: Used (\d+) registers(.*)$", re.M)
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _SMEM = re.compile(r"(\d+) bytes smem")
@@ -144,7 +147,7 @@ def assemble(ptx: str, arch: str, options: tuple[str, ...] = (), whole_program: 
             raise PtxAssemblyError("neither nvJitLink nor ptxas is available: install nvidia-nvjitlink "
                                    "(pip install nvidia-nvjitlink) or the CUDA toolkit")
         return _assemble_with_command(command, ptx, arch, options)
-    opts = [f"-arch={arch}", "-verbose", "-lineinfo", *options]     # the PTX's .loc lines into the cubin
+    opts = [f"-arch={arch}", "-verbose", *(["-lineinfo"] if LINE_INFO else []), *options]
     try:
         handle = nvjitlink.create(len(opts), opts)
     except Exception as e:            # DynamicLibNotFoundError when the wheel is missing
@@ -179,7 +182,8 @@ def _assemble_with_command(command: str, ptx: str, arch: str, options: tuple[str
         with open(source, "w") as f:
             f.write(ptx)
         extra = [o for o in options if o.startswith("-") and not o.startswith("-arch")]
-        done = subprocess.run([command, f"-arch={arch}", "-v", "-lineinfo", *extra, source, "-o", target],
+        line_info = ["-lineinfo"] if LINE_INFO else []
+        done = subprocess.run([command, f"-arch={arch}", "-v", *line_info, *extra, source, "-o", target],
                               capture_output=True, text=True)
         log = (done.stdout + done.stderr).strip()
         if done.returncode != 0:
