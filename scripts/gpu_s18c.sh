@@ -1,12 +1,12 @@
 #!/bin/bash
 # GPU, session 18, third call: is attention slower from the toolkit's ptxas (whole program) than
-# from the driver JIT (TILEJIT_PTXAS pointing nowhere)? Alternating order, fresh caches, and the
-# ptxas cubin without -lineinfo (ptxas.LINE_INFO=False); then ncu of W4A16 at M1.
+# from the driver JIT (TILEJIT_PTXAS pointing nowhere)? Alternating order, fresh caches (the
+# cubin's .text is the same with and without -lineinfo); then ncu of W4A16 at M1.
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 quiet() { grep -v "Warning\|entry = self"; }
-for mode in driver ptxas nolineinfo driver ptxas nolineinfo; do
+for mode in driver ptxas driver ptxas driver ptxas; do
   sw="tilejit.codegen.ptxas.LINE_INFO=True"
   [ $mode = nolineinfo ] && sw="tilejit.codegen.ptxas.LINE_INFO=False"
   env $([ $mode = driver ] && echo TILEJIT_PTXAS=/nonexistent/ptxas) TILEJIT_CACHE_DIR=/tmp/tjc_${mode}_$RANDOM \
