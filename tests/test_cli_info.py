@@ -36,6 +36,18 @@ def test_info_reports_versions_gpus_backend_and_cache(capsys, monkeypatch, tmp_p
     assert str(tmp_path / "cache") in rows["cache"] and "0 kernels" in rows["cache"]
 
 
+def test_info_says_which_ptxas_assembles_warp_specialised_kernels(monkeypatch, tmp_path):
+    tool = tmp_path / "ptxas"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("TILEJIT_PTXAS", str(tool))
+    rows = {line.split()[0]: line for line in cli.info_lines()}
+    assert rows["ptxas"].split()[1] == f"{tool}:" and "whole-program" in rows["ptxas"]
+    monkeypatch.setenv("TILEJIT_PTXAS", str(tmp_path / "missing"))
+    rows = {line.split()[0]: line for line in cli.info_lines()}
+    assert "not found" in rows["ptxas"] and "driver JIT-compiles" in rows["ptxas"]
+
+
 def test_the_suite_caches_kernels_in_a_directory_of_its_own():
     """(conftest) Whatever TILEJIT_CACHE_DIR says outside, the tests compile into a temporary
     cache that the session removes: they never write into the user's."""

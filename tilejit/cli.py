@@ -200,6 +200,10 @@ def info_lines() -> list[str]:
     else:
         lines.append("nvJitLink     not found, nor ptxas (pip install nvidia-nvjitlink: inspect() then reports "
                      "registers and spills)")
+    command = ptxas.ptxas_command()
+    lines.append(f"ptxas         {command}: assembles warp-specialised kernels (setmaxnreg) whole-program" if command
+                 else "ptxas         not found (TILEJIT_PTXAS, PATH or $CUDA_HOME/bin): the driver JIT-compiles "
+                      "warp-specialised kernels when they are loaded")
     if driver.available():
         version = driver.device_properties(0).driver_version
         lines.append(f"driver        CUDA {version // 1000}.{version % 1000 // 10}")
