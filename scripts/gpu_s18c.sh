@@ -16,3 +16,4 @@ done
 timeout 150 bash scripts/w4_profile.sh 16x64x128x4 1 2>&1 | tail -40 | tee "$OUT/w4-ncu-m1.txt"
 timeout 90 python3 benchmarks/bench_compile.py --mode gpu --kernel attention --runs 2 --stages 2>&1 | quiet \
   | grep -v "^$" | tail -16 | tee "$OUT/compile-stages.txt"
+timeout 60 python3 scripts/probes/culink.py 2>&1 | tail -20 | tee "$OUT/culink.txt"
