@@ -6,7 +6,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 quiet() { grep -v "Warning\|entry = self"; }
-for mode in driver ptxas driver ptxas driver ptxas; do
+for mode in driver ptxas driver ptxas; do
   sw="tilejit.codegen.ptxas.LINE_INFO=True"
   [ $mode = nolineinfo ] && sw="tilejit.codegen.ptxas.LINE_INFO=False"
   env $([ $mode = driver ] && echo TILEJIT_PTXAS=/nonexistent/ptxas) TILEJIT_CACHE_DIR=/tmp/tjc_${mode}_$RANDOM \
@@ -16,4 +16,3 @@ done
 timeout 150 bash scripts/w4_profile.sh 16x64x128x4 1 2>&1 | tail -40 | tee "$OUT/w4-ncu-m1.txt"
 timeout 90 python3 benchmarks/bench_compile.py --mode gpu --kernel attention --runs 2 --stages 2>&1 | quiet \
   | grep -v "^$" | tail -16 | tee "$OUT/compile-stages.txt"
-timeout 60 python3 scripts/probes/culink.py 2>&1 | tail -20 | tee "$OUT/culink.txt"
