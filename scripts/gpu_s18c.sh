@@ -6,6 +6,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 quiet() { grep -v "Warning\|entry = self"; }
+timeout 60 python3 scripts/probes/culink.py 2>&1 | tail -20 | tee "$OUT/culink.txt"
 for mode in driver ptxas driver ptxas; do
   sw="tilejit.codegen.ptxas.LINE_INFO=True"
   [ $mode = nolineinfo ] && sw="tilejit.codegen.ptxas.LINE_INFO=False"
