@@ -41,11 +41,11 @@ def main():
     specs, consts, _ = kernel.specialise(kernel.bind(values, consts))
     ptx = kernel.compile(specs, consts, num_warps, "cuda").artifact.ptx
     size = 1 << 16
-    info, error = ctypes.create_string_buffer(size), ctypes.create_string_buffer(size)
+    info, error = bytearray(size), bytearray(size)
     jit = cu.CUjit_option
     options = [jit.CU_JIT_INFO_LOG_BUFFER, jit.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, jit.CU_JIT_ERROR_LOG_BUFFER,
                jit.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, jit.CU_JIT_LOG_VERBOSE]
-    vals = [ctypes.addressof(info), size, ctypes.addressof(error), size, 1]
+    vals = [info, size, error, size, 1]
     err, state = cu.cuLinkCreate(len(options), options, vals)
     print("cuLinkCreate", err)
     data = ptx.encode() + b"\0"
@@ -53,8 +53,8 @@ def main():
     print("cuLinkAddData", err)
     err, image, nbytes = cu.cuLinkComplete(state)
     print("cuLinkComplete", err, nbytes)
-    print("info log:", info.value.decode(errors="replace")[:1500])
-    print("error log:", error.value.decode(errors="replace")[:800])
+    print("info log:", bytes(info).split(b"\0", 1)[0].decode(errors="replace")[:1500])
+    print("error log:", bytes(error).split(b"\0", 1)[0].decode(errors="replace")[:800])
     if err == 0:
         cubin = ctypes.string_at(image, nbytes)
         print("registers / frame (cubin):", ptxas.cubin_report(cubin))
