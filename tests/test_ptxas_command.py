@@ -59,3 +59,20 @@ def test_a_ptxas_failure_is_reported_with_its_log(no_nvjitlink):
         pytest.skip("no ptxas command on this machine")
     with pytest.raises(ptxas.PtxAssemblyError, match="ptxas .* failed for sm_90a"):
         ptxas.assemble(ptx_of_exp().replace("ret;", "bogus.instruction;"), "sm_90a")
+
+
+@pytest.mark.parametrize("line_info", [True, False])
+def test_whole_program_asks_for_the_command_and_line_info_follows_the_switch(monkeypatch, tmp_path, line_info):
+    """``whole_program`` assembles with the command even where nvJitLink is installed, and
+    ``LINE_INFO`` alone decides ``-lineinfo`` (a fake ptxas records its arguments)."""
+    seen = tmp_path / "args"
+    tool = tmp_path / "ptxas"
+    tool.write_text(f'#!/bin/sh\necho "$@" > {seen}\nfor a; do out=$a; done\nprintf "\\177ELF" > "$out"\n'
+                    'echo "ptxas info    : Used 42 registers"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("TILEJIT_PTXAS", str(tool))
+    monkeypatch.setattr(ptxas, "LINE_INFO", line_info)
+    asm = ptxas.assemble(".version 8.4\n", "sm_90a", whole_program=True)
+    args = seen.read_text().split()
+    assert args[0] == "-arch=sm_90a" and ("-lineinfo" in args) is line_info
+    assert asm.cubin == b"\x7fELF" and asm.registers == 42
