@@ -4,7 +4,7 @@ or with ``--kernel gemm`` the bf16 128x256x64 GEMM of ``examples/matmul.py`` (8 
 inputs) or ``--kernel attention`` the bf16 D128 128x128 attention of ``examples/attention.py``.
 
     python3 benchmarks/bench_compile.py [--kernel softmax|gemm|attention] [--mode auto|cpu|gpu|both]
-        [--runs 3] [--cols 1024] [--profile] [--stages]
+        [--runs 3] [--cols 1024] [--profile] [--stages] [--keep-jit-cache]
     python3 -m pytest benchmarks/bench_compile.py --benchmark-only
 
 Modes (what a child process times, from the launch call on; imports are timed separately):
@@ -14,12 +14,15 @@ Modes (what a child process times, from the launch call on; imports are timed se
   gpu  ``kernel[grid](x, y, ...)`` on torch CUDA tensors until ``torch.cuda.synchronize()``
        returns: the first launch done, module load included.
   auto gpu + cpu on a machine with a GPU and torch, else cpu.
-Cold runs get a fresh empty ``TILEJIT_CACHE_DIR``; hit runs reuse the last cold run's entry and
-check that it was read, not rewritten. One unrecorded cold run first warms ``__pycache__`` and
-the file cache. ``--stages`` adds one unrecorded cold process that times each stage of the
-compile (frontend, passes, LLVM IR, O3, NVPTX emission, nvJitLink, module load: a warp-
-specialised kernel has no nvJitLink step, the driver JIT-compiles its PTX in the module load,
-and keeps the result in its own cache, ``~/.nv/ComputeCache``, unless ``CUDA_CACHE_DISABLE=1``).
+Cold runs get a fresh empty ``TILEJIT_CACHE_DIR`` and no CUDA JIT cache (``CUDA_CACHE_DISABLE=1``:
+nvJitLink and the driver keep assemblies in ``~/.nv/ComputeCache``; ``--keep-jit-cache`` keeps
+it); hit runs reuse the last cold run's entry and check that it was read, not rewritten. Every
+process caches Python's bytecode (``PYTHONPYCACHEPREFIX`` beside the cache directories, even
+where the host sets ``PYTHONDONTWRITEBYTECODE``), as an installed package has it. One
+unrecorded cold run first warms the bytecode and the file cache. ``--stages`` adds one
+unrecorded cold process that times each stage of the compile (frontend, passes, LLVM IR, O3,
+NVPTX emission, assembly (nvJitLink; for a warp-specialised kernel the toolkit's ptxas command,
+else none: the driver JIT-compiles its PTX in the module load), module load).
 Targets: cold ≤ 800 ms (softmax) and ≤ 1000 ms (GEMM, attention), cache hit to first launch
 ≤ 50 ms.
 """
@@ -191,6 +194,24 @@ def _block(cols: int) -> int:
     return 1 << max(cols - 1, 0).bit_length()
 
 
+def child_env(kind: str, mode: str, cache_dir: str, keep_jit_cache: bool = False) -> dict:
+    """The environment of one measured process.  Python's bytecode is cached beside the tilejit
+    cache directory (as in any installed package: a host that sets ``PYTHONDONTWRITEBYTECODE``
+    would otherwise time compiling tilejit's sources in every process; the warm-up process
+    writes it), and a cold process starts without the CUDA JIT cache (``CUDA_CACHE_DISABLE``:
+    nvJitLink and the driver keep their assemblies in ``~/.nv/ComputeCache``, where the warm-up
+    process left this very kernel's), unless ``keep_jit_cache``."""
+    env = dict(os.environ, TILEJIT_CACHE_DIR=cache_dir, PYTHONUNBUFFERED="1",
+               PYTHONPYCACHEPREFIX=os.path.join(os.path.dirname(cache_dir), "pycache"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop(common.BENCH_OUT_ENV, None)
+    if kind == "cold" and not keep_jit_cache:
+        env["CUDA_CACHE_DISABLE"] = "1"
+    if mode == "gpu":
+        env["TILEJIT_BACKEND"] = "cuda"     # never fall back to emulate silently
+    return env
+
+
 def run_child(kind: str, mode: str, cache_dir: str, args, profile: bool = False, stages: bool = False) -> dict:
     """One new process measuring ``kind`` (cold|hit) in ``mode``; its result with the wall time
     of the whole process added (and, with ``profile``, the child's cProfile text under
@@ -199,10 +220,7 @@ def run_child(kind: str, mode: str, cache_dir: str, args, profile: bool = False,
            "--rows", str(args.rows), "--cols", str(args.cols), "--dtype", args.dtype,
            "--num-warps", str(args.num_warps), "--kernel", args.kernel] + (["--profile"] if profile else []) \
         + (["--stages"] if stages else [])
-    env = dict(os.environ, TILEJIT_CACHE_DIR=cache_dir, PYTHONUNBUFFERED="1")
-    env.pop(common.BENCH_OUT_ENV, None)
-    if mode == "gpu":
-        env["TILEJIT_BACKEND"] = "cuda"     # never fall back to emulate silently
+    env = child_env(kind, mode, cache_dir, getattr(args, "keep_jit_cache", False))
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
     wall_ms = (time.perf_counter() - start) * 1e3
@@ -297,6 +315,9 @@ def parse_args(argv):
                         help="also profile one cold and one hit run (cProfile, not recorded)")
     parser.add_argument("--stages", action="store_true",
                         help="also time each stage of one cold run (frontend, passes, LLVM, O3, NVPTX, nvJitLink, load)")
+    parser.add_argument("--keep-jit-cache", action="store_true",
+                        help="cold processes keep the CUDA JIT cache (~/.nv/ComputeCache), which the "
+                             "warm-up process fills with this kernel's assembly")
     parser.add_argument("--child", choices=["cold", "hit"], help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 

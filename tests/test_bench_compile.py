@@ -33,3 +33,20 @@ def test_stage_hooks_time_every_stage_of_a_cold_compile(tmp_path, monkeypatch):
     expected = {"frontend", "passes", "LLVM IR", "O3", "ptx"} | ({"nvJitLink"} if ptxas.available() else set())
     assert expected <= set(spent), spent
     assert all(ms > 0 for ms in spent.values()) and spent["ptx"] >= spent["O3"], spent
+
+
+def test_measured_processes_cache_bytecode_and_cold_ones_start_without_the_jit_cache(tmp_path, monkeypatch):
+    """A host that sets PYTHONDONTWRITEBYTECODE (the GPU host does) would time compiling
+    tilejit's sources in every process, and the CUDA JIT cache would serve a cold process the
+    warm-up process's assembly of the same kernel."""
+    import bench_compile
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("CUDA_CACHE_DISABLE", raising=False)
+    cold = bench_compile.child_env("cold", "gpu", str(tmp_path / "cold0"))
+    hit = bench_compile.child_env("hit", "gpu", str(tmp_path / "cold0"))
+    for env in (cold, hit):
+        assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pycache")
+        assert env["TILEJIT_CACHE_DIR"] == str(tmp_path / "cold0") and env["TILEJIT_BACKEND"] == "cuda"
+    assert cold["CUDA_CACHE_DISABLE"] == "1" and "CUDA_CACHE_DISABLE" not in hit
+    kept = bench_compile.child_env("cold", "cpu", str(tmp_path / "cold1"), keep_jit_cache=True)
+    assert "CUDA_CACHE_DISABLE" not in kept
