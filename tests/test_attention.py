@@ -172,3 +172,25 @@ def test_warp_specialised_kernel_gets_a_whole_program_cubin_where_ptxas_is(toolk
         assert ptxas.cubin_report(art.cubin)[0] == art.registers
     else:
         assert art.cubin is None and not art.registers
+
+
+def test_a_ptxas_command_that_rejects_the_ptx_leaves_the_kernel_to_the_driver(monkeypatch, tmp_path):
+    """An old toolkit's ptxas (it does not know the PTX ISA version LLVM writes) must not break a
+    warp-specialised kernel: the driver JIT-compiles its PTX as before."""
+    from tilejit.backends import cuda
+    from tilejit.codegen import ptxas
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    tool = tmp_path / "ptxas"
+    tool.write_text("#!/bin/sh\necho 'ptxas fatal   : Unsupported .version 8.7; current version is 8.0' >&2\nexit 1\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("TILEJIT_PTXAS", str(tool))
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = KERNEL.tile_ir((arr, arr, arr, arr, ScalarSpec(D.float32)), {"BM": 128, "BN": 64, "BD": 128, "CAUSAL": True})
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a")
+    state = {"simt_fn": fn, "target": "sm_90a"}
+    cuda.stage_llvm(state)
+    cuda.stage_ptx(state)
+    assert "setmaxnreg" in state["ptx"]
+    cuda.stage_cubin(state)
+    assert "cubin" not in state and "setmaxnreg" in state["ptx"]

@@ -145,24 +145,30 @@ def stage_ptx(state: dict) -> None:
 
 def stage_cubin(state: dict) -> None:
     """Assemble with nvJitLink when it is installed; a kernel that moves registers between
-    warpgroups (``setmaxnreg``) with the ``ptxas`` command, whole-program.  Without either the
-    driver JIT-compiles the PTX when the kernel is loaded (uncached by tilejit, no spill report)."""
+    warpgroups (``setmaxnreg``) with the ``ptxas`` command, whole-program.  Without either (or
+    where that command rejects the PTX: a toolkit older than the PTX ISA LLVM writes) the driver
+    JIT-compiles the PTX when the kernel is loaded (uncached by tilejit, no spill report)."""
     from tilejit.codegen import ptxas
     whole = "setmaxnreg" in state["ptx"]
-    if not ptxas.available() or (whole and not ptxas.whole_program_available()):
-        # (nvJitLink compiles relocatable code, where ptxas ignores setmaxnreg (C7504): a
-        # warp-specialised kernel is JIT-compiled whole by the driver, which honours it)
-        meta = state["simt_fn"].meta if "simt_fn" in state else None
-        if meta and meta.min_ctas_fallbacks:           # no spill report to judge a wish by: the plain hint
-            meta.min_ctas_per_sm, meta.min_ctas_fallbacks = meta.min_ctas_fallbacks[-1], ()
-            stage_llvm(state)
-            stage_ptx(state)
-        return
-    asm, state["llvm_ir"], state["ptx"] = assemble_hinted(state["simt_fn"], state["target"],
-                                                          state["llvm_ir"], state["ptx"], whole)
-    # a log without ptxas's "Used N registers" line (seen under compute-sanitizer's racecheck)
-    # leaves registers unknown, never 0: registers_per_thread then asks the loaded function
-    state["cubin"], state["registers"], state["spills"] = asm.cubin, asm.registers or None, asm.spills
+    if ptxas.available() and (not whole or ptxas.whole_program_available()):
+        try:
+            asm, state["llvm_ir"], state["ptx"] = assemble_hinted(state["simt_fn"], state["target"],
+                                                                  state["llvm_ir"], state["ptx"], whole)
+        except ptxas.PtxAssemblyError:
+            if not whole:
+                raise
+        else:
+            # a log without ptxas's "Used N registers" line (seen under compute-sanitizer's racecheck)
+            # leaves registers unknown, never 0: registers_per_thread then asks the loaded function
+            state["cubin"], state["registers"], state["spills"] = asm.cubin, asm.registers or None, asm.spills
+            return
+    # (nvJitLink compiles relocatable code, where ptxas ignores setmaxnreg (C7504): a
+    # warp-specialised kernel is then JIT-compiled whole by the driver, which honours it)
+    meta = state["simt_fn"].meta if "simt_fn" in state else None
+    if meta and meta.min_ctas_fallbacks:           # no spill report to judge a wish by: the plain hint
+        meta.min_ctas_per_sm, meta.min_ctas_fallbacks = meta.min_ctas_fallbacks[-1], ()
+        stage_llvm(state)
+        stage_ptx(state)
 
 
 def assemble_hinted(fn, target: str, llvm_ir: str | None = None, ptx: str | None = None,
