@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU, session 18, first call (under 10 minutes): gpu_s17.sh's measurements, plus the
+# GPU, session 18, first call (under 10 minutes): W4A16's split-K sweep and decode wish, plus the
 # warp-specialised kernels' whole-program cubin from the toolkit's ptxas (d2d6ac5) against the
 # driver JIT (TILEJIT_PTXAS pointing nowhere): cold / hit compile and attention's speed.
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
