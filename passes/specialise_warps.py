@@ -48,6 +48,7 @@ from tilejit import dtypes as D
 from tilejit.abi import ParamDesc, ParamKind
 from tilejit import ir, simt
 from tilejit.ir import TileOp
+from tilejit.passes import stream_k
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -251,6 +252,10 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     is_consumer = ew(TileOp.LT, group, const(consumers // 128, head), head, D.bool_)
     if persist:
         tiles = _Tiles(fn, head, op, ew, const, loc)
+        hoisted_head = set(head)
+        if stream_k.STREAM_K and stream_k.accumulators(loop) and all(x.owner in hoisted_head for x in loop.operands[:2]):
+            tiles.stream = stream_k.StreamK(fn, tiles, head, op, loop.operands[0], loop.operands[1], rec.step,
+                                            consumers)
 
     # --- the consumers: the kernel without the copies, releasing each slot
     # (the barrier after the loop stays, as a named one: the ring's bytes may be reused after it)
@@ -283,6 +288,7 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
         p_loop = tiles.block()
         producer = p_loop.ops
         values.update(tiles.ids(p_loop))
+        p_unit = tiles.stream.unit(p_loop) if tiles.stream else None
     values[rec.leader] = ew(TileOp.EQ, tid, const(consumers, producer), producer, D.bool_)
 
     def clone(o, into):
@@ -302,6 +308,8 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
         if o in needed and not (persist and o.op in _FILLS):   # (persistent: the loop fills every slot)
             clone(o, inner)
     lb, ub, step = (values.get(x, x) for x in loop.operands[:3])
+    if persist and p_unit:              # (stream-K: the unit's k-range)
+        lb, ub = p_unit["lb"], p_unit["ub"]
     iv_dt = iv.type.dtype
     p_iv = ir.Value(iv.type, iv.hint)
     values[iv] = p_iv
@@ -319,7 +327,8 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
                 op(SimtOp.MBARRIER_WAIT, [where, parity], None, simt.MbarrierAttrs(1, buffers), into=loop_body)
             clone(o, loop_body)
             if persist and o is rec.trip.owner:
-                values[rec.trip] = ew(TileOp.ADD, values[rec.trip], p_loop.args[1], loop_body)
+                values[rec.trip] = ew(TileOp.ADD, values[rec.trip], p_unit["shift"] if p_unit else p_loop.args[1],
+                                      loop_body)
     loop_body.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
     inner.append(ir.Operation(SimtOp.FOR, [start, stop, step], [], loop.attrs, [ir.Block([p_iv], loop_body)], loc))
     if guard is not None:
@@ -332,10 +341,14 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
         # the consumers (changed in place only now: the producer's ops are cloned from theirs)
         # count slots and phases over the CTA's k-tiles of all its programs
         c_loop = tiles.block()
+        c_unit = tiles.stream.unit(c_loop) if tiles.stream else None
         at = body.ops.index(rec.trip.owner) + 1
-        body.ops.insert(at, ir.Operation(SimtOp.ELEMENTWISE, [rec.trip, c_loop.args[1]], [RegType(I32)],
-                                         simt.EwAttrs(TileOp.ADD), None, loc))
+        body.ops.insert(at, ir.Operation(SimtOp.ELEMENTWISE, [rec.trip, c_unit["shift"] if c_unit else c_loop.args[1]],
+                                         [RegType(I32)], simt.EwAttrs(TileOp.ADD), None, loc))
         _replace(body, {rec.trip: body.ops[at].result}, skip=body.ops[at])
+        if c_unit:
+            loop.operands[:2] = [c_unit["lb"], c_unit["ub"]]
+            _stream_epilogue(consumer, loop, tiles.stream, c_loop, bar_id, loc)
         consumer.ops[-1:] = [ir.Operation(SimtOp.BARRIER, [bar_id], [], simt.BarrierAttrs(consumers), loc=loc)]
         consumer = ir.Block([], tiles.wrap(c_loop, consumer.ops, loop.operands[:2], rec.step, True)
                             + [ir.Operation(SimtOp.YIELD, [], loc=loc)])
@@ -354,6 +367,7 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     fn.body.ops[:] = head + [split]
     fn.meta.producer_warps = PRODUCER_WARPS
     fn.meta.persistent_tiles = persist
+    fn.meta.stream_k = tiles.stream.words if persist and tiles.stream else 0
     fn.meta.self_synced_ops = set(fn.meta.self_synced_ops) | {o for o in fn.walk() if o.op in simt.TMA_OPS}
     return fn
 
@@ -423,6 +437,25 @@ def pingpong(holder: ir.Block, loop: ir.Operation, groups: list, group: ir.Value
     holder.ops[at:at + 1] = [barrier(SimtOp.BARRIER_ARRIVE, before), loop, barrier(SimtOp.BARRIER, after)]
 
 
+def _stream_epilogue(consumer: ir.Block, loop: ir.Operation, stream, blk: ir.Block, bar_id, loc) -> None:
+    """In place: after a stream-K unit's loop (and the wgmma wait that ends it), the pieces'
+    hand-off (``stream_k.StreamK.fixup``); the rest of the program (its epilogue) runs only in
+    the piece that completes the tile.  ``consumer`` ends with its YIELD."""
+    ops = consumer.ops
+    at = ops.index(loop) + 1
+    accs = list(loop.results)
+    if ops[at].op is SimtOp.WGMMA_WAIT and list(ops[at].operands) == accs:
+        accs = list(ops[at].results)
+        at += 1
+    rest = ops[at:-1]
+    fix, sums, last = stream.fixup(blk, accs, bar_id, loc)
+    _replace(ir.Block([], rest), dict(zip(accs, sums)))
+    then = ir.Block([], rest + [ir.Operation(SimtOp.YIELD, [], loc=loc)])
+    ops[at:] = fix + [ir.Operation(SimtOp.IF, [last], [], None, [then, ir.Block([], [ir.Operation(SimtOp.YIELD, [],
+                                                                                                  loc=loc)])], loc),
+                      ops[-1]]
+
+
 def _replace(block: ir.Block, subst: dict, skip=None) -> None:
     """Operands of the ops in ``block`` (nested too; not ``skip``) replaced per ``subst``."""
     for o in block.walk():
@@ -443,9 +476,10 @@ class _Tiles:
         self.grid = [op(SimtOp.PARAM, [], RegType(I32), ir.AxisAttrs(first + a), into=head) for a in range(3)]
         self.cta = op(SimtOp.BLOCK_ID, [], RegType(I32), ir.AxisAttrs(0), into=head)
         self.ctas = op(SimtOp.GRID_DIM, [], RegType(I32), ir.AxisAttrs(0), into=head)
-        total = ew(TileOp.MUL, ew(TileOp.MUL, self.grid[0], self.grid[1], head), self.grid[2], head)
+        self.total = total = ew(TileOp.MUL, ew(TileOp.MUL, self.grid[0], self.grid[1], head), self.grid[2], head)
         left = ew(TileOp.SUB, ew(TileOp.ADD, total, self.ctas, head), ew(TileOp.ADD, self.cta, const(1, head), head),
                   head)
+        self.stream = None                  # stream_k.StreamK, where the k-loop is split
         self.count = ew(TileOp.FLOORDIV, left, self.ctas, head)      # this CTA's programs
         self.zero, self.one = const(0, head), const(1, head)
         self.ew, self.const, self.loc = ew, const, loc
@@ -458,7 +492,10 @@ class _Tiles:
         """{result of a BLOCK_ID / GRID_DIM op of the kernel: the program id or grid extent it
         stands for} at iteration ``i`` of ``blk`` (computed at its end)."""
         ew, g, into = self.ew, self.grid, blk.ops
-        tile = ew(TileOp.ADD, self.cta, ew(TileOp.MUL, blk.args[0], self.ctas, into), into)
+        if self.stream:
+            tile = self.stream.unit(blk)["tile"]
+        else:
+            tile = ew(TileOp.ADD, self.cta, ew(TileOp.MUL, blk.args[0], self.ctas, into), into)
         rest = ew(TileOp.FLOORDIV, tile, g[0], into)
         pids = [ew(TileOp.MOD, tile, g[0], into), ew(TileOp.MOD, rest, g[1], into), ew(TileOp.FLOORDIV, rest, g[1], into)]
         return {o.result: (pids if o.op is SimtOp.BLOCK_ID else g)[o.attrs.axis] for o in self.sources}
@@ -473,9 +510,12 @@ class _Tiles:
             _replace(ir.Block([], ops), subst)
             bounds = [subst.get(x, x) for x in bounds]
             into += ops
-        lb, ub = bounds
-        span = ew(TileOp.ADD, ew(TileOp.SUB, ub, lb, into), const(step - 1, into), into)
-        trips = ew(TileOp.MAXIMUM, ew(TileOp.FLOORDIV, span, const(step, into), into), const(0, into), into)
+        if self.stream:
+            trips = self.stream.after(blk, into)["trips"]
+        else:
+            lb, ub = bounds
+            span = ew(TileOp.ADD, ew(TileOp.SUB, ub, lb, into), const(step - 1, into), into)
+            trips = ew(TileOp.MAXIMUM, ew(TileOp.FLOORDIV, span, const(step, into), into), const(0, into), into)
         into.append(ir.Operation(SimtOp.YIELD, [ew(TileOp.ADD, blk.args[1], trips, into)], loc=self.loc))
         return [ir.Operation(SimtOp.FOR, [self.zero, self.count, self.one, self.zero], [RegType(I32, 1)], None,
                              [blk], self.loc)]

@@ -318,7 +318,7 @@ def launch_arrays(kernel_for_device, grid, block_threads: int, args, params, wri
     views)``, if given, reshapes the launch once the device is known (a persistent kernel's grid
     comes from the occupancy of the device the arrays live on)."""
     if array_args is None:
-        array_args = sorted({p.arg for p in params if p.kind is not ParamKind.SCALAR})
+        array_args = sorted({p.arg for p in params if p.kind not in (ParamKind.SCALAR, ParamKind.WORKSPACE)})
     for i in writes:
         if isinstance(args[i], np.ndarray) and not args[i].flags.writeable:
             raise LaunchError(f"argument {i} is a read-only NumPy array, but the kernel stores to it")

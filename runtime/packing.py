@@ -35,7 +35,7 @@ def param_format(param) -> str:
     "tensor_map" -> its 128 bytes."""
     if param.kind is ParamKind.TENSOR_MAP:
         return f"{TENSOR_MAP_BYTES}s"
-    if param.kind is ParamKind.PTR:
+    if param.kind in (ParamKind.PTR, ParamKind.WORKSPACE):
         return "Q"
     if param.kind in (ParamKind.DIM, ParamKind.STRIDE):
         return "q" if param.dtype.bits == 64 else "i"
@@ -48,7 +48,7 @@ def _value_expr(param, param_index: int) -> str:
     """Python expression reading ``param`` (number ``param_index``)'s value from the argument
     list ``a``."""
     arg = f"a[{param.arg}]"
-    if param.kind is ParamKind.PTR:
+    if param.kind in (ParamKind.PTR, ParamKind.WORKSPACE):
         return f"{arg}.ptr"
     if param.kind is ParamKind.DIM:
         return f"{arg}.shape[{param.axis}]"

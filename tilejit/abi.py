@@ -22,6 +22,8 @@ class ParamKind(enum.Enum):
     DIM = "dim"                  # its size along ``axis`` (i32, or i64 for arrays of 2^31+ elements)
     STRIDE = "stride"            # its stride along ``axis`` in elements (i32 or i64)
     SCALAR = "scalar"            # a scalar argument, of ``dtype``
+    WORKSPACE = "workspace"      # a float32 scratch buffer the runtime owns and passes (its address; its
+    #                              counters zero between launches): a stream-K kernel's (``workspace_words``)
     TENSOR_MAP = "tensor_map"    # a TMA descriptor of array argument ``arg`` (CUtensorMap, 128 bytes,
     #                              a ``__grid_constant__``): ``box`` elements per dim, ``swizzle`` bytes
 
@@ -47,3 +49,9 @@ class ParamDesc:
 
 
 TENSOR_MAP_BYTES = 128          # sizeof(CUtensorMap); the parameter is 64-byte aligned
+
+
+def workspace_words(slot_words: int, ctas: int) -> int:
+    """Float32 words of a stream-K kernel's workspace (``passes/stream_k.py``) for a launch of
+    ``ctas`` CTAs: ``2 * ctas`` arrival counters, then two slots of ``slot_words`` a CTA."""
+    return 2 * ctas * (1 + slot_words)

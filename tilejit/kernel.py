@@ -145,6 +145,7 @@ class Inspection:
     persistent: bool | None = None       # each CTA loops over programs, the next one's rows copied ahead (persist_programs)
     persistent_tiles: bool | None = None  # each CTA loops over the grid's programs, its producer warps a
     #                                       tile ahead (a persistent warp-specialised GEMM)
+    stream_k: bool | None = None         # its last waves of tiles shared out by k-iterations (stream-K)
     copy_engines: tuple | None = None    # how pipelined loops fill their rings: "tma" and/or "cp.async"
     producer_warps: int | None = None    # warps that only issue TMA copies (a warp-specialised loop)
     cluster_ctas: int | None = None      # CTAs that share each program's row, as a cluster (cluster_rows)
@@ -493,6 +494,7 @@ class Kernel:
             found["programs_per_cta"] = getattr(entry.artifact, "programs_per_cta", None)
             found["persistent"] = getattr(entry.artifact, "persistent", None)
             found["persistent_tiles"] = getattr(entry.artifact, "persistent_tiles", None)
+            found["stream_k"] = bool(getattr(entry.artifact, "stream_k", 0))
             found["copy_engines"] = getattr(entry.artifact, "copy_engines", None)
             found["producer_warps"] = getattr(entry.artifact, "producer_warps", None)
             found["cluster_ctas"] = getattr(entry.artifact, "cluster_ctas", None)

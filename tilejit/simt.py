@@ -76,6 +76,7 @@ class SimtMeta:
     serial_programs: bool = False          # coarsen_programs: the CTA's programs run one after another
     persistent: bool = False               # persist_programs: each CTA loops over programs (grid0 passed)
     persistent_tiles: bool = False         # specialise_warps: each CTA loops over all programs (the grid passed)
+    stream_k: int = 0                      # stream_k: words of a workspace slot (0: no stream-K, no workspace)
     producer_warps: int = 0                # specialise_warps: a warpgroup that only issues TMA copies,
     #                                        after the num_warps warps that compute
     max_registers: int = 0                 # registers per thread the kernel is compiled for (0: ptxas picks)
@@ -96,6 +97,7 @@ class SimtMeta:
                 + (f" lanes_per_program={self.lanes_per_program}" if self.lanes_per_program < 32 else "")
                 + (" persistent" if self.persistent else "")
                 + (" persistent_tiles" if self.persistent_tiles else "")
+                + (f" stream_k={self.stream_k}" if self.stream_k else "")
                 + (f" cluster_ctas={self.cluster_ctas}" if self.cluster_ctas > 1 else ""))
 
 

@@ -49,19 +49,26 @@ def switch_options(options: dict) -> dict:
             if k in options}
 
 
+STREAM_K_SPLIT = 4       # the most CTAs a stream-K launch gives each tile (fewer tiles than SMs)
+
+
 def launch_geometry(programs: int, grid: tuple, args: list, resident: int | None = None,
-                    cluster: int = 1, tiles: bool = False) -> tuple[tuple, list]:
+                    cluster: int = 1, tiles: bool = False, workspace=None) -> tuple[tuple, list]:
     """The CTA grid and the arguments (with grid axis 0 appended) of a launch of ``grid``
     programs of a kernel packed ``programs`` to a CTA.  ``resident``: a persistent kernel's
     CTAs (``persist_programs``; each loops over the programs along axis 0), at most that many in
     all and never more than there are programs.  ``cluster``: each program is a cluster of that
     many CTAs along axis 0 (``cluster_rows``; the arguments are unchanged).  ``tiles``: a
     persistent kernel whose CTAs loop over every program of the grid (``specialise_warps``): a
-    1-D launch of at most ``resident`` CTAs, the grid's three extents appended to the arguments."""
+    1-D launch of at most ``resident`` CTAs, the grid's three extents appended to the arguments,
+    then ``workspace(ctas)`` where given (a stream-K kernel's scratch buffer for that many CTAs:
+    such a kernel runs up to ``STREAM_K_SPLIT`` CTAs a tile where there are fewer tiles than
+    ``resident``, each tile's k-iterations shared out among them)."""
     if tiles:
         extents = tuple(grid) + (1,) * (3 - len(grid))
         total = extents[0] * extents[1] * extents[2]
-        return (max(1, min(total, resident)), 1, 1), list(args) + list(extents)
+        ctas = max(1, min(total * (STREAM_K_SPLIT if workspace is not None else 1), resident))
+        return (ctas, 1, 1), list(args) + list(extents) + ([workspace(ctas)] if workspace is not None else [])
     if cluster > 1:
         return (grid[0] * cluster,) + tuple(grid[1:]), args
     if resident is not None:

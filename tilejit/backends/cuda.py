@@ -41,12 +41,37 @@ class CudaArtifact:
     producer_warps: int = 0                # a warpgroup that only issues TMA copies (specialise_warps)
     cluster_ctas: int = 1                  # CTAs per program, launched as a cluster along x (cluster_rows)
     persistent_tiles: bool = False         # each CTA loops over the whole grid (specialise_warps)
+    stream_k: int = 0                      # words of a stream-K workspace slot (0: none; passes/stream_k.py)
 
     def __post_init__(self):
         if not self.cta_threads:
             self.cta_threads = 32 * self.num_warps * self.programs_per_cta
     loaded: dict = field(default_factory=dict, repr=False)   # device -> LoadedKernel
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    workspaces: dict = field(default_factory=dict, repr=False)   # device -> its stream-K workspace
+
+    def workspace(self, device: int):
+        """None, or (for a stream-K kernel) ``launch_geometry``'s maker of its workspace on
+        ``device``: one zeroed float32 buffer kept for the kernel's lifetime (each launch leaves
+        its counters at zero), grown when a launch runs more CTAs.  Launches of one kernel on two
+        streams at once would share it: they are ordered on one stream."""
+        if not self.stream_k:
+            return None
+
+        def make(ctas: int):
+            import numpy as np
+
+            from tilejit.abi import workspace_words
+            from tilejit.runtime import arrays
+            words = workspace_words(self.stream_k, ctas)
+            with self.lock:
+                buf = self.workspaces.get(device)
+                if buf is None or buf.size < words:
+                    buf = arrays.DeviceArray((words,), "float32", device=device)
+                    buf.copy_from_host(np.zeros(words, np.float32))
+                    self.workspaces[device] = buf
+            return buf
+        return make
 
     def kernel_for_device(self, device: int):
         loaded = self.loaded.get(device)
@@ -99,7 +124,7 @@ class CudaArtifact:
                 "programs_per_cta": self.programs_per_cta, "cta_threads": self.cta_threads,
                 "persistent": self.persistent, "copy_engines": list(self.copy_engines),
                 "producer_warps": self.producer_warps, "cluster_ctas": self.cluster_ctas,
-                "persistent_tiles": self.persistent_tiles,
+                "persistent_tiles": self.persistent_tiles, "stream_k": self.stream_k,
                 "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name, list(p.box), p.swizzle] for p in self.params]}
 
@@ -113,7 +138,8 @@ class CudaArtifact:
                    tuple((m, bool(s), int(r), Loc(f, ln, c, e, fn)) for m, s, r, f, ln, c, e, fn in meta.get("asserts", ())),
                    int(meta.get("cta_threads", 0)), bool(meta.get("persistent", False)),
                    tuple(meta.get("copy_engines", ())), int(meta.get("producer_warps", 0)),
-                   int(meta.get("cluster_ctas", 1)), bool(meta.get("persistent_tiles", False)))
+                   int(meta.get("cluster_ctas", 1)), bool(meta.get("persistent_tiles", False)),
+                   int(meta.get("stream_k", 0)))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -262,7 +288,8 @@ class CudaBackend:
                            state.get("registers"), state.get("spills"), simt_fn.meta.programs_per_cta,
                            tuple((o.attrs.msg, o.attrs.scalar, o.attrs.rank, o.loc) for o in assert_sites(simt_fn)),
                            simt_fn.meta.cta_threads, simt_fn.meta.persistent, copy_engines(simt_fn),
-                           simt_fn.meta.producer_warps, simt_fn.meta.cluster_ctas, simt_fn.meta.persistent_tiles)
+                           simt_fn.meta.producer_warps, simt_fn.meta.cluster_ctas, simt_fn.meta.persistent_tiles,
+                           simt_fn.meta.stream_k)
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())
@@ -278,9 +305,10 @@ class CudaBackend:
 
         def run(grid, views, stream):
             if art.persistent or art.persistent_tiles:
-                kernel = art.kernel_for_device(views[arrays[0]].device)
+                device = views[arrays[0]].device
+                kernel = art.kernel_for_device(device)
                 grid, views = backends.launch_geometry(programs, grid, views, kernel.resident_ctas(threads),
-                                                       tiles=art.persistent_tiles)
+                                                       tiles=art.persistent_tiles, workspace=art.workspace(device))
             elif programs > 1 or art.cluster_ctas > 1:
                 grid, views = backends.launch_geometry(programs, grid, views, cluster=art.cluster_ctas)
             if stream is None:      # the full path's rule: the first array that has a stream
@@ -297,7 +325,7 @@ class CudaBackend:
         def geometry(kernel, grid, views):      # on the device the arrays live on
             resident = kernel.resident_ctas(art.cta_threads) if art.persistent or art.persistent_tiles else None
             return backends.launch_geometry(art.programs_per_cta, tuple(grid), views, resident, art.cluster_ctas,
-                                            art.persistent_tiles)
+                                            art.persistent_tiles, art.workspace(kernel.device) if art.stream_k else None)
         launch.launch_arrays(art.kernel_for_device, grid, art.cta_threads, args,
                              art.params, art.writes, stream, geometry=geometry)
         if art.asserts:

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from tilejit import abi
 from tilejit.abi import ParamKind
 from tilejit import backends, ir, simt
 from tilejit.backends import emulate_mma, emulate_tma
@@ -418,7 +419,7 @@ def bind_params(fn: ir.Function, args: list) -> list:
         if p.arg not in arrays:
             arrays[p.arg] = GlobalArray(_host_array(arg, name), name)
         a = arrays[p.arg]
-        if p.kind is ParamKind.PTR:
+        if p.kind in (ParamKind.PTR, ParamKind.WORKSPACE):
             out.append(a)
         elif p.kind is ParamKind.TENSOR_MAP:
             out.append(emulate_tma.EmulatedMap(a, p))
@@ -446,12 +447,26 @@ def run(fn: ir.Function, grid, args: list, race_check: bool = True) -> None:
     if fn.meta.cluster_ctas > 1:            # ``grid`` counts programs: each is a cluster of CTAs
         grid, args = backends.launch_geometry(1, grid, args, cluster=fn.meta.cluster_ctas)
     if fn.meta.persistent_tiles and len(args) == len(fn.arg_names):
-        # CTAs for half the programs, so that each runs its loop over tiles about twice
-        grid, args = backends.launch_geometry(1, grid, args, -(-math.prod(grid) // 2), tiles=True)
+        # CTAs for half the programs, so that each runs its loop over tiles about twice (stream-K:
+        # one more, so that the tiles do not divide evenly and the last ones are shared out)
+        ctas = -(-math.prod(grid) // 2) + (1 if fn.meta.stream_k else 0)
+        grid, args = backends.launch_geometry(1, grid, args, ctas, tiles=True, workspace=workspace(fn))
     elif fn.meta.persistent and len(args) == len(fn.arg_names):
         # CTAs for half the programs along axis 0, so that each runs its loop (and prefetch) twice
         grid, args = backends.launch_geometry(1, grid, args, -(-grid[0] // 2) * math.prod(grid[1:]))
     Machine(fn, grid + (1,) * (3 - len(grid)), bind_params(fn, list(args)), race_check).run()
+    if fn.meta.stream_k:
+        counters = np.asarray(args[len(fn.arg_names) + 3])[:2 * grid[0]]
+        if counters.any():
+            raise EmulatorError(f"kernel '{fn.name}': stream-K arrival counters left at "
+                                f"{counters[counters != 0].tolist()} (each tile's last piece resets its own)")
+
+
+def workspace(fn: ir.Function):
+    """A stream-K kernel's workspace maker for ``launch_geometry`` (zeros: host memory), or None."""
+    if not fn.meta.stream_k:
+        return None
+    return lambda ctas: np.zeros(abi.workspace_words(fn.meta.stream_k, ctas), np.float32)
 
 
 class EmulatedKernel:
@@ -464,6 +479,7 @@ class EmulatedKernel:
         self.programs_per_cta = fn.meta.programs_per_cta
         self.persistent = fn.meta.persistent
         self.persistent_tiles = fn.meta.persistent_tiles
+        self.stream_k = fn.meta.stream_k
         self.copy_engines = simt.copy_engines(fn)
         self.producer_warps = fn.meta.producer_warps
         self.cluster_ctas = fn.meta.cluster_ctas

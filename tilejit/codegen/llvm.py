@@ -73,7 +73,7 @@ def param_llvm_type(desc: ParamDesc) -> ir.Type:
     """The LLVM type of a kernel parameter (see the ABI table in the module docstring)."""
     if desc.kind is ParamKind.TENSOR_MAP:
         return ir.PointerType()
-    if desc.kind is ParamKind.PTR:
+    if desc.kind in (ParamKind.PTR, ParamKind.WORKSPACE):
         return ir.PointerType(addrspace=GLOBAL)
     if desc.kind is ParamKind.DIM:
         return I64 if desc.dtype.bits == 64 else I32
