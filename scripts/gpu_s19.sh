@@ -17,6 +17,7 @@ CONFIGS=${CONFIGS:-128x256x64x3x8,64x128x64x7x4,64x128x128x4x4}
 PT=tilejit.passes.specialise_warps.PERSIST_TILES=True
 SK=tilejit.passes.stream_k.STREAM_K=True
 for mode in ${MODES:-base pt sk}; do
+  [ "$mode" = none ] && continue
   sw=""; [ $mode = pt ] && sw="$PT"; [ $mode = sk ] && sw="$PT $SK"
   echo "== $mode"
   TILEJIT_CACHE_DIR=/tmp/tjc_b_$mode timeout ${BENCH_S:-240} python3 benchmarks/switch_probe.py $sw -- \
@@ -30,9 +31,9 @@ if [ "${NCU:-0}" != 0 ]; then
     f="$OUT/ncu-$mode.txt"
     TILEJIT_CACHE_DIR=/tmp/tjc_nc_$mode timeout 200 ncu --clock-control none -k regex:matmul -s 1 -c 1 \
       --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
-      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-      python3 benchmarks/switch_probe.py $sw -- matmul --size 4096 --config "${NCU_CONFIG:-128x256x64x3x8}" > "$f" 2>&1
+      --section MemoryWorkloadAnalysis --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      python3 benchmarks/switch_probe.py $sw -- matmul ${NCU_ARGS:---size 4096} --config "${NCU_CONFIG:-128x256x64x3x8}" > "$f" 2>&1
     echo "== ncu $mode"
-    grep -E "Duration|Compute \(SM\)|Registers Per|Warp Cycles Per Issued|Grid Size|Waves" "$f" | head -10
+    grep -E "Duration|Compute \(SM\)|Memory Throughput|DRAM Throughput|L2 Hit Rate|L1/TEX Hit|Registers Per|Warp Cycles Per Issued|Grid Size|Waves" "$f" | head -14
   done
 fi
