@@ -78,12 +78,14 @@ def main() -> int:
         a = common.random_tensor(torch, (m, size), torch.bfloat16, seed=1)
         w, s, z = (torch.from_numpy(x.view(np.uint16) if x.dtype != np.uint8 else x).cuda() for x in (packed, scales, zeros))
         s, z = s.view(torch.bfloat16), z.view(torch.bfloat16)
-        c = torch.zeros((m, size), device="cuda", dtype=torch.float32)
+        c = torch.empty((m, size), device="cuda", dtype=torch.bfloat16)
         ks = ex.k_slice(size, args.split, BK)
         grid = (tj.cdiv(m, BM), tj.cdiv(size, BN), tj.cdiv(size, ks))
+        part, count = (torch.from_numpy(x).cuda() for x in ex.workspace(m, size, grid[2], BM, BN))
 
         def launch():
-            ex.w4a16_matmul_kernel[grid](a, w, s, z, c, BM=BM, BN=BN, BK=BK, GROUP=128, K_SLICE=ks, num_warps=nw)
+            ex.w4a16_matmul_kernel[grid](a, w, s, z, c, part, count, BM=BM, BN=BN, BK=BK, GROUP=128, K_SLICE=ks,
+                                         num_warps=nw)
     elif args.kernel == "fp8_blockwise":          # weights stored (N, K); config BMxBNxBKxwarps
         BM, BN, BK, nw = (int(x) for x in (args.config or "128x128x128x8").split("x"))
         ex, size = common.load_example("fp8_blockwise_gemm"), args.size

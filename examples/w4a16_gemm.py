@@ -9,18 +9,21 @@ plain ``range``: the compiler pipelines it.
 
 Decode shapes (M of 1-64) give few output blocks: N / BN programs cannot fill the GPU, and each
 runs the whole K loop.  ``run(..., split=S)`` cuts K into S slices along a third grid axis
-(``K_SLICE`` values each, a multiple of BK so no tile straddles a group); each program
-``tj.atomic_add``s its float32 partial product into a zeroed float32 C, which is then rounded to
-bfloat16.  The partial sums land in no set order on the GPU, so the last bits may differ from
-run to run."""
+(``K_SLICE`` values each, a multiple of BK so no tile straddles a group).  Each program stores its
+float32 partial product in its own layer of ``part`` (S x M x N) and counts itself in ``count``
+(one int32 per output block, zero between launches) with a release-acquire atomic; the program
+that counts last sums the S layers in order, writes the bfloat16 block and puts the count back to
+zero.  So there is no zeroing and no conversion kernel around the launch, and the result is the
+same from run to run whichever program finishes last."""
 import numpy as np
 
 import tilejit as tj
 
 
 @tj.kernel
-def w4a16_matmul_kernel(a, w, scales, zeros, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
-                        GROUP: tj.constexpr, K_SLICE: tj.constexpr = 0, BF16_MATH: tj.constexpr = True):
+def w4a16_matmul_kernel(a, w, scales, zeros, c, part, count, BM: tj.constexpr, BN: tj.constexpr,
+                        BK: tj.constexpr, GROUP: tj.constexpr, K_SLICE: tj.constexpr = 0,
+                        BF16_MATH: tj.constexpr = True):
     tj.static_assert(GROUP % BK == 0, "a K tile must lie inside one quantisation group")
     tj.static_assert(K_SLICE % BK == 0, "a K slice must be whole K tiles")
     m = tj.program_id(0) * BM
@@ -38,7 +41,16 @@ def w4a16_matmul_kernel(a, w, scales, zeros, c, BM: tj.constexpr, BN: tj.constex
         else:
             acc = tj.dot(x, ((q.to(tj.float32) - z.to(tj.float32)) * s.to(tj.float32)).to(x.dtype), acc)
     if K_SLICE:
-        tj.atomic_add(c, (m, n), acc)                  # a float32 C, zeroed before the launch
+        # this slice's product in its layer; the slice that counts last sums the layers in order
+        tj.store(part, (tj.program_id(2), m, n), tj.expand_dims(acc, 0))
+        block = tj.program_id(0) * tj.num_programs(1) + tj.program_id(1)
+        before = tj.atomic_add(count, (block,), tj.full((1,), 1, tj.int32), sem="acq_rel")
+        if tj.max(before) == tj.num_programs(2) - 1:
+            total = tj.zeros((BM, BN), tj.float32)
+            for layer in range(tj.num_programs(2)):
+                total += tj.sum(tj.load(part, (layer, m, n), (1, BM, BN)), axis=0)
+            tj.store(c, (m, n), total.to(c.dtype))
+            tj.store(count, (block,), tj.zeros((1,), tj.int32))          # zero for the next launch
     else:
         tj.store(c, (m, n), acc.to(c.dtype))
 
@@ -67,6 +79,14 @@ def k_slice(k, split, bk):
     return tj.cdiv(tj.cdiv(k, split), bk) * bk
 
 
+def workspace(m, n, split, BM, BN):
+    """The split-K buffers of ``run``: the layers of partial products (float32, split x m x n)
+    and the blocks' arrival counts (int32 zeros, one per BM x BN block).  The kernel leaves the
+    counts at zero, so the same buffers serve every later launch of that shape."""
+    return (np.empty((split, m, n), np.float32),
+            np.zeros(tj.cdiv(m, BM) * tj.cdiv(n, BN), np.int32))
+
+
 def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1, bf16_math=True):
     """``bf16_math``: dequantise in bfloat16 (``(q - zero) * scale`` is exact then rounded once,
     the same values as float32 for the integer zero points ``quantize`` gives; pairs of values
@@ -74,15 +94,17 @@ def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1, bf16_m
     bk = min(BK, group)
     n = packed.shape[1] * 2
     grid = (tj.cdiv(a.shape[0], BM), tj.cdiv(n, BN))
+    c = np.empty((a.shape[0], n), tj.bfloat16.np)
     if split == 1:
-        c = np.empty((a.shape[0], n), tj.bfloat16.np)
-        w4a16_matmul_kernel[grid](a, packed, scales, zeros, c, BM=BM, BN=BN, BK=bk, GROUP=group, BF16_MATH=bf16_math)
+        w4a16_matmul_kernel[grid](a, packed, scales, zeros, c, None, None, BM=BM, BN=BN, BK=bk, GROUP=group,
+                                  BF16_MATH=bf16_math)
         return c
-    c = np.zeros((a.shape[0], n), np.float32)
     ks = k_slice(a.shape[1], split, bk)
-    w4a16_matmul_kernel[grid + (tj.cdiv(a.shape[1], ks),)](a, packed, scales, zeros, c, BM=BM, BN=BN, BK=bk,
-                                                           GROUP=group, K_SLICE=ks, BF16_MATH=bf16_math)
-    return c.astype(tj.bfloat16.np)
+    slices = tj.cdiv(a.shape[1], ks)
+    part, count = workspace(a.shape[0], n, slices, BM, BN)
+    w4a16_matmul_kernel[grid + (slices,)](a, packed, scales, zeros, c, part, count, BM=BM, BN=BN, BK=bk,
+                                          GROUP=group, K_SLICE=ks, BF16_MATH=bf16_math)
+    return c
 
 
 def reference(a, packed, scales, zeros, group=64, **_):

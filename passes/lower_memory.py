@@ -183,7 +183,21 @@ def _or_across_warps(lw, bits: ir.Value, layout: L.Layout, shape) -> ir.Value:
 def atomic(lw, o: ir.Operation) -> ir.Value:
     """An ATOMIC as one ATOMIC_GLOBAL: each element once (replicas hold the same element: only the
     first of them updates it), its old value in the result's layout: the other replicas read 0
-    and take the first's bits by a shuffle-or across lanes and through shared memory across warps."""
+    and take the first's bits by a shuffle-or across lanes and through shared memory across warps.
+    A ``sem`` orders the whole program's accesses, not only those of the threads that update: a
+    release (or acq_rel) follows a barrier (every thread's earlier stores happen before it), an
+    acquire (or acq_rel) is followed by one (every thread's later loads happen after it) -- so a
+    program may publish a block with plain stores and one release counter (split-K's last-arriver
+    fixup, ``examples/w4a16_gemm.py``)."""
+    if o.attrs.sem in ("release", "acq_rel"):
+        lw.emit(simt.SimtOp.BARRIER, [])
+    old = _atomic(lw, o)
+    if o.attrs.sem in ("acquire", "acq_rel"):
+        lw.emit(simt.SimtOp.BARRIER, [])
+    return old
+
+
+def _atomic(lw, o: ir.Operation) -> ir.Value:
     array, tile, keep = o.operands[0], ir.stored_tile(o), ir.store_mask(o)
     offsets = o.operands[1:1 + array.type.rank]          # (atomic_cas's compared tile follows)
     layout = lw.layouts[o.result]

@@ -188,3 +188,28 @@ def test_compare_and_swap_assembles(tmp_path, monkeypatch):
     text = cas_tile.compile(specs, consts, 2, "cuda").artifact.ptx
     assert "atom.relaxed.gpu.global.cas.b64" in text
     assemble_or_skip(text, "sm_90a")
+
+
+def _publish(sem: str):
+    @tj.kernel
+    def publish(data, count, B: tj.constexpr):
+        """Every thread stores its part of the block, then one counter says the block is there."""
+        tj.store(data, (tj.program_id(0) * B,), tj.arange(0, B).to(tj.float32))
+        tj.atomic_add(count, (0,), tj.full((1,), 1, tj.int32), sem=sem)
+    return publish
+
+
+@pytest.mark.parametrize("sem, before, after", [("relaxed", False, False), ("release", True, False),
+                                                ("acquire", False, True), ("acq_rel", True, True)])
+def test_a_sem_orders_the_whole_programs_accesses(sem, before, after):
+    """The atomic's element belongs to one thread; a release needs every thread's stores before
+    it (a barrier first), an acquire every thread's later loads after it (a barrier after)."""
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+    tile = _publish(sem).tile_ir((ArraySpec(tj.float32, 1), ArraySpec(tj.int32, 1)), {"B": 256})
+    ops = [o for o in compile_to_simt(tile, num_warps=4).body.walk()]
+    at = next(i for i, o in enumerate(ops) if o.op is SimtOp.ATOMIC_GLOBAL)
+    stored = next(i for i, o in enumerate(ops) if o.op is SimtOp.STORE_GLOBAL)
+    assert any(o.op is SimtOp.BARRIER for o in ops[stored:at]) == before
+    assert any(o.op is SimtOp.BARRIER for o in ops[at + 1:]) == after
+    assert not any(o.op is SimtOp.BARRIER for o in ops[:stored])

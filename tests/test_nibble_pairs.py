@@ -116,7 +116,7 @@ def _w4a16_ptx(monkeypatch, on: bool):
     a = np.zeros((16, 256), tj.bfloat16.np)
     packed = np.zeros((256, 64), np.uint8)
     s = np.zeros((2, 128), tj.bfloat16.np)
-    specs, consts, _ = k.specialise(k.bind((a, packed, s, s, np.zeros((16, 128), tj.bfloat16.np)),
+    specs, consts, _ = k.specialise(k.bind((a, packed, s, s, np.zeros((16, 128), tj.bfloat16.np), None, None),
                                            {"BM": 16, "BN": 128, "BK": 128, "GROUP": 128}))
     return build(k.tile_ir(specs, consts), 4, "sm_90a")
 

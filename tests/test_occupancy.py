@@ -221,7 +221,8 @@ def test_decode_shaped_tensor_core_kernels_wish_only_when_asked(monkeypatch):
     k = getattr(matmul_kernel, "kernel", matmul_kernel)
 
     def hints(bm):
-        decode = compile_to_simt(w4.tile_ir((bf16, u8, bf16, bf16, f32), dict(consts, BM=bm)), 4)
+        decode = compile_to_simt(w4.tile_ir((bf16, u8, bf16, bf16, bf16, ArraySpec(D.float32, 3, True, True, False),
+                                              ArraySpec(D.int32, 1, True, True, False)), dict(consts, BM=bm)), 4)
         return decode.meta.min_ctas_per_sm, decode.meta.min_ctas_fallbacks
     gemm = (k.tile_ir((bf16, bf16, bf16), {"BM": 64, "BN": 64, "BK": 64, "STAGES": 3}), 4)
     assert hints(16) == (0, ())

@@ -106,11 +106,11 @@ def test_unpack_interleaves_inside_each_thread():
     from tilejit.examples import w4a16_gemm as ex
     from tilejit.passes.pipeline import compile_to_simt
     from tilejit.simt import SimtOp
-    from tilejit.specs import ArraySpec
+    from tilejit.specs import ArraySpec, NoneSpec
     bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
     u8 = ArraySpec(tj.uint8, 2, True, True, False)
     for bm, bn, bk in ((16, 64, 128), (64, 128, 64)):
-        tile = ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16),
+        tile = ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16, NoneSpec(), NoneSpec()),
                                               {"BM": bm, "BN": bn, "BK": bk, "GROUP": 128})
         fn = compile_to_simt(tile, num_warps=4)
         assert not [o for o in fn.walk() if o.op is SimtOp.STORE_SHARED and o.operands[1].type.dtype == tj.uint8]

@@ -13,9 +13,11 @@ from tilejit.examples import w4a16_gemm as ex
 from tilejit.passes import plan_stores
 from tilejit.passes.pipeline import compile_to_simt
 from tilejit.simt import SimtOp
-from tilejit.specs import ArraySpec
+from tilejit.specs import ArraySpec, NoneSpec
 
 from conftest import assemble_or_skip
+
+NONE = NoneSpec()
 
 
 @pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -35,8 +37,8 @@ def test_w4a16_matches_the_dequantised_product(backend, m, n, k, group, bf16_mat
 @pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("m, n, k, group, split", [(1, 192, 512, 64, 4), (16, 64, 448, 32, 3), (5, 130, 256, 128, 8)])
 def test_split_k_matches_the_dequantised_product(backend, m, n, k, group, split, monkeypatch):
-    """Decode shapes with K cut into slices (the last one short or empty of whole groups), the
-    float32 partial products added atomically, then rounded to bfloat16."""
+    """Decode shapes with K cut into slices (the last one short or empty of whole groups): each
+    slice's float32 product in its layer, the last slice of a block to count sums them."""
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     rng = np.random.default_rng(m + n + k + split)
     a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
@@ -45,6 +47,45 @@ def test_split_k_matches_the_dequantised_product(backend, m, n, k, group, split,
     out = ex.run(a, packed, scales, zeros, group, BM=16, BN=64, BK=32, split=split).astype(np.float64)
     np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
     assert ex.k_slice(k, split, 32) % 32 == 0 and tj.cdiv(k, ex.k_slice(k, split, 32)) <= split
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_split_k_is_one_launch_that_leaves_its_counts_at_zero_and_its_bits_fixed(backend, monkeypatch):
+    """The same buffers serve a second launch (the counts are back at zero), the output is
+    written by the launch alone (poisoned before), and its bits are the same every time and on
+    every backend: the last slice sums the layers in slice order whoever counts last (the
+    interpreter runs programs one after another, the emulator a batch in step)."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(3)
+    m, n, k, group, split, BM, BN, BK = 3, 192, 1024, 64, 8, 16, 64, 64
+    a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
+    packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), group)
+    part, count = ex.workspace(m, n, split, BM, BN)
+    outs = []
+    for _ in range(2):
+        c = np.full((m, n), np.nan, tj.bfloat16.np)
+        ex.w4a16_matmul_kernel[(1, n // BN, split)](a, packed, scales, zeros, c, part, count, BM=BM, BN=BN, BK=BK,
+                                                    GROUP=group, K_SLICE=k // split)
+        assert not count.any()
+        outs.append(c.view(np.uint16).copy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    want = sum(part[i].astype(np.float64) for i in range(split))        # the layers' own sum, in order
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=2**-8)
+    ref = ex.reference(a, packed, scales, zeros, group)
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
+
+
+def test_the_split_k_kernel_assembles_without_spills():
+    bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
+    u8 = ArraySpec(tj.uint8, 2, True, True, False)
+    spaces = (ArraySpec(tj.float32, 3, True, True, False), ArraySpec(tj.int32, 1, True, True, False))
+    tile = ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16) + spaces,
+                                          {"BM": 16, "BN": 64, "BK": 128, "GROUP": 128, "K_SLICE": 1024})
+    fn = compile_to_simt(tile, num_warps=4, target="sm_90a")
+    atomics = [o for o in fn.walk() if o.op is SimtOp.ATOMIC_GLOBAL]
+    assert len(atomics) == 1 and atomics[0].attrs.sem == "acq_rel"
+    assert not [o for o in fn.walk() if o.op is SimtOp.ATOMIC_GLOBAL and o.result.type.dtype == tj.float32]
+    assert assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a").spills == 0
 
 
 def test_quantize_round_trips_within_half_a_step():
@@ -59,7 +100,7 @@ def test_quantize_round_trips_within_half_a_step():
 def test_the_weights_are_dequantised_in_registers_and_the_ptx_assembles(target):
     bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
     u8 = ArraySpec(tj.uint8, 2, True, True, False)
-    tile = ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16), {"BM": 64, "BN": 64, "BK": 64, "GROUP": 64})
+    tile = ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16, NONE, NONE), {"BM": 64, "BN": 64, "BK": 64, "GROUP": 64})
     fn = compile_to_simt(tile, num_warps=4, target=target)
     # only C is written: by the threads on sm_80, by one TMA box copy on sm_90a (plan_stores)
     writes = [o.op for o in fn.walk() if o.op in (SimtOp.STORE_GLOBAL, SimtOp.TMA_STORE)]
@@ -75,4 +116,4 @@ def test_a_k_tile_across_groups_is_refused():
     bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
     u8 = ArraySpec(tj.uint8, 2, True, True, False)
     with pytest.raises(tj.CompileError, match="inside one quantisation group"):
-        ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16), {"BM": 64, "BN": 64, "BK": 64, "GROUP": 32})
+        ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16, NONE, NONE), {"BM": 64, "BN": 64, "BK": 64, "GROUP": 32})

@@ -88,8 +88,13 @@ def store(x, offsets, tile, mask=None):
 def atomic_add(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
     """``x[block] += tile`` atomically, returning the old values (int32/uint32/int64/uint64 and
     float32).  Programs that add into one element add in some order: float sums may differ in
-    the last bits from run to run.
-    Example: ``tj.atomic_add(hist, (bins,), tj.full((BLOCK,), 1, tj.int32))`` (a histogram)."""
+    the last bits from run to run.  Every atomic's ``sem`` orders the whole program's memory
+    accesses, not only its own elements': with "release" or "acq_rel" every store the program
+    made before it is visible to whoever acquires what it wrote; with "acquire" or "acq_rel"
+    every load after it sees what was released before.  So a program can publish a block with
+    plain stores and one counter (a split-K's last program sums the others' blocks).
+    Example: ``tj.atomic_add(hist, (bins,), tj.full((BLOCK,), 1, tj.int32))`` (a histogram);
+    ``done = tj.atomic_add(count, (t,), tj.full((1,), 1, tj.int32), sem="acq_rel")``."""
 @builtin
 def atomic_max(x, offsets, tile, mask=None, sem="relaxed", scope="gpu"):
     """``x[block] = max(x[block], tile)`` atomically (integers), returning the old values.
