@@ -132,7 +132,7 @@ def load(lw, o: ir.Operation) -> ir.Value:
     ptr, offs, mask, vec = element_offsets(lw, array, offsets, layout)
     dt = o.result.type.dtype
     return lw.emit(simt.SimtOp.LOAD_GLOBAL, [ptr, offs, mask], simt.RegType(dt, layout.n),
-                   simt.GlobalAttrs(vec=vec, other=o.attrs.other if o.attrs else 0)).result
+                   simt.GlobalAttrs(vec=vec, other=o.attrs.other if o.attrs else 0, prefix=vec > 1)).result
 
 
 def _fast_dim(layout: L.Layout):
@@ -246,7 +246,8 @@ def store(lw, o: ir.Operation) -> None:
     if primary is not None:                   # replicas hold the same values: one writes
         mask = lw.ew(TileOp.AND, [mask, lw.splat(primary, layout.n)], D.bool_)
     lw.written(arg_index(lw, array))
-    lw.emit(simt.SimtOp.STORE_GLOBAL, [ptr, offs, value, mask], None, simt.GlobalAttrs(vec=vec))
+    lw.emit(simt.SimtOp.STORE_GLOBAL, [ptr, offs, value, mask], None,
+            simt.GlobalAttrs(vec=vec, prefix=vec > 1 and keep is None))
 
 
 def tma_store(lw, o: ir.Operation, plan) -> None:

@@ -259,6 +259,29 @@ def copy2d_1d(x, y, B: tj.constexpr):
     tj.store(y, (0,), tj.load(x, (0,), (B,)))
 
 
+def test_a_prefix_mask_claim_is_checked():
+    """The lowering's bounds masks hold on a prefix of each vector group (``GlobalAttrs.prefix``:
+    codegen tests only a group's last and first); a load whose mask breaks that is refused."""
+    x, y = np.arange(200, dtype=np.float32), np.zeros(200, np.float32)
+    spec = classify_argument("x", x)[0]
+    fn = compile_to_simt(compile_tile_ir(copy2d_1d, [spec, spec], {"B": 256}), 4)
+    [load] = [o for o in fn.walk() if o.op is SimtOp.LOAD_GLOBAL]
+    assert load.attrs.vec > 1 and load.attrs.prefix
+    [store] = [o for o in fn.walk() if o.op is SimtOp.STORE_GLOBAL]
+    assert store.attrs.prefix
+    emulator.run(fn, (1,), [x, y])                                     # a ragged last group: fine
+    np.testing.assert_array_equal(y, x)
+    n, v = load.operands[2].type.n, load.attrs.vec
+    holes = ir.Operation(SimtOp.CONSTANT, [], [load.operands[2].type],
+                         simt.VectorConstAttrs(tuple(r % v != 0 for r in range(n))))
+    cut = ir.Operation(SimtOp.ELEMENTWISE, [load.operands[2], holes.result], [load.operands[2].type],
+                       simt.EwAttrs(TileOp.AND))
+    fn.body.ops[fn.body.ops.index(load):fn.body.ops.index(load)] = [holes, cut]
+    load.operands[2] = cut.result                                      # each group's first register off
+    with pytest.raises(emulator.EmulatorError, match="prefix"):
+        emulator.run(fn, (1,), [x, y])
+
+
 def test_shuffle_xor_matches_ptx_butterfly():
     """out[tid] = tid of lane (lane ^ 5) in the same warp, from SIMT IR written by hand."""
     i32 = D.int32

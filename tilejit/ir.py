@@ -513,7 +513,15 @@ class Dialect:
     new_meta: Any = lambda name: {}
 
     def attrs_for(self, fields: frozenset):
-        return next((c for c in self.attrs if frozenset(f.name for f in dataclasses.fields(c)) == fields), None)
+        """The record with exactly ``fields``; else (text written before a field was added) the one
+        with the fewest more, all of them defaulted."""
+        exact = next((c for c in self.attrs if frozenset(f.name for f in dataclasses.fields(c)) == fields), None)
+        if exact is not None:
+            return exact
+        wider = [c for c in self.attrs if fields < frozenset(f.name for f in dataclasses.fields(c))
+                 and all(f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+                         for f in dataclasses.fields(c) if f.name not in fields)]
+        return min(wider, key=lambda c: len(dataclasses.fields(c)), default=None)
 
 
 def _attr_value(text: str, annotation: str, enums: dict):

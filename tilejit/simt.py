@@ -242,6 +242,10 @@ class MaskAttrs(Attrs):
 class GlobalAttrs(Attrs):
     vec: int = 1                  # groups of `vec` registers are contiguous and vec*itemsize aligned
     other: bool | int | float = 0
+    prefix: bool = False          # in each group the registers whose mask holds are a prefix (bounds
+    #   masks: the row tests are the same across a group, its columns consecutive from a multiple of
+    #   vec), so the group is whole where its last register's mask holds and empty where its first's
+    #   does not (one test each, not an AND / OR of every register's)
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,11 @@ class Machine(AsyncOps):
         groups = offs.reshape(offs.shape[:2] + (-1, v)).astype(np.int64)
         if not (groups - groups[..., :1] == np.arange(v)).all():
             raise EmulatorError(f"{o.op.name} vec={v}: offsets of a group are not contiguous")
-        whole = mask.reshape(groups.shape).all(axis=-1)
+        masks = mask.reshape(groups.shape)
+        if getattr(o.attrs, "prefix", False) and (masks[..., 1:] & ~masks[..., :-1]).any():
+            raise EmulatorError(f"{o.op.name} vec={v} promises masks that hold on a prefix of each group "
+                                "(GlobalAttrs.prefix), but a group's mask holds after a register where it does not")
+        whole = masks.all(axis=-1)
         addr = ptr.address + groups[..., 0][whole] * ptr.item
         if (addr % (v * ptr.item)).any():
             raise EmulatorError(f"{o.op.name} vec={v}: a group is not {v * ptr.item}-byte aligned")

@@ -340,13 +340,14 @@ class KernelEmitter:
         ptr, offsets = self.get(op.operands[0])[0], self.get(op.operands[1])
         masks = self.get(op.operands[2]) if len(op.operands) > 2 else None
         dt = op.result.type.dtype
-        self.set(op.result, load_global(self.ctx, ptr, offsets, masks, dt, op.attrs.vec, op.attrs.other))
+        self.set(op.result, load_global(self.ctx, ptr, offsets, masks, dt, op.attrs.vec, op.attrs.other,
+                                        op.attrs.prefix))
 
     def op_STORE_GLOBAL(self, op):
         ptr, offsets, values = (self.get(v) for v in op.operands[:3])
         masks = self.get(op.operands[3]) if len(op.operands) > 3 else None
         dt = op.operands[2].type.dtype
-        store_global(self.ctx, ptr[0], offsets, values, masks, dt, op.attrs.vec)
+        store_global(self.ctx, ptr[0], offsets, values, masks, dt, op.attrs.vec, op.attrs.prefix)
 
     def op_PRINT(self, op):
         rank = op.attrs.rank

@@ -69,10 +69,24 @@ def _group_ptrs(ctx: Ctx, base, first_offset, size: int, dt: DType) -> list:
     return [first] + [ctx.builder.gep(first, [ir.Constant(I32, j)], source_etype=mem_type(dt)) for j in range(1, size)]
 
 
+# The switch (benchmarks/switch_probe.py): a masked vector group tests whether it is whole (its
+# last mask, where ``GlobalAttrs.prefix`` promises the true masks are a prefix) and, if not,
+# whether any element is inside before it goes element by element; False: one AND of every mask,
+# then element by element.
+GROUP_TESTS = True
+
+
 def _all_true(ctx: Ctx, masks: list):
     acc = masks[0]
     for m in masks[1:]:
         acc = ctx.builder.and_(acc, m)
+    return acc
+
+
+def _any_true(ctx: Ctx, masks: list):
+    acc = masks[0]
+    for m in masks[1:]:
+        acc = ctx.builder.or_(acc, m)
     return acc
 
 
@@ -101,7 +115,16 @@ def _masked_load(ctx: Ctx, ptr, mask, dt: DType, other):
     return _if_else(ctx, mask, lambda: _vector_load(ctx, ptr, dt, 1), lambda: [other], "ld")[0]
 
 
-def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, vec: int, other) -> list:
+def _whole_and_any(ctx: Ctx, masks: list, prefix: bool):
+    """(every mask holds, some mask holds) of a group; ``prefix``: the true masks are a prefix
+    of the group (``GlobalAttrs.prefix``), so its last and first tell."""
+    if prefix:
+        return masks[-1], masks[0]
+    return _all_true(ctx, masks), _any_true(ctx, masks)
+
+
+def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, vec: int, other,
+                prefix: bool = False) -> list:
     """Registers read from ``base[offsets[i]]``; where ``masks[i]`` is false, ``other``."""
     other_value = const(dt, other)
     out = []
@@ -125,17 +148,28 @@ def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, ve
         def fast(ptr=ptrs[0], vty=vty, size=size):
             return [ctx.builder.load(ptr, typ=vty, align=size * dt.itemsize)]
 
-        def slow_vector(slow=slow, vty=vty):
+        def gather(values, vty=vty):
             vector = ir.Constant(vty, None)
-            for j, v in enumerate(slow()):
+            for j, v in enumerate(values):
                 vector = ctx.builder.insert_element(vector, to_mem(ctx, v, dt), ir.Constant(I32, j))
             return [vector]
-        vector = _if_else(ctx, _all_true(ctx, group_masks), fast, slow_vector, "vld")[0]
+
+        if not GROUP_TESTS:
+            vector = _if_else(ctx, _all_true(ctx, group_masks), fast, lambda slow=slow: gather(slow()), "vld")[0]
+        else:
+            whole, some = _whole_and_any(ctx, group_masks, prefix)
+
+            def partial(slow=slow, some=some, size=size):
+                # a group wholly outside (a decode tile's padding rows: 15 of 16 at M = 1) costs
+                # one test instead of a branch per element
+                return _if_else(ctx, some, lambda: gather(slow()), lambda: gather([other_value] * size), "vpart")
+            vector = _if_else(ctx, whole, fast, partial, "vld")[0]
         out += [to_reg(ctx, ctx.builder.extract_element(vector, ir.Constant(I32, j)), dt) for j in range(size)]
     return out
 
 
-def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None, dt: DType, vec: int) -> None:
+def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None, dt: DType, vec: int,
+                 prefix: bool = False) -> None:
     """``base[offsets[i]] = values[i]`` where ``masks[i]`` is true."""
     for first, size in _groups(len(offsets), vec, dt):
         ptrs = _group_ptrs(ctx, base, offsets[first], size if masks is not None else 1, dt)
@@ -152,8 +186,13 @@ def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None
         if size == 1:
             slow()
         else:
-            _if_else(ctx, _all_true(ctx, group_masks),
-                     lambda ptrs=ptrs, group=group: _vector_store(ctx, ptrs[0], group, dt) or [], slow, "vst")
+            if not GROUP_TESTS:
+                _if_else(ctx, _all_true(ctx, group_masks),
+                         lambda ptrs=ptrs, group=group: _vector_store(ctx, ptrs[0], group, dt) or [], slow, "vst")
+                continue
+            whole, some = _whole_and_any(ctx, group_masks, prefix)
+            _if_else(ctx, whole, lambda ptrs=ptrs, group=group: _vector_store(ctx, ptrs[0], group, dt) or [],
+                     lambda slow=slow, some=some: _if_else(ctx, some, slow, lambda: [], "vspart"), "vst")
 
 
 _ATOM_OPS = {"add": "add", "max": "max", "min": "min", "and": "and", "or": "or", "xor": "xor", "xchg": "exch",
