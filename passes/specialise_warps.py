@@ -40,7 +40,10 @@ epilogue (its loop starts ``ahead`` iterations early instead of filling slots be
 every fill waits for its slot).  The consumers release the last slots of a program in the next
 one's first iterations, and end each program with a named barrier.  The rings keep their
 bytes to themselves (``plan_shared_memory(keep=)``); where that does not fit, or another
-buffer shares their bytes, the kernel is specialised without the loop.
+buffer shares their bytes, the kernel is specialised without the loop.  With
+``stream_k.STREAM_K`` (off: measured slower, see ``passes/stream_k.py``) the last waves of tiles
+are shared out by k-iterations: each side's units come from ``stream_k.StreamK`` (a tile and a
+k-range), and the consumers hand a partial tile over through the runtime's workspace.
 """
 from __future__ import annotations
 

@@ -203,3 +203,39 @@ def test_the_stream_k_gemm_on_the_gpu(monkeypatch, tmp_path, m, n, k, cfg):
     assert info.persistent_tiles and info.stream_k
     KERNEL._cache.clear()
     KERNEL._fast.clear()
+
+
+def test_the_cuda_artifact_keeps_stream_k_and_both_launch_paths_pass_a_workspace(monkeypatch):
+    """No GPU: the loaded kernel is a stand-in and the workspace maker is replaced.  The disk
+    cache's entry keeps the slot size (an entry written before stream-K reads as none); the fast
+    re-launch and the full path both append the extents and a workspace for their CTA count."""
+    from types import SimpleNamespace
+
+    from tilejit.abi import ParamDesc
+    from tilejit.backends.cuda import CudaArtifact, CudaBackend
+    from tilejit.runtime import launch
+    params = [ParamDesc(ParamKind.PTR, 0, None, D.float32)]
+    art = CudaArtifact("k", params, (0,), 8, 0, ".version 8.4", None, "", "", 64, 0, cta_threads=384,
+                       producer_warps=4, persistent_tiles=True, stream_k=32768)
+    assert CudaArtifact.from_cache(art.files(), art.meta()).stream_k == 32768
+    meta = art.meta()
+    del meta["stream_k"]
+    assert CudaArtifact.from_cache(art.files(), meta).stream_k == 0
+    assert CudaArtifact("k", params, (0,), 8, 0, "", None, "", "").workspace(0) is None
+    made = []
+    monkeypatch.setattr(CudaArtifact, "workspace",
+                        lambda self, device: (lambda ctas: made.append((device, ctas)) or f"ws{ctas}"))
+    launched = []
+    fake = SimpleNamespace(device=0, resident_ctas=lambda threads: 132,
+                           launch=lambda grid, threads, views, params, stream: launched.append((grid, views)))
+    art.kernel_for_device = lambda device: fake
+    view = SimpleNamespace(device=0, stream=None)
+    CudaBackend().fast_launcher(art)((32, 16, 1), [view], None)
+    assert launched == [((132, 1, 1), [view, 32, 16, 1, "ws132"])] and made == [(0, 132)]
+    captured = {}
+
+    def launch_arrays(kernel_for_device, grid, threads, args, params, writes, stream, geometry):
+        captured["geometry"] = geometry(fake, grid, ["view"])
+    monkeypatch.setattr(launch, "launch_arrays", launch_arrays)
+    CudaBackend().launch(art, (20, 1, 1), ["array"], None)            # 20 tiles: 4 CTAs a tile at most
+    assert captured["geometry"] == ((80, 1, 1), ["view", 20, 1, 1, "ws80"])
