@@ -102,7 +102,10 @@ class StreamK:
                into=h, dt=D.bool_)
         sk = e(TileOp.WHERE, on, e(TileOp.MINIMUM, T, e(TileOp.ADD, r, P, into=h), into=h), k(0, h), into=h)
         self.dp = e(TileOp.SUB, T, sk, into=h)
-        self.n_dp = e(TileOp.FLOORDIV, self.dp, P, into=h)
+        # this CTA's data-parallel tiles c, c + P, ... below dp (dp / P when stream-K is on; without
+        # it -- P divides T, or the k-loop is empty -- every tile, ragged over the CTAs)
+        self.n_dp = e(TileOp.FLOORDIV, e(TileOp.ADD, e(TileOp.SUB, self.dp, c, into=h), e(TileOp.SUB, P, k(1, h), into=h),
+                                        into=h), P, into=h)
         self.kt1 = e(TileOp.MAXIMUM, kt, k(1, h), into=h)
         # k-iteration numbers fit 32 bits (I < 2^31); only the products c * I need 64
         self.I = e(TileOp.MUL, sk, kt, into=h)

@@ -82,6 +82,16 @@ def test_the_emulated_stream_k_gemm_matches_float64(stream, m, n, k, cfg, ctas):
     assert np.abs(c - a.astype(np.float64) @ b.astype(np.float64)).max() < 1e-3
 
 
+def test_an_empty_k_loop_leaves_no_tile_unwritten(stream):
+    """K = 0: nothing to share out, so every tile is data-parallel, and 6 tiles on 4 CTAs are
+    ragged over them (two CTAs take two): each still stores its zeros."""
+    fn = gemm(64, 64, 64, 3, 4)
+    a, b = np.zeros((192, 0), ml_dtypes.bfloat16), np.zeros((0, 128), ml_dtypes.bfloat16)
+    c = np.full((192, 128), np.nan, np.float32)
+    run(fn, (3, 2), 4, [a, b, c])
+    np.testing.assert_array_equal(c, 0)
+
+
 def test_a_user_gemm_with_a_bfloat16_epilogue_through_the_launch(stream):
     """``tj.kernel`` on emulate: the launch appends the extents and the workspace (CTAs for half
     the tiles and one more, so the tiles do not divide) and checks the counters after."""
