@@ -7,6 +7,7 @@ it) on the same inputs, and against copy bandwidth: K and V bytes over the time.
 
 ``--page P`` times the paged kernel instead (``run_paged``): the cache cut into pages of P
 positions, shuffled in one pool, read through a block table; each config's BN is then P.
+``--fused`` times the one-launch form (``run(fused=True)``: the last slice of each head merges).
 
 Shape: batch 8, 32 query heads, 8 KV heads, D 128, one query token (``--window``), bf16.
 Each output is checked against SDPA's math backend in float32 before it is timed.
@@ -30,6 +31,7 @@ def main(argv=None) -> int:
     parser.add_argument("--configs", default=",".join("x".join(map(str, c)) for c in CONFIGS))
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--page", type=int, default=0, help="time the paged kernel with pages of this many positions")
+    parser.add_argument("--fused", action="store_true", help="one launch: the last slice of each head merges")
     args = parser.parse_args(argv)
     torch = common.cuda_torch()
     if torch is None:
@@ -73,11 +75,15 @@ def main(argv=None) -> int:
             parts = (torch.empty((ns * batch, heads, window, dim), device="cuda", dtype=torch.float32),
                      torch.empty((ns * batch, heads, window), device="cuda", dtype=torch.float32))
 
-            def launch(split=split, bn=bn, warps=warps, parts=parts):
+            count = ex.counts(q, kv_heads) if args.fused else None
+
+            def launch(split=split, bn=bn, warps=warps, parts=parts, count=count):
                 if paged is None:
-                    ex.run(q, k, v, split=split, BN=bn, num_warps=warps, parts=parts, out=out)
+                    ex.run(q, k, v, split=split, BN=bn, num_warps=warps, parts=parts, out=out, fused=args.fused,
+                           count=count)
                 else:
-                    ex.run_paged(q, *paged, split=split, num_warps=warps, max_seq=seq, parts=parts, out=out)
+                    ex.run_paged(q, *paged, split=split, num_warps=warps, max_seq=seq, parts=parts, out=out,
+                                 fused=args.fused, count=count)
             try:
                 common.checked(torch, launch, out, lambda: ref, 2e-2, f"decode {seq} {cfg}")
             except Exception as e:
@@ -104,7 +110,7 @@ def main(argv=None) -> int:
                               ("flash", "SDPA flash us", ".1f"), ("cudnn", "SDPA cuDNN us", ".1f"),
                               ("vs_best", "vs faster SDPA", ".3f"), ("copy", "K/V of copy", ".3f"),
                               ("ref_copy", "SDPA K/V of copy", ".3f")],
-                       title=f"decode attention{f' (pages of {args.page})' if args.page else ''} bf16 B8 H32 Hkv8 D128 L{window} on {common.gpu_name()} "
+                       title=f"decode attention{f' (pages of {args.page})' if args.page else ''}{' (one launch)' if args.fused else ''} bf16 B8 H32 Hkv8 D128 L{window} on {common.gpu_name()} "
                              "(CUDA events, median, L2 flushed; both kernels timed)")
     return 0
 

@@ -8,6 +8,13 @@ second kernel merges the slices per query row:
 
     o = sum_s exp(lse_s - lse) * o_s,   lse = log(sum_s exp(lse_s))
 
+or, with ``run(..., fused=True)``, one launch: each slice's program also counts itself in
+``count`` (one int32 per sequence and key/value head, zero between launches) with a
+release-acquire atomic, and the slice that counts last merges the slices of its heads in slice
+order (the same bits whoever finishes last) and puts the count back to zero.  The slices of one
+head are consecutive programs, so the merges spread over the launch.  (Two kernels stay the
+default until the one-launch form is timed on the GPU: ``scripts/gpu_s20.sh``.)
+
 Shapes: q (B, H, L, D), k and v (B, H_kv, S, D), H = GROUP * H_kv; partial outputs
 (NS * B, H, L, D) and log-sum-exps (NS * B, H, L) in float32, NS = ceil(S / SPLIT) (no slice
 is empty).  Causal masking inside the window: query row i (of L) sees cache positions up to
@@ -57,8 +64,42 @@ def finish(o_part, lse_part, row, head, m_i, l_i, acc, GROUP, BL, BD):
     tj.store(lse_part, (row, head, 0), lse.reshape((1, GROUP, BL)))
 
 
+@tj.func
+def merge(o_part, lse_part, o, batch, head, GROUP, BL, BD):
+    """The output of the GROUP heads from ``head``: their slices' partial outputs weighted by
+    exp(lse_s - lse), in slice order (a slice that saw no key has lse -inf: weight 0)."""
+    splits = o_part.shape[0] // o.shape[0]
+    m = tj.full((GROUP * BL,), -tj.inf, tj.float32)
+    total = tj.zeros((GROUP * BL,), tj.float32)
+    acc = tj.zeros((GROUP * BL, BD), tj.float32)
+    for s in range(splits):
+        row = s * o.shape[0] + batch
+        lse = tj.load(lse_part, (row, head, 0), (1, GROUP, BL), other=-tj.inf).reshape((GROUP * BL,))
+        part = tj.load(o_part, (row, head, 0, 0), (1, GROUP, BL, BD)).reshape((GROUP * BL, BD))
+        m_new = tj.maximum(m, lse)
+        safe = tj.where(m_new == -tj.inf, 0.0, m_new)
+        alpha = tj.exp(m - safe)
+        w = tj.exp(lse - safe)
+        total = total * alpha + w
+        acc = acc * alpha[:, None] + part * w[:, None]
+        m = m_new
+    out = acc / tj.where(total > 0, total, 1.0)[:, None]
+    tj.store(o, (batch, head, 0, 0), out.to(o.dtype).reshape((1, GROUP, BL, BD)))
+
+
+@tj.func
+def last_merges(o_part, lse_part, o, count, batch, head, GROUP, BL, BD):
+    """(``fused``) Count this slice in; the slice of this sequence and key/value head that counts
+    last merges them all (the atomic orders every slice's stores before its reads) and zeroes the
+    count for the next launch."""
+    done = tj.atomic_add(count, (tj.program_id(1),), tj.full((1,), 1, tj.int32), sem="acq_rel")
+    if tj.max(done) == tj.num_programs(0) - 1:
+        merge(o_part, lse_part, o, batch, head, GROUP, BL, BD)
+        tj.store(count, (tj.program_id(1),), tj.zeros((1,), tj.int32))
+
+
 @tj.kernel
-def decode_split_kernel(q, k, v, o_part, lse_part, scale, GROUP: tj.constexpr, BL: tj.constexpr,
+def decode_split_kernel(q, k, v, o_part, lse_part, scale, o, count, GROUP: tj.constexpr, BL: tj.constexpr,
                         BN: tj.constexpr, BD: tj.constexpr, SPLIT: tj.constexpr):
     split = tj.program_id(0)
     kv_heads = k.shape[1]
@@ -76,10 +117,12 @@ def decode_split_kernel(q, k, v, o_part, lse_part, scale, GROUP: tj.constexpr, B
         keep = (cols[None, :] < end) & (cols[None, :] <= last[:, None])
         m_i, l_i, acc = attend(qt, kt, vt, keep, scale, m_i, l_i, acc)
     finish(o_part, lse_part, split * q.shape[0] + batch, head, m_i, l_i, acc, GROUP, BL, BD)
+    if count is not None:               # one launch: the last slice merges (``o`` and ``count`` given)
+        last_merges(o_part, lse_part, o, count, batch, head, GROUP, BL, BD)
 
 
 @tj.kernel
-def decode_paged_split_kernel(q, k_pages, v_pages, block_table, seq_lens, o_part, lse_part, scale,
+def decode_paged_split_kernel(q, k_pages, v_pages, block_table, seq_lens, o_part, lse_part, scale, o, count,
                               GROUP: tj.constexpr, BL: tj.constexpr, BD: tj.constexpr, PAGE: tj.constexpr,
                               SPLIT: tj.constexpr):
     """As ``decode_split_kernel`` over a paged cache: ``k_pages``/``v_pages`` (pages, H_kv, PAGE,
@@ -102,6 +145,8 @@ def decode_paged_split_kernel(q, k_pages, v_pages, block_table, seq_lens, o_part
         keep = (cols[None, :] < end) & (cols[None, :] <= last[:, None])
         m_i, l_i, acc = attend(qt, kt, vt, keep, scale, m_i, l_i, acc)
     finish(o_part, lse_part, split * q.shape[0] + batch, head, m_i, l_i, acc, GROUP, BL, BD)
+    if count is not None:
+        last_merges(o_part, lse_part, o, count, batch, head, GROUP, BL, BD)
 
 
 @tj.kernel
@@ -144,10 +189,25 @@ def buffers(q, splits, parts=None, out=None):
     return parts, out
 
 
-def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None):
+def counts(q, kv_heads, count=None):
+    """(``fused``) The arrival counts, one int32 zero per sequence and key/value head (as given,
+    else new: NumPy or like ``q``); a launch leaves them at zero for the next."""
+    if count is not None:
+        return count
+    n = q.shape[0] * kv_heads
+    if isinstance(q, np.ndarray):
+        return np.zeros(n, np.int32)
+    if type(q).__module__.startswith("torch"):
+        import torch
+        return torch.zeros(n, dtype=torch.int32, device=q.device)
+    return tj.to_device(np.zeros(n, np.int32))
+
+
+def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None, fused=False, count=None):
     """The decode attention of ``q`` against the cache ``k``, ``v`` (NumPy arrays or device
     tensors; ``parts``: preallocated (o_part, lse_part) float32 buffers, ``out`` the output's,
-    e.g. torch tensors)."""
+    e.g. torch tensors).  ``fused``: one launch, the last slice of each head merging (``count``:
+    preallocated arrival counts, ``counts``)."""
     batch, heads, window, dim = q.shape
     kv_heads, seq = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -157,17 +217,19 @@ def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None):
     ns = splits_for(seq, split)
     (o_part, lse_part), out = buffers(q, ns, parts, out)
     scale = 1.0 / float(np.sqrt(dim))
-    decode_split_kernel[(ns, batch * kv_heads)](q, k, v, o_part, lse_part, scale, GROUP=group, BL=BL, BN=BN,
-                                                BD=BD, SPLIT=split, num_warps=num_warps)
-    decode_combine_kernel[(batch * heads,)](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD)
+    count = counts(q, kv_heads, count) if fused else None
+    decode_split_kernel[(ns, batch * kv_heads)](q, k, v, o_part, lse_part, scale, out if fused else None, count,
+                                                GROUP=group, BL=BL, BN=BN, BD=BD, SPLIT=split, num_warps=num_warps)
+    if not fused:
+        decode_combine_kernel[(batch * heads,)](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD)
     return out
 
 
 def run_paged(q, k_pages, v_pages, block_table, seq_lens, split=1024, num_warps=4, max_seq=None, parts=None,
-              out=None):
+              out=None, fused=False, count=None):
     """``run`` over a paged cache (see ``decode_paged_split_kernel``; NumPy arrays or device
-    tensors).  ``max_seq``: the longest sequence (else read from ``seq_lens``); ``parts`` and
-    ``out`` as in ``run``."""
+    tensors).  ``max_seq``: the longest sequence (else read from ``seq_lens``); ``parts``,
+    ``out``, ``fused`` and ``count`` as in ``run``."""
     batch, heads, window, dim = q.shape
     kv_heads, page = k_pages.shape[1], k_pages.shape[2]
     group = heads // kv_heads
@@ -176,10 +238,13 @@ def run_paged(q, k_pages, v_pages, block_table, seq_lens, split=1024, num_warps=
     split = max(page, split // page * page)
     ns = splits_for(int(seq_lens.max()) if max_seq is None else max_seq, split)
     (o_part, lse_part), out = buffers(q, ns, parts, out)
+    count = counts(q, kv_heads, count) if fused else None
     decode_paged_split_kernel[(ns, batch * kv_heads)](q, k_pages, v_pages, block_table, seq_lens, o_part, lse_part,
-                                                      1.0 / float(np.sqrt(dim)), GROUP=group, BL=BL, BD=BD, PAGE=page,
-                                                      SPLIT=split, num_warps=num_warps)
-    decode_combine_kernel[(batch * heads,)](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD)
+                                                      1.0 / float(np.sqrt(dim)), out if fused else None, count,
+                                                      GROUP=group, BL=BL, BD=BD, PAGE=page, SPLIT=split,
+                                                      num_warps=num_warps)
+    if not fused:
+        decode_combine_kernel[(batch * heads,)](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD)
     return out
 
 

@@ -27,6 +27,33 @@ def test_decode_matches_float64(backend, monkeypatch, batch, heads, kv_heads, wi
     tj.testing.assert_close(out, ex.reference(q, k, v), dtype=tj.bfloat16)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("batch, heads, kv_heads, window, seq, dim, split", [
+    (2, 8, 2, 1, 700, 64, 256),        # GQA 4, the last slice short
+    (1, 16, 2, 4, 300, 128, 128),      # GQA 8, a 4-token window, D 128
+    (2, 4, 2, 16, 95, 64, 1024),       # one slice: the only slice merges
+])
+def test_one_launch_merges_in_the_last_slice_with_the_two_kernels_bits(backend, monkeypatch, batch, heads, kv_heads,
+                                                                        window, seq, dim, split):
+    """``fused``: the slice that counts last merges its heads, in slice order, so the output has
+    the two-kernel path's bits (whoever finishes last), and the counts are back at zero: the same
+    buffers serve the next launch (the output poisoned before each)."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    q, k, v = ex.example_inputs(np.random.default_rng(seq + window), batch, heads, kv_heads, window, seq, dim)
+    want = ex.run(q, k, v, split=split)
+    count = ex.counts(q, kv_heads)
+    for _ in range(2):
+        out = np.full_like(q, np.nan)
+        ex.run(q, k, v, split=split, out=out, fused=True, count=count)
+        np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+        assert not count.any()
+    seq_lens = np.array([seq, seq // 3], np.int32)[:batch]
+    rng = np.random.default_rng(1)
+    k_pages, v_pages, table = ex.to_pages(k, v, seq_lens, 32, rng)
+    paged = ex.run_paged(q, k_pages, v_pages, table, seq_lens, split=split, fused=True)
+    tj.testing.assert_close(paged, ex.reference_paged(q, k, v, seq_lens), dtype=tj.bfloat16)
+
+
 def test_the_slices_cover_the_cache_once():
     for seq, split in ((700, 256), (256, 256), (1, 64), (8192, 1024), (65536, 4096)):
         ns = ex.splits_for(seq, split)
@@ -36,10 +63,11 @@ def test_the_slices_cover_the_cache_once():
 def test_the_decode_kernel_takes_the_tensor_cores():
     from tilejit.passes.pipeline import compile_to_simt
     from tilejit.simt import SimtOp
-    from tilejit.specs import ArraySpec, ScalarSpec
+    from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec
     from tilejit import dtypes as D
     bf, f32 = ArraySpec(D.bfloat16, 4), ArraySpec(D.float32, 4)
-    tile = ex.decode_split_kernel.tile_ir((bf, bf, bf, f32, ArraySpec(D.float32, 3), ScalarSpec(D.float32)),
+    tile = ex.decode_split_kernel.tile_ir((bf, bf, bf, f32, ArraySpec(D.float32, 3), ScalarSpec(D.float32), NoneSpec(),
+                                          NoneSpec()),
                                          {"GROUP": 4, "BL": 4, "BN": 64, "BD": 128, "SPLIT": 1024})
     fn = compile_to_simt(tile, num_warps=4)
     kinds = {o.op for o in fn.walk()}
@@ -74,11 +102,12 @@ def test_both_decode_kernels_assemble_for_sm_90a_without_spills():
     seq_lens = np.array([512, 300], np.int32)
     k_pages, v_pages, table = ex.to_pages(k, v, seq_lens, 64, rng)
     f32 = np.float32
-    cases = [(ex.decode_split_kernel, (q, k, v, np.zeros((2, 32, 1, 128), f32), np.zeros((2, 32, 1), f32), 0.1),
-              {"GROUP": 4, "BL": 4, "BN": 64, "BD": 128, "SPLIT": 1024}),
-             (ex.decode_paged_split_kernel, (q, k_pages, v_pages, table, seq_lens, np.zeros((2, 32, 1, 128), f32),
-                                             np.zeros((2, 32, 1), f32), 0.1),
-              {"GROUP": 4, "BL": 4, "BD": 128, "PAGE": 64, "SPLIT": 1024})]
+    fused = (np.zeros_like(q), np.zeros(16, np.int32))
+    cases = [(ex.decode_split_kernel, (q, k, v, np.zeros((2, 32, 1, 128), f32), np.zeros((2, 32, 1), f32), 0.1) + one,
+              {"GROUP": 4, "BL": 4, "BN": 64, "BD": 128, "SPLIT": 1024}) for one in ((None, None), fused)]
+    cases += [(ex.decode_paged_split_kernel, (q, k_pages, v_pages, table, seq_lens, np.zeros((2, 32, 1, 128), f32),
+                                              np.zeros((2, 32, 1), f32), 0.1) + one,
+               {"GROUP": 4, "BL": 4, "BD": 128, "PAGE": 64, "SPLIT": 1024}) for one in ((None, None), fused)]
     for kernel, args, consts in cases:
         specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
         assert kernel.compile(specs, consts, 4, "cuda").artifact.spills == 0
