@@ -152,25 +152,7 @@ def decode_paged_split_kernel(q, k_pages, v_pages, block_table, seq_lens, o_part
 @tj.kernel
 def decode_combine_kernel(o_part, lse_part, o, BL: tj.constexpr, BD: tj.constexpr):
     heads = o.shape[1]
-    batch = tj.program_id(0) // heads
-    head = tj.program_id(0) % heads
-    splits = o_part.shape[0] // o.shape[0]
-    m = tj.full((BL,), -tj.inf, tj.float32)
-    total = tj.zeros((BL,), tj.float32)
-    acc = tj.zeros((BL, BD), tj.float32)
-    for s in range(splits):
-        row = s * o.shape[0] + batch
-        lse = tj.load(lse_part, (row, head, 0), (1, 1, BL), other=-tj.inf).reshape((BL,))
-        part = tj.load(o_part, (row, head, 0, 0), (1, 1, BL, BD)).reshape((BL, BD))
-        m_new = tj.maximum(m, lse)
-        safe = tj.where(m_new == -tj.inf, 0.0, m_new)
-        alpha = tj.exp(m - safe)
-        w = tj.exp(lse - safe)
-        total = total * alpha + w
-        acc = acc * alpha[:, None] + part * w[:, None]
-        m = m_new
-    out = acc / tj.where(total > 0, total, 1.0)[:, None]
-    tj.store(o, (batch, head, 0, 0), out.to(o.dtype).reshape((1, 1, BL, BD)))
+    merge(o_part, lse_part, o, tj.program_id(0) // heads, tj.program_id(0) % heads, 1, BL, BD)
 
 
 def splits_for(seq: int, split: int) -> int:
