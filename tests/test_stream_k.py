@@ -25,23 +25,24 @@ from tilejit.passes.pipeline import compile_to_simt
 from tilejit.simt import SimtOp
 from tilejit.specs import ArraySpec, ScalarSpec
 
+from test_persist_tiles import gemm_as_triton_users_write_it, persist
+from test_persist_tiles import test_another_spelling_reaches_the_persistent_path as persistent_spelling
+
+_FIXTURES = (persist,)                  # test_persist_tiles' set-up, which ``stream`` builds on
+
 KERNEL = matmul.matmul_kernel.kernel
 
 
 @pytest.fixture
-def stream(monkeypatch, tmp_path):
-    monkeypatch.setattr(SW, "PERSIST_TILES", True)
-    monkeypatch.setattr(SK, "STREAM_K", True)
-    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))        # the cache key does not see the switches
-    kernels = (KERNEL, gemm_from_a_bias, attention.attention_kernel)
-    for k in kernels:
-        k._cache.clear()
-        k._fast.clear()
-    yield monkeypatch
-    for k in kernels:
-        k._cache.clear()
-        k._fast.clear()
+def stream(request, tmp_path):
+    """``test_persist_tiles``' persistent set-up (emulate, kernels' caches cleared) with stream-K
+    on and a cache of its own (the cache key does not see the switches)."""
+    patch = request.getfixturevalue("persist")
+    patch.setattr(SK, "STREAM_K", True)
+    patch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    gemm_from_a_bias._cache.clear()
+    gemm_from_a_bias._fast.clear()
+    yield patch
 
 
 def gemm(BM, BN, BK, stages, warps, out=D.float32):
@@ -104,6 +105,17 @@ def test_a_user_gemm_with_a_bfloat16_epilogue_through_the_launch(stream):
     info = KERNEL.inspect(a, b, c, BM=64, BN=64, BK=64, STAGES=3, num_warps=4)
     assert info.persistent_tiles and info.stream_k
     tj.testing.assert_close(c, a.astype(np.float64) @ b.astype(np.float64), dtype=tj.bfloat16)
+
+
+@pytest.mark.parametrize("warps, BM", [(4, 64), (8, 128)])
+def test_a_gemm_spelled_as_triton_users_write_it_is_split_too(stream, warps, BM):
+    """A plain ``range`` loop with ``acc +=``, weights stored (N, K) and read ``.T``, N along grid
+    axis 0 (``test_persist_tiles``' ragged case, NumPy's result): the same stream-K path."""
+    persistent_spelling(stream, warps, BM)
+    a, w = np.zeros((8, 64), ml_dtypes.bfloat16), np.zeros((8, 64), ml_dtypes.bfloat16)
+    info = gemm_as_triton_users_write_it.inspect(a, w, np.zeros((8, 8), ml_dtypes.bfloat16), BM=BM, BN=64, BK=64,
+                                                 num_warps=warps)
+    assert info.persistent_tiles and info.stream_k
 
 
 def test_a_lost_piece_is_caught(stream, monkeypatch):
