@@ -351,7 +351,7 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
         _replace(body, {rec.trip: body.ops[at].result}, skip=body.ops[at])
         if c_unit:
             loop.operands[:2] = [c_unit["lb"], c_unit["ub"]]
-            _stream_epilogue(consumer, loop, tiles.stream, c_loop, bar_id, loc)
+            tiles.stream.epilogue(consumer, loop, c_loop, bar_id, loc)
         consumer.ops[-1:] = [ir.Operation(SimtOp.BARRIER, [bar_id], [], simt.BarrierAttrs(consumers), loc=loc)]
         consumer = ir.Block([], tiles.wrap(c_loop, consumer.ops, loop.operands[:2], rec.step, True)
                             + [ir.Operation(SimtOp.YIELD, [], loc=loc)])
@@ -438,25 +438,6 @@ def pingpong(holder: ir.Block, loop: ir.Operation, groups: list, group: ir.Value
     body.ops[:] = ops
     at = holder.ops.index(loop)
     holder.ops[at:at + 1] = [barrier(SimtOp.BARRIER_ARRIVE, before), loop, barrier(SimtOp.BARRIER, after)]
-
-
-def _stream_epilogue(consumer: ir.Block, loop: ir.Operation, stream, blk: ir.Block, bar_id, loc) -> None:
-    """In place: after a stream-K unit's loop (and the wgmma wait that ends it), the pieces'
-    hand-off (``stream_k.StreamK.fixup``); the rest of the program (its epilogue) runs only in
-    the piece that completes the tile.  ``consumer`` ends with its YIELD."""
-    ops = consumer.ops
-    at = ops.index(loop) + 1
-    accs = list(loop.results)
-    if ops[at].op is SimtOp.WGMMA_WAIT and list(ops[at].operands) == accs:
-        accs = list(ops[at].results)
-        at += 1
-    rest = ops[at:-1]
-    fix, sums, last = stream.fixup(blk, accs, bar_id, loc)
-    _replace(ir.Block([], rest), dict(zip(accs, sums)))
-    then = ir.Block([], rest + [ir.Operation(SimtOp.YIELD, [], loc=loc)])
-    ops[at:] = fix + [ir.Operation(SimtOp.IF, [last], [], None, [then, ir.Block([], [ir.Operation(SimtOp.YIELD, [],
-                                                                                                  loc=loc)])], loc),
-                      ops[-1]]
 
 
 def _replace(block: ir.Block, subst: dict, skip=None) -> None:

@@ -280,3 +280,22 @@ class StreamK:
                             [ir.Block([cc] + carried, body)], loc)
         ops.append(loop)
         return ops, list(loop.results), last
+
+    def epilogue(self, consumer: ir.Block, loop: ir.Operation, blk: ir.Block, bar_id, loc) -> None:
+        """In place: after unit ``blk``'s loop in the consumers' ``consumer`` block (ending with its
+        YIELD), and the wgmma wait that ends it, the pieces' hand-off (``fixup``); the rest of
+        the program (its epilogue) runs only in the piece that completes the tile."""
+        ops = consumer.ops
+        at = ops.index(loop) + 1
+        accs = list(loop.results)
+        if ops[at].op is SimtOp.WGMMA_WAIT and list(ops[at].operands) == accs:
+            accs = list(ops[at].results)
+            at += 1
+        rest = ops[at:-1]
+        fix, sums, last = self.fixup(blk, accs, bar_id, loc)
+        subst = dict(zip(accs, sums))
+        for o in ir.Block([], rest).walk():
+            o.operands = [subst.get(x, x) for x in o.operands]
+        then = ir.Block([], rest + [ir.Operation(SimtOp.YIELD, [], loc=loc)])
+        skip = ir.Block([], [ir.Operation(SimtOp.YIELD, [], loc=loc)])
+        ops[at:] = fix + [ir.Operation(SimtOp.IF, [last], [], None, [then, skip], loc), ops[-1]]
