@@ -1,7 +1,8 @@
 #!/bin/bash
 # GPU (session 19): W4A16's one-launch split-K (layers + last-arriver sum) against the atomics +
 # zeroing + cast path it replaces, alternating new / old / new / old in one call (the old example
-# and bench_quant.py from scripts/probes/w4_old swapped in place: the install is editable), then
+# and bench_quant.py from scripts/probes/w4_old swapped in place: the install is editable; that
+# directory held the atomics version for session 19's runs and is gone: recreate it with git show), then
 # the GPU tests of w4a16 and atomics.  Env: W4 (M list), W4_CONFIGS, SIDES (new old; zfold: the
 # zero point folded out of the loop, scripts/probes/w4_zero_fold.py; or a scripts/probes/w4_<name>
 # variant), ROUNDS, TESTS=0.  Next: SIDES="new zfold" W4=1,16.
