@@ -497,9 +497,7 @@ class _Tiles:
         if self.stream:
             trips = self.stream.after(blk, into)["trips"]
         else:
-            lb, ub = bounds
-            span = ew(TileOp.ADD, ew(TileOp.SUB, ub, lb, into), const(step - 1, into), into)
-            trips = ew(TileOp.MAXIMUM, ew(TileOp.FLOORDIV, span, const(step, into), into), const(0, into), into)
+            trips = stream_k.trip_count(ew, const, *bounds, step, into)
         into.append(ir.Operation(SimtOp.YIELD, [ew(TileOp.ADD, blk.args[1], trips, into)], loc=self.loc))
         return [ir.Operation(SimtOp.FOR, [self.zero, self.count, self.one, self.zero], [RegType(I32, 1)], None,
                              [blk], self.loc)]

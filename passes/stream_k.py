@@ -76,6 +76,14 @@ def accumulators(loop: ir.Operation) -> bool:
     return True
 
 
+def trip_count(e, k, lb, ub, step: int, into: list) -> ir.Value:
+    """max(ceil((ub - lb) / step), 0): the trip count of a loop from ``lb`` to ``ub`` by ``step``,
+    built into ``into`` with ``e(kind, a, b, into=)`` (an elementwise op) and ``k(v, into)`` (an
+    int32 constant)."""
+    span = e(TileOp.ADD, e(TileOp.SUB, ub, lb, into=into), k(step - 1, into), into=into)
+    return e(TileOp.MAXIMUM, e(TileOp.FLOORDIV, span, k(step, into), into=into), k(0, into), into=into)
+
+
 def _zero(v: ir.Value) -> bool:
     o = v.owner
     if o is not None and o.op is SimtOp.SPLAT:
@@ -95,8 +103,7 @@ class StreamK:
         e, k, h = self.e, self.k, head
         T, P, c = tiles.total, tiles.ctas, tiles.cta
         self.P, self.c = P, c
-        span = e(TileOp.ADD, e(TileOp.SUB, ub, lb, into=h), k(step - 1, h), into=h)
-        self.kt = kt = e(TileOp.MAXIMUM, e(TileOp.FLOORDIV, span, k(step, h), into=h), k(0, h), into=h)
+        self.kt = kt = trip_count(e, k, lb, ub, step, h)
         r = e(TileOp.MOD, T, P, into=h)
         on = e(TileOp.AND, e(TileOp.NE, r, k(0, h), into=h, dt=D.bool_), e(TileOp.GT, kt, k(0, h), into=h, dt=D.bool_),
                into=h, dt=D.bool_)
