@@ -43,7 +43,10 @@ PREFETCH_AHEAD = 1
 # quantised GEMM's group scales and zero points).  Off: it raises the W4A16 example's registers
 # (ptxas: 225 -> 247 at 16x128x128, 168 -> 194 at 16x64x128, one CTA per SM fewer there), and
 # measured on the H200 (2026-12-04, session 11, scripts/probes/w4_prefetch.txt) it was 8% slower
-# at M1 (59.3 / 166.6 against 54.5 / 154.4 us at N 8192 / 28672) and the same at M64.
+# at M1 (59.3 / 166.6 against 54.5 / 154.4 us at N 8192 / 28672) and the same at M64.  Carrying
+# only the packed uint8 weights ahead (their 8 registers a thread; ptxas 166 registers against 125
+# at 16x64x128x4: 3 CTAs an SM instead of 4) was 35% slower at M1-16 and 23% at M64 on the H100
+# (2026-12-05, session 20: 57.0 / 155.0 against 42.2-42.6 / 125.3-125.4 us): not kept.
 PREFETCH_DEQUANTISED = False
 _FEEDS = (TileOp.DOT, TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC, TileOp.FOR, TileOp.WHILE, TileOp.IF)
 
