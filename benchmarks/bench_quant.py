@@ -26,7 +26,8 @@ import tilejit as tj
 # (BM, BN, BK, warps, split): split > 1 cuts K into slices (``run(split=)``: each slice's partial
 # product in its own layer, the slice that finishes a block last sums them and writes bfloat16)
 W4_CONFIGS = [(16, 64, 128, 4, 1), (16, 128, 128, 4, 1), (16, 64, 64, 4, 1), (64, 64, 128, 4, 1), (64, 128, 64, 4, 1),
-              (16, 64, 128, 4, 4), (16, 64, 128, 4, 8), (16, 128, 128, 4, 8), (16, 64, 128, 4, 16), (64, 64, 128, 4, 8)]
+              (16, 64, 128, 4, 4), (16, 64, 128, 4, 5), (16, 64, 128, 4, 8), (16, 128, 128, 4, 8), (16, 64, 128, 4, 16),
+              (64, 64, 128, 4, 4), (64, 64, 128, 4, 8)]
 FP8_CONFIGS = [(64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 128, 4)]
 # the weights stored (N, K), as DeepGEMM keeps them (``B_NK``): float8 wgmma, TMA rings
 FP8_NK_CONFIGS = [(128, 128, 128, 8, 0), (64, 128, 128, 4, 0), (128, 128, 64, 8, 0), (128, 128, 128, 8, 4),

@@ -103,6 +103,12 @@ class Lowering:
     def unstage(self, value: ir.Value) -> None:
         del self.staged[value]
 
+    def row_ring(self, plan, stages: int):
+        """A ``row_rings.RowRing`` of ``stages`` slots for ``plan`` (a RowRingPlan), its shared
+        memory allocated (``pipeline_loads`` makes them through here: it cannot import
+        ``row_rings``, which imports it)."""
+        return row_rings.RowRing(self, plan, stages)
+
     def ring_read(self, load: ir.Operation, ring, slot) -> None:
         """LOAD ``load`` reads ``ring`` (a ``row_rings.RowRing``) at ``slot`` from here on, until
         ``ring_done``."""
@@ -597,6 +603,13 @@ class Lowering:
                                                           s.tile, s.align))
         if plan.pipelined and plan.engine is CopyEngine.TMA:    # the specialisation promises TMA's rules
             pipeline_loads.lower_pipelined_for(self, o, plan)
+        elif plan.pipelined:
+            aligned = pipeline_loads.rows_aligned(self, plan.rings)
+            rows = row_rings.strides_aligned(self, plan.row_rings)      # (its other loads' rings)
+            if rows is not None:
+                aligned = rows if aligned is None else self.ew(TileOp.AND, [aligned, rows], D.bool_)
+            self.two_ways(o, aligned, lambda: pipeline_loads.lower_pipelined_for(self, o, plan),
+                          lambda: self.plain_for(o))
         elif plan.row_rings:
             aligned = row_rings.strides_aligned(self, plan.row_rings)
             if aligned is None:
@@ -604,10 +617,6 @@ class Lowering:
             else:
                 self.two_ways(o, aligned, lambda: row_rings.lower_row_ring_for(self, o, plan),
                               lambda: self.plain_for(o))
-        elif plan.pipelined:
-            self.two_ways(o, pipeline_loads.rows_aligned(self, plan.rings),
-                          lambda: pipeline_loads.lower_pipelined_for(self, o, plan),
-                          lambda: self.plain_for(o))
         else:
             self.plain_for(o)
         for s in plan.staged_before:

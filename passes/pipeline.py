@@ -78,9 +78,13 @@ PERSIST_THREADS_PER_SM = ()
 # GEMV-like W4A16 or split-K product at M 1-16 is bound by latency, and its CTAs come in waves:
 # W4A16 16x128x128x4 at 159 registers holds 3 CTAs of 128 threads an SM, so split 8 at N 8192 is
 # 512 CTAs on 396 slots, 1.3 waves; 16x64x128x4 fits 4 CTAs in 110 registers without a spill).
-# () : none (other tensor-core kernels never wish: their tiles would spill).  Not yet measured
-# on a GPU: off until it is (benchmarks/switch_probe.py ...DECODE_DOT_THREADS_PER_SM="(512,)").
-DECODE_DOT_THREADS_PER_SM = ()
+# () : none (other tensor-core kernels never wish: their tiles would spill).  Measured on the
+# H100 (W4A16 M 1 and 16, N 8192 / 28672, K 8192, alternating, scripts/gpu_w4_ab.sh): (512,) the
+# same as none (2026-12-05, session 18: 16x64x128x4 holds 4 CTAs at 125 registers anyway);
+# (640,) -- 5 CTAs of 128 threads at 96 registers, no spill -- **8% faster at N 28672** (115.0-117.4
+# against 124.6-127.0 us; 1792 CTAs come in fewer waves) and the same at N 8192 (42.1-43.0 us:
+# its 512 CTAs fit one wave either way) (2026-12-05, session 20).
+DECODE_DOT_THREADS_PER_SM = (640, 512)
 DECODE_DOT_ROWS = 16
 
 

@@ -154,6 +154,9 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
     iv, lb, ub, step_value = _bounds(lw, o)
     iv_dt = iv.type.dtype
     rings = [Ring(lw, ring, stages) for ring in plan.rings]
+    # the loop's other big loads through thread-private rings (``row_rings.dot_loop_row_rings``),
+    # copied in the same commit groups: the wait before each iteration lands them too
+    rows = [lw.row_ring(r, stages) for r in plan.row_rings]
     async_proxy = plan.async_proxy
     ahead = plan.ahead
     ub_iv = lw.cast(ub, iv_dt)
@@ -161,7 +164,7 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
         iv_s = lw.ew(TileOp.ADD, [lw.cast(lb, iv_dt), lw.const(iv_dt, [s * step_value])], iv_dt)
         valid = lw.ew(TileOp.LT, [iv_s, ub_iv], D.bool_)
         first = len(lw.b.block.ops)
-        for ring in rings:
+        for ring in rings + rows:
             ring.issue(lw, iv, iv_s, lw.const(I32, [s]), valid)
         lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         if s:        # other slots of the ring: the barrier before slot 0's copies covers them
@@ -176,13 +179,18 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
                                    lw.const(I32, [stages])], I32)
         iv_ahead = lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [ahead * step_value])], iv_dt)
         valid = lw.ew(TileOp.LT, [iv_ahead, ub_iv], D.bool_)
-        for ring in rings:
+        for ring in rings + rows:
             ring.issue(lw, iv, iv_ahead, write, valid)
         lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         for ring in rings:
             lw.stage(ring.value, Staged(ring.slot_base(lw, read), ring.buf, ring.tile))
+        for row in rows:            # each thread reads back its own chunks: no barrier of their own
+            lw.ring_read(row.load, row, read)
 
     body = _emit_loop(lw, o, plan, rings, before_body)
+    for row in rows:
+        lw.ring_done(row.load)
+    lw.ordered_by_pipeliner(op for row in rows for op in row.ops)
     # inside the loop the ring's accesses are ordered by the barrier above; the prologue's
     # copies are left to insert_barriers (the ring may reuse bytes read before the loop)
     ring_ids = {ring.buf for ring in rings}

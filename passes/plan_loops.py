@@ -13,7 +13,9 @@ tensor-core DOT in the same loop body (seen through unit-dim reshapes and one tr
 array has a unit-stride, 16-byte aligned last dim, its ``other`` is 0, and its offsets are
 computed from the induction variable and loop-invariant values (or small loads of them, such as
 a page table's entry: ``ring_sources``).  A loop without DOTs and
-without such rings gets thread-private rings for its loads instead (``passes.row_rings``).
+without such rings gets thread-private rings for its loads instead (``passes.row_rings``), and
+so may (``row_rings.DOT_LOOP_ROW_RINGS``) the other big loads of a loop whose rings are
+cp.async's (a quantised GEMM's packed weights), in the same commit groups.
 """
 from __future__ import annotations
 
@@ -79,6 +81,8 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
                 else CopyEngine.CP_ASYNC
             row_stages, row = (0, ()) if rings or staged else \
                 row_rings.row_ring_plans(fn, facts.layouts, facts.multiples, o, num_warps, target)
+            if rings and engine is CopyEngine.CP_ASYNC:         # the loop's other big loads ride along
+                row = row_rings.dot_loop_row_rings(fn, facts.layouts, facts.multiples, o, rings, num_warps, stages)
             plans[o] = LoopPlan(row_stages or stages, rings, _in_flight(o, rings, stages, facts.dot_plans),
                                 tuple(staged), engine, row)
             walk(o.regions[0])

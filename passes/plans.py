@@ -124,7 +124,8 @@ class LoopPlan:
     wgmma_in_flight: int
     staged_before: tuple[StagedOperand, ...] = ()
     engine: CopyEngine = CopyEngine.CP_ASYNC
-    row_rings: tuple[RowRingPlan, ...] = ()     # with no ``rings``: loads read from thread-private rings
+    row_rings: tuple[RowRingPlan, ...] = ()     # loads read from thread-private rings (beside cp.async ``rings``
+    #                                             too: ``row_rings.dot_loop_row_rings``)
     replaced: frozenset = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

@@ -14,6 +14,10 @@ needs no barrier: a thread's ``cp.async.wait_group`` is enough.
                   read ``other``: a copy zero-fills them)
     after:        wait_group(0)
 
+A tensor-core loop whose DOT operands come through cp.async rings may ring its other big loads
+too (``DOT_LOOP_ROW_RINGS``, off: measured slower for W4A16), in the operand rings' commit
+groups, so the same wait lands them.
+
 A loop that stores rings only loads of the stored block (an in-place update of the same array,
 or another array: launches take arrays that are the same or do not overlap, the README says).
 The slot a copy overwrites was read in the previous iteration by the same thread, and those
@@ -45,6 +49,16 @@ I32 = D.int32
 ROW_RINGS = True                    # ring the loads of loops without tensor cores (False: never)
 ROW_RING_BYTES = 64 * 1024          # the shared memory a loop's rings may take, all slots
 ROW_RING_STAGES = 4                 # the most slots (3 iterations ahead)
+# The switch: True also rings, thread-private, the other loads of a tensor-core loop whose DOT
+# operands come through cp.async rings (``dot_loop_row_rings``: W4A16's packed weights), in the
+# same commit groups, so their memory latency leaves the iteration's critical path as the
+# operands' does.  Off: on the H100 (2026-12-05, session 20, scripts/gpu_w4_ab.sh) W4A16 was
+# 12-14% slower with it at M 1-16 N 28672 (130.3-133.0 against 115.6-117.2 us), 10-40% at M16
+# N 8192 and 3-15% at M64, with the same bits (ptxas 96 registers either way at 16x64x128x4);
+# loading the bytes one iteration ahead into registers (``prefetch_loads``) was 23-35% slower.
+# The loop is bound by its instructions, not by the weights' latency.
+DOT_LOOP_ROW_RINGS = False
+DOT_LOOP_MIN_BYTES = 1024           # smaller loads (a row of scales) stay plain
 # Loops carrying more tiles than this get 2 slots at most: a 65,536-column bf16 layernorm's one-
 # pass loop (four chunk-shaped sums) spilled 8 bytes at 64 registers with 4 slots, none with 2.
 MAX_CARRIED = 3
@@ -93,6 +107,32 @@ def row_ring_plans(fn: ir.Function, layouts: dict, multiples, loop: ir.Operation
     per_stage = sum(slot_bytes(layouts[r.load.result], r.load.result.type.dtype.itemsize, num_warps) for r in rings)
     stages = min(most, ring_budget(fn, num_warps, target) // per_stage) if rings else 0
     return (stages, rings) if stages >= 2 else (0, ())
+
+
+def dot_loop_row_rings(fn: ir.Function, layouts: dict, multiples, loop: ir.Operation, rings, num_warps: int,
+                       stages: int) -> tuple[RowRingPlan, ...]:
+    """The thread-private rings of a tensor-core loop pipelined through cp.async ``rings`` (its
+    DOT operands' RingPlans) at ``stages`` slots: the loop's other ringable loads (``ringable``,
+    of at least ``DOT_LOOP_MIN_BYTES`` a CTA: a quantised GEMM's packed weights, which reach the
+    DOT through ``tj.unpack`` and arithmetic, not as a ring's operand), copied in the rings'
+    commit groups and read back by each thread (``DOT_LOOP_ROW_RINGS``; none in a loop that
+    writes memory, or past ``ROW_RING_BYTES`` for all slots)."""
+    body = loop.regions[0]
+    if not DOT_LOOP_ROW_RINGS or stages < 2 or any(o.op in (TileOp.STORE, TileOp.ATOMIC) for o in body.walk()):
+        return ()
+    ringed = {r.load for r in rings}
+    out, total = [], 0
+    for o in body.ops:
+        r = None if o in ringed else ringable(fn, layouts, multiples, body, o)
+        if r is None:
+            continue
+        size = slot_bytes(layouts[o.result], o.result.type.dtype.itemsize, num_warps)
+        if o.result.type.numel * o.result.type.dtype.itemsize < DOT_LOOP_MIN_BYTES or \
+                total + stages * size > ROW_RING_BYTES:
+            continue
+        out.append(r)
+        total += stages * size
+    return tuple(out)
 
 
 def ring_budget(fn: ir.Function, num_warps: int, target: str = "sm_90a") -> int:

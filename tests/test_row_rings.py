@@ -159,3 +159,76 @@ def test_a_loop_that_stores_its_own_block_in_place_is_ringed(rings):
     assert plans.count("row ring:") == 1
     in_place_scale[(3,)](x, x, BLOCK=64)
     np.testing.assert_array_equal(x.view(np.uint16), want.view(np.uint16))
+
+
+# --- a tensor-core loop's other big loads (DOT_LOOP_ROW_RINGS): W4A16's packed weights
+from examples import w4a16_gemm  # noqa: E402
+
+
+@pytest.fixture
+def dot_rings(monkeypatch):
+    monkeypatch.setattr(row_rings, "DOT_LOOP_ROW_RINGS", True)
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    w4a16_gemm.w4a16_matmul_kernel._cache.clear()
+    w4a16_gemm.w4a16_matmul_kernel._fast.clear()
+    yield
+    w4a16_gemm.w4a16_matmul_kernel._cache.clear()
+    w4a16_gemm.w4a16_matmul_kernel._fast.clear()
+
+
+def w4_inputs(rng, m, k, n):
+    a = rng.standard_normal((m, k)).astype(BF16)
+    return (a,) + w4a16_gemm.quantize(rng.standard_normal((k, n)).astype(np.float32), 128)
+
+
+def test_the_packed_weights_of_a_w4a16_loop_ride_the_operand_rings_commit_groups(dot_rings, monkeypatch):
+    """The packed (128, 32) uint8 tile gets a thread-private ring as deep as the loop's cp.async
+    ring of ``x``; its copies share the ring's commit groups (one wait an iteration, no barrier
+    of their own); the (1, 64) scales stay plain (too small)."""
+    a, packed, s, z = w4_inputs(np.random.default_rng(0), 16, 512, 128)
+    c = np.empty((16, 128), BF16)
+    fn, plans = simt_of(w4a16_gemm.w4a16_matmul_kernel, a, packed, s, z, c, None, None, BM=16, BN=64, BK=128,
+                        GROUP=128)
+    line = next(x for x in plans.splitlines() if "stages=" in x and "pipelined=True" in x)
+    stages = int(line.split("stages=")[1].split()[0])
+    assert plans.count("row ring:") == 1 and f"({stages} slots, thread-private)" in plans
+    loop = next(o for o in fn.walk() if o.op is SimtOp.FOR and any(x.op is SimtOp.CP_ASYNC for x in o.regions[0].walk()))
+    body = list(loop.regions[0].walk())
+    assert sum(o.op is SimtOp.CP_ASYNC_COMMIT for o in body) == 1
+    assert sum(o.op is SimtOp.CP_ASYNC_WAIT for o in body) == 1
+    assert not any(o.op is SimtOp.LOAD_GLOBAL and o.results and o.result.type.dtype == tj.uint8 for o in body)
+    monkeypatch.setattr(row_rings, "DOT_LOOP_ROW_RINGS", False)
+    assert "row ring:" not in simt_of(w4a16_gemm.w4a16_matmul_kernel, a, packed, s, z, c, None, None, BM=16, BN=64,
+                                      BK=128, GROUP=128)[1]
+
+
+@pytest.mark.parametrize("m, k, n, cfg", [(3, 1024, 192, dict(BM=16, BN=64, BK=128, split=3)),
+                                          (5, 640, 128, dict(BM=16, BN=64, BK=128)),
+                                          (70, 512, 128, dict(BM=64, BN=64, BK=128, split=2)),
+                                          (2, 384, 256, dict(BM=16, BN=128, BK=64, split=2))])
+def test_ringed_packed_weights_give_the_same_bits_on_emulate(dot_rings, monkeypatch, tmp_path, m, k, n, cfg):
+    """Ragged K (a last tile past the array), split-K slices, 64-row blocks and 64-deep K tiles:
+    the ringed loop's result is bit for bit the plain loop's (the emulator also checks that no
+    thread reads a slot before its copy landed)."""
+    inputs = w4_inputs(np.random.default_rng(m), m, k, n)
+    out = {}
+    for on in (True, False):
+        monkeypatch.setattr(row_rings, "DOT_LOOP_ROW_RINGS", on)
+        monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / str(on)))
+        w4a16_gemm.w4a16_matmul_kernel._cache.clear()
+        w4a16_gemm.w4a16_matmul_kernel._fast.clear()
+        out[on] = w4a16_gemm.run(*inputs, group=128, **cfg)
+    ref = w4a16_gemm.reference(*inputs, group=128, rounded=cfg["BM"] >= 64)
+    tj.testing.assert_close(out[True].astype(np.float64), ref, rtol=1e-2, atol=1e-2 * np.abs(ref).max())
+    np.testing.assert_array_equal(out[True].view(np.uint16), out[False].view(np.uint16))
+
+
+def test_ringed_packed_weights_assemble_without_spills(dot_rings):
+    a, packed, s, z = w4_inputs(np.random.default_rng(0), 1, 8192, 256)
+    c = np.empty((1, 256), BF16)
+    part, count = w4a16_gemm.workspace(1, 256, 4, 16, 64)
+    fn, plans = simt_of(w4a16_gemm.w4a16_matmul_kernel, a, packed, s, z, c, part, count, BM=16, BN=64, BK=128,
+                        GROUP=128, K_SLICE=2048)
+    assert "row ring:" in plans
+    assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a")
+    assert cuda.assemble_hinted(fn, "sm_90a")[0].spills == 0
