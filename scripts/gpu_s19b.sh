@@ -4,7 +4,7 @@
 # and bench_quant.py from scripts/probes/w4_old swapped in place: the install is editable; that
 # directory held the atomics version for session 19's runs and is gone: recreate it with git show), then
 # the GPU tests of w4a16 and atomics.  Env: W4 (M list), W4_CONFIGS, SIDES (new old, or a
-# scripts/probes/w4_<name> variant; session 20 ran "new zfold", the zero point folded out of the loop,
+# scripts/probes/w4_<name> variant: a directory holding the example, or a script that rewrites it; session 20 ran "new zfold", the zero point folded out of the loop,
 # 8-10% slower: that probe is gone), ROUNDS, TESTS=0.
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1 BENCH_EACH=1
@@ -16,6 +16,8 @@ for round in $(seq ${ROUNDS:-2}); do
   for side in ${SIDES:-new old}; do
     if [ $side = old ]; then cp scripts/probes/w4_old/w4a16_gemm.py examples/; cp scripts/probes/w4_old/bench_quant.py benchmarks/
     elif [ $side = new ]; then cp /tmp/new_ex.py examples/w4a16_gemm.py; cp /tmp/new_bq.py benchmarks/bench_quant.py
+    elif [ -f scripts/probes/w4_$side.py ]; then cp /tmp/new_ex.py examples/w4a16_gemm.py; cp /tmp/new_bq.py benchmarks/bench_quant.py
+      python3 scripts/probes/w4_$side.py           # a probe that rewrites the example in place
     else cp scripts/probes/w4_$side/w4a16_gemm.py examples/; cp /tmp/new_bq.py benchmarks/bench_quant.py; fi
     echo "== $side ($round)" | tee -a "$OUT/w4.txt"
     TILEJIT_CACHE_DIR=/tmp/tjc_w4_$side timeout ${BENCH_S:-200} python3 benchmarks/bench_quant.py --w4 ${W4:-1,16,64} \

@@ -159,3 +159,76 @@ def test_the_constant_folder_reads_signed_and_unsigned_compares_of_negative_cons
     assert nibbles._fold(b.icmp_unsigned("<", m1, one)) == 0        # 0xFFFFFFFF < 1 is false
     assert nibbles._fold(b.icmp_signed(">=", b.add(m1, m1), m1)) == 0   # -2 >= -1 is false
     assert nibbles._fold(b.add(m1, one)) == 0                       # wraps to 0
+
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["uint4", "int4"])
+@pytest.mark.parametrize("dst, offset, folds", [      # (uint4, int4): whether magic - c is a dst value
+    (D.bfloat16, 128.0, (True, True)), (D.bfloat16, 3.0, (True, True)), (D.bfloat16, -5.0, (True, True)),
+    (D.bfloat16, -5.5, (False, False)),          # 133.5: between bfloat16's integers there
+    (D.bfloat16, 0.3, (False, False)), (D.float16, 1024.0, (True, True)),
+    (D.float16, 0.5, (True, False)),             # 1023.5 is a float16, 1031.5 (int4's 1032 - 0.5) is not
+    (D.float16, 1e-3, (False, False))])
+def test_nibbles_plus_a_constant_are_one_subtraction_with_the_same_bits(signed, dst, offset, folds):
+    """``q.to(dst) + c``: the conversion's magic minus ``c`` subtracted once from the pair's bits
+    (nothing at all for ``c`` = the magic, 2**7 in bfloat16), where that constant is a ``dst``
+    value.  The IR is that subtraction; and for every nibble, (magic + q) - (magic - c) rounded
+    once to ``dst`` is q + c rounded once, which the plain form (an exact q, then + c) gives."""
+    mod = ir.Module("m")
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ir.PointerType()]), "f")
+    ctx = Ctx(mod, fn, 90, "host")
+    b = ctx.builder
+    vector = b.load(fn.args[0], typ=ir.VectorType(I8, 16))
+    regs = [r for j in range(4) for r in _nibbles_of(ctx, b.extract_element(vector, ir.Constant(I32, j)), 0, signed)]
+    values = nibbles.cast_pairs(ctx, regs, D.int8 if signed else D.uint8, dst)
+    folded = nibbles.offset_pairs(ctx, values, offset, dst)
+    assert (folded is not None) == folds[signed]
+    magic = {D.bfloat16: 128.0, D.float16: 1024.0}[dst] + (8 if signed else 0)
+    if not folds[signed]:
+        return
+    assert len(folded) == len(values) == 8 and all(v.opname == "extractelement" for v in folded)
+    sources = {id(v.operands[0]): v.operands[0] for v in folded}
+    assert len(sources) == 4                                      # one subtraction (or none) a pair
+    for src in sources.values():
+        if magic == offset:
+            assert src.opname == "bitcast"                        # the bits are the values
+        else:
+            assert src.opname == "fsub" and src.operands[0].opname == "bitcast"
+            assert [float(getattr(c, "constant", c)) for c in src.operands[1].constant] == [magic - offset] * 2
+    # the identity, every nibble: one rounding of the exact magic + q minus (magic - c)
+    npdt = tj.bfloat16.np if dst == D.bfloat16 else np.float16
+    q = np.arange(-8, 8) if signed else np.arange(16)
+    exact = ((magic + q) - (magic - offset)).astype(np.float64)
+    np.testing.assert_array_equal(exact.astype(np.float32).astype(npdt), (q + offset).astype(np.float32).astype(npdt))
+
+
+def test_offset_pairs_refuses_registers_it_did_not_convert():
+    mod = ir.Module("m")
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I8, I8]), "f")
+    ctx = Ctx(mod, fn, 90, "host")
+    (lo, hi), (lo2, hi2) = _nibbles_of(ctx, fn.args[0], 0), _nibbles_of(ctx, fn.args[1], 0)
+    a = nibbles.cast_pairs(ctx, [lo, hi], D.uint8, D.bfloat16)
+    c = nibbles.cast_pairs(ctx, [lo2, hi2], D.uint8, D.bfloat16)
+    assert nibbles.offset_pairs(ctx, a + c, 128.0, D.bfloat16) is not None
+    assert nibbles.offset_pairs(ctx, [a[0], c[1]], 128.0, D.bfloat16) is None     # halves of two pairs
+    assert nibbles.offset_pairs(ctx, a[::-1], 128.0, D.bfloat16) is None          # swapped lanes
+    assert nibbles.offset_pairs(ctx, a, 128.0, D.float32) is None
+    assert nibbles.offset_pairs(ctx, a[:1], 128.0, D.bfloat16) is None
+
+
+@tj.kernel
+def _uint4_biased(p, z, out, B: tj.constexpr):
+    q = tj.unpack(tj.load(p, (0, 0), (16, B)), tj.uint4)
+    tj.store(out, (0, 0), (q.to(tj.bfloat16) + 128) - (tj.load(z, (0, 0), (1, 2 * B)) + 128))
+
+
+def test_a_biased_nibble_cast_emits_no_magic_subtraction():
+    """``(q.to(bf16) + 128) - (z + 128)``: the PTX subtracts ``z + 128`` from the magic bits and
+    never subtracts 2**7 (-1023360256 is 0xC300C300, the pair of -128.0 the conversion adds)."""
+    from tilejit.backends.cuda import build
+    k = _uint4_biased
+    specs, consts, _ = k.specialise(k.bind((np.zeros((16, 32), np.uint8), np.zeros((1, 64), tj.bfloat16.np),
+                                            np.zeros((16, 64), tj.bfloat16.np)), {"B": 32}))
+    ptx = build(k.tile_ir(specs, consts), 4, "sm_90a", stop_after="ptx")["ptx"]
+    assert re.search(r"and\.b32\s+%r\d+, %r\d+, 983055;", ptx) and "-1023360256" not in ptx
+    assert re.search(r"sub\.rn\.bf16x2", ptx)

@@ -276,7 +276,10 @@ def unpack(t, dtype):
     last dimension doubled: ``tj.int4`` -> int8, ``tj.uint4`` -> uint8, ``tj.float4e2m1`` ->
     float32 (the e2m1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives).  On the GPU,
     ``tj.unpack(t, tj.uint4 or tj.int4).to(tj.bfloat16 or tj.float16)`` converts each byte's two
-    values together: one byte permute, one logic op and one paired subtraction per byte.
+    values together: one byte permute, one logic op and one paired subtraction per byte; a
+    constant ``c`` added right after (``q.to(tj.bfloat16) + c``) joins that subtraction when
+    ``128 - c`` (float16: ``1024 - c``; int4: ``136 - c`` / ``1032 - c``) is a value of the type,
+    the same bits at no cost (``+ 128`` leaves no subtraction at all).
     Example: ``q = tj.unpack(tj.load(w, (k, n // 2), (BK, BN // 2)), tj.uint4)`` gives (BK, BN) values 0..15."""
 @builtin
 def pack(t, dtype):

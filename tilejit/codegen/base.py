@@ -109,6 +109,9 @@ class Ctx:
         # float32 division of the op being emitted by ``ieee_div_f32`` (set for ops of one register:
         # a row's mean; per-element division keeps div.rn.f32, whose fast path needs fewer registers)
         self.inline_division = False
+        # the registers ``nibbles.cast_pairs`` made: id(register) -> (the register, the pair's bits,
+        # the subtracted magic, the pair's vector type, lane), for ``nibbles.offset_pairs``
+        self.nibble_values: dict = {}
 
     def fdiv(self, a: ir.Value, b: ir.Value) -> ir.Value:
         """a / b for float values: float32 ``div.full.f32`` (2 ulp) under ``division_without_calls``,

@@ -296,6 +296,9 @@ class KernelEmitter:
         if op.attrs.op is TileOp.CAST and (pairs := nibbles.cast_pairs(self.ctx, operands[0], dtypes[0], out.dtype)):
             self.set(op.result, pairs)         # tj.unpack's nibbles converted two at a time
             return
+        if op.attrs.op in (TileOp.ADD, TileOp.SUB) and (pairs := self._offset_nibbles(op, operands, dtypes)):
+            self.set(op.result, pairs)         # nibbles converted plus a constant: one subtraction a pair
+            return
         regs = []
         self.ctx.inline_division = out.n == 1
         done: dict = {}                # lanes with the same operands (a row index broadcast along
@@ -307,6 +310,22 @@ class KernelEmitter:
             regs.append(reg)
         self.ctx.inline_division = False
         self.set(op.result, regs)
+
+    def _offset_nibbles(self, op, operands: list, dtypes: list) -> list | None:
+        """``x + c``, ``c + x`` or ``x - c`` where ``x`` is a CAST's nibble pairs
+        (``nibbles.cast_pairs``) and ``c`` one constant of the same dtype (``nibbles.offset_pairs``)."""
+        out = op.result.type.dtype
+        if dtypes[0] != out or dtypes[1] != out:
+            return None
+        sides = ((0, 1), (1, 0)) if op.attrs.op is TileOp.ADD else ((0, 1),)
+        for x, c in sides:
+            consts = operands[c]
+            if not all(isinstance(r, ir.Constant) for r in consts) or len({repr(r) for r in consts}) != 1 \
+                    or len(operands[x]) != op.result.type.n:
+                continue
+            value = float(consts[0].constant)
+            return nibbles.offset_pairs(self.ctx, operands[x], value if op.attrs.op is TileOp.ADD else -value, out)
+        return None
 
     # --- warp shuffles
     def _shuffle(self, x, dt: D.DType, kind: str, lane):

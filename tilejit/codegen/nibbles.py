@@ -14,8 +14,11 @@ same logic op and 2**7 + 8 (2**10 + 8) subtracted.  The pairs are found in the L
 themselves (``and``/``lshr`` of one byte, through selects whose conditions are constants); a
 byte that is not an element of a loaded vector of whole words takes the shift-and-or form of
 the same trick; any other register converts alone (``base.convert``).  ``NIBBLE_PAIRS``
-switches it off."""
+switches it off.  A constant added to such pairs right after (``q.to(tj.bfloat16) + 128``)
+joins the conversion's subtraction where the difference is exact (``offset_pairs``)."""
 from __future__ import annotations
+
+import struct
 
 from llvmlite import ir
 
@@ -124,7 +127,50 @@ def _convert_pair(ctx: Ctx, byte, signed: bool, dst: DType, words: dict) -> list
     pair_ty = ir.VectorType(ty, 2)
     shift = offset + 8 if signed else offset
     values = b.fsub(b.bitcast(bits, pair_ty), ir.Constant(pair_ty, [shift, shift]))
-    return [b.extract_element(values, ir.Constant(I32, k)) for k in range(2)]
+    out = [b.extract_element(values, ir.Constant(I32, k)) for k in range(2)]
+    for k, reg in enumerate(out):
+        ctx.nibble_values[id(reg)] = (reg, bits, shift, pair_ty, k)
+    return out
+
+
+def offset_pairs(ctx: Ctx, regs: list, offset: float, dst: DType) -> list | None:
+    """``regs`` + ``offset`` when every pair of ``regs`` is a pair ``cast_pairs`` converted:
+    one subtraction of ``magic - offset`` from the pair's magic bits (none when that is 0)
+    instead of the conversion's subtraction and an addition.  Exact, the same bits: the
+    nibble ``q`` is exact, so both round ``q + offset`` once, provided ``magic - offset`` is a
+    ``dst`` value (it is checked).  ``(q.to(tj.bfloat16) + 128) - (z + 128)`` thus costs a pair
+    of weights one ``prmt``, one ``lop3`` and the subtraction of ``z + 128``.  None otherwise."""
+    if dst not in _MAGIC or len(regs) < 2 or len(regs) % 2:
+        return None
+    b = ctx.builder
+    out, made = [], {}
+    for i in range(0, len(regs), 2):
+        lo, hi = (ctx.nibble_values.get(id(r)) for r in regs[i:i + 2])
+        if lo is None or hi is None or lo[0] is not regs[i] or hi[0] is not regs[i + 1] or lo[1] is not hi[1] \
+                or (lo[4], hi[4]) != (0, 1):
+            return None
+        _, bits, shift, pair_ty, _ = lo
+        rest = shift - offset
+        if not _exact(rest, dst):
+            return None
+        if (values := made.get(id(bits))) is None:
+            values = b.bitcast(bits, pair_ty)
+            if rest:
+                values = b.fsub(values, ir.Constant(pair_ty, [rest, rest]))
+            made[id(bits)] = values
+        out += [b.extract_element(values, ir.Constant(I32, k)) for k in range(2)]
+    return out
+
+
+def _exact(x: float, dt: DType) -> bool:
+    """Whether the Python float ``x`` is a value of ``dt`` (bfloat16 or float16)."""
+    try:
+        f32 = struct.unpack("<f", struct.pack("<f", x))[0]
+        if dt == D.bfloat16:
+            return f32 == x and struct.unpack("<I", struct.pack("<f", f32))[0] & 0xFFFF == 0
+        return struct.unpack("<e", struct.pack("<e", x))[0] == x
+    except (OverflowError, struct.error):
+        return False
 
 
 def pair_bits(ctx: Ctx, byte, signed: bool, magic: int, words: dict):
