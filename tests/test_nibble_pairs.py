@@ -214,6 +214,9 @@ def test_offset_pairs_refuses_registers_it_did_not_convert():
     assert nibbles.offset_pairs(ctx, a[::-1], 128.0, D.bfloat16) is None          # swapped lanes
     assert nibbles.offset_pairs(ctx, a, 128.0, D.float32) is None
     assert nibbles.offset_pairs(ctx, a[:1], 128.0, D.bfloat16) is None
+    # 128 - 2**-100 is 128.0 in float64, but a nibble 0 plus 2**-100 is 2**-100, not 0: not folded
+    assert nibbles.offset_pairs(ctx, a, 2.0 ** -100, D.bfloat16) is None
+    assert nibbles.offset_pairs(ctx, a, 0.1, D.bfloat16) is None             # no bfloat16 value
 
 
 @tj.kernel

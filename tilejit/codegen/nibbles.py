@@ -19,6 +19,7 @@ joins the conversion's subtraction where the difference is exact (``offset_pairs
 from __future__ import annotations
 
 import struct
+from fractions import Fraction
 
 from llvmlite import ir
 
@@ -140,8 +141,8 @@ def offset_pairs(ctx: Ctx, regs: list, offset: float, dst: DType) -> list | None
     nibble ``q`` is exact, so both round ``q + offset`` once, provided ``magic - offset`` is a
     ``dst`` value (it is checked).  ``(q.to(tj.bfloat16) + 128) - (z + 128)`` thus costs a pair
     of weights one ``prmt``, one ``lop3`` and the subtraction of ``z + 128``.  None otherwise."""
-    if dst not in _MAGIC or len(regs) < 2 or len(regs) % 2:
-        return None
+    if dst not in _MAGIC or len(regs) < 2 or len(regs) % 2 or not _exact(offset, dst):
+        return None                     # (an offset that is no dst value: the plain add rounds it first)
     b = ctx.builder
     out, made = [], {}
     for i in range(0, len(regs), 2):
@@ -150,9 +151,10 @@ def offset_pairs(ctx: Ctx, regs: list, offset: float, dst: DType) -> list | None
                 or (lo[4], hi[4]) != (0, 1):
             return None
         _, bits, shift, pair_ty, _ = lo
-        rest = shift - offset
-        if not _exact(rest, dst):
+        rest = Fraction(shift) - Fraction(offset)          # exactly: no float64 rounding of a tiny offset
+        if not _exact(float(rest), dst) or Fraction(float(rest)) != rest:
             return None
+        rest = float(rest)
         if (values := made.get(id(bits))) is None:
             values = b.bitcast(bits, pair_ty)
             if rest:
