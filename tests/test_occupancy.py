@@ -216,7 +216,6 @@ def test_decode_shaped_tensor_core_kernels_wish_for_more_ctas(monkeypatch):
     from tilejit.passes import pipeline
     from tilejit.examples import w4a16_gemm
     bf16, u8 = (ArraySpec(dt, 2, True, True, False) for dt in (D.bfloat16, D.uint8))
-    f32 = ArraySpec(D.float32, 2, True, True, False)
     w4 = w4a16_gemm.w4a16_matmul_kernel
     consts = {"BM": 16, "BN": 64, "BK": 128, "GROUP": 128, "K_SLICE": 1024}
     k = getattr(matmul_kernel, "kernel", matmul_kernel)
