@@ -5,7 +5,7 @@
 # rounds (bench_quant checks every output before timing it); then, on an H200, the #14 target
 # table (scripts/gpu_s20b.sh, no sanitizer).  Env: W4, W4_CONFIGS, TABLE=0 skips the table.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-SIDES="new bias" ROUNDS=2 W4=${W4:-1,16} TESTS=0 W4_CONFIGS=${W4_CONFIGS:-16x64x128x4x4,16x64x128x4x5,16x128x128x4x8} \
+SIDES="new bias" ROUNDS=2 W4=${W4:-1,16,64} TESTS=0 W4_CONFIGS=${W4_CONFIGS:-16x64x128x4x4,16x64x128x4x5,64x64x128x4x4,64x64x128x4x8} \
   bash scripts/gpu_s19b.sh 2>&1 | grep -E "^==|^w4a16 M" | tee -a "$OUT/w4.txt"
 git checkout -q examples/w4a16_gemm.py 2>/dev/null || true
 [ "${TABLE:-1}" = 0 ] && exit 0

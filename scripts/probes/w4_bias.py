@@ -1,5 +1,5 @@
 """Rewrite ``examples/w4a16_gemm.py`` in place (on a GPU host, for an A/B; ``git checkout`` undoes
-it): below 64 rows a block, the weights are dequantised as ``(q + 128) - (z + 128)``, which
+it): the weights are dequantised as ``(q + 128) - (z + 128)`` (then scaled, at 64 rows a block), which
 ``codegen.nibbles.offset_pairs`` turns into the pair's magic bits minus ``z + 128`` -- no
 subtraction of 2**7 a pair of weights (the same bits for integer zero points, as ``quantize``
 gives); one bf16x2 addition a column a K tile more.  The PTX of the 16x64x128x4 split-K kernel
@@ -8,16 +8,21 @@ has 96 bf16x2 additions and subtractions against 128.  Usage:
 import pathlib
 import sys
 
-OLD = "            acc += tj.dot(x, q.to(x.dtype) - z) * s.to(tj.float32)\n"
-NEW = "            acc += tj.dot(x, (q.to(x.dtype) + 128) - (z + 128)) * s.to(tj.float32)\n"
+REWRITES = [
+    ("            acc += tj.dot(x, q.to(x.dtype) - z) * s.to(tj.float32)\n",              # below 64 rows
+     "            acc += tj.dot(x, (q.to(x.dtype) + 128) - (z + 128)) * s.to(tj.float32)\n"),
+    ("            acc = tj.dot(x, (q.to(x.dtype) - z) * s, acc)\n",                       # 64 rows or more
+     "            acc = tj.dot(x, ((q.to(x.dtype) + 128) - (z + 128)) * s, acc)\n")]
 
 
 def main(path: str = "examples/w4a16_gemm.py") -> None:
     p = pathlib.Path(path)
     text = p.read_text()
-    if OLD not in text:
-        raise SystemExit(f"w4_bias: {path} does not have the line to rewrite")
-    p.write_text(text.replace(OLD, NEW))
+    for old, new in REWRITES:
+        if old not in text:
+            raise SystemExit(f"w4_bias: {path} does not have the line to rewrite: {old.strip()}")
+        text = text.replace(old, new)
+    p.write_text(text)
 
 
 if __name__ == "__main__":
