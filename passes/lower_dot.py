@@ -216,6 +216,8 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     if lw.dot_plans.family(o) is DotFamily.WGMMA:
         a_src = staged[a_v] if a_v in staged and staged[a_v].tile.wgmma_a else register_a_fragments(lw, a_v, cfg)
         b_src = staged[b_v] if b_v in staged and staged[b_v].tile.wgmma_b else None
+        if b_src is None and wgmma.COMPUTED_B and b_v not in staged:   # B computed in the loop
+            b_src = stage_registers(lw, b_v, cfg, SharedTile.B_ATOMS, align=1024)
         if a_src and b_src:
             return wgmma.lower_wgmma(lw, o, cfg, a_src, b_src)
     a_regs = None if a_v in staged else register_a_fragments(lw, a_v, cfg)

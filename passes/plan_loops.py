@@ -83,7 +83,7 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
                 row_rings.row_ring_plans(fn, facts.layouts, facts.multiples, o, num_warps, target)
             if rings and engine is CopyEngine.CP_ASYNC:         # the loop's other big loads ride along
                 row = row_rings.dot_loop_row_rings(fn, facts.layouts, facts.multiples, o, rings, num_warps, stages)
-            plans[o] = LoopPlan(row_stages or stages, rings, _in_flight(o, rings, stages, facts.dot_plans),
+            plans[o] = LoopPlan(row_stages or stages, rings, _in_flight(o, rings, stages, facts.dot_plans, staged),
                                 tuple(staged), engine, row)
             walk(o.regions[0])
             for s in staged:
@@ -150,13 +150,25 @@ def _carried_only(o: ir.Operation, dot_plans) -> bool:
         and dots[0].result in region.ops[-1].operands
 
 
-def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...], stages: int, dot_plans) -> int:
+def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...], stages: int, dot_plans, staged=()) -> int:
     """wgmma keeps one group in flight across iterations when the ring has a slot to spare
     (3+ stages): copies then run a slot less ahead, so the slot they overwrite was read two
     iterations back, by a group every warpgroup retired before this iteration's barrier.  Only
     a GEMM-style accumulator (carried straight to the next iteration) may stay in flight: any
-    other reader would make ptxas wait (or serialise) anyway."""
-    return 1 if any(r.wgmma for r in rings) and stages >= 3 and _carried_only(o, dot_plans) else 0
+    other reader would make ptxas wait (or serialise) anyway; nor may a group whose B the loop
+    stores again next iteration (``_restaged``)."""
+    return 1 if any(r.wgmma for r in rings) and stages >= 3 and _carried_only(o, dot_plans) \
+        and not _restaged(o, rings, staged, dot_plans) else 0
+
+
+def _restaged(o: ir.Operation, rings: tuple[RingPlan, ...], staged, dot_plans) -> bool:
+    """Whether a wgmma DOT of loop ``o`` reads a B that the loop computes and stores into shared
+    memory each iteration (``wgmma.COMPUTED_B``): no ring's and not staged before the loop."""
+    before = {s.value for s in staged}
+    return wgmma.COMPUTED_B and any(
+        dot_plans.family(d) is DotFamily.WGMMA and d.operands[1] not in before
+        and not any(r.dot is d and r.operand is d.operands[1] for r in rings)
+        for d in o.regions[0].ops if d.op is TileOp.DOT)
 
 
 def ring_plans(facts: "Facts", o: ir.Operation, default_stages: int = DEFAULT_STAGES) -> list[RingPlan]:

@@ -59,6 +59,12 @@ A_ROW_BYTES = (32, 64, 128)     # K-major swizzle spans wgmma supports
 # On since its H200 run (scripts/gpu_trans_a.sh, 2026-12-05): its GPU tests pass, and with
 # swap_small_dots the example matmul reaches 1.00x cuBLAS at M16 / M32 N8192 K8192.
 TRANSPOSED_A = True
+# The switch: True lets a DOT whose B the loop computes (a quantised GEMM's dequantised weights)
+# run on wgmma, B stored by the threads into wgmma's B atoms each iteration
+# (``lower_dot.stage_registers``) and no wgmma group left in flight across iterations (the next
+# store would race its read).  Off until measured on the GPU (W4A16 at 64 rows a block runs
+# mma.sync: 64 mma and ~32 ldmatrix a warp a K tile).
+COMPUTED_B = False
 
 
 def ring_layout(tile: SharedTile, cfg) -> SharedTile:
@@ -78,7 +84,13 @@ def sources_ready(lw, dot: ir.Operation, cfg, ringed: set, staged: dict) -> bool
     a_v, b_v = dot.operands[:2]
     a_ok = a_v in ringed or (a_v in staged and staged[a_v].wgmma_a) \
         or (cfg.ab_dtype not in FP8 and a_in_registers(lw, a_v, cfg))
-    return a_ok and b_v in ringed
+    return a_ok and (b_v in ringed or computed_b(dot, cfg, ringed))
+
+
+def computed_b(dot: ir.Operation, cfg, ringed: set) -> bool:
+    """``COMPUTED_B`` and ``dot``'s B is no ring's (the loop computes it): staged each iteration."""
+    return COMPUTED_B and dot.operands[1] not in ringed and cfg.ab_dtype not in FP8 \
+        and cfg.n % (ATOM_BYTES // cfg.ab_dtype.itemsize) == 0
 
 
 def enabled(target: str, switch: bool = True) -> bool:
@@ -128,6 +140,8 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
     b_src = ring_source(fn, multiples, dot, b_v, body, uses)
     b_ok = b_src is not None and (kmajor_rows_ok(k * item) if b_src.n_major
                                   else not fp8 and n % (ATOM_BYTES // item) == 0)
+    if b_src is None and COMPUTED_B and b_v in inside:        # computed in the loop: staged each iteration
+        b_ok = not fp8 and n % (ATOM_BYTES // item) == 0
     return a_ok and b_ok and kmajor_rows_ok(k * item)
 
 

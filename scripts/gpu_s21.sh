@@ -1,12 +1,27 @@
 #!/bin/bash
-# GPU (prepared in session 20, not yet run): W4A16 dequantised as (q + 128) - (z + 128)
-# (scripts/probes/w4_bias.py: codegen.nibbles.offset_pairs drops the conversion's 2**7 subtraction,
-# 96 bf16x2 ops against 128 in the 16x64x128x4 kernel's PTX) against the example, alternating, two
-# rounds (bench_quant checks every output before timing it); then, on an H200, the #14 target
-# table (scripts/gpu_s20b.sh, no sanitizer).  Env: W4, W4_CONFIGS, TABLE=0 skips the table.
+# GPU (prepared in session 20, not yet run), W4A16 first:
+#  1. the GPU tests of wgmma with a computed B (tests/test_wgmma_computed_b.py, the switch on inside);
+#  2. wgmma.COMPUTED_B off / on at 64 rows a block (the dequantised B stored into wgmma's atoms each
+#     iteration: ptxas 132 registers against 168, no spill, no serialisation), alternating;
+#  3. the example dequantised as (q + 128) - (z + 128) (scripts/probes/w4_bias.py:
+#     codegen.nibbles.offset_pairs drops the conversion's 2**7 subtraction) against the example,
+#     alternating (bench_quant checks every output before timing it);
+#  4. on an H200, the #14 target table (scripts/gpu_s20b.sh, no sanitizer).
+# Env: STEPS (default "1 2 3 4").
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-SIDES="new bias" ROUNDS=2 W4=${W4:-1,16,64} TESTS=0 W4_CONFIGS=${W4_CONFIGS:-16x64x128x4x4,16x64x128x4x5,64x64x128x4x4,64x64x128x4x8} \
-  bash scripts/gpu_s19b.sh 2>&1 | grep -E "^==|^w4a16 M" | tee -a "$OUT/w4.txt"
-git checkout -q examples/w4a16_gemm.py 2>/dev/null || true
-[ "${TABLE:-1}" = 0 ] && exit 0
-SAN=0 bash scripts/gpu_s20b.sh 2>&1 | tail -30
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+for step in ${STEPS:-1 2 3 4}; do
+  case $step in
+  1) TILEJIT_CACHE_DIR=/tmp/tjc_t timeout 200 python3 -m pytest -q -m gpu --tb=short -p no:cacheprovider \
+       tests/test_wgmma_computed_b.py tests/test_nibble_pairs.py 2>&1 | tail -4 ;;
+  2) A="" B="tilejit.passes.wgmma.COMPUTED_B=True" W4=64 ROUNDS=2 TAIL=20 \
+       W4_CONFIGS=64x64x128x4x4,64x64x128x4x8,64x128x64x4x1,64x128x128x4x4 bash scripts/gpu_w4_ab.sh 2>&1 \
+       | grep -E "^==|w4a16" ;;
+  3) SIDES="new bias" ROUNDS=2 W4=1,16,64 TESTS=0 \
+       W4_CONFIGS=16x64x128x4x4,16x64x128x4x5,64x64x128x4x4,64x64x128x4x8 bash scripts/gpu_s19b.sh 2>&1 \
+       | grep -E "^==|^w4a16 M" | tee -a "$OUT/w4.txt"
+     git checkout -q examples/w4a16_gemm.py 2>/dev/null || true ;;
+  4) if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then SAN=0 bash scripts/gpu_s20b.sh 2>&1 | tail -30
+     else echo "step 4: not an H200, the #14 table skipped"; fi ;;
+  esac
+done

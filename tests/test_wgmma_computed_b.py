@@ -1,0 +1,108 @@
+"""wgmma with a B the loop computes (``wgmma.COMPUTED_B``, off until measured on the GPU): the
+W4A16 example at 64 rows a block, and a Triton-style loop whose B is a loaded tile scaled in the
+loop, take wgmma (A from its TMA ring, B stored into wgmma's atoms each iteration, no group left
+in flight across iterations, one proxy fence); float64 references on the emulator and, under
+``-m gpu``, on the GPU; the PTX assembles without spills or serialised wgmmas."""
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import dtypes as D
+from tilejit.codegen import ptxas
+from tilejit.codegen.llvm import compile_ptx
+from tilejit.examples import w4a16_gemm
+from tilejit.passes import wgmma
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.simt import SimtOp
+from tilejit.specs import ArraySpec, ScalarSpec
+
+BF16, U8 = (ArraySpec(dt, 2, True, True, False) for dt in (D.bfloat16, D.uint8))
+F32_3, I32_1 = ArraySpec(D.float32, 3, True, True, False), ArraySpec(D.int32, 1, True, True, False)
+W4 = w4a16_gemm.w4a16_matmul_kernel
+
+
+@tj.kernel
+def scaled_b(x, w, y, s: tj.float32, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    m, n = tj.program_id(0) * BM, tj.program_id(1) * BN
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, x.shape[1], BK):
+        acc += tj.load(x, (m, k), (BM, BK)) @ (tj.load(w, (k, n), (BK, BN)) * s).to(tj.bfloat16)
+    tj.store(y, (m, n), acc)
+
+
+@pytest.fixture
+def computed_b(monkeypatch):
+    monkeypatch.setattr(wgmma, "COMPUTED_B", True)
+    for k in (W4, scaled_b):
+        k._cache.clear()
+        k._fast.clear()
+    yield
+    for k in (W4, scaled_b):
+        k._cache.clear()
+        k._fast.clear()
+
+
+def w4_simt(bm=64, warps=4):
+    consts = {"BM": bm, "BN": 64, "BK": 128, "GROUP": 128, "K_SLICE": 2048}
+    texts = {}
+    fn = compile_to_simt(W4.tile_ir((BF16, U8, BF16, BF16, BF16, F32_3, I32_1), consts), warps, "sm_90a",
+                         dump=texts.__setitem__)
+    return fn, texts["plan_loops"]
+
+
+def test_the_w4a16_64_row_dot_takes_wgmma_with_the_switch(computed_b, monkeypatch):
+    fn, plans = w4_simt()
+    assert "wgmma bf16 m64 n64 k128" in plans and "wgmma_in_flight=0" in plans
+    assert "as A_ATOMS (wgmma)" in plans
+    loop = next(o for o in fn.walk() if o.op is SimtOp.FOR and any(x.op is SimtOp.WGMMA for x in o.regions[0].walk()))
+    body = list(loop.regions[0].walk())
+    assert sum(o.op is SimtOp.WGMMA_WAIT and o.attrs.n == 0 for o in body) >= 1     # nothing left in flight
+    monkeypatch.setattr(wgmma, "COMPUTED_B", False)
+    assert "mma.sync bf16 m64 n64 k128" in w4_simt()[1]
+    assert "mma.sync" in w4_simt(bm=16)[1]                 # 16 rows: not a warpgroup's 64 either way
+
+
+def test_computed_b_ptx_assembles_without_spills_or_serialised_wgmma(computed_b):
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    fn, _ = w4_simt()
+    ptx = compile_ptx(fn, "sm_90a")
+    assert "wgmma.mma_async" in ptx and "fence.proxy.async" in ptx
+    out = ptxas.assemble(ptx, "sm_90a")
+    assert out.spills == 0 and "serialized" not in out.log, out.log
+
+
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("m, k, n, cfg", [(70, 512, 128, dict(BM=64, BN=64, BK=128, split=2)),
+                                          (64, 384, 192, dict(BM=64, BN=64, BK=128)),
+                                          (100, 256, 128, dict(BM=64, BN=128, BK=64))])
+def test_w4a16_on_computed_b_wgmma_matches_float64(computed_b, monkeypatch, tmp_path, backend, m, k, n, cfg):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))          # (the cache key does not see the switch)
+    rng = np.random.default_rng(m + k)
+    a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
+    packed, s, z = w4a16_gemm.quantize(rng.standard_normal((k, n)).astype(np.float32), 128)
+    out = w4a16_gemm.run(a, packed, s, z, group=128, **cfg).astype(np.float64)
+    ref = w4a16_gemm.reference(a, packed, s, z, group=128)
+    tj.testing.assert_close(out, ref, rtol=1e-2, atol=1e-2 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_triton_style_loop_with_a_scaled_b_takes_it_too(computed_b, monkeypatch, tmp_path, backend):
+    """``acc += x @ (w * s).to(bf16)`` in a plain ``range`` with ``acc +=``: the same path (its
+    plan says wgmma) and float64's result on ragged K."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    f32 = ArraySpec(D.float32, 2, True, True, False)
+    texts = {}
+    compile_to_simt(scaled_b.tile_ir((BF16, BF16, f32, ScalarSpec(D.float32)), {"BM": 64, "BN": 64, "BK": 64}),
+                    4, "sm_90a", dump=texts.__setitem__)
+    assert "wgmma bf16 m64 n64 k64" in texts["plan_loops"]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((128, 200)).astype(tj.bfloat16.np)
+    w = rng.standard_normal((200, 128)).astype(tj.bfloat16.np)
+    y = np.full((128, 128), np.nan, np.float32)
+    scaled_b[(2, 2)](x, w, y, 0.5, BM=64, BN=64, BK=64, num_warps=4)
+    wb = (w.astype(np.float32) * np.float32(0.5)).astype(tj.bfloat16.np).astype(np.float64)
+    ref = x.astype(np.float64) @ wb
+    tj.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
