@@ -8,7 +8,9 @@ are fp16/bf16, the CTA tile is one 64-row warpgroup slice per four warps (M = 16
 N <= 256), and its operands can reach wgmma: A loaded in the loop (a cp.async ring), loaded
 before it (staged once: attention's q) or computed from another DOT's accumulator (registers:
 attention's p, wgmma's A-in-registers form); B loaded in the loop, plain (k rows of n,
-"N-major", whole 64-column atoms) or transposed (``tj.trans(k)``: K-major).  Loads must be
+"N-major", whole 64-column atoms) or transposed (``tj.trans(k)``: K-major), or, with
+``COMPUTED_B`` (off until measured), computed in the loop (a dequantised weight tile: stored
+into B atoms each iteration, no group left in flight).  Loads must be
 ones ``pipeline_loads`` can ring (``ring_sources.ring_source``, the rule plan_loops uses).  The accumulator keeps the
 mma.sync C-fragment layout with warps (num_warps, 1) -- wgmma's D fragment is that layout --
 so everything after the DOT (epilogue, softmax, conversions) is shared with the mma.sync path.
