@@ -91,8 +91,13 @@ def sources_ready(lw, dot: ir.Operation, cfg, ringed: set, staged: dict) -> bool
 
 def computed_b(dot: ir.Operation, cfg, ringed: set) -> bool:
     """``COMPUTED_B`` and ``dot``'s B is no ring's (the loop computes it): staged each iteration."""
-    return COMPUTED_B and dot.operands[1] not in ringed and cfg.ab_dtype not in FP8 \
-        and cfg.n % (ATOM_BYTES // cfg.ab_dtype.itemsize) == 0
+    return COMPUTED_B and dot.operands[1] not in ringed and b_atoms_fit(cfg.n, cfg.ab_dtype)
+
+
+def b_atoms_fit(n: int, dtype) -> bool:
+    """Whether a B of ``n`` columns of ``dtype`` fills whole N-major 64-column atoms (not float8,
+    which wgmma reads K-major only)."""
+    return dtype not in FP8 and n % (ATOM_BYTES // dtype.itemsize) == 0
 
 
 def enabled(target: str, switch: bool = True) -> bool:
@@ -140,10 +145,10 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
     a_ok = (a_src is not None and (not a_src.n_major or (TRANSPOSED_A and not fp8))) or a_v not in inside \
         or (not fp8 and source_dot(a_v, a.shape) is not None)
     b_src = ring_source(fn, multiples, dot, b_v, body, uses)
-    b_ok = b_src is not None and (kmajor_rows_ok(k * item) if b_src.n_major
-                                  else not fp8 and n % (ATOM_BYTES // item) == 0)
-    if b_src is None and COMPUTED_B and b_v in inside:        # computed in the loop: staged each iteration
-        b_ok = not fp8 and n % (ATOM_BYTES // item) == 0
+    if b_src is not None:
+        b_ok = kmajor_rows_ok(k * item) if b_src.n_major else b_atoms_fit(n, a.dtype)
+    else:                                   # computed in the loop: staged into atoms each iteration
+        b_ok = COMPUTED_B and b_v in inside and b_atoms_fit(n, a.dtype)
     return a_ok and b_ok and kmajor_rows_ok(k * item)
 
 
