@@ -80,7 +80,9 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs
           f"{weight_gbps / copy_gbps:.2f}x copy; bf16 cuBLAS {cublas * 1e3:8.1f} us -> {cublas / best[0]:.2f}x")
 
 
-def bench_fp8(torch, size: int, reps: int) -> None:
+def bench_fp8(torch, size: int, reps: int, configs=None) -> None:
+    """``configs``: ((BM, BN, BK, warps[, stages]), weights stored (N, K)) pairs (default: FP8_CONFIGS
+    and FP8_NK_CONFIGS)."""
     ex = common.load_example("fp8_blockwise_gemm")
     rng = np.random.default_rng(size)
     a8, sa = ex.quantize_rows(rng.standard_normal((size, size)).astype(np.float32))
@@ -99,7 +101,8 @@ def bench_fp8(torch, size: int, reps: int) -> None:
     c = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
     flop = 2 * size ** 3
     best = None
-    for (bm, bn, bk, warps, *st), nk in [(c_, False) for c_ in FP8_CONFIGS] + [(c_, True) for c_ in FP8_NK_CONFIGS]:
+    configs = configs or [(c_, False) for c_ in FP8_CONFIGS] + [(c_, True) for c_ in FP8_NK_CONFIGS]
+    for (bm, bn, bk, warps, *st), nk in configs:
         grid = (tj.cdiv(size, bm), tj.cdiv(size, bn))
         stages = st[0] if st and st[0] else None
         name = f"{bm}x{bn}x{bk}x{warps}" + (f" {stages} stages" if stages else "") + (" (N, K) weights" if nk else "")
@@ -141,6 +144,9 @@ def main(argv=None) -> int:
     parser.add_argument("--w4", default="1,16,64", help="W4A16 batch sizes M")
     parser.add_argument("--fp8", default="4096,8192", help="fp8 blockwise sizes (M = N = K)")
     parser.add_argument("--w4-configs", default="", help="BMxBNxBKxwarpsxsplit,... (default: W4_CONFIGS)")
+    parser.add_argument("--fp8-configs", default="",
+                        help="BMxBNxBKxwarps[xstages][:nk],... (:nk: weights stored (N, K); default: FP8_CONFIGS "
+                             "and FP8_NK_CONFIGS)")
     parser.add_argument("--reps", type=int, default=30)
     args = parser.parse_args(argv)
     torch = common.cuda_torch()
@@ -154,7 +160,8 @@ def main(argv=None) -> int:
             bench_w4(torch, m, n, k, args.reps, copy_gbps,
                      [tuple(int(v) for v in c.split("x")) for c in args.w4_configs.split(",") if c])
     for size in (int(x) for x in args.fp8.split(",") if x):
-        bench_fp8(torch, size, args.reps)
+        bench_fp8(torch, size, args.reps, [(tuple(int(v) for v in c.partition(":")[0].split("x")), c.endswith(":nk"))
+                                           for c in args.fp8_configs.split(",") if c])
     return 0
 
 

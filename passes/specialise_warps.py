@@ -25,7 +25,8 @@ mbarrier buffer is too small to be shared with another (``shared_memory.DEDICATE
 Ping-pong (``PINGPONG``, off until measured on the GPU): with two consumer warpgroups whose loop
 issues two or more wgmma groups (attention's QK^T and PV), the warpgroups take turns at the
 tensor cores through named barriers 2-4 (``pingpong``), so one's softmax overlaps the other's
-products.
+products; with ``PINGPONG_PROMOTION`` (off until measured) a loop of one wgmma group whose
+product is waited for and scaled in the loop (a block-scaled GEMM's promotion) takes turns too.
 
 The pass refuses (returns ``fn`` unchanged) when the copies depend on anything but pure values
 of the kernel's top level, the ops before the loop in the guard and the loop body.
@@ -75,6 +76,12 @@ PRIVATE_RINGS = False
 # (attention's QK^T and PV) in ping-pong (``pingpong``); False (the default until measured on
 # the GPU) lets them run out of step as they fall.
 PINGPONG = False
+# The switch: True puts two consumer warpgroups whose loop issues one wgmma group and waits for
+# its product in the loop (a block-scaled GEMM's promotion, ``promotes``) in ping-pong too, so one
+# warpgroup scales its product while the other's runs on the tensor cores, instead of both
+# issuing at the same ring slot, finishing together and scaling together; False (the default
+# until measured on the GPU) lets them run as they fall.
+PINGPONG_PROMOTION = False
 PINGPONG_BARRIERS = (2, 3, 4)    # named barrier ids: warpgroup g waits at 2 + g, 4 pairs the ends
 #                                  (0 and 1 are the CTA's and the consumers')
 
@@ -93,9 +100,16 @@ def worth_it(rec, num_warps: int = 4) -> bool:
     body = rec.loop.regions[0]
     if sum(o.op is SimtOp.WGMMA_COMMIT for o in body.walk()) > 1:
         return True
+    return num_warps >= 8 and promotes(body)
+
+
+def promotes(body: ir.Block) -> bool:
+    """Whether the loop ``body`` waits for all its wgmma groups (``wgmma.wait_group 0``) and
+    works on a product it waited for before the next iteration (a block-scaled GEMM scaling
+    each K block's product into its accumulator)."""
     waits = [o for o in body.walk() if o.op is SimtOp.WGMMA_WAIT and o.attrs.n == 0]
     read = {x for o in body.walk() if o.op is not SimtOp.YIELD for x in o.operands}
-    return num_warps >= 8 and any(r in read for w in waits for r in w.results)
+    return any(r in read for w in waits for r in w.results)
 
 
 def specialisable(fn: ir.Function):
@@ -276,7 +290,7 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     consumer = ir.Block([], [o for o in fn.body.ops if o not in hoisted])
     bar_id = const(1, head)
     _named_barriers(consumer, bar_id, consumers)
-    groups = pingpong_groups(body, consumers) if PINGPONG and not persist else None
+    groups = None if persist else pingpong_groups(body, consumers, PINGPONG, PINGPONG_PROMOTION)
     if groups:
         pingpong(holder if guard is not None else consumer, loop, groups, group, head, loc)
     if consumer.ops and consumer.ops[-1].op is SimtOp.YIELD:
@@ -375,10 +389,13 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     return fn
 
 
-def pingpong_groups(body: ir.Block, consumers: int) -> list[tuple[int, int]] | None:
+def pingpong_groups(body: ir.Block, consumers: int, many: bool = True,
+                    promotion: bool = False) -> list[tuple[int, int]] | None:
     """(first op, WGMMA_COMMIT) indices of each wgmma group at the top of the consumers' loop
-    ``body``, when two consumer warpgroups run two or more groups there and nothing else in the
-    body synchronises them (no barrier; no wgmma inside a nested region); else None."""
+    ``body``, when two consumer warpgroups run there, with ``many`` two or more groups, or with
+    ``promotion`` one group whose product the body waits for and works on (``promotes``), and
+    nothing else in the body synchronises them (no barrier; no wgmma inside a nested region);
+    else None."""
     if consumers != 256:
         return None
     ops = body.ops
@@ -393,7 +410,8 @@ def pingpong_groups(body: ir.Block, consumers: int) -> list[tuple[int, int]] | N
         elif o.op is SimtOp.WGMMA_COMMIT and start is not None:
             groups.append((start, i))
             start = None
-    return groups if len(groups) >= 2 else None
+    wanted = many if len(groups) >= 2 else promotion and len(groups) == 1 and promotes(body)
+    return groups if wanted else None
 
 
 def pingpong(holder: ir.Block, loop: ir.Operation, groups: list, group: ir.Value, head: list, loc) -> None:

@@ -201,3 +201,61 @@ def test_the_plain_spelling_takes_turns_too_and_matches_float64(monkeypatch):
     grid, args = backends.launch_geometry(fn.meta.programs_per_cta, (tj.cdiv(seq, 128), 2), [q, k, v, o, 0.125])
     emulate.run(fn, grid, args)
     tj.testing.assert_close(o, attention.reference(q, k, v, True), dtype=tj.bfloat16)
+
+
+def block_scaled(monkeypatch, on, kernel=None, bm=128, warps=8):
+    """The fp8 block-scaled GEMM (``examples/fp8_blockwise_gemm.py``, weights stored (N, K)):
+    one wgmma group a K block, waited for and scaled into the accumulator in the loop."""
+    from tilejit.examples import fp8_blockwise_gemm as ex
+    monkeypatch.setattr(SW, "PINGPONG_PROMOTION", on)
+    f8, f32 = ArraySpec(D.float8e4m3, 2, True, True, False), ArraySpec(D.float32, 2, True, True, False)
+    specs = (f8, f32, f8, f32, ArraySpec(D.bfloat16, 2, True, True, False))
+    consts = {"BM": bm, "BN": 128, "BK": 128} | ({"B_NK": True} if kernel is None else {})
+    tile = (kernel or ex.fp8_blockwise_matmul_kernel).tile_ir(specs, consts)
+    return compile_to_simt(tile, num_warps=warps, target="sm_90a", verify=True)
+
+
+@pytest.mark.parametrize("spelling", ["dot_scaled", "triton"])
+def test_a_block_scaled_loop_takes_turns_with_the_promotion_switch(monkeypatch, spelling):
+    """One wgmma group a K block, waited for in the loop: with ``PINGPONG_PROMOTION`` the two
+    consumer warpgroups issue in turns, so one scales its product while the other's runs."""
+    from test_dot_scaled import triton_spelled
+    fn = block_scaled(monkeypatch, True, triton_spelled if spelling == "triton" else None)
+    assert fn.meta.producer_warps == 4
+    consumer, group = consumer_block(fn), group_value(fn)
+    loop = next(o for o in consumer.walk() if o.op is SimtOp.FOR and any(x.op is SimtOp.WGMMA for x in o.regions[0].ops))
+    kinds = [o.op for o in loop.regions[0].ops]
+    assert kinds.count(SimtOp.BARRIER) == kinds.count(SimtOp.BARRIER_ARRIVE) == kinds.count(SimtOp.WGMMA_COMMIT) == 1
+    assert kinds.index(SimtOp.BARRIER) < kinds.index(SimtOp.WGMMA) < kinds.index(SimtOp.BARRIER_ARRIVE) \
+        < kinds.index(SimtOp.WGMMA_WAIT)                     # the other's turn comes before this one waits
+    for trips in (1, 2, 5):
+        programs = [events(consumer, group, wg, trips) for wg in (0, 1)]
+        assert sum(e[0] == "gemm" for e in programs[0]) == trips
+        assert explore(programs) > 4 * trips
+
+
+def test_the_promotion_switch_leaves_other_loops_and_the_default_alone(monkeypatch):
+    assert not SW.PINGPONG_PROMOTION                           # off until measured on the GPU
+    assert not any(o.op is SimtOp.BARRIER_ARRIVE for o in block_scaled(monkeypatch, False).walk())
+    # attention's two groups take turns only with PINGPONG; one consumer warpgroup has no one to wait for
+    monkeypatch.setattr(SW, "PINGPONG_PROMOTION", True)
+    assert not any(o.op is SimtOp.BARRIER_ARRIVE for o in compiled(monkeypatch, False).walk())
+    assert not any(o.op is SimtOp.BARRIER_ARRIVE for o in block_scaled(monkeypatch, True, bm=64, warps=4).walk())
+
+
+def test_the_block_scaled_turns_match_float64_on_the_emulator_and_assemble(monkeypatch):
+    from tilejit.codegen.llvm import compile_ptx
+    from tilejit.examples import fp8_blockwise_gemm as ex
+    from test_dot_scaled import assert_fp8_close
+    from conftest import assemble_or_skip
+    fn = block_scaled(monkeypatch, True)
+    rng = np.random.default_rng(5)
+    a, sa = ex.quantize_rows(rng.standard_normal((200, 384)).astype(np.float32) * 3)
+    b, sb = ex.quantize_blocks(rng.standard_normal((384, 256)).astype(np.float32))
+    c = np.full((200, 256), np.nan, tj.bfloat16.np)
+    args = [a, sa, np.ascontiguousarray(b.T), np.ascontiguousarray(sb.T), c]
+    grid, args = backends.launch_geometry(fn.meta.programs_per_cta, (2, 2), args)
+    emulate.run(fn, grid, args)
+    assert_fp8_close(c.astype(np.float64), a, sa, b, sb)
+    built = assemble_or_skip(compile_ptx(fn, "sm_90a"), "sm_90a")
+    assert built.spills == 0 and "serializ" not in built.log.lower()
