@@ -108,7 +108,9 @@ def test_the_weights_are_dequantised_in_registers_and_the_ptx_assembles(target):
     packed = [o for o in fn.walk() if o.op is SimtOp.LOAD_GLOBAL and o.result.type.dtype == tj.uint8]
     assert packed and all(o.attrs.vec == 16 for o in packed)     # n // 2 keeps 16-byte vectors
     ptx = codegen.compile_ptx(fn, target)
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
+    # 64 rows a block: wgmma on sm_90a, B (the dequantised weights) stored into its atoms (wgmma.COMPUTED_B)
+    assert ("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" if target == "sm_90a"
+            else "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") in ptx
     assert assemble_or_skip(ptx, target).spills == 0
 
 

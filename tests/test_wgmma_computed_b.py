@@ -1,4 +1,4 @@
-"""wgmma with a B the loop computes (``wgmma.COMPUTED_B``, off until measured on the GPU): the
+"""wgmma with a B the loop computes (``wgmma.COMPUTED_B``, on since measured on the GPU): the
 W4A16 example at 64 rows a block, and a Triton-style loop whose B is a loaded tile scaled in the
 loop, take wgmma (A from its TMA ring, B stored into wgmma's atoms each iteration, no group left
 in flight across iterations, one proxy fence); float64 references on the emulator and, under
