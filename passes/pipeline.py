@@ -133,7 +133,7 @@ PIPELINE = [
     Stage("sink_transposes", lambda fn, opt: sink_transposes(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),
     Stage("hoist_loads", lambda fn, opt: hoist_loads(fn), "tile"),
-    Stage("prefetch_loads", lambda fn, opt: prefetch_loads(fn), "tile"),
+    Stage("prefetch_loads", lambda fn, opt: prefetch_loads(fn, opt.num_warps, opt.target), "tile"),
     Stage("split_dot_loads", lambda fn, opt: split_dot_loads(fn, opt.target), "tile"),
     Stage("swap_small_dots", lambda fn, opt: swap_small_dots(fn, opt.num_warps, opt.target, opt.wgmma), "tile"),
     Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),

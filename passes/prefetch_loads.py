@@ -23,7 +23,8 @@ holds a DOT and writes no memory (a load never moves past a store), has at most
 (from the loop variable and values defined before the loop), and its value feeds no load,
 store, loop or DOT (a load that reaches a DOT operand through reshapes and transposes only is a
 ring's; with ``PREFETCH_DEQUANTISED``, one that reaches it through arithmetic, such as a
-quantised GEMM's scales, is prefetched too).  ``assign_layouts`` pins such a
+quantised GEMM's scales, is prefetched too; so is one, up to ``DEQUANTISED_ELEMENTS``, whose
+DOT will run on wgmma with its B computed in the loop: ``WGMMA_DEQUANTISED``).  ``assign_layouts`` pins such a
 carried tile, its first load and its next load to the layout its broadcast wants, as it does
 for a load used in place.
 """
@@ -48,21 +49,41 @@ PREFETCH_AHEAD = 1
 # at 16x64x128x4: 3 CTAs an SM instead of 4) was 35% slower at M1-16 and 23% at M64 on the H100
 # (2026-12-05, session 20: 57.0 / 155.0 against 42.2-42.6 / 125.3-125.4 us): not kept.
 PREFETCH_DEQUANTISED = False
+# Where a DOT is fed through arithmetic and runs on wgmma on sm_90a (its rows a warpgroup's 64 per
+# four warps, B computed in the loop: ``wgmma.COMPUTED_B``), the loads that feed it (a quantised
+# GEMM's packed weights, scales and zero points, up to ``DEQUANTISED_ELEMENTS`` each) are
+# prefetched whatever ``PREFETCH_DEQUANTISED`` says: such a kernel already holds two CTAs an SM
+# (W4A16 64x128x128x4: ptxas 189 -> 244 registers, no spill, the same two CTAs).  Measured on the
+# H100 (2026-12-05, session 21, scripts/gpu_s21c.sh, alternating, two rounds): W4A16 at M 64
+# 50.9-51.0 / 163.6-165.0 us against 54.4-54.5 / 170.6-171.0 at N 8192 / 28672 (-6% / -4%);
+# the scales and zero points alone ahead (not the weights): the same as none.
+WGMMA_DEQUANTISED = True
+DEQUANTISED_ELEMENTS = 8192     # a (128, 64) tile of packed 4-bit weights
 _FEEDS = (TileOp.DOT, TileOp.LOAD, TileOp.STORE, TileOp.ATOMIC, TileOp.FOR, TileOp.WHILE, TileOp.IF)
 
 
-def prefetch_loads(fn: ir.Function) -> ir.Function:
-    _block(fn.body)
+def prefetch_loads(fn: ir.Function, num_warps: int = 4, target: str = "sm_80") -> ir.Function:
+    """``fn`` with its tensor-core loops' small loads issued ahead (see the module docstring);
+    ``num_warps`` and ``target`` say which DOTs will run on wgmma (``WGMMA_DEQUANTISED``)."""
+    _block(fn.body, num_warps if target == "sm_90a" else 0)
     return fn
 
 
-def _block(block: ir.Block) -> None:
+def _block(block: ir.Block, num_warps: int) -> None:
     for o in list(block.ops):
         for r in o.regions:
-            _block(r)
+            _block(r, num_warps)
         if o.op is TileOp.FOR and _eligible(o):
-            for load in [x for x in o.regions[0].ops if _qualifies(o, x)]:
+            for load in [x for x in o.regions[0].ops if _qualifies(o, x, num_warps)]:
                 _prefetch(block, o, load)
+
+
+def _on_wgmma(dot: ir.Operation, num_warps: int) -> bool:
+    """Whether ``dot``, fed through arithmetic, will run on wgmma with its B computed in the loop
+    (``WGMMA_DEQUANTISED``; ``num_warps`` 0 off sm_90a): its rows a warpgroup's 64 per four warps."""
+    from tilejit.passes import wgmma
+    rows = dot.result.type.shape[-2] if len(dot.result.type.shape) >= 2 else 0
+    return WGMMA_DEQUANTISED and wgmma.COMPUTED_B and num_warps >= 4 and rows == 16 * num_warps and rows % 64 == 0
 
 
 def _eligible(loop: ir.Operation) -> bool:
@@ -73,26 +94,27 @@ def _eligible(loop: ir.Operation) -> bool:
         not any(x.op in (TileOp.STORE, TileOp.ATOMIC) for x in body.walk())
 
 
-def _qualifies(loop: ir.Operation, load: ir.Operation) -> bool:
+def _qualifies(loop: ir.Operation, load: ir.Operation, num_warps: int = 0) -> bool:
     body = loop.regions[0]
     if load.op is not TileOp.LOAD or ir.gathers(load) or not isinstance(load.result.type, TileType) \
-            or not load.result.type.shape or load.result.type.numel > PREFETCH_ELEMENTS:
+            or not load.result.type.shape or load.result.type.numel > max(PREFETCH_ELEMENTS, DEQUANTISED_ELEMENTS):
         return False
     if offset_slice(body, load) is None:
         return False
     uses = ir.users(body)
-    todo, seen = [(load.result, True)], set()
+    todo, seen, wgmma_fed = [(load.result, True)], set(), False
     while todo:                    # everything the value flows into within the body
         v, plain = todo.pop()      # plain: reached through reshapes and transposes only
         for u in uses.get(v, ()):
-            if u.op is TileOp.DOT and not plain and PREFETCH_DEQUANTISED:
+            if u.op is TileOp.DOT and not plain and (PREFETCH_DEQUANTISED or _on_wgmma(u, num_warps)):
+                wgmma_fed |= _on_wgmma(u, num_warps)
                 continue           # a DOT operand computed from it (a dequantised tile): not a ring's
             if u.op in _FEEDS:
                 return False
             if u.op is not TileOp.YIELD and id(u) not in seen:
                 seen.add(id(u))
                 todo.extend((r, plain and u.op in (TileOp.RESHAPE, TileOp.TRANS)) for r in u.results)
-    return True
+    return load.result.type.numel <= (DEQUANTISED_ELEMENTS if wgmma_fed else PREFETCH_ELEMENTS)
 
 
 def _prefetch(parent: ir.Block, loop: ir.Operation, load: ir.Operation) -> None:

@@ -119,3 +119,30 @@ def k(a, b, s, c, B: tj.constexpr):
         assert first == []
     else:
         assert len(first) == 1 and first[0].operands[0] is fn.args[2]      # only s, from before the loop
+
+
+DEQUANTISED = """
+def k(a, b, s, c, B: tj.constexpr):
+    acc = tj.zeros((B, B), tj.float32)
+    for i in range(0, a.shape[1], B):
+        w = tj.load(b, (i, 0), (B, B)) * tj.load(s, (i // B, 0), (1, B))
+        acc = tj.dot(tj.load(a, (0, i), (B, B)), w.to(tj.bfloat16), acc)
+    tj.store(c, (0, 0), acc)
+"""
+
+
+@pytest.mark.parametrize("target, warps, switch, computed_b, ahead", [
+    ("sm_90a", 4, True, True, True), ("sm_80", 4, True, True, False), ("sm_90a", 8, True, True, False),
+    ("sm_90a", 4, False, True, False), ("sm_90a", 4, True, False, False)])
+def test_the_loads_of_a_b_computed_for_wgmma_are_prefetched(target, warps, switch, computed_b, ahead, monkeypatch):
+    """``dot(x, (w * s).to(bf16))`` with 64 rows and 4 warps on sm_90a runs on wgmma with its B
+    computed in the loop (``wgmma.COMPUTED_B``), so ``WGMMA_DEQUANTISED`` loads ``w`` (4096
+    elements, past ``PREFETCH_ELEMENTS``) and ``s`` an iteration ahead; ``x`` stays a ring's.  Not
+    on sm_80, not where the rows are not a warpgroup's 64 per four warps, not with either switch
+    off."""
+    from tilejit.passes import wgmma
+    monkeypatch.setattr(prefetch_module, "WGMMA_DEQUANTISED", switch)
+    monkeypatch.setattr(wgmma, "COMPUTED_B", computed_b)
+    fn = prefetch_loads(compile_source(DEQUANTISED, [BF16, BF16, BF16, F32], {"B": 64}), warps, target)
+    first = [x.owner for x in loop_of(fn).operands[4:]]
+    assert sorted(fn.args.index(f.operands[0]) for f in first) == ([1, 2] if ahead else [])     # b and s
