@@ -30,6 +30,16 @@ def k(a, b, s, c, B: tj.constexpr):
 """
 
 
+DEQUANTISED = """
+def k(a, b, s, c, B: tj.constexpr):
+    acc = tj.zeros((B, B), tj.float32)
+    for i in range(0, a.shape[1], B):
+        w = tj.load(b, (i, 0), (B, B)) * tj.load(s, (i // B, 0), (1, B))
+        acc = tj.dot(tj.load(a, (0, i), (B, B)), w.to(tj.bfloat16), acc)
+    tj.store(c, (0, 0), acc)
+"""
+
+
 def loop_of(fn):
     return next(o for o in fn.walk() if o.op is TileOp.FOR)
 
@@ -104,15 +114,7 @@ def test_a_scale_dequantised_into_a_dot_operand_is_prefetched_with_the_switch(de
     group scales), so with ``PREFETCH_DEQUANTISED`` it is loaded ahead; ``x`` is a ring's (a
     plain operand) and ``w`` too big.  Without the switch nothing is."""
     monkeypatch.setattr(prefetch_module, "PREFETCH_DEQUANTISED", dequantised)
-    src = """
-def k(a, b, s, c, B: tj.constexpr):
-    acc = tj.zeros((B, B), tj.float32)
-    for i in range(0, a.shape[1], B):
-        w = tj.load(b, (i, 0), (B, B)) * tj.load(s, (i // B, 0), (1, B))
-        acc = tj.dot(tj.load(a, (0, i), (B, B)), w.to(tj.bfloat16), acc)
-    tj.store(c, (0, 0), acc)
-"""
-    fn = prefetch_loads(compile_source(src, [BF16, BF16, BF16, F32], {"B": 64}))
+    fn = prefetch_loads(compile_source(DEQUANTISED, [BF16, BF16, BF16, F32], {"B": 64}))
     loop = loop_of(fn)
     first = [x.owner for x in loop.operands[4:]]
     if not dequantised:
@@ -120,15 +122,6 @@ def k(a, b, s, c, B: tj.constexpr):
     else:
         assert len(first) == 1 and first[0].operands[0] is fn.args[2]      # only s, from before the loop
 
-
-DEQUANTISED = """
-def k(a, b, s, c, B: tj.constexpr):
-    acc = tj.zeros((B, B), tj.float32)
-    for i in range(0, a.shape[1], B):
-        w = tj.load(b, (i, 0), (B, B)) * tj.load(s, (i // B, 0), (1, B))
-        acc = tj.dot(tj.load(a, (0, i), (B, B)), w.to(tj.bfloat16), acc)
-    tj.store(c, (0, 0), acc)
-"""
 
 
 @pytest.mark.parametrize("target, warps, switch, computed_b, ahead", [
