@@ -47,20 +47,21 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     best = None
     bf16_math = not os.environ.get("W4_F32_MATH")     # the example's float32 spelling of the dequantisation instead
-    for bm, bn, bk, warps, split in configs or W4_CONFIGS:
+    for bm, bn, bk, warps, split, *st in configs or W4_CONFIGS:
+        stages = st[0] if st else None              # the ring's slots (None: the compiler's)
         grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
         ks = ex.k_slice(k, split, bk)
         spaces = {split: tuple(torch.from_numpy(x).cuda() for x in ex.workspace(m, n, tj.cdiv(k, ks), bm, bn))}
 
-        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid, split=split, ks=ks):
+        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid, split=split, ks=ks, stages=stages):
             if split == 1:
                 ex.w4a16_matmul_kernel[grid](a, dev["w"], s, z, c, None, None, BM=bm, BN=bn, BK=bk, GROUP=128,
-                                             num_warps=warps, BF16_MATH=bf16_math)
+                                             num_warps=warps, BF16_MATH=bf16_math, num_stages=stages)
                 return
             ex.w4a16_matmul_kernel[grid + (tj.cdiv(k, ks),)](a, dev["w"], s, z, c, *spaces[split], BM=bm, BN=bn,
                                                               BK=bk, GROUP=128, K_SLICE=ks, num_warps=warps,
-                                                              BF16_MATH=bf16_math)
-        name = f"{bm}x{bn}x{bk}x{warps}" + (f" split {split}" if split > 1 else "")
+                                                              BF16_MATH=bf16_math, num_stages=stages)
+        name = f"{bm}x{bn}x{bk}x{warps}" + (f" split {split}" if split > 1 else "") + (f" {stages} stages" if stages else "")
         try:
             common.checked(torch, launch, c, exact, 2e-2, f"w4a16 {m}x{n}x{k} {name}")
         except Exception as e:          # a config that does not compile or fit: report, go on
@@ -143,7 +144,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--w4", default="1,16,64", help="W4A16 batch sizes M")
     parser.add_argument("--fp8", default="4096,8192", help="fp8 blockwise sizes (M = N = K)")
-    parser.add_argument("--w4-configs", default="", help="BMxBNxBKxwarpsxsplit,... (default: W4_CONFIGS)")
+    parser.add_argument("--w4-configs", default="", help="BMxBNxBKxwarpsxsplit[xstages],... (default: W4_CONFIGS)")
     parser.add_argument("--fp8-configs", default="",
                         help="BMxBNxBKxwarps[xstages][:nk],... (:nk: weights stored (N, K); default: FP8_CONFIGS "
                              "and FP8_NK_CONFIGS)")

@@ -53,6 +53,7 @@ class Lowering:
         self.ring_reads: dict = {}            # LOAD op -> (row_rings.RowRing, slot): read from the ring
         self.loop_plans = fn.meta["loop_plans"]   # FOR op -> plans.LoopPlan (passes.plan_loops)
         self.pipelining: list = []            # the LoopPlans whose pipelined bodies are being lowered
+        self.trips: list = []                 # their iteration numbers (``set_trip``)
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
         self.tma_loops: list = []             # pipeline_loads.TmaLoop of each TMA-filled loop
         self.tile_blocks: list = []           # the tile blocks being lowered, innermost last
@@ -90,10 +91,17 @@ class Lowering:
         """Lower the body of a loop pipelined by ``plan`` inside the ``with`` (``in_flight_after``
         reads it)."""
         self.pipelining.append(plan)
+        self.trips.append(None)
         try:
             yield
         finally:
             self.pipelining.pop()
+            self.trips.pop()
+
+    def set_trip(self, trip: ir.Value) -> None:
+        """The pipelined loop's iteration number (i32, from 0) in the body being lowered: a
+        computed B's double buffer (``wgmma.COMPUTED_B_BUFFERS``) picks its half by it."""
+        self.trips[-1] = trip
 
     def stage(self, value: ir.Value, staged) -> None:
         """DOT operand ``value`` is in shared memory as ``staged`` (a ``plans.Staged``) from here

@@ -54,15 +54,19 @@ def swizzled_offsets(lw, layout: L.Layout, row_bytes: int, item: int):
     return lw.geo(("swizzled", layout, row_bytes, item), make), offsets
 
 
-def stage_registers(lw, v: ir.Value, cfg: DotConfig, tile: SharedTile, align: int = 128) -> Staged:
+def stage_registers(lw, v: ir.Value, cfg: DotConfig, tile: SharedTile, align: int = 128, half=None) -> Staged:
     """Store register tile ``v`` into a new shared tile laid out as ``tile``.  Replica threads
     (a tile smaller than the CTA) write to a private scratch chunk instead, so each byte has one
-    writer.  ``align``: 128 (ldmatrix's bank spread) or 1024 (wgmma atoms)."""
+    writer.  ``align``: 128 (ldmatrix's bank spread) or 1024 (wgmma atoms).  ``half`` (an i32
+    value, 0 or 1): the tile gets two buffers and goes to that one."""
     layout, item = lw.layout_of(v), cfg.ab_dtype.itemsize
     size = cfg.tile_bytes(tile)
     primary = lw.primary_thread(layout)
     threads = 32 * lw.num_warps
-    base, buf = lw.alloc_shared(size + (16 * threads if primary is not None else 0), align=align)
+    copies = 1 if half is None else 2
+    start, buf = lw.alloc_shared(copies * size + (16 * threads if primary is not None else 0), align=align)
+    base = start if half is None else lw.ew(TileOp.ADD, [start, lw.ew(TileOp.MUL, [half, lw.const(I32, [size])], I32)],
+                                            I32)
     if tile.atoms:
         offsets = wgmma.atom_offsets(lw, layout, item, layout.shape[0])
         t = layout.table()
@@ -70,14 +74,14 @@ def stage_registers(lw, v: ir.Value, cfg: DotConfig, tile: SharedTile, align: in
     else:
         offsets, table = swizzled_offsets(lw, layout, cfg.row_bytes(tile), item)
     vec = L.vector_width(table, item)
-    if primary is not None:
+    addr = lw.ew(TileOp.ADD, [lw.splat(base, layout.n), offsets], I32)
+    if primary is not None:             # replicas: a scratch chunk of their own past the tile(s)
         n, p = layout.n, lw.prologue
         scratch = lw.ew(TileOp.ADD, [lw.ew(TileOp.MUL, [lw.thread_id("tid"), lw.const(I32, [16], p)], I32, p),
-                                     lw.const(I32, [size], p)], I32, p)
+                                     lw.const(I32, [copies * size], p)], I32, p)
         low = lw.ew(TileOp.AND, [offsets, lw.const(I32, [15] * n, p)], I32, p)
-        away = lw.ew(TileOp.ADD, [lw.splat(scratch, n, p), low], I32, p)
-        offsets = lw.ew(TileOp.WHERE, [lw.splat(primary, n, p), offsets, away], I32, p)
-    addr = lw.ew(TileOp.ADD, [lw.splat(base, layout.n), offsets], I32)
+        away = lw.ew(TileOp.ADD, [lw.splat(lw.ew(TileOp.ADD, [start, scratch], I32), n), low], I32)
+        addr = lw.ew(TileOp.WHERE, [lw.splat(primary, n), addr, away], I32)
     lw.emit(SimtOp.STORE_SHARED, [addr, lw.get(v, layout)], None, simt.SharedAttrs(vec, buf))
     return Staged(base, buf, tile)
 
@@ -217,7 +221,10 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
         a_src = staged[a_v] if a_v in staged and staged[a_v].tile.wgmma_a else register_a_fragments(lw, a_v, cfg)
         b_src = staged[b_v] if b_v in staged and staged[b_v].tile.wgmma_b else None
         if b_src is None and wgmma.COMPUTED_B and b_v not in staged:   # B computed in the loop
-            b_src = stage_registers(lw, b_v, cfg, SharedTile.B_ATOMS, align=1024)
+            half = None                                # two buffers where its group stays in flight
+            if lw.in_flight_after(o) and lw.trips and lw.trips[-1] is not None:
+                half = lw.ew(TileOp.AND, [lw.trips[-1], lw.const(I32, [1])], I32)
+            b_src = stage_registers(lw, b_v, cfg, SharedTile.B_ATOMS, align=1024, half=half)
         if a_src and b_src:
             return wgmma.lower_wgmma(lw, o, cfg, a_src, b_src)
     a_regs = None if a_v in staged else register_a_fragments(lw, a_v, cfg)

@@ -174,6 +174,7 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
         _sync(lw, ahead - 1, async_proxy)
         trip = lw.ew(TileOp.FLOORDIV, [lw.cast(lw.ew(TileOp.SUB, [iv_value, lw.cast(lb, iv_dt)], iv_dt), I32),
                                        lw.const(I32, [step_value])], I32)
+        lw.set_trip(trip)
         read = lw.ew(TileOp.MOD, [trip, lw.const(I32, [stages])], I32)
         write = lw.ew(TileOp.MOD, [lw.ew(TileOp.ADD, [trip, lw.const(I32, [ahead])], I32),
                                    lw.const(I32, [stages])], I32)
@@ -303,6 +304,7 @@ def lower_tma_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
         rec.body_sync = lw.emit(SimtOp.BARRIER, [])
         trip = rec.trip = lw.ew(TileOp.FLOORDIV, [lw.cast(lw.ew(TileOp.SUB, [iv_value, lw.cast(lb, iv_dt)], iv_dt), I32),
                                                   lw.const(I32, [step_value])], I32)
+        lw.set_trip(trip)
         write = lw.ew(TileOp.MOD, [lw.ew(TileOp.ADD, [trip, lw.const(I32, [ahead])], I32), lw.const(I32, [stages])], I32)
         fill(lw.ew(TileOp.ADD, [iv_value, lw.const(iv_dt, [ahead * step_value])], iv_dt), write, rec.body_fills)
         read = lw.ew(TileOp.MOD, [trip, lw.const(I32, [stages])], I32)

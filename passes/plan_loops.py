@@ -83,7 +83,8 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
                 row_rings.row_ring_plans(fn, facts.layouts, facts.multiples, o, num_warps, target)
             if rings and engine is CopyEngine.CP_ASYNC:         # the loop's other big loads ride along
                 row = row_rings.dot_loop_row_rings(fn, facts.layouts, facts.multiples, o, rings, num_warps, stages)
-            plans[o] = LoopPlan(row_stages or stages, rings, _in_flight(o, rings, stages, facts.dot_plans, staged),
+            plans[o] = LoopPlan(row_stages or stages, rings,
+                                _in_flight(o, rings, stages, facts.dot_plans, staged, num_warps),
                                 tuple(staged), engine, row)
             walk(o.regions[0])
             for s in staged:
@@ -150,15 +151,18 @@ def _carried_only(o: ir.Operation, dot_plans) -> bool:
         and dots[0].result in region.ops[-1].operands
 
 
-def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...], stages: int, dot_plans, staged=()) -> int:
+def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...], stages: int, dot_plans, staged=(),
+               num_warps: int = 4) -> int:
     """wgmma keeps one group in flight across iterations when the ring has a slot to spare
     (3+ stages): copies then run a slot less ahead, so the slot they overwrite was read two
     iterations back, by a group every warpgroup retired before this iteration's barrier.  Only
     a GEMM-style accumulator (carried straight to the next iteration) may stay in flight: any
     other reader would make ptxas wait (or serialise) anyway; nor may a group whose B the loop
-    stores again next iteration (``_restaged``)."""
+    stores again next iteration (``_restaged``), unless that B has two buffers
+    (``wgmma.COMPUTED_B_BUFFERS``) and one warpgroup (``num_warps`` 4) reads it."""
     return 1 if any(r.wgmma for r in rings) and stages >= 3 and _carried_only(o, dot_plans) \
-        and not _restaged(o, rings, staged, dot_plans) else 0
+        and (not _restaged(o, rings, staged, dot_plans) or (wgmma.COMPUTED_B_BUFFERS == 2 and num_warps == 4)) \
+        else 0
 
 
 def _restaged(o: ir.Operation, rings: tuple[RingPlan, ...], staged, dot_plans) -> bool:

@@ -69,6 +69,11 @@ TRANSPOSED_A = True
 # at M 64 (64x128x128, 4 warps, split 4) 54.3-54.6 us against 63.8-64.3 at N 8192 and
 # 176.8-177.6 against 206.9-208.6 at N 28672 (the best mma.sync config), -15%; its GPU tests pass.
 COMPUTED_B = True
+# The switch: 2 stores a computed B into two buffers, iteration t's into buffer t % 2, so its
+# group may stay in flight while the next iteration computes and stores the next B (where one
+# warpgroup reads it: with two, one warpgroup would overwrite a buffer the other's group still
+# reads); 1 keeps one buffer and no group in flight.  1 until measured on the GPU.
+COMPUTED_B_BUFFERS = 1
 
 
 def ring_layout(tile: SharedTile, cfg) -> SharedTile:

@@ -30,16 +30,24 @@ def scaled_b(x, w, y, s: tj.float32, BM: tj.constexpr, BN: tj.constexpr, BK: tj.
     tj.store(y, (m, n), acc)
 
 
-@pytest.fixture
-def computed_b(monkeypatch):
+@pytest.fixture(params=[1, 2], ids=["one_buffer", "two_buffers"])
+def computed_b(monkeypatch, request):
+    """The switch on, with one or two buffers for the computed B (``COMPUTED_B_BUFFERS``: with
+    two, the group stays in flight while the next B is stored); the value is the count."""
     monkeypatch.setattr(wgmma, "COMPUTED_B", True)
+    monkeypatch.setattr(wgmma, "COMPUTED_B_BUFFERS", request.param)
     for k in (W4, scaled_b):
         k._cache.clear()
         k._fast.clear()
-    yield
+    yield request.param
     for k in (W4, scaled_b):
         k._cache.clear()
         k._fast.clear()
+
+
+def in_flight(plans: str) -> int:
+    """The K loop's ``wgmma_in_flight`` in a plan_loops dump (its first loop)."""
+    return int(plans.split("wgmma_in_flight=")[1][0])
 
 
 def w4_simt(bm=64, warps=4):
@@ -52,11 +60,18 @@ def w4_simt(bm=64, warps=4):
 
 def test_the_w4a16_64_row_dot_takes_wgmma_with_the_switch(computed_b, monkeypatch):
     fn, plans = w4_simt()
-    assert "wgmma bf16 m64 n64 k128" in plans and "wgmma_in_flight=0" in plans
+    assert "wgmma bf16 m64 n64 k128" in plans and in_flight(plans) == computed_b - 1
     assert "as A_ATOMS (wgmma)" in plans
     loop = next(o for o in fn.walk() if o.op is SimtOp.FOR and any(x.op is SimtOp.WGMMA for x in o.regions[0].walk()))
     body = list(loop.regions[0].walk())
-    assert sum(o.op is SimtOp.WGMMA_WAIT and o.attrs.n == 0 for o in body) >= 1     # nothing left in flight
+    # one buffer: nothing left in flight; two: one group, its B in the other buffer
+    assert {o.attrs.n for o in body if o.op is SimtOp.WGMMA_WAIT} == {computed_b - 1}
+    assert [o.op for o in body].count(SimtOp.STORE_SHARED) == 1
+    monkeypatch.setattr(wgmma, "COMPUTED_B_BUFFERS", 1)
+    assert fn.meta.shared_bytes - w4_simt()[0].meta.shared_bytes == (computed_b - 1) * 128 * 64 * 2   # a B tile
+    monkeypatch.setattr(wgmma, "COMPUTED_B_BUFFERS", computed_b)
+    # with 8 warps (two warpgroups reading one B) the group never stays in flight
+    assert in_flight(w4_simt(bm=128, warps=8)[1]) == 0
     monkeypatch.setattr(wgmma, "COMPUTED_B", False)
     assert "mma.sync bf16 m64 n64 k128" in w4_simt()[1]
     assert "mma.sync" in w4_simt(bm=16)[1]                 # 16 rows: not a warpgroup's 64 either way
