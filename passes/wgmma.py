@@ -72,7 +72,12 @@ COMPUTED_B = True
 # The switch: 2 stores a computed B into two buffers, iteration t's into buffer t % 2, so its
 # group may stay in flight while the next iteration computes and stores the next B (where one
 # warpgroup reads it: with two, one warpgroup would overwrite a buffer the other's group still
-# reads); 1 keeps one buffer and no group in flight.  1 until measured on the GPU.
+# reads); 1 keeps one buffer and no group in flight.  Measured on the H100 (2026-12-05, session 21,
+# scripts/gpu_s21d.sh and gpu_s21e.sh, alternating, two rounds, W4A16 M 64): two buffers are 5%
+# faster config for config where the CTAs an SM stay (64x128x64x4 split 4: 58.6-58.9 against
+# 61.7-62.0 us at N 8192) and 3-5% at N 28672 with 3 slots and one CTA (158.0-159.2 against
+# 163.4-164.5 us, the one-buffer best), but the one-buffer best at N 8192 (64x128x128x4 split 4,
+# two CTAs: 51.1-51.4 us) has no two-buffer config that fits two CTAs (132 KB): 1 stays.
 COMPUTED_B_BUFFERS = 1
 
 
