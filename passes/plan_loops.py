@@ -46,6 +46,11 @@ class Facts:
 # shared memory the rings of a loop whose depth the compiler picks may take: what the target
 # offers per CTA less room for the kernel's other tiles (an explicit tj.range(stages=) is obeyed)
 RING_BUDGET = {"sm_80": 100 * 1024, "sm_90a": 200 * 1024}
+# The shared memory one of two CTAs an SM may take on sm_90a: 228 KB an SM, less the 1 KB the
+# driver keeps for each CTA.  A loop storing a computed B into two buffers
+# (``wgmma.COMPUTED_B_BUFFERS``) gets no more slots than leave that (W4A16 64x128x128x4: 3 slots,
+# 113 KB; measured on the H100 with 4 slots, 132 KB and one CTA an SM: 67.5 against 50.0 us).
+PAIR_CTA_BYTES = 113 * 1024
 
 
 def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
@@ -76,6 +81,7 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
                     stages -= 1
                 if stages < 2:
                     rings = ()
+                stages = _pair_fit(o, rings, staged, facts.dot_plans, stages, per_stage, num_warps, target)
             engine = CopyEngine.TMA if tma and target == "sm_90a" and rings and all(
                 tma_copies.ring_copies(fn, r, facts.dot_plans.config(r.dot).tile_bytes(r.tile)) for r in rings) \
                 else CopyEngine.CP_ASYNC
@@ -163,6 +169,20 @@ def _in_flight(o: ir.Operation, rings: tuple[RingPlan, ...], stages: int, dot_pl
     return 1 if any(r.wgmma for r in rings) and stages >= 3 and _carried_only(o, dot_plans) \
         and (not _restaged(o, rings, staged, dot_plans) or (wgmma.COMPUTED_B_BUFFERS == 2 and num_warps == 4)) \
         else 0
+
+
+def _pair_fit(o: ir.Operation, rings, staged, dot_plans, stages: int, per_stage: int, num_warps: int,
+              target: str) -> int:
+    """``stages``, fewer where loop ``o`` stores a computed wgmma B into two buffers
+    (``wgmma.COMPUTED_B_BUFFERS``; one warpgroup) and the ring would otherwise take the SM's
+    second CTA (``PAIR_CTA_BYTES``); not below the 3 slots that keep its group in flight."""
+    if not (target == "sm_90a" and rings and wgmma.COMPUTED_B_BUFFERS == 2 and num_warps == 4
+            and _restaged(o, rings, staged, dot_plans)):
+        return stages
+    b_bytes = sum(dot_plans.config(d).tile_bytes(SharedTile.B) for d in o.regions[0].ops
+                  if d.op is TileOp.DOT and dot_plans.family(d) is DotFamily.WGMMA)
+    fit = (PAIR_CTA_BYTES - 2 * b_bytes - 1024) // per_stage
+    return min(stages, fit) if fit >= 3 else stages
 
 
 def _restaged(o: ir.Operation, rings: tuple[RingPlan, ...], staged, dot_plans) -> bool:

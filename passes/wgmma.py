@@ -72,13 +72,14 @@ COMPUTED_B = True
 # The switch: 2 stores a computed B into two buffers, iteration t's into buffer t % 2, so its
 # group may stay in flight while the next iteration computes and stores the next B (where one
 # warpgroup reads it: with two, one warpgroup would overwrite a buffer the other's group still
-# reads); 1 keeps one buffer and no group in flight.  Measured on the H100 (2026-12-05, session 21,
-# scripts/gpu_s21d.sh and gpu_s21e.sh, alternating, two rounds, W4A16 M 64): two buffers are 5%
-# faster config for config where the CTAs an SM stay (64x128x64x4 split 4: 58.6-58.9 against
-# 61.7-62.0 us at N 8192) and 3-5% at N 28672 with 3 slots and one CTA (158.0-159.2 against
-# 163.4-164.5 us, the one-buffer best), but the one-buffer best at N 8192 (64x128x128x4 split 4,
-# two CTAs: 51.1-51.4 us) has no two-buffer config that fits two CTAs (132 KB): 1 stays.
-COMPUTED_B_BUFFERS = 1
+# reads; plan_loops gives such a loop no more ring slots than keep two CTAs an SM,
+# ``PAIR_CTA_BYTES``); 1 keeps one buffer and no group in flight.  Measured on the H100
+# (2026-12-05, session 21, scripts/gpu_s21d/e/f.sh, alternating, two rounds each, W4A16 M 64): two
+# buffers at 3 slots (113 KB, two CTAs) 50.0-50.3 against 51.0 us at N 8192 (64x128x128x4 split 4,
+# the best of either) and 159.2-159.7 against 165.6-167.4 at N 28672 (split 2); 64x128x64x4 58.6-58.9
+# against 61.7-62.0 (N 8192), 192-195 against 205-206 (N 28672); 64x64x128x4 the same; with 4
+# slots (132 KB, one CTA) 67.5 against 51.0: hence the slot cap.
+COMPUTED_B_BUFFERS = 2
 
 
 def ring_layout(tile: SharedTile, cfg) -> SharedTile:

@@ -77,6 +77,20 @@ def test_the_w4a16_64_row_dot_takes_wgmma_with_the_switch(computed_b, monkeypatc
     assert "mma.sync" in w4_simt(bm=16)[1]                 # 16 rows: not a warpgroup's 64 either way
 
 
+def test_two_b_buffers_get_no_more_slots_than_keep_two_ctas_an_sm(computed_b):
+    """64x128x128 at 4 warps: one B buffer keeps the compiler's 4 slots; two (32 KB each) get 3, the
+    CTA's shared memory within ``PAIR_CTA_BYTES`` (measured: 4 slots and one CTA an SM were 35%
+    slower); a B of 16 KB leaves the 4 slots."""
+    from tilejit.passes import plan_loops
+    consts = {"BM": 64, "BN": 128, "BK": 128, "GROUP": 128, "K_SLICE": 2048}
+    fn = compile_to_simt(W4.tile_ir((BF16, U8, BF16, BF16, BF16, F32_3, I32_1), consts), 4, "sm_90a")
+    [loop] = fn.meta.tma_loops
+    assert (loop.stages, loop.in_flight) == ((4, 0) if computed_b == 1 else (3, 1))
+    assert computed_b == 1 or fn.meta.shared_bytes <= plan_loops.PAIR_CTA_BYTES
+    [loop] = w4_simt()[0].meta.tma_loops                                  # BN 64: 16 KB a buffer
+    assert loop.stages == 4
+
+
 def test_computed_b_ptx_assembles_without_spills_or_serialised_wgmma(computed_b):
     if not ptxas.available():
         pytest.skip("nvJitLink is not installed")
