@@ -348,3 +348,26 @@ def test_every_env_switch_reaches_the_pipeline():
     options = dict(compile_switches())
     assert sorted(backends.switch_options(options)) == sorted(names)
     assert set(names) <= set(inspect.signature(compile_to_simt).parameters)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_descriptor_offsets_make_a_tiles_k_steps_one_descriptor_and_adds(on, monkeypatch):
+    """``codegen.llvm.DESCRIPTOR_OFFSETS`` (off until measured): the fp8 blockwise loop's four k
+    steps read A and B at ``base + 32 k``; with the switch each operand's descriptor is made once
+    (one ``lshr`` of an address) and the others are ``+ 2k`` on it; the PTX assembles with no
+    spill and no serialised wgmma either way."""
+    from tilejit.codegen import llvm as codegen
+    from tilejit.examples import fp8_blockwise_gemm as ex
+    from conftest import assemble_or_skip
+    assert not codegen.DESCRIPTOR_OFFSETS
+    monkeypatch.setattr(codegen, "DESCRIPTOR_OFFSETS", on)
+    f8, f32 = ArraySpec(D.float8e4m3, 2, True, True, False), ArraySpec(D.float32, 2, True, True, False)
+    tile = ex.fp8_blockwise_matmul_kernel.tile_ir((f8, f32, f8, f32, ArraySpec(D.bfloat16, 2, True, True, False)),
+                                                  {"BM": 128, "BN": 128, "BK": 128, "B_NK": True})
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a")
+    text = codegen.emit_llvm(fn, "sm_90a")
+    shifts = len(re.findall(r"lshr i64 %\S+, 4", text))
+    steps = [int(x) for x in re.findall(r"= add i64 %\S+, (\d+)", text)]
+    assert (shifts, sorted(set(steps)) if on else steps) == ((2, [2, 4, 6]) if on else (8, []))
+    built = assemble_or_skip(codegen.ptx_from_llvm(text, "sm_90a"), "sm_90a")
+    assert built.spills == 0 and "serializ" not in built.log.lower()

@@ -100,6 +100,11 @@ def _init_llvm() -> None:
 # rings and packed 4-bit data assemble, and skips 3's extra machine-IR passes: emission 24% faster
 # (attention D128: 86 -> 62 ms; its cold compile 598-601 -> 572-583 ms, build machine, 2026-12-05).
 CODEGEN_OPT = 2
+# The switch: True makes the wgmma descriptors of one tile's k steps (``base + c``) one descriptor
+# and an add each (``KernelEmitter._descriptor``) instead of each computed from its address (the
+# mask keeps LLVM from folding them: ~13 SASS instructions a wgmma in the fp8 blockwise loop).
+# Off until measured on the GPU.
+DESCRIPTOR_OFFSETS = False
 
 
 @functools.cache
@@ -210,6 +215,7 @@ class KernelEmitter:
         self.lines = LineInfo(self.module, func, fn.meta.loc or UNKNOWN_LOC)
         self.b.debug_metadata = self.lines.location(fn.meta.loc)
         self.values: dict[int, list] = {}
+        self.descriptors: dict = {}           # wgmma descriptors of tile bases, per basic block (_descriptor)
         self.asserts = simt.assert_sites(fn)  # op_ASSERT numbers them; the runtime maps numbers back
 
     @property
@@ -458,12 +464,31 @@ class KernelEmitter:
         at = op.attrs
         if not at.a_regs:         # K-major A: LBO unused (16), SBO eight rows; M-major A: one
             # 64-row atom per warpgroup (LBO, the next atom along M, unused), SBO eight k rows
-            a = mma.matrix_descriptor(self.b, shared_pointer(self.ctx, a[0]), 16,
-                                              8 * at.a_row_bytes, at.a_row_bytes)
+            a = self._descriptor(op.operands[1], 16, 8 * at.a_row_bytes, at.a_row_bytes)
         lbo = at.b_atom_bytes if at.b_n_major else 16   # N-major: one 64-column atom to the next
-        desc_b = mma.matrix_descriptor(self.b, shared_pointer(self.ctx, b[0]), lbo,
-                                               8 * at.b_row_bytes, at.b_row_bytes)
+        desc_b = self._descriptor(op.operands[2], lbo, 8 * at.b_row_bytes, at.b_row_bytes)
         self.set(op.result, mma.wgmma(self.b, acc, a, desc_b, at.kind, at.n, at.b_n_major, at.a_m_major))
+
+    def _descriptor(self, address, lbo: int, sbo: int, swizzle: int) -> ir.Value:
+        """The wgmma descriptor of the tile at SIMT i32 ``address``.  With ``DESCRIPTOR_OFFSETS``,
+        an address ``base + c`` (``c`` a constant multiple of 16: a k step into the tile) is the
+        descriptor of ``base``, made once in this basic block, plus ``c >> 4``: the start field
+        holds ``addr >> 4`` whole (shared addresses are below 2**18) and the fixed fields sit
+        above bit 16, so the sum carries nowhere (PTX ISA "Matrix Descriptor Format")."""
+        owner = address.owner
+        if DESCRIPTOR_OFFSETS and owner is not None and owner.op is SimtOp.ELEMENTWISE \
+                and owner.attrs.op is TileOp.ADD and address.type.n == 1:
+            base, c = owner.operands
+            if c.owner is None or c.owner.op is not SimtOp.CONSTANT:
+                base, c = c, base
+            k = c.owner.attrs.values[0] if c.owner is not None and c.owner.op is SimtOp.CONSTANT else None
+            if isinstance(k, int) and k % 16 == 0 and 0 <= k < 1 << 18:
+                key = (id(base), lbo, sbo, swizzle, id(self.b.block))
+                if (start := self.descriptors.get(key)) is None:
+                    start = self.descriptors[key] = mma.matrix_descriptor(
+                        self.b, shared_pointer(self.ctx, self.get(base)[0]), lbo, sbo, swizzle)
+                return self.b.add(start, ir.Constant(I64, k >> 4)) if k else start
+        return mma.matrix_descriptor(self.b, shared_pointer(self.ctx, self.get(address)[0]), lbo, sbo, swizzle)
 
     def op_WGMMA_FENCE(self, op):
         mma.wgmma_fence(self.b)
