@@ -3,8 +3,12 @@ scales broadcast to (M, 1) and (1, N), against float64 on every backend; the exa
 128x128 scales against the dequantised product; its PTX on sm_90a; the errors."""
 from __future__ import annotations
 
+import os
+from unittest import mock
+
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import tilejit as tj
 from tilejit import codegen
@@ -202,3 +206,17 @@ def test_the_triton_spelling_matches_the_dequantised_product(backend, monkeypatc
     triton_spelled[(1, 1)](a, sa, np.ascontiguousarray(b.T), np.ascontiguousarray(sb.T), c, BM=128, BN=128, BK=128,
                            num_warps=8)
     assert_fp8_close(c.astype(np.float64), a, sa, b, sb)
+
+
+@given(m=st.integers(1, 300), n_blocks=st.integers(1, 3), k_blocks=st.integers(1, 5), seed=st.integers(0, 2**16))
+def test_the_warp_specialised_block_scaled_gemm_matches_on_the_emulator(m, n_blocks, k_blocks, seed):
+    """``run_nk`` at 128x128x128, 8 warps on the emulator: a producer warpgroup and two consumer
+    warpgroups taking turns (``specialise_warps.PINGPONG_PROMOTION``), over ragged M and one to
+    five K blocks (trip counts below, at and above the ring's slots)."""
+    n, k = 128 * n_blocks, 128 * k_blocks
+    rng = np.random.default_rng(seed)
+    a, sa = ex.quantize_rows(rng.standard_normal((m, k)).astype(np.float32) * 3)
+    b, sb = ex.quantize_blocks(rng.standard_normal((k, n)).astype(np.float32))
+    with mock.patch.dict(os.environ, {"TILEJIT_BACKEND": "emulate"}):
+        out = ex.run_nk(a, sa, np.ascontiguousarray(b.T), np.ascontiguousarray(sb.T)).astype(np.float64)
+    assert_fp8_close(out, a, sa, b, sb)
