@@ -10,7 +10,8 @@ before it (staged once: attention's q) or computed from another DOT's accumulato
 attention's p, wgmma's A-in-registers form); B loaded in the loop, plain (k rows of n,
 "N-major", whole 64-column atoms) or transposed (``tj.trans(k)``: K-major), or, with
 ``COMPUTED_B``, computed in the loop (a dequantised weight tile: stored
-into B atoms each iteration, no group left in flight).  Loads must be
+into B atoms each iteration, into two buffers by iteration parity with one group left in flight
+(``COMPUTED_B_BUFFERS``), or into one with none).  Loads must be
 ones ``pipeline_loads`` can ring (``ring_sources.ring_source``, the rule plan_loops uses).  The accumulator keeps the
 mma.sync C-fragment layout with warps (num_warps, 1) -- wgmma's D fragment is that layout --
 so everything after the DOT (epilogue, softmax, conversions) is shared with the mma.sync path.
@@ -63,8 +64,8 @@ A_ROW_BYTES = (32, 64, 128)     # K-major swizzle spans wgmma supports
 TRANSPOSED_A = True
 # The switch: True lets a DOT whose B the loop computes (a quantised GEMM's dequantised weights)
 # run on wgmma, B stored by the threads into wgmma's B atoms each iteration
-# (``lower_dot.stage_registers``) and no wgmma group left in flight across iterations (the next
-# store would race its read); False keeps such DOTs on mma.sync (64 mma and ~32 ldmatrix a warp a
+# (``lower_dot.stage_registers``) and, with one buffer (``COMPUTED_B_BUFFERS``), no wgmma group
+# left in flight across iterations (the next store would race its read); False keeps such DOTs on mma.sync (64 mma and ~32 ldmatrix a warp a
 # K tile).  On since its H100 run (scripts/gpu_s21.sh, 2026-12-05, alternating, two rounds): W4A16
 # at M 64 (64x128x128, 4 warps, split 4) 54.3-54.6 us against 63.8-64.3 at N 8192 and
 # 176.8-177.6 against 206.9-208.6 at N 28672 (the best mma.sync config), -15%; its GPU tests pass.
