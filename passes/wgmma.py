@@ -75,7 +75,8 @@ COMPUTED_B = True
 # warpgroup reads it: with two, one warpgroup would overwrite a buffer the other's group still
 # reads; plan_loops gives such a loop no more ring slots than keep two CTAs an SM,
 # ``PAIR_CTA_BYTES``); 1 keeps one buffer and no group in flight.  Measured on the H100
-# (2026-12-05, session 21, scripts/gpu_s21d/e/f.sh, alternating, two rounds each, W4A16 M 64): two
+# (2026-12-05, session 21, scripts/gpu_w4_ab.sh with COMPUTED_B_BUFFERS 1 / 2, alternating, two
+# rounds each, W4A16 M 64): two
 # buffers at 3 slots (113 KB, two CTAs) 50.0-50.3 against 51.0 us at N 8192 (64x128x128x4 split 4,
 # the best of either) and 159.2-159.7 against 165.6-167.4 at N 28672 (split 2); 64x128x64x4 58.6-58.9
 # against 61.7-62.0 (N 8192), 192-195 against 205-206 (N 28672); 64x64x128x4 the same; with 4

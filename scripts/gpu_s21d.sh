@@ -16,13 +16,9 @@ for step in ${STEPS:-1 2}; do
   case $step in
   1) TILEJIT_CACHE_DIR=/tmp/tjc_t timeout 200 python3 -m pytest -q -m gpu --tb=short -p no:cacheprovider \
        tests/test_wgmma_computed_b.py 2>&1 | tail -2
-     for round in 1 2; do for b in 1 2; do
-       echo "== COMPUTED_B_BUFFERS=$b ($round)" | tee -a "$OUT/w4.txt"
-       TILEJIT_CACHE_DIR=/tmp/tjc_db timeout 200 python3 benchmarks/switch_probe.py \
-         tilejit.passes.wgmma.COMPUTED_B_BUFFERS=$b -- --w4 64 --fp8 '' \
-         --w4-configs 64x128x128x4x4,64x128x128x4x2,64x64x128x4x4,64x64x128x4x4x3,64x128x128x4x2x3 --reps 30 2>&1 \
-         | grep -v "Warning\|warn(" | tee -a "$OUT/w4.txt" | grep -E "^w4a16|^  w4a16"
-     done; done ;;
+     A="tilejit.passes.wgmma.COMPUTED_B_BUFFERS=1" B="tilejit.passes.wgmma.COMPUTED_B_BUFFERS=2" W4=64 ROUNDS=2 \
+       W4_CONFIGS=64x128x128x4x4,64x128x128x4x2,64x64x128x4x4,64x64x128x4x4x3,64x128x128x4x2x3 TAIL=20 \
+       bash scripts/gpu_w4_ab.sh 2>&1 | grep -E "^==|w4a16" ;;
   2) for round in 1 2; do for ahead in 1 2; do
        echo "== fp8 PREFETCH_AHEAD=$ahead ($round)"
        TILEJIT_CACHE_DIR=/tmp/tjc_pa timeout 150 python3 benchmarks/switch_probe.py \
