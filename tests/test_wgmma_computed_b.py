@@ -1,7 +1,7 @@
 """wgmma with a B the loop computes (``wgmma.COMPUTED_B``, on since measured on the GPU): the
 W4A16 example at 64 rows a block, and a Triton-style loop whose B is a loaded tile scaled in the
-loop, take wgmma (A from its TMA ring, B stored into wgmma's atoms each iteration, no group left
-in flight across iterations, one proxy fence); float64 references on the emulator and, under
+loop, take wgmma (A from its TMA ring, B stored into wgmma's atoms each iteration -- into two
+buffers with one group in flight, or one with none -- and one proxy fence); float64 references on the emulator and, under
 ``-m gpu``, on the GPU; the PTX assembles without spills or serialised wgmmas."""
 import numpy as np
 import pytest
@@ -79,7 +79,7 @@ def test_the_w4a16_64_row_dot_takes_wgmma_with_the_switch(computed_b, monkeypatc
 
 def test_two_b_buffers_get_no_more_slots_than_keep_two_ctas_an_sm(computed_b):
     """64x128x128 at 4 warps: one B buffer keeps the compiler's 4 slots; two (32 KB each) get 3, the
-    CTA's shared memory within ``PAIR_CTA_BYTES`` (measured: 4 slots and one CTA an SM were 35%
+    CTA's shared memory within ``PAIR_CTA_BYTES`` (measured: 4 slots and one CTA an SM were 32%
     slower); a B of 16 KB leaves the 4 slots."""
     from tilejit.passes import plan_loops
     consts = {"BM": 64, "BN": 128, "BK": 128, "GROUP": 128, "K_SLICE": 2048}
