@@ -7,8 +7,11 @@
 #     adds: 24 fewer SASS instructions a K block in the fp8 loop, 24 in the bf16 GEMM's), alternating,
 #     two rounds: fp8 blockwise 4096^3 / 8192^3, bf16 GEMM 4096^3 / 8192^3 at 128x256x64, attention
 #     B4 H32 S4096 D128 (each benchmark checks its outputs before timing);
-#  3. on an H200, the #14 target table (scripts/gpu_s20b.sh, no sanitizer).
-# Env: STEPS (default "1 2 3").
+#  3. on an H200, the #14 target table (scripts/gpu_s20b.sh, no sanitizer);
+#  4. W4A16 at M1 (16x64x128x4, split 8, N = K = 8192): ncu's executed instructions per SASS line
+#     (SourceCounters; $OUT/w4_sass.csv, and the K loop's top lines printed), and bench_quant's
+#     64-row configs with 64x64x64 (three CTAs an SM) against 64x128x128 (session 21's best).
+# Env: STEPS (default "1 2 3 4").
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
@@ -25,7 +28,7 @@ packed, s, z = w4.quantize(rng.standard_normal((1024, 256)).astype(np.float32), 
 out = w4.run(x, packed, s, z, group=128, BM=64, BN=128, BK=128, split=2)
 print("w4a16 max error", float(np.abs(out.astype(np.float64) - w4.reference(x, packed, s, z, group=128, rounded=True)).max()))
 PY
-for step in ${STEPS:-1 2 3}; do
+for step in ${STEPS:-1 2 3 4}; do
   case $step in
   1) for tool in memcheck racecheck; do
        echo "== $tool"
@@ -45,5 +48,14 @@ for step in ${STEPS:-1 2 3}; do
      done; done ;;
   3) if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then SAN=0 bash scripts/gpu_s20b.sh 2>&1 | tail -30
      else echo "step 3: not an H200, the #14 table skipped"; fi ;;
+  4) TILEJIT_CACHE_DIR=/tmp/tjc_s22w timeout 240 ncu --clock-control none -k regex:w4a16 -s 1 -c 1 --section SourceCounters \
+       --section InstructionStats --metrics smsp__inst_executed.sum -o "$OUT/w4m1" -f \
+       python3 benchmarks/profile_one.py w4a16 --size 8192 --m 1 --config 16x64x128x4 --split 8 > "$OUT/w4_ncu.log" 2>&1
+     tail -3 "$OUT/w4_ncu.log"
+     ncu -i "$OUT/w4m1.ncu-rep" --page source --csv --print-source sass > "$OUT/w4_sass.csv" 2>&1
+     ncu -i "$OUT/w4m1.ncu-rep" --page details --csv 2>/dev/null | grep -E "inst_executed|Executed Instructions\"" | head -4
+     python3 scripts/sass_hot.py "$OUT/w4_sass.csv" | head -60
+     (cd benchmarks; TILEJIT_CACHE_DIR=/tmp/tjc_s22q BENCH_EACH=1 timeout 200 python3 bench_quant.py --w4 64 --fp8 '' \
+       --w4-configs 64x64x64x4x1,64x128x128x4x1,64x64x128x4x1 --reps 30 2>&1 | grep -E "w4a16|cuBLAS" | tail -12) ;;
   esac
 done
