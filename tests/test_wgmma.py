@@ -371,3 +371,89 @@ def test_descriptor_offsets_make_a_tiles_k_steps_one_descriptor_and_adds(on, mon
     assert (shifts, sorted(set(steps)) if on else steps) == ((2, [2, 4, 6]) if on else (8, []))
     built = assemble_or_skip(codegen.ptx_from_llvm(text, "sm_90a"), "sm_90a")
     assert built.spills == 0 and "serializ" not in built.log.lower()
+
+
+def _two_promotions_tile(BM=256, BN=128, BK=128):
+    """A block-scaled fp8 GEMM whose rows are two DOTs (the tile's halves), each promoted into
+    its own accumulator: two wgmma groups a K block, each waited for and scaled in the loop."""
+    import tilejit as tj
+
+    @tj.kernel
+    def halves(a, a_scale, b, b_scale, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+        H: tj.constexpr = BM // 2
+        m = tj.program_id(0) * BM
+        n = tj.program_id(1) * BN
+        acc0 = tj.zeros((H, BN), tj.float32)
+        acc1 = tj.zeros((H, BN), tj.float32)
+        for k in range(0, a.shape[1], BK):
+            w = tj.load(b, (n, k), (BN, BK)).T
+            sb = tj.load(b_scale, (n // 128, k // 128), (1, 1))
+            acc0 = tj.dot_scaled(tj.load(a, (m, k), (H, BK)), tj.load(a_scale, (m, k // 128), (H, 1)), w, sb, acc0)
+            acc1 = tj.dot_scaled(tj.load(a, (m + H, k), (H, BK)), tj.load(a_scale, (m + H, k // 128), (H, 1)),
+                                 w, sb, acc1)
+        tj.store(c, (m, n), acc0.to(c.dtype))
+        tj.store(c, (m + H, n), acc1.to(c.dtype))
+    f8, f32 = ArraySpec(D.float8e4m3, 2, True, True, False), ArraySpec(D.float32, 2, True, True, False)
+    specs = (f8, f32, f8, f32, ArraySpec(D.bfloat16, 2, True, True, False))
+    return halves, halves.tile_ir(specs, {"BM": BM, "BN": BN, "BK": BK})
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_promoted_accumulator_is_pinned_before_the_next_wgmma_group(on, monkeypatch):
+    """``codegen.llvm.PIN_PROMOTED``: a loop body with two promotions (``acc_i = fma(p_i, s_i,
+    acc_i)``, one wgmma group each) computes the first one's 64 FMAs before it issues the second
+    group; unpinned, LLVM sinks them to the latch, past the second group, where both products
+    are live at once (~900 bytes of spills at 256 x 128)."""
+    from tilejit.codegen import llvm as codegen
+    assert codegen.PIN_PROMOTED
+    monkeypatch.setattr(codegen, "PIN_PROMOTED", on)
+    _, tile = _two_promotions_tile()
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a")
+    assert len(ops(fn, SimtOp.WGMMA_COMMIT)) == 2
+    ptx = codegen.ptx_from_llvm(codegen.emit_llvm(fn, "sm_90a"), "sm_90a")
+    lines = ptx.splitlines()
+    groups = [i for i, x in enumerate(lines) if "wgmma.mma_async" in x]
+    second = groups[len(groups) // 2]                      # the second group's first wgmma
+    fmas = [i for i, x in enumerate(lines) if "fma.rn.f32" in x]
+    before = sum(first < i < second for i in fmas for first in groups[:1])
+    assert before == (64 if on else 0)
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_fresh_products_first_wgmma_ignores_its_accumulator(on, monkeypatch):
+    """``codegen.llvm.ZERO_PRODUCTS``: a product's first k step (its accumulator a zero constant)
+    is issued with ``scale-d`` false and no accumulator inputs, so no zeros are moved into the
+    registers: one such wgmma a group in attention's loop (S = QK^T; PV accumulates into the
+    output); the PTX assembles without spills either way."""
+    from tilejit.codegen import llvm as codegen
+    from conftest import assemble_or_skip
+    assert codegen.ZERO_PRODUCTS
+    monkeypatch.setattr(codegen, "ZERO_PRODUCTS", on)
+    spec = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = attention_kernel.tile_ir((spec, spec, spec, spec, ScalarSpec(D.float32)),
+                                    {"BM": 128, "BN": 128, "BD": 128, "CAUSAL": False})
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a")
+    fresh = [o for o in ops(fn, SimtOp.WGMMA) if codegen._zeros(o.operands[0])]
+    assert len(fresh) == 1
+    ptx = codegen.ptx_from_llvm(codegen.emit_llvm(fn, "sm_90a"), "sm_90a")
+    assert ptx.count("setp.ne.b32 p, 0, 0;") == (1 if on else 0)
+    assert ptx.count("setp.ne.b32 p, 1, 0;") == len(ops(fn, SimtOp.WGMMA)) - (1 if on else 0)
+    built = assemble_or_skip(ptx, "sm_90a")
+    assert built.spills == 0
+
+
+def test_two_promotions_a_block_match_float64_on_the_emulator():
+    """The two-halves spelling of the block-scaled fp8 GEMM (two wgmma groups a K block on
+    sm_90a) against the float64 product of the dequantised operands, ragged M and N."""
+    from tilejit.examples import fp8_blockwise_gemm as ex
+    halves, _ = _two_promotions_tile()
+    rng = np.random.default_rng(3)
+    m, n, k = 300, 200, 384
+    a, sa = ex.quantize_rows(rng.standard_normal((m, k)).astype(np.float32) * 3)
+    b, sb = ex.quantize_blocks(rng.standard_normal((k, 256)).astype(np.float32))
+    b_nk, sb_nk = np.ascontiguousarray(b.T[:n]), np.ascontiguousarray(sb.T)
+    c = np.zeros((m, n), ml_dtypes.bfloat16)
+    halves[(-(-m // 64), -(-n // 64))](a, sa, b_nk, sb_nk, c, BM=64, BN=64, BK=64)
+    ref = ex.reference(a, sa, b, sb)[:, :n]
+    err = np.abs(c.astype(np.float64) - ref).max()
+    assert err <= 1e-2 * np.abs(ref).max()

@@ -105,6 +105,22 @@ CODEGEN_OPT = 2
 # mask keeps LLVM from folding them: ~13 SASS instructions a wgmma in the fp8 blockwise loop).
 # Off until measured on the GPU.
 DESCRIPTOR_OFFSETS = False
+# The switch: True pins (``mma.fence_registers``) an accumulator that a loop body computes from a
+# waited wgmma product before the body issues its next wgmma group (``KernelEmitter._pin_promoted``):
+# LLVM otherwise sinks a promotion's FMAs (``acc0 = fma(p0, s, acc0)``) to the loop's latch, past
+# the next group, and two products live at once spill (a 256-wide fp8 block-scaled tile, two
+# wgmma groups a K block: 168 registers and ~900 bytes of spills without, none with).
+PIN_PROMOTED = True
+# The switch: True issues a wgmma whose accumulator input is a zero constant (a product's first k
+# step) with ``scale-d`` false and no accumulator inputs (``mma.wgmma(acc=None)``), instead of
+# moving zeros into the registers first.
+ZERO_PRODUCTS = True
+
+
+def _zeros(v) -> bool:
+    """Whether SIMT value ``v`` is a CONSTANT whose every value is zero."""
+    o = v.owner
+    return o is not None and o.op is SimtOp.CONSTANT and all(x == 0 for x in o.attrs.values)
 
 
 @functools.cache
@@ -238,9 +254,12 @@ class KernelEmitter:
         """Emit a region's ops with its args bound; returns the values its YIELD passes on."""
         for a, regs in zip(block.args, arg_values):
             self.set(a, regs)
+        pinned: set = set()
         for op in block.ops:
             if op.op == SimtOp.YIELD:
                 return [self.get(v) for v in op.operands]
+            if op.op is SimtOp.WGMMA_FENCE and PIN_PROMOTED:
+                self._pin_promoted(block, op, pinned)
             self.ctx.loc = op.loc
             self.b.debug_metadata = self.lines.location(op.loc) or self.b.debug_metadata
             handler = getattr(self, f"op_{op.op.name}", None)
@@ -249,6 +268,32 @@ class KernelEmitter:
                                    op.loc, self.ctx.kernel)
             handler(op)
         return []
+
+    def _pin_promoted(self, block, fence, pinned: set) -> None:
+        """Before ``fence`` (a wgmma group's start) in a loop body ``block``, pass through
+        ``fence_registers`` each value the body yields that it computed so far from a waited wgmma
+        product and that has the product's register count (a block-scaled GEMM's promoted
+        accumulator): its FMAs then run before the group is issued, not at the latch with the
+        group's product live beside the earlier one.  Smaller values (attention's row statistics)
+        are left to move."""
+        if not block.ops or block.ops[-1].op is not SimtOp.YIELD:
+            return
+        yielded = {id(v) for v in block.ops[-1].operands}
+        derived: dict[int, int] = {}           # value id -> the register count of its product
+        for o in block.ops[:block.ops.index(fence)]:
+            if o.op is SimtOp.WGMMA_WAIT:
+                for r in o.results:
+                    derived[id(r)] = r.type.n
+                continue
+            sizes = [derived[id(x)] for x in o.operands if id(x) in derived]
+            if not sizes:
+                continue
+            for r in o.results:
+                derived[id(r)] = max(sizes)
+                if id(r) in yielded and id(r) not in pinned and isinstance(r.type, RegType) \
+                        and r.type.dtype == D.float32 and r.type.n == max(sizes) >= 16:
+                    pinned.add(id(r))
+                    self.set(r, mma.fence_registers(self.b, self.get(r)))
 
     # --- thread geometry and parameters
     def _sreg(self, name: str):
@@ -467,7 +512,8 @@ class KernelEmitter:
             a = self._descriptor(op.operands[1], 16, 8 * at.a_row_bytes, at.a_row_bytes)
         lbo = at.b_atom_bytes if at.b_n_major else 16   # N-major: one 64-column atom to the next
         desc_b = self._descriptor(op.operands[2], lbo, 8 * at.b_row_bytes, at.b_row_bytes)
-        self.set(op.result, mma.wgmma(self.b, acc, a, desc_b, at.kind, at.n, at.b_n_major, at.a_m_major))
+        self.set(op.result, mma.wgmma(self.b, None if ZERO_PRODUCTS and _zeros(op.operands[0]) else acc, a, desc_b,
+                                      at.kind, at.n, at.b_n_major, at.a_m_major))
 
     def _descriptor(self, address, lbo: int, sbo: int, swizzle: int) -> ir.Value:
         """The wgmma descriptor of the tile at SIMT i32 ``address``.  With ``DESCRIPTOR_OFFSETS``,

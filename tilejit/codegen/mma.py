@@ -177,13 +177,20 @@ def matrix_descriptor(builder: ir.IRBuilder, shared_ptr: ir.Value, lbo: int, sbo
     return builder.or_(start, ir.Constant(I64, fixed))
 
 
-def wgmma(builder: ir.IRBuilder, acc: list[ir.Value], a: ir.Value | list[ir.Value], desc_b: ir.Value,
+def wgmma(builder: ir.IRBuilder, acc: list[ir.Value] | None, a: ir.Value | list[ir.Value], desc_b: ir.Value,
           kind: str, n: int, b_n_major: bool, a_m_major: bool = False) -> list[ir.Value]:
     """``wgmma.mma_async.sync.aligned.m64n<n>k16.f32.<kind>.<kind>``, D = A @ B + D, B from shared
     memory (a descriptor) and A from shared memory (``a`` a descriptor) or registers (``a`` four
     i32, the mma.sync A fragment of the warp's 16 rows).  LLVM 22 has no intrinsic for it
     (NVVM.md), so it is inline PTX with the accumulators tied in and out; ``imm-trans-b`` is 1
-    for an N-major B, ``imm-trans-a`` 1 for an M-major A."""
+    for an N-major B, ``imm-trans-a`` 1 for an M-major A.  ``acc`` None: D = A @ B (``scale-d``
+    false), the accumulators outputs only, so no zeros are moved into them first (ptxas injects
+    a ``warpgroup.arrive`` (C7519) where such moves sit between two wgmma groups)."""
+    if acc is None:
+        acc_in = None
+        acc = [None] * (n // 2)
+    else:
+        acc_in = acc
     fp8 = kind in ("e4m3", "e5m2")     # k32, both operands K-major: no transpose operands
     if len(acc) != n // 2 or kind not in ("bf16", "f16", "e4m3", "e5m2"):
         raise ValueError(f"wgmma m64n{n}k{32 if fp8 else 16} .{kind}: needs {n // 2} f32 accumulators, got {len(acc)}")
@@ -200,12 +207,20 @@ def wgmma(builder: ir.IRBuilder, acc: list[ir.Value], a: ir.Value | list[ir.Valu
     else:
         a_text, b_text = f"${first}", f"${first + 1}"
         tail = "p, 1, 1" if fp8 else f"p, 1, 1, {int(a_m_major)}, {int(b_n_major)}"
-    asm = ("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+    if acc_in is None:          # the operands after the outputs are numbered from k
+        first = k
+        if a_regs:
+            a_text = "{" + ", ".join(f"${first + i}" for i in range(4)) + "}"
+            b_text = f"${first + 4}"
+        else:
+            a_text, b_text = f"${first}", f"${first + 1}"
+    asm = (f"{{\n.reg .pred p;\nsetp.ne.b32 p, {0 if acc_in is None else 1}, 0;\n"
            f"wgmma.mma_async.sync.aligned.m64n{n}k{32 if fp8 else 16}.f32.{kind}.{kind} {{{regs}}}, {a_text}, {b_text}, "
            f"{tail};\n}}")
-    constraints = ",".join(["=f"] * k + [str(i) for i in range(k)] + (["r"] * 4 if a_regs else ["l"]) + ["l"])
-    fnty = ir.FunctionType(_f32_struct(builder, k), [F32] * k + [x.type for x in a_ops] + [I64])
-    call = builder.asm(fnty, asm, constraints, [*acc, *a_ops, desc_b], side_effect=True)
+    tied = [] if acc_in is None else [str(i) for i in range(k)]
+    constraints = ",".join(["=f"] * k + tied + (["r"] * 4 if a_regs else ["l"]) + ["l"])
+    fnty = ir.FunctionType(_f32_struct(builder, k), [F32] * len(tied) + [x.type for x in a_ops] + [I64])
+    call = builder.asm(fnty, asm, constraints, [*(acc_in or []), *a_ops, desc_b], side_effect=True)
     return _unpack(builder, call, k)
 
 
