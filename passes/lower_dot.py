@@ -220,7 +220,8 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     if lw.dot_plans.family(o) is DotFamily.WGMMA:
         a_src = staged[a_v] if a_v in staged and staged[a_v].tile.wgmma_a else register_a_fragments(lw, a_v, cfg)
         b_src = staged[b_v] if b_v in staged and staged[b_v].tile.wgmma_b else None
-        if b_src is None and wgmma.COMPUTED_B and b_v not in staged:   # B computed in the loop
+        # B computed in the loop: staged N-major, which float8 wgmma cannot read (it takes mma.sync)
+        if b_src is None and wgmma.COMPUTED_B and b_v not in staged and b_v.type.dtype not in wgmma.FP8:
             half = None                                # two buffers where its group stays in flight
             if lw.in_flight_after(o) and lw.trips and lw.trips[-1] is not None:
                 half = lw.ew(TileOp.AND, [lw.trips[-1], lw.const(I32, [1])], I32)

@@ -43,3 +43,24 @@ def test_both_products_take_float8_tensor_cores_and_assemble():
     if ptxas.available():
         out = ptxas.assemble(compile_ptx(fn, "sm_90a"), "sm_90a")
         assert out.spills == 0, out.log
+
+
+@pytest.mark.parametrize("BM, BN, warps", [(64, 64, 4), (128, 128, 8), (128, 64, 8)])
+def test_tiles_whose_scores_take_wgmma_compile_for_sm_90a(BM, BN, warps):
+    """16 rows a warp put q k^T on float8 wgmma; the unaligned twin of the loop (no TMA ring for
+    k) then computes k^T's tile in registers, which ``wgmma.COMPUTED_B`` would stage N-major --
+    a layout float8 wgmma cannot read (the PTX failed to build: "wgmma .e4m3 reads both operands
+    K-major").  There the product takes float8 mma.sync; every wgmma left reads B K-major."""
+    import tilejit as tj
+    from tilejit.codegen.llvm import compile_ptx
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+    q8, k8, vt8, *_ = ex.example_inputs(np.random.default_rng(0), 1, 4, 2, 1024, 128)
+    kernel = ex.fp8_attention_kernel
+    specs, consts, _ = kernel.specialise(kernel.bind((q8, k8, vt8, np.zeros(q8.shape, tj.bfloat16.np), 0.1, 0.1),
+                                                     {"BM": BM, "BN": BN, "BD": 128, "CAUSAL": False}))
+    fn = compile_to_simt(kernel.tile_ir(specs, consts), num_warps=warps, target="sm_90a")
+    wgmmas = [o for o in fn.walk() if o.op is SimtOp.WGMMA]
+    assert wgmmas and not any(o.attrs.b_n_major or o.attrs.a_regs for o in wgmmas)
+    assert any(o.op is SimtOp.MMA and "e4m3" in str(o.attrs) for o in fn.walk())
+    assert "wgmma.mma_async" in compile_ptx(fn, "sm_90a")

@@ -403,7 +403,7 @@ def test_a_promoted_accumulator_is_pinned_before_the_next_wgmma_group(on, monkey
     """``codegen.llvm.PIN_PROMOTED``: a loop body with two promotions (``acc_i = fma(p_i, s_i,
     acc_i)``, one wgmma group each) computes the first one's 64 FMAs before it issues the second
     group; unpinned, LLVM sinks them to the latch, past the second group, where both products
-    are live at once (~900 bytes of spills at 256 x 128)."""
+    are live at once (the PTX order only: ptxas schedules the SASS on its own)."""
     from tilejit.codegen import llvm as codegen
     assert codegen.PIN_PROMOTED
     monkeypatch.setattr(codegen, "PIN_PROMOTED", on)

@@ -108,8 +108,10 @@ DESCRIPTOR_OFFSETS = False
 # The switch: True pins (``mma.fence_registers``) an accumulator that a loop body computes from a
 # waited wgmma product before the body issues its next wgmma group (``KernelEmitter._pin_promoted``):
 # LLVM otherwise sinks a promotion's FMAs (``acc0 = fma(p0, s, acc0)``) to the loop's latch, past
-# the next group, and two products live at once spill (a 256-wide fp8 block-scaled tile, two
-# wgmma groups a K block: 168 registers and ~900 bytes of spills without, none with).
+# the next group, where both products are live.  ptxas still moves about half of them past the
+# next group's first wgmma (its own latency hiding): a 256 x 128 fp8 block-scaled tile as two
+# 128-row halves spills 912 bytes either way at 232 registers a consumer thread (696 at 240), so
+# 256-wide fp8 tiles do not fit yet (2026-12-05, build machine, ptxas 13).
 PIN_PROMOTED = True
 # The switch: True issues a wgmma whose accumulator input is a zero constant (a product's first k
 # step) with ``scale-d`` false and no accumulator inputs (``mma.wgmma(acc=None)``), instead of
