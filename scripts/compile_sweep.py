@@ -1,0 +1,150 @@
+"""Compile every example kernel at the configs the benchmarks and autotuners launch, for sm_90a,
+from the examples' own ``run`` functions, without a GPU: a launch compiles through the cuda
+backend (PTX, then ptxas / nvJitLink) and runs nothing.  Prints one line a launch (registers,
+spills, shared memory) and every failure with its error; exits 1 if any launch failed to build.
+
+    python3 scripts/compile_sweep.py [NAME_SUBSTRING ...]      # e.g. fp8 attention
+
+A config that is too big for the GPU (shared memory, registers) is a clean ``CompileError`` the
+autotuner skips, reported as "refused"; anything else is a failure."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import tilejit as tj  # noqa: E402
+from tilejit import backends  # noqa: E402
+from tilejit.errors import CompileError  # noqa: E402
+
+BF16 = tj.bfloat16.np
+
+
+class CompileOnly:
+    """The cuda backend's compile (for sm_90a where no device is present); launches record the
+    artifact and run nothing."""
+
+    def __init__(self):
+        self.cuda = backends.get("cuda")
+        self.built: list = []
+
+    @property
+    def target(self):
+        return self.cuda.target
+
+    def cache_key(self, *args, **kwargs):
+        return None                     # compile every time: nothing served from a cache
+
+    def compile(self, tile_fn, options):
+        options = {**options, "cache_key": None}
+        return self.cuda.compile(tile_fn, options)
+
+    def launch(self, artifact, grid, args, stream):
+        self.built.append(artifact)
+
+
+def cases():
+    """(name, thunk): each thunk launches an example once (compiling it)."""
+    from tilejit.examples import (attention, attention_backward as bwd, decode_attention as dec, fp8_attention as fa8,
+                                  fp8_blockwise_gemm as f8, layernorm, matmul, rmsnorm, softmax, w4a16_gemm as w4)
+    rng = np.random.default_rng(0)
+
+    def arr(*shape, dtype=BF16):
+        return np.zeros(shape, dtype)
+    for cfg in matmul.CONFIGS:
+        k = cfg.constexprs
+        for dt in (BF16, np.float16):
+            a, b, c = arr(1024, 1024, dtype=dt), arr(1024, 1024, dtype=dt), arr(1024, 1024, dtype=np.float32)
+            yield (f"matmul {np.dtype(dt).name} {k['BM']}x{k['BN']}x{k['BK']} s{k['STAGES']} w{cfg.num_warps}",
+                   lambda a=a, b=b, c=c, k=k, w=cfg.num_warps: matmul.matmul_kernel.kernel[
+                       (tj.cdiv(1024, k["BM"]), tj.cdiv(1024, k["BN"]))](a, b, c, num_warps=w, **k))
+    for cfg in attention.attention_tuned.configs:
+        k = cfg.constexprs
+        for dim, causal in ((64, False), (128, True), (128, False)):
+            q = arr(2, 4, 512, dim)
+            yield (f"attention D{dim}{' causal' if causal else ''} {k['BM']}x{k['BN']} w{cfg.num_warps}",
+                   lambda q=q, k=k, w=cfg.num_warps, dim=dim, causal=causal: attention.attention_kernel[
+                       (tj.cdiv(512, k["BM"]), 8)](q, q, q, np.zeros_like(q), dim ** -0.5, BD=dim, CAUSAL=causal,
+                                                   num_warps=w, **k))
+    for bm, bn, w in ((64, 64, 8), (64, 64, 4), (128, 64, 8), (128, 128, 8)):
+        for causal in (False, True):
+            inputs = fa8.example_inputs(rng, 1, 4, 2, 512, 128)
+            yield (f"fp8 attention D128{' causal' if causal else ''} {bm}x{bn} w{w}",
+                   lambda inputs=inputs, bm=bm, bn=bn, w=w, causal=causal: fa8.run(*inputs, causal=causal, BM=bm,
+                                                                                    BN=bn, num_warps=w))
+    for bm, bn, bk, w in ((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 128, 4)):
+        a, sa = f8.quantize_rows(rng.standard_normal((512, 512)).astype(np.float32))
+        b, sb = f8.quantize_blocks(rng.standard_normal((512, 512)).astype(np.float32))
+        yield f"fp8 blockwise {bm}x{bn}x{bk} w{w}", lambda a=a, sa=sa, b=b, sb=sb, c=(bm, bn, bk): f8.run(a, sa, b, sb, *c)
+    for bm, bn, bk, w in ((128, 128, 128, 8), (64, 128, 128, 4), (128, 128, 64, 8)):
+        a, sa = f8.quantize_rows(rng.standard_normal((512, 512)).astype(np.float32))
+        b, sb = f8.quantize_blocks(rng.standard_normal((512, 512)).astype(np.float32))
+        yield (f"fp8 blockwise (N, K) {bm}x{bn}x{bk} w{w}",
+               lambda a=a, sa=sa, b=b, sb=sb, c=(bm, bn, bk, w): f8.run_nk(a, sa, np.ascontiguousarray(b.T),
+                                                                          np.ascontiguousarray(sb.T), *c))
+    packed, scales, zeros = w4.quantize(rng.standard_normal((1024, 512)).astype(np.float32), 128)
+    for bm, bn, bk, w, split in ((16, 64, 128, 4, 1), (16, 64, 128, 4, 8), (16, 128, 128, 4, 8), (64, 64, 128, 4, 1),
+                                 (64, 128, 64, 4, 1), (64, 128, 128, 4, 2), (64, 64, 64, 4, 4)):
+        for m in sorted({1, bm}):
+            x = arr(m, 1024)
+            yield (f"w4a16 M{m} {bm}x{bn}x{bk} w{w} split {split}",
+                   lambda x=x, c=dict(BM=bm, BN=bn, BK=bk, split=split): w4.run(x, packed, scales, zeros, group=128, **c))
+    for split, bn, w in ((1024, 64, 4), (2048, 128, 4), (2048, 128, 8)):
+        q, k, v = dec.example_inputs(rng, 2, 8, 2, 1, 2048, 128)
+        yield (f"decode {split}x{bn} w{w}",
+               lambda q=q, k=k, v=v, c=dict(split=split, BN=bn, num_warps=w): dec.run(q, k, v, **c))
+    for bm, bn, w, dq in ((32, 64, 4, (64, 64, 4)), (32, 128, 8, (128, 64, 8)), (64, 64, 4, (64, 64, 4))):
+        for dim in (64, 128):
+            q = arr(1, 4, 256, dim)
+            lse = arr(1, 4, 256, dtype=np.float32)
+            yield (f"attention backward D{dim} {bm}x{bn} w{w} dq {dq}",
+                   lambda q=q, lse=lse, c=dict(BM=bm, BN=bn, num_warps=w, dq_config=dq):
+                   bwd.backward(q, q, q, q, lse, q, causal=True, **c))
+    for cols in (1024, 16384):
+        x = arr(64, cols, dtype=np.float32)
+        yield f"softmax f32 {cols}", lambda x=x: softmax.run(x)
+        yield f"layernorm f32 {cols}", lambda x=x: layernorm.run(x, x[0], x[0])
+        yield f"rmsnorm f32 {cols}", lambda x=x: rmsnorm.run(x, x[0])
+
+
+def main(argv) -> int:
+    os.environ["TILEJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tj_sweep_")
+    sweep = CompileOnly()
+    backends.PROVIDERS["sweep"] = ()
+    backends.register("sweep", sweep)
+    os.environ["TILEJIT_BACKEND"] = "sweep"
+    failed = 0
+    for name, thunk in cases():
+        if argv and not any(w in name for w in argv):
+            continue
+        start, before = time.perf_counter(), len(sweep.built)
+        try:
+            thunk()
+        except CompileError as err:
+            msg = str(err).splitlines()[0]
+            refused = "shared memory" in msg or "registers" in msg
+            failed += not refused
+            print(f"{'refused' if refused else 'FAILED '} {name}: {msg[:160]}")
+            continue
+        except Exception as err:     # noqa: BLE001 -- every other error is a compiler bug
+            failed += 1
+            print(f"FAILED  {name}: {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+            traceback.print_exc(limit=3, file=sys.stdout)
+            continue
+        arts = sweep.built[before:]
+        info = ", ".join(f"{a.name} {a.registers} regs {a.spills or 0} B spilled {a.shared_bytes} B smem"
+                         for a in arts)
+        print(f"ok      {name}: {info} ({time.perf_counter() - start:.1f} s)")
+    print(f"{failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,51 @@
+"""``scripts/compile_sweep.py``: example kernels compiled for sm_90a from their own ``run``
+functions with a backend that builds and launches nothing (a few of its cases here; the whole
+sweep takes about a minute)."""
+import importlib.util
+import os
+
+import pytest
+
+from tilejit.codegen import ptxas
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def isolate(monkeypatch, tmp_path):
+    """What ``main`` changes (the environment, the backend table) is put back after the test."""
+    from tilejit import backends
+    monkeypatch.setitem(backends.PROVIDERS, "sweep", ())
+    monkeypatch.setitem(backends._registry, "sweep", None)
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+
+
+def sweep():
+    spec = importlib.util.spec_from_file_location("compile_sweep", os.path.join(HERE, "..", "scripts", "compile_sweep.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not ptxas.available(), reason="needs nvJitLink to assemble")
+def test_the_sweep_builds_its_cases_and_reports_each(monkeypatch, capsys, tmp_path):
+    isolate(monkeypatch, tmp_path)
+    mod = sweep()
+    assert mod.main(["fp8 attention D128 128x128 w8", "w4a16 M1 16x64x128 w4 split 8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    built = [x for x in out if x.startswith("ok ")]
+    assert len(built) == 2 and out[-1] == "0 failed"
+    assert "fp8_attention_kernel 255 regs" in built[0] and "w4a16_matmul_kernel" in built[1]
+
+
+def test_a_launch_that_raises_is_a_failure(monkeypatch, capsys, tmp_path):
+    """Anything but a refused (too big) config counts as a failure, and main says so."""
+    isolate(monkeypatch, tmp_path)
+    mod = sweep()
+
+    def broken():
+        raise ValueError("wgmma .e4m3 reads both operands K-major from shared memory")
+    monkeypatch.setattr(mod, "cases", lambda: iter([("broken case", broken)]))
+    assert mod.main([]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED  broken case: ValueError" in out and out.rstrip().endswith("1 failed")
