@@ -83,7 +83,7 @@ def _on_wgmma(dot: ir.Operation, num_warps: int) -> bool:
     (``WGMMA_DEQUANTISED``; ``num_warps`` 0 off sm_90a): its rows a warpgroup's 64 per four warps."""
     from tilejit.passes import wgmma
     rows = dot.result.type.shape[-2] if len(dot.result.type.shape) >= 2 else 0
-    return WGMMA_DEQUANTISED and wgmma.COMPUTED_B and num_warps >= 4 and rows == 16 * num_warps and rows % 64 == 0
+    return WGMMA_DEQUANTISED and wgmma.COMPUTED_B and num_warps >= 4 and rows == 16 * num_warps
 
 
 def _eligible(loop: ir.Operation) -> bool:

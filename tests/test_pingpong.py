@@ -259,3 +259,67 @@ def test_the_block_scaled_turns_match_float64_on_the_emulator_and_assemble(monke
     assert_fp8_close(c.astype(np.float64), a, sa, b, sb)
     built = assemble_or_skip(compile_ptx(fn, "sm_90a"), "sm_90a")
     assert built.spills == 0 and "serializ" not in built.log.lower()
+
+
+def _loop_body(fn):
+    consumer = consumer_block(fn)
+    return next(o for o in consumer.walk() if o.op is SimtOp.FOR
+                and any(x.op is SimtOp.WGMMA for x in o.regions[0].ops)).regions[0]
+
+
+def test_turns_are_for_two_warpgroups_and_one_promoted_group(monkeypatch):
+    """``pingpong_groups``' rules on the fp8 block-scaled loop: its one promoted group takes turns
+    only between exactly two consumer warpgroups (256 threads, not 128 or 512); a loop of two
+    promoted groups (a 256-row tile as two DOTs) takes turns only with ``many`` (``PINGPONG``)."""
+    body = _loop_body(block_scaled(monkeypatch, False))          # (before turns were added)
+    assert SW.pingpong_groups(body, 256, many=False, promotion=True)
+    assert all(SW.pingpong_groups(body, threads, many=True, promotion=True) is None for threads in (128, 512))
+    from test_wgmma import _two_promotions_tile
+    _, tile = _two_promotions_tile()
+    monkeypatch.setattr(SW, "PINGPONG", False)
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a", verify=True)
+    body = _loop_body(fn)
+    assert SW.promotes(body) and len([o for o in body.ops if o.op is SimtOp.WGMMA_COMMIT]) == 2
+    assert SW.pingpong_groups(body, 256, many=True, promotion=True) is None      # (a barrier between them)
+    # the same two promoted groups with nothing else between them: turns only with ``many``
+    from tilejit import ir, simt
+    acc_t = simt.RegType(D.float32, 64)
+    ops, acc = [], ir.Value(acc_t)
+    for _ in range(2):
+        wg = ir.Operation(SimtOp.WGMMA, [acc, acc, acc], [acc_t])
+        wait = ir.Operation(SimtOp.WGMMA_WAIT, [wg.result], [acc_t], simt.WaitAttrs(0))
+        acc = ir.Operation(SimtOp.ELEMENTWISE, [wait.result, acc], [acc_t], simt.EwAttrs(TileOp.ADD))
+        ops += [ir.Operation(SimtOp.WGMMA_FENCE, []), wg, ir.Operation(SimtOp.WGMMA_COMMIT, []), wait, acc]
+        acc = acc.result
+    two = ir.Block([], ops + [ir.Operation(SimtOp.YIELD, [acc])])
+    assert SW.promotes(two)
+    assert SW.pingpong_groups(two, 256, many=False, promotion=True) is None
+    assert SW.pingpong_groups(two, 256, many=True, promotion=False) == [(0, 2), (5, 7)]
+
+
+def test_a_product_carried_in_flight_is_not_a_promotion(monkeypatch):
+    """A loop that issues the next K block's product before scaling this one (the rotated
+    spelling: ``p_next = dot(...); acc = fma(p, s, acc); p = p_next``) waits with a group in flight
+    (``wgmma.wait_group 1``): ``promotes`` is False, so no turns are added to it."""
+    import tilejit as tj
+
+    @tj.kernel
+    def rotated(a, a_scale, b, b_scale, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+        m = tj.program_id(0) * BM
+        n = tj.program_id(1) * BN
+        acc = tj.zeros((BM, BN), tj.float32)
+        p = tj.dot(tj.load(a, (m, 0), (BM, BK)), tj.load(b, (n, 0), (BN, BK)).T)
+        for k in range(BK, a.shape[1], BK):
+            p_next = tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (n, k), (BN, BK)).T)
+            j = (k - BK) // 128
+            acc = tj.fma(p, tj.load(a_scale, (m, j), (BM, 1)) * tj.load(b_scale, (n // 128, j), (1, 1)), acc)
+            p = p_next
+        tj.store(c, (m, n), acc.to(c.dtype))
+    f8, f32 = ArraySpec(D.float8e4m3, 2, True, True, False), ArraySpec(D.float32, 2, True, True, False)
+    tile = rotated.tile_ir((f8, f32, f8, f32, ArraySpec(D.bfloat16, 2, True, True, False)),
+                           {"BM": 128, "BN": 128, "BK": 128})
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a")
+    loop = next(o for o in fn.walk() if o.op is SimtOp.FOR and any(x.op is SimtOp.WGMMA for x in o.regions[0].walk()))
+    waits = [o.attrs.n for o in loop.regions[0].walk() if o.op is SimtOp.WGMMA_WAIT]
+    assert waits and 0 not in waits
+    assert not SW.promotes(loop.regions[0])

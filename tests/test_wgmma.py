@@ -417,6 +417,13 @@ def test_a_promoted_accumulator_is_pinned_before_the_next_wgmma_group(on, monkey
     fmas = [i for i, x in enumerate(lines) if "fma.rn.f32" in x]
     before = sum(first < i < second for i in fmas for first in groups[:1])
     assert before == (64 if on else 0)
+    # attention's row statistics (2 registers, not a product's 64) are never pinned
+    spec = ArraySpec(D.bfloat16, 4, True, True, False)
+    attn = compile_to_simt(attention_kernel.tile_ir((spec, spec, spec, spec, ScalarSpec(D.float32)),
+                                                    {"BM": 128, "BN": 128, "BD": 128, "CAUSAL": False}), 8, "sm_90a")
+    text = codegen.emit_llvm(attn, "sm_90a")
+    monkeypatch.setattr(codegen, "PIN_PROMOTED", not on)
+    assert codegen.emit_llvm(attn, "sm_90a") == text
 
 
 @pytest.mark.parametrize("on", [True, False])
@@ -436,6 +443,9 @@ def test_a_fresh_products_first_wgmma_ignores_its_accumulator(on, monkeypatch):
     fresh = [o for o in ops(fn, SimtOp.WGMMA) if codegen._zeros(o.operands[0])]
     assert len(fresh) == 1
     ptx = codegen.ptx_from_llvm(codegen.emit_llvm(fn, "sm_90a"), "sm_90a")
+    from tilejit import ir, simt
+    some = ir.Operation(SimtOp.CONSTANT, [], [simt.RegType(D.float32, 4)], simt.VectorConstAttrs((0.0, 1.0, 0.0, 0.0)))
+    assert not codegen._zeros(some.result)              # every value zero, not just some
     assert ptx.count("setp.ne.b32 p, 0, 0;") == (1 if on else 0)
     assert ptx.count("setp.ne.b32 p, 1, 0;") == len(ops(fn, SimtOp.WGMMA)) - (1 if on else 0)
     built = assemble_or_skip(ptx, "sm_90a")
