@@ -299,22 +299,22 @@ def test_turns_are_for_two_warpgroups_and_one_promoted_group(monkeypatch):
 
 def test_a_product_carried_in_flight_is_not_a_promotion(monkeypatch):
     """A loop that issues the next K block's product before scaling this one (the rotated
-    spelling: ``p_next = dot(...); acc = fma(p, s, acc); p = p_next``) waits with a group in flight
+    spelling of ``scripts/probes/fp8_prefetch.py``: ``p_next = dot(...); acc = fma(p, s, acc);
+    p = p_next``) waits with a group in flight
     (``wgmma.wait_group 1``): ``promotes`` is False, so no turns are added to it."""
-    import tilejit as tj
-
-    @tj.kernel
-    def rotated(a, a_scale, b, b_scale, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
-        m = tj.program_id(0) * BM
-        n = tj.program_id(1) * BN
-        acc = tj.zeros((BM, BN), tj.float32)
-        p = tj.dot(tj.load(a, (m, 0), (BM, BK)), tj.load(b, (n, 0), (BN, BK)).T)
-        for k in range(BK, a.shape[1], BK):
-            p_next = tj.dot(tj.load(a, (m, k), (BM, BK)), tj.load(b, (n, k), (BN, BK)).T)
-            j = (k - BK) // 128
-            acc = tj.fma(p, tj.load(a_scale, (m, j), (BM, 1)) * tj.load(b_scale, (n // 128, j), (1, 1)), acc)
-            p = p_next
-        tj.store(c, (m, n), acc.to(c.dtype))
+    import importlib.util
+    import os
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "benchmarks"))       # (the probe imports common)
+    try:
+        spec = importlib.util.spec_from_file_location("fp8_prefetch", os.path.join(here, "..", "scripts", "probes",
+                                                                                   "fp8_prefetch.py"))
+        probe = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(probe)
+    finally:
+        sys.path.pop(0)
+    rotated = probe.rotated
     f8, f32 = ArraySpec(D.float8e4m3, 2, True, True, False), ArraySpec(D.float32, 2, True, True, False)
     tile = rotated.tile_ir((f8, f32, f8, f32, ArraySpec(D.bfloat16, 2, True, True, False)),
                            {"BM": 128, "BN": 128, "BK": 128})
