@@ -10,8 +10,11 @@
 #  3. on an H200, the #14 target table (scripts/gpu_s20b.sh, no sanitizer);
 #  4. W4A16 at M1 (16x64x128x4, split 8, N = K = 8192): ncu's executed instructions per SASS line
 #     (SourceCounters; $OUT/w4_sass.csv, and the K loop's top lines printed), and bench_quant's
-#     64-row configs with 64x64x64 (three CTAs an SM) against 64x128x128 (session 21's best).
-# Env: STEPS (default "1 2 3 4").
+#     64-row configs with 64x64x64 (three CTAs an SM) against 64x128x128 (session 21's best);
+#  5. (session 22) fp8 attention at its tile configs (the 16-rows-a-warp ones build for sm_90a
+#     since 68bbc7e) against SDPA bf16, full and causal; `pytest -m gpu` of the files session 22
+#     changed (wgmma: ZERO_PRODUCTS, PIN_PROMOTED; POW2_DIVMOD; fp8 attention).
+# Env: STEPS (default "1 2 3 4 5").
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
@@ -28,7 +31,7 @@ packed, s, z = w4.quantize(rng.standard_normal((1024, 256)).astype(np.float32), 
 out = w4.run(x, packed, s, z, group=128, BM=64, BN=128, BK=128, split=2)
 print("w4a16 max error", float(np.abs(out.astype(np.float64) - w4.reference(x, packed, s, z, group=128, rounded=True)).max()))
 PY
-for step in ${STEPS:-1 2 3 4}; do
+for step in ${STEPS:-1 2 3 4 5}; do
   case $step in
   1) for tool in memcheck racecheck; do
        echo "== $tool"
@@ -57,5 +60,9 @@ for step in ${STEPS:-1 2 3 4}; do
      python3 scripts/sass_hot.py "$OUT/w4_sass.csv" | head -60
      (cd benchmarks; TILEJIT_CACHE_DIR=/tmp/tjc_s22q BENCH_EACH=1 timeout 200 python3 bench_quant.py --w4 64 --fp8 '' \
        --w4-configs 64x64x64x4x1,64x128x128x4x1,64x64x128x4x1 --reps 30 2>&1 | grep -E "w4a16|cuBLAS" | tail -12) ;;
+  5) TILEJIT_CACHE_DIR=/tmp/tjc_s22t timeout 300 python3 -m pytest -q -m gpu --tb=short -p no:cacheprovider \
+       tests/test_wgmma.py tests/test_fp8_attention.py tests/test_dot_scaled.py tests/test_attention.py 2>&1 | tail -4
+     for c in "" --causal; do TILEJIT_CACHE_DIR=/tmp/tjc_s22a timeout 200 python3 scripts/probes/fp8_attention_configs.py $c \
+       2>&1 | grep -v "Warning\|warn(" | tail -6; done ;;
   esac
 done

@@ -113,13 +113,27 @@ def _predicate(ctx: Ctx, op: TileOp, x) -> ir.Value:
 
 
 # ------------------------------------------------------------------------------------ integer ops
+# The switch: True divides and takes the modulo by a constant power of two with a shift and a
+# mask (``_floor_divmod``); False keeps the general form for every divisor.
+POW2_DIVMOD = True
+
+
 def _c(v, value: int) -> ir.Constant:
     return ir.Constant(v.type, value)
 
 
 def _floor_divmod(ctx: Ctx, a, d, dt: DType):
-    """NumPy floor division and modulo; a zero divisor gives 0 for both, and MIN // -1 wraps."""
+    """NumPy floor division and modulo; a zero divisor gives 0 for both, and MIN // -1 wraps.
+    By a constant power of two ``2**s``: a shift right by ``s`` (arithmetic for signed types:
+    floor, for negative dividends too) and the low ``s`` bits (two's complement: the floor
+    modulo, never negative), which LLVM does not find from the general form (a warp-specialised
+    loop's ring slot and phase, ``t % S`` and ``t // S``: ten instructions instead of three)."""
     b = ctx.builder
+    if POW2_DIVMOD and isinstance(d, ir.Constant) and isinstance(d.constant, int) and d.constant > 0 \
+            and d.constant & (d.constant - 1) == 0 and dt.kind in "iu":
+        s = d.constant.bit_length() - 1
+        q = (b.ashr if dt.kind == "i" else b.lshr)(a, _c(a, s)) if s else a
+        return q, b.and_(a, _c(a, d.constant - 1))
     zero = b.icmp_unsigned("==", d, _c(d, 0))
     if dt.kind != "i":
         safe = b.select(zero, _c(d, 1), d)
