@@ -77,8 +77,15 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
                 # less what the loop's staged operands (attention's q) hold for its whole run
                 budget = RING_BUDGET.get(target, RING_BUDGET["sm_80"]) - sum(
                     facts.dot_plans.config(s.dot).tile_bytes(s.tile) for s in staged)
-                while stages > 1 and stages * per_stage > budget:
+                # and what a B the loop computes and stores each iteration holds: one buffer, two
+                # where its group may stay in flight (3+ slots), else 2 slots and one buffer
+                restaged = _restaged_bytes(o, rings, staged, facts.dot_plans)
+                while stages > 1 and stages * per_stage > budget - restaged:
                     stages -= 1
+                if restaged and stages >= 3 and wgmma.COMPUTED_B_BUFFERS == 2 and num_warps == 4 \
+                        and stages * per_stage > budget - 2 * restaged:
+                    two = (budget - 2 * restaged) // per_stage
+                    stages = two if two >= 3 else 2                  # (2 slots: nothing in flight)
                 if stages < 2:
                     rings = ()
                 stages = _pair_fit(o, rings, staged, facts.dot_plans, stages, per_stage, num_warps, target)
@@ -183,6 +190,15 @@ def _pair_fit(o: ir.Operation, rings, staged, dot_plans, stages: int, per_stage:
                   if d.op is TileOp.DOT and dot_plans.family(d) is DotFamily.WGMMA)
     fit = (PAIR_CTA_BYTES - 2 * b_bytes - 1024) // per_stage
     return min(stages, fit) if fit >= 3 else stages
+
+
+def _restaged_bytes(o: ir.Operation, rings: tuple[RingPlan, ...], staged, dot_plans) -> int:
+    """Bytes of one buffer of each B that loop ``o`` computes and stores for wgmma each iteration
+    (``_restaged``); 0 when there is none."""
+    if not _restaged(o, rings, staged, dot_plans):
+        return 0
+    return sum(dot_plans.config(d).tile_bytes(SharedTile.B) for d in o.regions[0].ops
+               if d.op is TileOp.DOT and dot_plans.family(d) is DotFamily.WGMMA)
 
 
 def _restaged(o: ir.Operation, rings: tuple[RingPlan, ...], staged, dot_plans) -> bool:

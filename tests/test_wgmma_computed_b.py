@@ -135,3 +135,21 @@ def test_a_triton_style_loop_with_a_scaled_b_takes_it_too(computed_b, monkeypatc
     wb = (w.astype(np.float32) * np.float32(0.5)).astype(tj.bfloat16.np).astype(np.float64)
     ref = x.astype(np.float64) @ wb
     tj.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_a_big_computed_b_gets_the_slots_that_fit_beside_its_buffers(computed_b):
+    """64x128x256 (a 64 KB B tile) at 4 warps: the ring's slots are counted beside the B's
+    buffers, so the CTA fits the SM's shared memory (with two buffers it asked for 263 KB and
+    was refused); where a second buffer leaves fewer than 3 slots the loop keeps 2 and one
+    buffer, nothing in flight.  A 32 KB B keeps session 21's 3 slots and one group in flight."""
+    from tilejit.passes.shared_memory import MAX_SHARED_BYTES
+    for bn in (128, 256):                  # a B of 64 KB, and one of 128 KB (with one buffer it took 256 KB)
+        consts = {"BM": 64, "BN": bn, "BK": 256, "GROUP": 256, "K_SLICE": 2048}
+        fn = compile_to_simt(W4.tile_ir((BF16, U8, BF16, BF16, BF16, F32_3, I32_1), consts), 4, "sm_90a")
+        [loop] = fn.meta.tma_loops
+        assert fn.meta.shared_bytes <= MAX_SHARED_BYTES["sm_90a"]
+        assert loop.stages >= 2 and loop.in_flight == 0
+        assert computed_b == 1 or loop.stages == 2
+    consts["BN"], consts["BK"], consts["GROUP"] = 128, 128, 128
+    [loop] = compile_to_simt(W4.tile_ir((BF16, U8, BF16, BF16, BF16, F32_3, I32_1), consts), 4, "sm_90a").meta.tma_loops
+    assert (loop.stages, loop.in_flight) == ((3, 1) if computed_b == 2 else (4, 0))
