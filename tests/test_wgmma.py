@@ -467,3 +467,40 @@ def test_two_promotions_a_block_match_float64_on_the_emulator():
     ref = ex.reference(a, sa, b, sb)[:, :n]
     err = np.abs(c.astype(np.float64) - ref).max()
     assert err <= 1e-2 * np.abs(ref).max()
+
+
+def test_only_the_product_sized_accumulator_is_pinned(monkeypatch):
+    """A two-group loop that also carries a row statistic of the first product (its running row
+    maximum, two registers a thread): ``PIN_PROMOTED`` pins the promoted accumulator's 64
+    registers before the second group, and not the statistic, which may move with the rest."""
+    import tilejit as tj
+    from tilejit.codegen import llvm as codegen
+
+    @tj.kernel
+    def halves_max(a, a_scale, b, b_scale, c, mx_out, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+        H: tj.constexpr = BM // 2
+        m = tj.program_id(0) * BM
+        n = tj.program_id(1) * BN
+        acc0 = tj.zeros((H, BN), tj.float32)
+        acc1 = tj.zeros((H, BN), tj.float32)
+        mx = tj.full((H,), -tj.inf, tj.float32)
+        for k in range(0, a.shape[1], BK):
+            w = tj.load(b, (n, k), (BN, BK)).T
+            sb = tj.load(b_scale, (n // 128, k // 128), (1, 1))
+            p0 = tj.dot(tj.load(a, (m, k), (H, BK)), w)
+            acc0 = tj.fma(p0, tj.load(a_scale, (m, k // 128), (H, 1)) * sb, acc0)
+            mx = tj.maximum(mx, tj.max(p0, axis=1))
+            acc1 = tj.dot_scaled(tj.load(a, (m + H, k), (H, BK)), tj.load(a_scale, (m + H, k // 128), (H, 1)), w, sb,
+                                 acc1)
+        tj.store(c, (m, n), acc0.to(c.dtype))
+        tj.store(c, (m + H, n), acc1.to(c.dtype))
+        tj.store(mx_out, (m,), mx)
+    f8, f32 = ArraySpec(D.float8e4m3, 2, True, True, False), ArraySpec(D.float32, 2, True, True, False)
+    tile = halves_max.tile_ir((f8, f32, f8, f32, ArraySpec(D.bfloat16, 2, True, True, False),
+                               ArraySpec(D.float32, 1, True, True, False)), {"BM": 256, "BN": 128, "BK": 128})
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a")
+    pins = {}
+    for on in (True, False):
+        monkeypatch.setattr(codegen, "PIN_PROMOTED", on)
+        pins[on] = codegen.emit_llvm(fn, "sm_90a").count('asm sideeffect "", "=f,0"')
+    assert pins[True] - pins[False] == 64
