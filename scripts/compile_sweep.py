@@ -117,6 +117,25 @@ def cases():
             yield (f"attention backward D{dim} {bm}x{bn} w{w} dq {dq}",
                    lambda q=q, lse=lse, c=dict(BM=bm, BN=bn, num_warps=w, dq_config=dq):
                    bwd.backward(q, q, q, q, lse, q, causal=True, **c))
+    from tilejit.examples import (embedding_bag, fp8_matmul, histogram, moe_gemm, split_k_gemm, topk)
+    a8, sa = fp8_matmul.quantize(rng.standard_normal((512, 512)).astype(np.float32))
+    for bm, bn, bk, w in ((128, 256, 128, 8), (128, 128, 128, 8), (64, 256, 128, 4), (128, 256, 64, 8)):
+        yield (f"fp8 matmul (N, K) {bm}x{bn}x{bk} w{w}",
+               lambda c=(bm, bn, bk, w): fp8_matmul.run_linear(a8, a8, sa, sa, *c))
+    for c in ((64, 64, 64), (32, 64, 32)):
+        yield f"fp8 matmul {'x'.join(map(str, c))}", lambda c=c: fp8_matmul.run(a8, a8, sa, sa, *c)
+    for dt in (np.float16, BF16):
+        a, b = arr(256, 2048, dtype=dt), arr(2048, 256, dtype=dt)
+        for split, c in ((4, (64, 64, 32)), (8, (128, 128, 64))):
+            yield (f"split-K {np.dtype(dt).name} split {split} {'x'.join(map(str, c))}",
+                   lambda a=a, b=b, split=split, c=c: split_k_gemm.run(a, b, split, *c))
+    x, w, experts = moe_gemm.example_inputs(rng)
+    for c in ((32, 64, 32), (64, 64, 64)):
+        yield f"moe {'x'.join(map(str, c))}", lambda c=c: moe_gemm.run(x, w, experts, *c)
+    yield "topk 8 of 300", lambda: topk.run(*topk.example_inputs(rng))
+    yield "histogram 256 bins", lambda: histogram.run(*histogram.example_inputs(rng))
+    yield "histogram scatter", lambda: histogram.run_scatter(*histogram.example_inputs(rng))
+    yield "embedding bag", lambda: embedding_bag.run(*embedding_bag.example_inputs(rng))
     for cols in (1024, 16384):
         x = arr(64, cols, dtype=np.float32)
         yield f"softmax f32 {cols}", lambda x=x: softmax.run(x)
