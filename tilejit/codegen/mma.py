@@ -186,41 +186,29 @@ def wgmma(builder: ir.IRBuilder, acc: list[ir.Value] | None, a: ir.Value | list[
     for an N-major B, ``imm-trans-a`` 1 for an M-major A.  ``acc`` None: D = A @ B (``scale-d``
     false), the accumulators outputs only, so no zeros are moved into them first (ptxas injects
     a ``warpgroup.arrive`` (C7519) where such moves sit between two wgmma groups)."""
-    if acc is None:
-        acc_in = None
-        acc = [None] * (n // 2)
-    else:
-        acc_in = acc
     fp8 = kind in ("e4m3", "e5m2")     # k32, both operands K-major: no transpose operands
-    if len(acc) != n // 2 or kind not in ("bf16", "f16", "e4m3", "e5m2"):
-        raise ValueError(f"wgmma m64n{n}k{32 if fp8 else 16} .{kind}: needs {n // 2} f32 accumulators, got {len(acc)}")
+    k = n // 2
+    if (acc is not None and len(acc) != k) or kind not in ("bf16", "f16", "e4m3", "e5m2"):
+        raise ValueError(f"wgmma m64n{n}k{32 if fp8 else 16} .{kind}: needs {k} f32 accumulators, got {len(acc)}")
     if fp8 and (b_n_major or a_m_major or isinstance(a, list)):
         raise ValueError(f"wgmma .{kind} reads both operands K-major from shared memory")
-    k = len(acc)
+    tied = [] if acc is None else [str(i) for i in range(k)]          # the inputs tied to the outputs
     regs = ", ".join(f"${i}" for i in range(k))
     a_regs = isinstance(a, list)
     a_ops = [_as(builder, x, I32) for x in a] if a_regs else [a]
-    first = 2 * k
+    first = k + len(tied)
     if a_regs:
         a_text = "{" + ", ".join(f"${first + i}" for i in range(4)) + "}"
         b_text, tail = f"${first + 4}", f"p, 1, 1, {int(b_n_major)}"
     else:
         a_text, b_text = f"${first}", f"${first + 1}"
         tail = "p, 1, 1" if fp8 else f"p, 1, 1, {int(a_m_major)}, {int(b_n_major)}"
-    if acc_in is None:          # the operands after the outputs are numbered from k
-        first = k
-        if a_regs:
-            a_text = "{" + ", ".join(f"${first + i}" for i in range(4)) + "}"
-            b_text = f"${first + 4}"
-        else:
-            a_text, b_text = f"${first}", f"${first + 1}"
-    asm = (f"{{\n.reg .pred p;\nsetp.ne.b32 p, {0 if acc_in is None else 1}, 0;\n"
+    asm = (f"{{\n.reg .pred p;\nsetp.ne.b32 p, {0 if acc is None else 1}, 0;\n"
            f"wgmma.mma_async.sync.aligned.m64n{n}k{32 if fp8 else 16}.f32.{kind}.{kind} {{{regs}}}, {a_text}, {b_text}, "
            f"{tail};\n}}")
-    tied = [] if acc_in is None else [str(i) for i in range(k)]
     constraints = ",".join(["=f"] * k + tied + (["r"] * 4 if a_regs else ["l"]) + ["l"])
     fnty = ir.FunctionType(_f32_struct(builder, k), [F32] * len(tied) + [x.type for x in a_ops] + [I64])
-    call = builder.asm(fnty, asm, constraints, [*(acc_in or []), *a_ops, desc_b], side_effect=True)
+    call = builder.asm(fnty, asm, constraints, [*(acc or []), *a_ops, desc_b], side_effect=True)
     return _unpack(builder, call, k)
 
 
