@@ -150,6 +150,12 @@ def test_a_big_computed_b_gets_the_slots_that_fit_beside_its_buffers(computed_b)
         assert fn.meta.shared_bytes <= MAX_SHARED_BYTES["sm_90a"]
         assert loop.stages >= 2 and loop.in_flight == 0
         assert computed_b == 1 or loop.stages == 2
+    # the Triton-style spelling (``acc += x @ (w * s).to(bf16)``, w float32) plans the same way
+    f32 = ArraySpec(D.float32, 2, True, True, False)
+    fn = compile_to_simt(scaled_b.tile_ir((BF16, f32, f32, ScalarSpec(D.float32)), {"BM": 64, "BN": 128, "BK": 256}),
+                         4, "sm_90a")
+    [loop] = fn.meta.tma_loops
+    assert fn.meta.shared_bytes <= MAX_SHARED_BYTES["sm_90a"] and loop.stages >= 2 and loop.in_flight == 0
     consts["BN"], consts["BK"], consts["GROUP"] = 128, 128, 128
     [loop] = compile_to_simt(W4.tile_ir((BF16, U8, BF16, BF16, BF16, F32_3, I32_1), consts), 4, "sm_90a").meta.tma_loops
     assert (loop.stages, loop.in_flight) == ((3, 1) if computed_b == 2 else (4, 0))
