@@ -75,6 +75,12 @@ def cases():
             yield (f"matmul {np.dtype(dt).name} {k['BM']}x{k['BN']}x{k['BK']} s{k['STAGES']} w{cfg.num_warps}",
                    lambda a=a, b=b, c=c, k=k, w=cfg.num_warps: matmul.matmul_kernel.kernel[
                        (tj.cdiv(1024, k["BM"]), tj.cdiv(1024, k["BN"]))](a, b, c, num_warps=w, **k))
+    for k in (matmul.CONFIGS[1], matmul.CONFIGS[8], matmul.CONFIGS[0]):     # rows of 2000 bytes: no TMA, the twin loops
+        a, b, c = arr(256, 1000), arr(1000, 256), arr(256, 256, dtype=np.float32)
+        kw = k.constexprs
+        yield (f"matmul bfloat16 K=1000 (unaligned rows) {kw['BM']}x{kw['BN']}x{kw['BK']} w{k.num_warps}",
+               lambda a=a, b=b, c=c, kw=kw, w=k.num_warps: matmul.matmul_kernel.kernel[
+                   (tj.cdiv(256, kw["BM"]), tj.cdiv(256, kw["BN"]))](a, b, c, num_warps=w, **kw))
     for cfg in attention.attention_tuned.configs:
         k = cfg.constexprs
         for dim, causal in ((64, False), (128, True), (128, False)):
@@ -106,6 +112,12 @@ def cases():
             x = arr(m, 1024)
             yield (f"w4a16 M{m} {bm}x{bn}x{bk} w{w} split {split}",
                    lambda x=x, c=dict(BM=bm, BN=bn, BK=bk, split=split): w4.run(x, packed, scales, zeros, group=128, **c))
+    packed_odd, scales_odd, zeros_odd = w4.quantize(rng.standard_normal((1024, 1000)).astype(np.float32), 128)
+    for bm, bn, bk, split in ((64, 128, 128, 2), (16, 64, 128, 8)):      # packed rows of 500 bytes
+        x = arr(bm, 1024)
+        yield (f"w4a16 N=1000 (unaligned rows) M{bm} {bm}x{bn}x{bk} split {split}",
+               lambda x=x, c=dict(BM=bm, BN=bn, BK=bk, split=split): w4.run(x, packed_odd, scales_odd, zeros_odd,
+                                                                              group=128, **c))
     for split, bn, w in ((1024, 64, 4), (2048, 128, 4), (2048, 128, 8)):
         q, k, v = dec.example_inputs(rng, 2, 8, 2, 1, 2048, 128)
         yield (f"decode {split}x{bn} w{w}",
