@@ -63,3 +63,19 @@ def test_every_case_builds_for_sm_90a(monkeypatch, capsys, tmp_path):
         assert sweep().main([]) == 0, capsys.readouterr().out
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == "0 failed" and sum(x.startswith("ok ") for x in out) >= 100
+
+
+@pytest.mark.skipif(not ptxas.available(), reason="needs nvJitLink to assemble")
+def test_the_sm_80_cases_build(monkeypatch, capsys, tmp_path):
+    """A part of the sweep for sm_80 (mma.sync and cp.async everywhere): bfloat16 GEMM tiles
+    (the ones past sm_80's shared memory are refused cleanly), causal D128 attention, W4A16 at 16
+    rows, decode, the attention backward at D64, split-K, MoE and the row kernels."""
+    isolate(monkeypatch, tmp_path)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert sweep().main(["--arch", "sm_80", "matmul bfloat16", "attention D128 causal", "w4a16 M16", "decode",
+                             "backward D64", "split-K", "moe", "softmax", "layernorm", "rmsnorm"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "0 failed" and sum(x.startswith("ok ") for x in out) >= 30
+    assert any(x.startswith("refused matmul bfloat16 128x256x64") for x in out)
