@@ -373,29 +373,40 @@ def test_descriptor_offsets_make_a_tiles_k_steps_one_descriptor_and_adds(on, mon
     assert built.spills == 0 and "serializ" not in built.log.lower()
 
 
-def _two_promotions_tile(BM=256, BN=128, BK=128):
+def _two_promotions_tile(BM=256, BN=128, BK=128, row_max=False):
     """A block-scaled fp8 GEMM whose rows are two DOTs (the tile's halves), each promoted into
-    its own accumulator: two wgmma groups a K block, each waited for and scaled in the loop."""
+    its own accumulator: two wgmma groups a K block, each waited for and scaled in the loop (the
+    first half spelled ``fma(dot, scale, acc)``, the second ``dot_scaled``).  ``row_max``: the
+    loop also carries the first product's running row maximum (stored to ``mx_out``)."""
     import tilejit as tj
+    from tilejit.specs import NoneSpec
 
     @tj.kernel
-    def halves(a, a_scale, b, b_scale, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    def halves(a, a_scale, b, b_scale, c, mx_out, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
+               ROW_MAX: tj.constexpr = False):
         H: tj.constexpr = BM // 2
         m = tj.program_id(0) * BM
         n = tj.program_id(1) * BN
         acc0 = tj.zeros((H, BN), tj.float32)
         acc1 = tj.zeros((H, BN), tj.float32)
+        mx = tj.full((H,), -tj.inf, tj.float32)
         for k in range(0, a.shape[1], BK):
             w = tj.load(b, (n, k), (BN, BK)).T
             sb = tj.load(b_scale, (n // 128, k // 128), (1, 1))
-            acc0 = tj.dot_scaled(tj.load(a, (m, k), (H, BK)), tj.load(a_scale, (m, k // 128), (H, 1)), w, sb, acc0)
+            p0 = tj.dot(tj.load(a, (m, k), (H, BK)), w)
+            acc0 = tj.fma(p0, tj.load(a_scale, (m, k // 128), (H, 1)) * sb, acc0)
+            if ROW_MAX:
+                mx = tj.maximum(mx, tj.max(p0, axis=1))
             acc1 = tj.dot_scaled(tj.load(a, (m + H, k), (H, BK)), tj.load(a_scale, (m + H, k // 128), (H, 1)),
                                  w, sb, acc1)
         tj.store(c, (m, n), acc0.to(c.dtype))
         tj.store(c, (m + H, n), acc1.to(c.dtype))
+        if ROW_MAX:
+            tj.store(mx_out, (m,), mx)
     f8, f32 = ArraySpec(D.float8e4m3, 2, True, True, False), ArraySpec(D.float32, 2, True, True, False)
-    specs = (f8, f32, f8, f32, ArraySpec(D.bfloat16, 2, True, True, False))
-    return halves, halves.tile_ir(specs, {"BM": BM, "BN": BN, "BK": BK})
+    specs = (f8, f32, f8, f32, ArraySpec(D.bfloat16, 2, True, True, False),
+             ArraySpec(D.float32, 1, True, True, False) if row_max else NoneSpec())
+    return halves, halves.tile_ir(specs, {"BM": BM, "BN": BN, "BK": BK, "ROW_MAX": row_max})
 
 
 @pytest.mark.parametrize("on", [True, False])
@@ -463,7 +474,7 @@ def test_two_promotions_a_block_match_float64_on_the_emulator():
     b, sb = ex.quantize_blocks(rng.standard_normal((k, 256)).astype(np.float32))
     b_nk, sb_nk = np.ascontiguousarray(b.T[:n]), np.ascontiguousarray(sb.T)
     c = np.zeros((m, n), ml_dtypes.bfloat16)
-    halves[(-(-m // 64), -(-n // 64))](a, sa, b_nk, sb_nk, c, BM=64, BN=64, BK=64)
+    halves[(-(-m // 64), -(-n // 64))](a, sa, b_nk, sb_nk, c, None, BM=64, BN=64, BK=64)
     ref = ex.reference(a, sa, b, sb)[:, :n]
     err = np.abs(c.astype(np.float64) - ref).max()
     assert err <= 1e-2 * np.abs(ref).max()
@@ -473,31 +484,8 @@ def test_only_the_product_sized_accumulator_is_pinned(monkeypatch):
     """A two-group loop that also carries a row statistic of the first product (its running row
     maximum, two registers a thread): ``PIN_PROMOTED`` pins the promoted accumulator's 64
     registers before the second group, and not the statistic, which may move with the rest."""
-    import tilejit as tj
     from tilejit.codegen import llvm as codegen
-
-    @tj.kernel
-    def halves_max(a, a_scale, b, b_scale, c, mx_out, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
-        H: tj.constexpr = BM // 2
-        m = tj.program_id(0) * BM
-        n = tj.program_id(1) * BN
-        acc0 = tj.zeros((H, BN), tj.float32)
-        acc1 = tj.zeros((H, BN), tj.float32)
-        mx = tj.full((H,), -tj.inf, tj.float32)
-        for k in range(0, a.shape[1], BK):
-            w = tj.load(b, (n, k), (BN, BK)).T
-            sb = tj.load(b_scale, (n // 128, k // 128), (1, 1))
-            p0 = tj.dot(tj.load(a, (m, k), (H, BK)), w)
-            acc0 = tj.fma(p0, tj.load(a_scale, (m, k // 128), (H, 1)) * sb, acc0)
-            mx = tj.maximum(mx, tj.max(p0, axis=1))
-            acc1 = tj.dot_scaled(tj.load(a, (m + H, k), (H, BK)), tj.load(a_scale, (m + H, k // 128), (H, 1)), w, sb,
-                                 acc1)
-        tj.store(c, (m, n), acc0.to(c.dtype))
-        tj.store(c, (m + H, n), acc1.to(c.dtype))
-        tj.store(mx_out, (m,), mx)
-    f8, f32 = ArraySpec(D.float8e4m3, 2, True, True, False), ArraySpec(D.float32, 2, True, True, False)
-    tile = halves_max.tile_ir((f8, f32, f8, f32, ArraySpec(D.bfloat16, 2, True, True, False),
-                               ArraySpec(D.float32, 1, True, True, False)), {"BM": 256, "BN": 128, "BK": 128})
+    _, tile = _two_promotions_tile(row_max=True)
     fn = compile_to_simt(tile, num_warps=8, target="sm_90a")
     pins = {}
     for on in (True, False):
