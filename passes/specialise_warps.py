@@ -29,6 +29,11 @@ products; with ``PINGPONG_PROMOTION`` (on: measured +5-7% on the fp8 blockwise G
 one wgmma group whose product is waited for and scaled in the loop (a block-scaled GEMM's
 promotion) takes turns too.
 
+TMA multicast (``passes/multicast.py``; ``multicast.MULTICAST``, off until measured on the GPU):
+neighbouring programs along grid axis 0 run as a cluster of two CTAs, and a box both load (a
+GEMM's B column block, attention's K and V) is read from L2 once, each CTA copying half of it
+into both; then every slot waits for both CTAs' consumers.
+
 The pass refuses (returns ``fn`` unchanged) when the copies depend on anything but pure values
 of the kernel's top level, the ops before the loop in the guard and the loop body.
 
@@ -53,6 +58,7 @@ from tilejit import dtypes as D
 from tilejit.abi import ParamDesc, ParamKind
 from tilejit import ir, simt
 from tilejit.ir import TileOp
+from tilejit.passes import multicast as multicast_module
 from tilejit.passes import stream_k
 from tilejit.simt import RegType, SimtOp
 
@@ -201,6 +207,7 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     rec, guard = found
     persist = (persistable(fn) if persistent is None else persistent and guard is None
                and rec.loop.regions[0].args[0].type.dtype == I32) and _private(fn, rec)
+    paired = not persist and multicast_module.applies(fn, rec.loop, guard)
     loop = rec.loop
     body = loop.regions[0]
     iv = body.args[0]
@@ -388,6 +395,8 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     fn.meta.producer_warps = PRODUCER_WARPS
     fn.meta.persistent_tiles = persist
     fn.meta.stream_k = tiles.stream.words if persist and tiles.stream else 0
+    if paired:
+        multicast_module.multicast(fn, buffers)
     fn.meta.self_synced_ops = set(fn.meta.self_synced_ops) | {o for o in fn.walk() if o.op in simt.TMA_OPS}
     return fn
 

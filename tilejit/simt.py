@@ -82,6 +82,8 @@ class SimtMeta:
     max_registers: int = 0                 # registers per thread the kernel is compiled for (0: ptxas picks)
     tma_loops: list = field(default_factory=list)       # lowering: pipeline_loads.TmaLoop records
     cluster_ctas: int = 1                  # cluster_rows: CTAs per cluster along grid axis 0 (each program's)
+    paired_ctas: bool = False              # specialise_warps (MULTICAST): clusters of 2 CTAs along axis 0, each
+    #                                        its own program: the launch pads axis 0 to even and passes its extent
 
     @property
     def cta_threads(self) -> int:
@@ -98,7 +100,8 @@ class SimtMeta:
                 + (" persistent" if self.persistent else "")
                 + (" persistent_tiles" if self.persistent_tiles else "")
                 + (f" stream_k={self.stream_k}" if self.stream_k else "")
-                + (f" cluster_ctas={self.cluster_ctas}" if self.cluster_ctas > 1 else ""))
+                + (f" cluster_ctas={self.cluster_ctas}" if self.cluster_ctas > 1 else "")
+                + (" paired_ctas" if self.paired_ctas else ""))
 
 
 class SimtOp(enum.Enum):
@@ -196,14 +199,18 @@ class SimtOp(enum.Enum):
     MBARRIER_WAIT = enum.auto()      # (bar, parity: i32) -> (): every thread waits until the phase
     #   of that parity (phase number & 1) has completed; its TMA bytes are then visible  MbarrierAttrs
     MBARRIER_INVAL = enum.auto()     # (bar, issue) -> (): the bytes stop being an mbarrier  MbarrierAttrs
-    MBARRIER_ARRIVE = enum.auto()    # (bar, on: bool) -> (): every thread whose ``on`` holds arrives  MbarrierAttrs
+    MBARRIER_ARRIVE = enum.auto()    # (bar, on: bool[, rank: i32]) -> (): every thread whose ``on`` holds
+    #   arrives; with ``rank``, on the mbarrier at the same address in that CTA of the cluster
+    #   (mapa, then mbarrier.arrive.release.cluster)                          MbarrierAttrs
     SETMAXNREG = enum.auto()         # () -> (): this warpgroup's registers per thread become attrs.n
     #   (setmaxnreg.inc / .dec; every thread of the warpgroup runs it)        RegCountAttrs
     FENCE_MBARRIER_INIT = enum.auto()  # () -> (): initialised mbarriers are seen by the async proxy
     TMA_LOAD = enum.auto()           # (map, dst, bar, issue, *coords: i32 n=1 each, in the array's
     #   dim order) -> (): cp.async.bulk.tensor of the map's box at element ``coords`` into shared
     #   byte address dst (the box row-major, swizzled over the map's span), completing its bytes
-    #   on ``bar``; elements outside the array are zeros                        TmaAttrs
+    #   on ``bar``; elements outside the array are zeros.  With ``attrs.multicast`` (a mask of the
+    #   cluster's CTA ranks) the box lands at ``dst`` of each of those CTAs and completes its bytes
+    #   on each one's mbarrier at ``bar`` (.multicast::cluster)                   TmaAttrs
     TMA_STORE = enum.auto()          # (map, src, issue, *coords: i32 n=1 each, in the array's dim
     #   order) -> (): cp.async.bulk.tensor of the map's box from shared byte address src (row-major,
     #   swizzled over the map's span) to the array at element ``coords``; elements outside the
@@ -326,6 +333,7 @@ class TmaAttrs(Attrs):
     swizzle: int                  # bytes (0, 32, 64, 128)
     buffer: int = -1              # the SHARED_ALLOC buffer written
     bar_buffer: int = -1          # the one holding the mbarrier
+    multicast: int = 0            # TMA_LOAD: the cluster's CTA ranks it writes to (a bit each; 0: its own)
 
 
 @dataclass(frozen=True)
@@ -459,8 +467,9 @@ _SPECS = {
     and o.operands[0].type.dtype.is_bool else "TMA_STORE_WAIT takes (issue: bool)",
     **{op: (lambda o: None if len(o.operands) == 2 and all(_n(x) == 1 for x in o.operands)
             else f"{o.op.name} takes (bar, issue or parity), one register each")
-       for op in (SimtOp.MBARRIER_INIT, SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL,
-                  SimtOp.MBARRIER_ARRIVE)},
+       for op in (SimtOp.MBARRIER_INIT, SimtOp.MBARRIER_EXPECT_TX, SimtOp.MBARRIER_WAIT, SimtOp.MBARRIER_INVAL)},
+    SimtOp.MBARRIER_ARRIVE: lambda o: None if len(o.operands) in (2, 3) and all(_n(x) == 1 for x in o.operands)
+    else "MBARRIER_ARRIVE takes (bar, on[, rank]), one register each",
     SimtOp.WGMMA_WAIT: lambda o: None if [x.type for x in o.operands] == [r.type for r in o.results]
     else "WGMMA_WAIT gives back its operands, one result each",
     SimtOp.WGMMA: lambda o: None if _n(o.operands[0]) == o.attrs.n // 2 == _n(o.results[0])

@@ -53,7 +53,8 @@ STREAM_K_SPLIT = 4       # the most CTAs a stream-K launch gives each tile (fewe
 
 
 def launch_geometry(programs: int, grid: tuple, args: list, resident: int | None = None,
-                    cluster: int = 1, tiles: bool = False, workspace=None) -> tuple[tuple, list]:
+                    cluster: int = 1, tiles: bool = False, workspace=None,
+                    paired: bool = False) -> tuple[tuple, list]:
     """The CTA grid and the arguments (with grid axis 0 appended) of a launch of ``grid``
     programs of a kernel packed ``programs`` to a CTA.  ``resident``: a persistent kernel's
     CTAs (``persist_programs``; each loops over the programs along axis 0), at most that many in
@@ -63,12 +64,17 @@ def launch_geometry(programs: int, grid: tuple, args: list, resident: int | None
     1-D launch of at most ``resident`` CTAs, the grid's three extents appended to the arguments,
     then ``workspace(ctas)`` where given (a stream-K kernel's scratch buffer for that many CTAs:
     such a kernel runs up to ``STREAM_K_SPLIT`` CTAs a tile where there are fewer tiles than
-    ``resident``, each tile's k-iterations shared out among them)."""
+    ``resident``, each tile's k-iterations shared out among them).  ``paired``: clusters of two
+    CTAs along axis 0, each running its own program (``specialise_warps.MULTICAST``): axis 0
+    rounded up to even, its extent appended to the arguments (the padding CTA only joins its
+    partner's cluster barriers)."""
     if tiles:
         extents = tuple(grid) + (1,) * (3 - len(grid))
         total = extents[0] * extents[1] * extents[2]
         ctas = max(1, min(total * (STREAM_K_SPLIT if workspace is not None else 1), resident))
         return (ctas, 1, 1), list(args) + list(extents) + ([workspace(ctas)] if workspace is not None else [])
+    if paired:
+        return (grid[0] + grid[0] % 2,) + tuple(grid[1:]), list(args) + [grid[0]]
     if cluster > 1:
         return (grid[0] * cluster,) + tuple(grid[1:]), args
     if resident is not None:

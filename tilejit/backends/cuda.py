@@ -42,6 +42,7 @@ class CudaArtifact:
     cluster_ctas: int = 1                  # CTAs per program, launched as a cluster along x (cluster_rows)
     persistent_tiles: bool = False         # each CTA loops over the whole grid (specialise_warps)
     stream_k: int = 0                      # words of a stream-K workspace slot (0: none; passes/stream_k.py)
+    paired_ctas: bool = False              # clusters of 2 CTAs, one program each (launch_geometry's paired)
 
     def __post_init__(self):
         if not self.cta_threads:
@@ -124,7 +125,7 @@ class CudaArtifact:
                 "programs_per_cta": self.programs_per_cta, "cta_threads": self.cta_threads,
                 "persistent": self.persistent, "copy_engines": list(self.copy_engines),
                 "producer_warps": self.producer_warps, "cluster_ctas": self.cluster_ctas,
-                "persistent_tiles": self.persistent_tiles, "stream_k": self.stream_k,
+                "persistent_tiles": self.persistent_tiles, "stream_k": self.stream_k, "paired_ctas": self.paired_ctas,
                 "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name, list(p.box), p.swizzle] for p in self.params]}
 
@@ -139,7 +140,7 @@ class CudaArtifact:
                    int(meta.get("cta_threads", 0)), bool(meta.get("persistent", False)),
                    tuple(meta.get("copy_engines", ())), int(meta.get("producer_warps", 0)),
                    int(meta.get("cluster_ctas", 1)), bool(meta.get("persistent_tiles", False)),
-                   int(meta.get("stream_k", 0)))
+                   int(meta.get("stream_k", 0)), bool(meta.get("paired_ctas", False)))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -289,7 +290,7 @@ class CudaBackend:
                            tuple((o.attrs.msg, o.attrs.scalar, o.attrs.rank, o.loc) for o in assert_sites(simt_fn)),
                            simt_fn.meta.cta_threads, simt_fn.meta.persistent, copy_engines(simt_fn),
                            simt_fn.meta.producer_warps, simt_fn.meta.cluster_ctas, simt_fn.meta.persistent_tiles,
-                           simt_fn.meta.stream_k)
+                           simt_fn.meta.stream_k, simt_fn.meta.paired_ctas)
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())
@@ -310,7 +311,8 @@ class CudaBackend:
                 grid, views = backends.launch_geometry(programs, grid, views, kernel.resident_ctas(threads),
                                                        tiles=art.persistent_tiles, workspace=art.workspace(device))
             elif programs > 1 or art.cluster_ctas > 1:
-                grid, views = backends.launch_geometry(programs, grid, views, cluster=art.cluster_ctas)
+                grid, views = backends.launch_geometry(programs, grid, views, cluster=art.cluster_ctas,
+                                                       paired=art.paired_ctas)
             if stream is None:      # the full path's rule: the first array that has a stream
                 for i in arrays:
                     stream = views[i].stream
@@ -325,7 +327,8 @@ class CudaBackend:
         def geometry(kernel, grid, views):      # on the device the arrays live on
             resident = kernel.resident_ctas(art.cta_threads) if art.persistent or art.persistent_tiles else None
             return backends.launch_geometry(art.programs_per_cta, tuple(grid), views, resident, art.cluster_ctas,
-                                            art.persistent_tiles, art.workspace(kernel.device) if art.stream_k else None)
+                                            art.persistent_tiles, art.workspace(kernel.device) if art.stream_k else None,
+                                            art.paired_ctas)
         launch.launch_arrays(art.kernel_for_device, grid, art.cta_threads, args,
                              art.params, art.writes, stream, geometry=geometry)
         if art.asserts:

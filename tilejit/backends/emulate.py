@@ -448,7 +448,9 @@ def run(fn: ir.Function, grid, args: list, race_check: bool = True) -> None:
     """Run SIMT function ``fn`` over ``grid`` programs (int or tuple of up to 3 ints) on host ``args``
     (NumPy arrays, written in place, and scalars, in the kernel's runtime-argument order)."""
     grid = (grid,) if isinstance(grid, int) else tuple(grid)
-    if fn.meta.cluster_ctas > 1:            # ``grid`` counts programs: each is a cluster of CTAs
+    if fn.meta.paired_ctas and len(args) == len(fn.arg_names):      # clusters of two programs
+        grid, args = backends.launch_geometry(1, grid, args, paired=True)
+    elif fn.meta.cluster_ctas > 1:          # ``grid`` counts programs: each is a cluster of CTAs
         grid, args = backends.launch_geometry(1, grid, args, cluster=fn.meta.cluster_ctas)
     if fn.meta.persistent_tiles and len(args) == len(fn.arg_names):
         # CTAs for half the programs, so that each runs its loop over tiles about twice (stream-K:

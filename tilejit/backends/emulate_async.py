@@ -225,22 +225,37 @@ class AsyncOps:
                 if not moved:
                     break                             # the wait below reports the hang
             for k, p in keys:
-                stamp = self.mbarriers.wait(k, p)
+                stamps = self.mbarriers.wait(k, p)
                 if self.baton is not None and self.side == 1:
-                    self.epochs.learn(k[0], stamp)
+                    for row, stamp in stamps.items():
+                        self.epochs.learn(row, stamp)
         except emulate_tma.TmaError as e:
             raise EmulatorError(str(e)) from None
         self.writer[f.ids] = -1                       # the phase orders what came before it
         self.reader[f.ids] = -1
 
+    def cluster_row(self, row: int, rank: int) -> int:
+        """The batch row of the CTA of rank ``rank`` in batch row ``row``'s cluster."""
+        if not 0 <= rank < self.cluster:
+            raise EmulatorError(f"cluster CTA rank {rank} in clusters of {self.cluster} CTAs")
+        return row - int(self.block_ids[row, 0]) % self.cluster + rank
+
     def op_MBARRIER_ARRIVE(self, o, f):
         bar, on = f[o.operands[0]], f[o.operands[1]][:, :, 0].astype(bool)
+        rank = f[o.operands[2]][:, :, 0] if len(o.operands) > 2 else None
         try:
             for c, row in enumerate(f.ids):
                 who = np.nonzero(on[c])[0]
                 if len(who):
-                    self.mbarriers.arrive((int(row), int(bar[c, who[0], 0])), len(who),
-                                          self.consumer_arrival(int(row)))
+                    target = int(row)
+                    if rank is not None:
+                        ranks = set(rank[c, who].tolist())
+                        if len(ranks) > 1:
+                            raise EmulatorError("MBARRIER_ARRIVE: the threads of a CTA arrive at different "
+                                                "CTAs' mbarriers (the emulator wants one rank a CTA)")
+                        target = self.cluster_row(int(row), ranks.pop())
+                    self.mbarriers.arrive((target, int(bar[c, who[0], 0])), len(who),
+                                          self.consumer_arrival(int(row)), int(row))
         except emulate_tma.TmaError as e:
             raise EmulatorError(str(e)) from None
 
@@ -335,29 +350,39 @@ class AsyncOps:
         tmap = f[o.operands[0]]
         dst, bar = f[o.operands[1]], f[o.operands[2]]
         coords = [f[x] for x in o.operands[4:]]
-        for c, row, t in self.issuers(o, f, 3):
+        mask = o.attrs.multicast
+        for c, issuer, t in self.issuers(o, f, 3):
             addrs = self.box_bytes(o, tmap, int(dst[c, t, 0]))
             data = tmap.box(tuple(int(x[c, t, 0]) for x in coords))
-            cta = np.full(addrs.shape, row)
-            if self.bulk_reads:
-                self.check_bulk_reads(o, np.full(addrs.shape, row), addrs)
-            if self.mbarriers.pending[row, addrs].any():
-                raise EmulatorError("TMA_LOAD overwrites bytes of an earlier copy no thread has waited for "
-                                    "(a ring slot refilled before its consumers released it)")
-            if self.wgmma_groups or self.wgmma_open:
-                self.check_wgmma_reads(o, f.subset(np.array([c])), addrs[None, None, :])
-            if self.baton is not None and self.side == 1 and self.epochs.in_use(row, addrs):
-                raise EmulatorError("shared-memory race: the producer's TMA_LOAD overwrites bytes the consumer "
-                                    "warps read or wrote after their last mbarrier arrival it waited for (shared "
-                                    "memory they use outside the ring, or a slot refilled before its release)")
-            if self.race_check:              # the copy may land any time from now on
-                for track, what in ((self.reader, "read by"), (self.writer, "written by")):
-                    seen = track[cta, addrs]
-                    if (seen != -1).any():
-                        raise EmulatorError(f"shared-memory race: TMA_LOAD overwrites bytes {what} a thread "
-                                            f"since the last BARRIER")
-            self.shared[row, addrs] = data
-            try:
-                self.mbarriers.copy((row, int(bar[c, t, 0])), row, addrs, len(data))
-            except emulate_tma.TmaError as e:
-                raise EmulatorError(str(e)) from None
+            rows = [self.cluster_row(issuer, r) for r in range(self.cluster) if mask >> r & 1] if mask else [issuer]
+            if mask >> self.cluster:
+                raise EmulatorError(f"TMA_LOAD multicast to CTA mask {mask:#x} in clusters of {self.cluster} CTAs")
+            for row in rows:
+                self.tma_land(o, row, addrs, data, int(bar[c, t, 0]))
+
+    def tma_land(self, o, row: int, addrs, data, bar: int) -> None:
+        """One TMA_LOAD's box lands in batch row ``row``'s shared
+        memory at ``addrs``, completing on its mbarrier at ``bar``."""
+        cta = np.full(addrs.shape, row)
+        if self.bulk_reads:
+            self.check_bulk_reads(o, np.full(addrs.shape, row), addrs)
+        if self.mbarriers.pending[row, addrs].any():
+            raise EmulatorError("TMA_LOAD overwrites bytes of an earlier copy no thread has waited for "
+                                "(a ring slot refilled before its consumers released it)")
+        if self.wgmma_groups or self.wgmma_open:
+            self.check_wgmma_reads(o, Frame({}, np.array([row])), addrs[None, None, :])
+        if self.baton is not None and self.side == 1 and self.epochs.in_use(row, addrs):
+            raise EmulatorError("shared-memory race: the producer's TMA_LOAD overwrites bytes the consumer "
+                                "warps read or wrote after their last mbarrier arrival it waited for (shared "
+                                "memory they use outside the ring, or a slot refilled before its release)")
+        if self.race_check:              # the copy may land any time from now on
+            for track, what in ((self.reader, "read by"), (self.writer, "written by")):
+                seen = track[cta, addrs]
+                if (seen != -1).any():
+                    raise EmulatorError(f"shared-memory race: TMA_LOAD overwrites bytes {what} a thread "
+                                        f"since the last BARRIER")
+        self.shared[row, addrs] = data
+        try:
+            self.mbarriers.copy((row, bar), row, addrs, len(data))
+        except emulate_tma.TmaError as e:
+            raise EmulatorError(str(e)) from None

@@ -88,8 +88,8 @@ class _Barrier:
     phase: int = 0                    # phases completed
     copies: list = field(default_factory=list)     # (cta, byte addresses) of this phase's copies
     done: list = field(default_factory=list)       # ... of the last completed phase
-    stamp: int = -1                   # the consumers' latest epoch among this phase's arrivals
-    done_stamp: int = -1              # ... of the last completed phase
+    stamp: dict = field(default_factory=dict)      # CTA row: its consumers' latest epoch among this
+    done_stamp: dict = field(default_factory=dict)  # phase's arrivals; ... of the last completed phase
 
 
 class Mbarriers:
@@ -106,13 +106,15 @@ class Mbarriers:
             raise TmaError(f"mbarrier at shared byte {key[1]} is used before MBARRIER_INIT")
         return bar
 
-    def arrive(self, key, count: int, stamp: int = -1) -> None:
+    def arrive(self, key, count: int, stamp: int = -1, source: int | None = None) -> None:
         """``count`` threads arrive (mbarrier.arrive); ``stamp``: the consumer warps' epoch
-        when they are the ones arriving (``ConsumerEpochs``), else -1."""
+        when they are the ones arriving (``ConsumerEpochs``), else -1; ``source``: the CTA row
+        they run in (default: the mbarrier's own, ``key[0]``; another for a remote arrival)."""
         if count:
             bar = self._get(key)
             bar.arrivals -= count
-            bar.stamp = max(bar.stamp, stamp)
+            row = key[0] if source is None else source
+            bar.stamp[row] = max(bar.stamp.get(row, -1), stamp)
             if bar.arrivals < 0:
                 raise TmaError(f"more arrivals on the mbarrier at shared byte {key[1]} than its count")
             self._complete(bar)
@@ -150,7 +152,7 @@ class Mbarriers:
             bar.phase += 1
             bar.arrivals = bar.count
             bar.done, bar.copies = bar.copies, []
-            bar.done_stamp, bar.stamp = bar.stamp, -1
+            bar.done_stamp, bar.stamp = bar.stamp, {}
 
     def ready(self, key, parity: int) -> bool:
         """Whether the phase of ``parity`` has completed (a wait would return)."""
@@ -158,9 +160,9 @@ class Mbarriers:
 
     def wait(self, key, parity: int) -> int:
         """Returns when the phase of ``parity`` has completed (the current one has the other
-        parity); its copies' bytes stop being pending.  The result: the consumers' epoch that
-        phase's arrivals carried (-1 for none, and for the phase before the first, which a wait
-        on the other parity of a fresh mbarrier passes at once)."""
+        parity); its copies' bytes stop being pending.  The result: {CTA row: the consumers'
+        epoch that phase's arrivals from that row carried} (empty for the phase before the first,
+        which a wait on the other parity of a fresh mbarrier passes at once)."""
         bar = self._get(key)
         if bar.phase % 2 == parity % 2:
             raise TmaError(f"MBARRIER_WAIT would hang: phase {bar.phase} of the mbarrier at shared byte {key[1]} "
@@ -169,7 +171,7 @@ class Mbarriers:
         for cta, addrs in bar.done:
             self.pending[cta, addrs] = False
         bar.done = []
-        return bar.done_stamp if bar.phase else -1
+        return bar.done_stamp if bar.phase else {}
 
 
 class ConsumerEpochs:

@@ -570,7 +570,8 @@ class KernelEmitter:
         self._issued(op, lambda: mma.mbarrier_inval(self.b, self._bar(op)))
 
     def op_MBARRIER_ARRIVE(self, op):
-        self._issued(op, lambda: mma.mbarrier_arrive(self.b, self._bar(op)))
+        rank = self.get(op.operands[2])[0] if len(op.operands) > 2 else None
+        self._issued(op, lambda: mma.mbarrier_arrive(self.b, self._bar(op), rank))
 
     def op_SETMAXNREG(self, op):
         mma.setmaxnreg(self.b, op.attrs.n, op.attrs.inc)
@@ -585,7 +586,8 @@ class KernelEmitter:
         tmap, dst, bar, issue = (self.get(v)[0] for v in op.operands[:4])
         coords = [self.get(v)[0] for v in reversed(op.operands[4:])]      # innermost first
         with self.b.if_then(issue):
-            mma.tma_load(self.b, tmap, shared_pointer(self.ctx, dst), shared_pointer(self.ctx, bar), coords)
+            mma.tma_load(self.b, tmap, shared_pointer(self.ctx, dst), shared_pointer(self.ctx, bar), coords,
+                         op.attrs.multicast)
 
     def op_TMA_STORE(self, op):
         tmap, src, issue = (self.get(v)[0] for v in op.operands[:3])

@@ -280,12 +280,19 @@ def fence_mbarrier_init(builder: ir.IRBuilder) -> None:
     _void_asm(builder, "fence.mbarrier_init.release.cluster;", "~{memory}", [])
 
 
-def tma_load(builder: ir.IRBuilder, tensor_map: ir.Value, dst: ir.Value, bar: ir.Value, coords: list) -> None:
-    """``cp.async.bulk.tensor`` global -> shared of one box at ``coords`` (innermost first)."""
+def tma_load(builder: ir.IRBuilder, tensor_map: ir.Value, dst: ir.Value, bar: ir.Value, coords: list,
+             multicast: int = 0) -> None:
+    """``cp.async.bulk.tensor`` global -> shared of one box at ``coords`` (innermost first);
+    with ``multicast`` (a mask of cluster CTA ranks) into each of those CTAs' shared memory at
+    ``dst``, completing on each one's mbarrier at ``bar``."""
     rank = len(coords)
     places = ", ".join(f"${3 + i}" for i in range(rank))
-    text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-            f"[$0], [$1, {{{places}}}], [$2];")
+    text = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+            f"{'.multicast::cluster' if multicast else ''} [$0], [$1, {{{places}}}], [$2]")
+    if multicast:
+        text = "{\n.reg .b16 %tj_mask;\n" + f"mov.b16 %tj_mask, {multicast};\n" + text + ", %tj_mask;\n}"
+    else:
+        text += ";"
     _void_asm(builder, text, "r,l,r" + ",r" * rank + ",~{memory}", [dst, tensor_map, bar, *coords])
 
 
@@ -303,8 +310,15 @@ def tma_store_wait(builder: ir.IRBuilder) -> None:
     _void_asm(builder, "cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;", "~{memory}", [])
 
 
-def mbarrier_arrive(builder: ir.IRBuilder, bar: ir.Value) -> None:
-    _void_asm(builder, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
+def mbarrier_arrive(builder: ir.IRBuilder, bar: ir.Value, rank: ir.Value | None = None) -> None:
+    """Arrive on the mbarrier at ``bar``; with ``rank``, on the one at that address in the
+    cluster's CTA ``rank`` (release at cluster scope: this thread's reads of the slot are done)."""
+    if rank is None:
+        _void_asm(builder, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
+        return
+    text = ("{\n.reg .b32 %tj_remote;\nmapa.shared::cluster.u32 %tj_remote, $0, $1;\n"
+            "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%tj_remote];\n}")
+    _void_asm(builder, text, "r,r,~{memory}", [bar, rank])
 
 
 def cluster_barrier(builder: ir.IRBuilder) -> None:

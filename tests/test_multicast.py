@@ -1,0 +1,139 @@
+"""TMA multicast over pairs of CTAs (``passes/multicast.py``): paired programs that load the
+same box read it once, each CTA copying half into both; the emulator runs the pairs as clusters
+(odd grids padded, grouped program order) against float64, counts the copies that were
+multicast, and catches a pair whose slot releases are missing; the PTX assembles for sm_90a."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tilejit import backends
+from tilejit import dtypes as D
+from tilejit.backends import emulate, emulate_async
+from tilejit.codegen import ptxas
+from tilejit.codegen.llvm import compile_ptx
+from tilejit.examples import attention, matmul
+from tilejit.passes import multicast
+from tilejit.passes.pipeline import compile_to_simt
+from tilejit.simt import SimtOp
+from tilejit.specs import ArraySpec, ScalarSpec
+
+
+@pytest.fixture
+def on(monkeypatch):
+    monkeypatch.setattr(multicast, "MULTICAST", True)
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """{"multicast": n, "own": n}: the TMA copies the emulator runs, by kind."""
+    counts = {"multicast": 0, "own": 0}
+    plain = emulate_async.AsyncOps.op_TMA_LOAD
+
+    def count(self, o, f):
+        counts["multicast" if o.attrs.multicast else "own"] += len(list(self.issuers(o, f, 3)))
+        return plain(self, o, f)
+    monkeypatch.setattr(emulate_async.AsyncOps, "op_TMA_LOAD", count)
+    return counts
+
+
+def gemm_fn(BM, BN, BK, stages, warps):
+    spec = ArraySpec(D.bfloat16, 2)
+    tile = matmul.matmul_kernel.kernel.tile_ir((spec, spec, ArraySpec(D.float32, 2)),
+                                               {"BM": BM, "BN": BN, "BK": BK, "STAGES": stages})
+    return compile_to_simt(tile, num_warps=warps, warp_specialize=True, verify=True)
+
+
+def run_gemm(fn, m, n, k, BM, BN):
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    c = np.zeros((m, n), np.float32)
+    emulate.run(fn, (-(-m // BM), -(-n // BN)), [a, b, c])
+    return np.abs(c - a.astype(np.float64) @ b.astype(np.float64)).max()
+
+
+def test_off_by_default():
+    fn = gemm_fn(64, 128, 64, 3, 4)
+    assert not fn.meta.paired_ctas and fn.meta.cluster_ctas == 1
+    assert not any(o.attrs.multicast for o in fn.walk() if o.op is SimtOp.TMA_LOAD)
+
+
+@pytest.mark.parametrize("m, n, k, BM, BN, BK, stages, warps, multicast_copies, own_copies", [
+    # 3 x 1 programs (padded to 4 CTAs): the first pair shares B (one box of 64 rows, halves
+    # each way), the third program has no partner; 4 k-tiles
+    (192, 64, 256, 64, 64, 64, 3, 4, 2 * 4, 3 * 4 + 4),
+    # 4 x 2 programs in the grouped order: every pair shares its B column block (two 128-byte
+    # atoms: two boxes a CTA), never A
+    (256, 256, 256, 64, 128, 64, 3, 4, 8 * 4 * 2, 8 * 4),
+    # ragged M and K, two consumer warpgroups, two slots
+    (250, 64, 200, 128, 64, 64, 2, 8, 2 * 4, 2 * 4),
+])
+def test_paired_gemm_multicasts_the_shared_boxes_and_matches_float64(on, copies, m, n, k, BM, BN, BK, stages,
+                                                                      warps, multicast_copies, own_copies):
+    fn = gemm_fn(BM, BN, BK, stages, warps)
+    assert fn.meta.paired_ctas and fn.meta.cluster_ctas == 2
+    assert run_gemm(fn, m, n, k, BM, BN) < 1e-3
+    assert copies == {"multicast": multicast_copies, "own": own_copies}
+
+
+def test_a_pair_without_the_remote_releases_hangs(on):
+    fn = gemm_fn(64, 64, 64, 2, 4)
+    for o in fn.walk():
+        for r in o.regions:
+            r.ops[:] = [x for x in r.ops if not (x.op is SimtOp.MBARRIER_ARRIVE and len(x.operands) == 3)]
+    with pytest.raises(emulate.EmulatorError, match="would hang"):
+        run_gemm(fn, 128, 64, 512, 64, 64)
+
+
+def test_the_partner_takes_its_own_half(on, monkeypatch):
+    """Rank 1 copying the first half (the offset dropped) leaves the second half stale."""
+    fn = gemm_fn(64, 64, 64, 3, 4)
+    for o in fn.walk():
+        if o.op is SimtOp.TMA_LOAD and o.attrs.multicast:
+            o.operands[1] = o.operands[1].owner.operands[0]          # dst + rank * half -> dst
+    try:
+        error = run_gemm(fn, 128, 64, 256, 64, 64)
+    except emulate.EmulatorError as e:
+        assert "overwrites bytes" in str(e)        # both halves land on the first
+    else:
+        assert error > 1
+
+
+def test_loops_whose_trips_depend_on_the_program_are_not_paired(on):
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    paired = {}
+    for causal in (False, True):
+        tile = attention.attention_kernel.tile_ir((arr, arr, arr, arr, ScalarSpec(D.float32)),
+                                                  {"BM": 128, "BN": 64, "BD": 64, "CAUSAL": causal})
+        paired[causal] = compile_to_simt(tile, num_warps=8).meta.paired_ctas
+    assert paired == {False: True, True: False}       # causal: the key loop ends at the diagonal
+
+
+def test_paired_attention_matches_float64(on, copies):
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = attention.attention_kernel.tile_ir((arr, arr, arr, arr, ScalarSpec(D.float32)),
+                                              {"BM": 128, "BN": 64, "BD": 64, "CAUSAL": False})
+    fn = compile_to_simt(tile, num_warps=8)
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 320, 64)).astype(D.bfloat16.np) for _ in range(3))
+    o = np.zeros_like(q)
+    emulate.run(fn, (3, 2), [q, k, v, o, np.float32(0.125)])
+    assert np.abs(o.astype(np.float64) - attention.reference(q, k, v)).max() < 4e-3
+    assert copies["multicast"] > 0
+
+
+def test_paired_launch_geometry():
+    assert backends.launch_geometry(1, (3, 2), ["a"], paired=True) == ((4, 2), ["a", 3])
+    assert backends.launch_geometry(1, (4,), [], paired=True) == ((4,), [4])
+
+
+def test_paired_ptx_assembles_for_sm_90a(on):
+    if not ptxas.available():
+        pytest.skip("nvJitLink is not installed")
+    ptx = compile_ptx(gemm_fn(128, 256, 64, 4, 8), "sm_90a")
+    assert ".reqnctapercluster 2, 1, 1" in ptx
+    assert ptx.count("barrier.cluster.arrive.release.aligned") == 2
+    assert "mapa.shared::cluster.u32" in ptx and "mbarrier.arrive.release.cluster.shared::cluster.b64" in ptx
+    assert "mbarrier::complete_tx::bytes.multicast::cluster" in ptx
+    out = ptxas.assemble(ptx, "sm_90a", whole_program=True)
+    assert out.spills == 0, out.log
