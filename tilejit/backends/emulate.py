@@ -489,6 +489,7 @@ class EmulatedKernel:
         self.copy_engines = simt.copy_engines(fn)
         self.producer_warps = fn.meta.producer_warps
         self.cluster_ctas = fn.meta.cluster_ctas
+        self.paired_ctas = fn.meta.paired_ctas
         self.writes = tuple(fn.meta.writes)     # runtime arguments it stores to
 
 

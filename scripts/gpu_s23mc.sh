@@ -1,0 +1,32 @@
+#!/bin/bash
+# GPU (session 23): TMA multicast over CTA pairs (passes/multicast.py, MULTICAST off by default).
+#  m. correctness: scripts/probes/multicast_check.py on and off (fp8 blockwise with an odd row-block
+#     count, full attention D64 / D128), then compute-sanitizer memcheck and racecheck with it on;
+#  n. A/B, MULTICAST False / True alternating, two rounds: fp8 blockwise 4096^3 / 8192^3 at
+#     128x128x128x8 (N, K) weights; attention B4 H32 S4096 D128 at 128x128x8 (full is paired,
+#     causal is not: a control).
+# Env: STEPS (default "m n").
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader
+for step in ${STEPS:-m n}; do
+  case $step in
+  m) for flag in "" --off; do echo "== check $flag"
+       TILEJIT_CACHE_DIR=/tmp/tjc_mc$flag timeout 150 python3 scripts/probes/multicast_check.py $flag 2>&1 | grep -v "arn" | tail -6
+     done
+     for tool in memcheck racecheck; do echo "== $tool"
+       TILEJIT_CACHE_DIR=/tmp/tjc_mcs timeout 240 compute-sanitizer --tool $tool --report-api-errors no \
+         python3 scripts/probes/multicast_check.py 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|error|paired" | head -8
+     done ;;
+  n) for round in 1 2; do for on in False True; do
+       echo "== MULTICAST=$on ($round)"
+       S="tilejit.passes.multicast.MULTICAST=$on"
+       (cd benchmarks
+        TILEJIT_CACHE_DIR=/tmp/tjc_mcb PROBE_SCRIPT=bench_quant.py timeout 150 python3 switch_probe.py $S -- --w4 '' \
+          --fp8 4096,8192 --fp8-configs 128x128x128x8:nk --reps 20 2>&1 | grep -E "^fp8|rowwise|_scaled" | tail -6
+        TILEJIT_CACHE_DIR=/tmp/tjc_mcb PROBE_SCRIPT=bench_attention.py timeout 200 python3 switch_probe.py $S -- --configs \
+          4x32x4096x128 --kernel-configs 128x128x8 --reps 10 2>&1 | grep -vi "warn" | tail -5) | tee -a "$OUT/mc.txt"
+     done; done ;;
+  esac
+done
