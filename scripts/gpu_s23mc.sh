@@ -4,7 +4,8 @@
 #     count, full attention D64 / D128), then compute-sanitizer memcheck and racecheck with it on;
 #  n. A/B, MULTICAST False / True alternating, two rounds: fp8 blockwise 4096^3 / 8192^3 at
 #     128x128x128x8 (N, K) weights; attention B4 H32 S4096 D128 at 128x128x8 (full is paired,
-#     causal is not: a control).
+#     causal is not: a control); the bf16 GEMM 4096^3 / 8192^3 at 128x256x64x4x8 warp-specialised
+#     (TILEJIT_WS=1: multicast needs the producer warpgroup; not the default for bf16 GEMMs).
 # Env: STEPS (default "m n").
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
@@ -26,7 +27,10 @@ for step in ${STEPS:-m n}; do
         TILEJIT_CACHE_DIR=/tmp/tjc_mcb PROBE_SCRIPT=bench_quant.py timeout 150 python3 switch_probe.py $S -- --w4 '' \
           --fp8 4096,8192 --fp8-configs 128x128x128x8:nk --reps 20 2>&1 | grep -E "^fp8|rowwise|_scaled" | tail -6
         TILEJIT_CACHE_DIR=/tmp/tjc_mcb PROBE_SCRIPT=bench_attention.py timeout 200 python3 switch_probe.py $S -- --configs \
-          4x32x4096x128 --kernel-configs 128x128x8 --reps 10 2>&1 | grep -vi "warn" | tail -5) | tee -a "$OUT/mc.txt"
+          4x32x4096x128 --kernel-configs 128x128x8 --reps 10 2>&1 | grep -vi "warn" | tail -5
+        TILEJIT_WS=1 TILEJIT_CACHE_DIR=/tmp/tjc_mcb PROBE_SCRIPT=bench_matmul.py timeout 150 python3 switch_probe.py $S -- \
+          --shapes 4096x4096x4096,8192x8192x8192 --dtypes bfloat16 --configs 128x256x64x4x8 --reps 20 2>&1 \
+          | grep -vi "warn" | tail -4) | tee -a "$OUT/mc.txt"
      done; done ;;
   esac
 done
