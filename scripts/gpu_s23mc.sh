@@ -20,7 +20,7 @@ for step in ${STEPS:-m n}; do
        TILEJIT_CACHE_DIR=/tmp/tjc_mcs timeout 240 compute-sanitizer --tool $tool --report-api-errors no \
          python3 scripts/probes/multicast_check.py 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|error|paired" | head -8
      done ;;
-  n) for round in 1 2; do for on in False True; do
+  n) for round in $(seq ${ROUNDS:-2}); do for on in False True; do
        echo "== MULTICAST=$on ($round)"
        S="tilejit.passes.multicast.MULTICAST=$on"
        (cd benchmarks
