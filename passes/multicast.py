@@ -1,7 +1,7 @@
 """TMA multicast over a pair of CTAs: a warp-specialised kernel whose two neighbouring programs
 (along grid axis 0) load the same box reads it from L2 once.
 
-    multicast(fn, empty_buf) -> bool          (in place, on ``specialise_warps``' output)
+    multicast(fn, empty_buf, consumers) -> bool       (in place, on ``specialise_warps``' output)
 
 The launch runs the programs in clusters of two CTAs along axis 0 (``SimtMeta.paired_ctas``:
 the grid's axis 0 rounded up to even, its true extent passed as one more argument, which
@@ -14,9 +14,10 @@ reads that B tile once for both, however the kernel computes its program ids (th
 order included), and a tile they do not share costs nothing more than the comparison.
 
 Every slot of a pair is released by both CTAs' consumers: each consumer thread arrives on its
-own empty mbarrier and on its partner's (``mapa`` + a cluster-scope release), whose count is
-twice the consumers; a CTA without a partner (the padding CTA of an odd grid does not run the
-kernel) arrives twice on its own.  Both CTAs' mbarriers are initialised before either copies:
+own empty mbarrier, and on its partner's (``mapa`` + a cluster-scope release) one thread of each
+warpgroup where the consumers read the slots only through wgmma (a warpgroup's ``wgmma.wait``
+retires all its reads), else every thread; a CTA without a partner (the padding CTA of an odd
+grid does not run the kernel) makes those arrivals on its own.  Both CTAs' mbarriers are initialised before either copies:
 the CTA barrier after the initialisation becomes a cluster barrier, and a second one at the end
 keeps each CTA alive while its partner may still arrive on its mbarriers.
 
@@ -66,6 +67,11 @@ def _half(fn: ir.Function, o: ir.Operation):
     return dim, half, half * box[-1] * item, box[:dim] + (half,) + box[dim + 1:]
 
 
+def _buffers(o: ir.Operation) -> set:
+    """The shared buffers op ``o`` names."""
+    return {b for b in (getattr(o.attrs, "buffer", None), *(getattr(o.attrs, "buffers", None) or ())) if b is not None}
+
+
 def _depends(fn: ir.Function) -> set:
     """The values computed from the program id along axis 0."""
     out: set = set()
@@ -87,7 +93,7 @@ def applies(fn: ir.Function, loop: ir.Operation, guard) -> bool:
     return any(_half(fn, o) is not None for o in fn.walk() if o.op is SimtOp.TMA_LOAD)
 
 
-def multicast(fn: ir.Function, empty_buf: int) -> bool:
+def multicast(fn: ir.Function, empty_buf: int, consumers: int) -> bool:
     """Pair the CTAs of ``fn`` (``specialise_warps``' output: its head, then the split IF) for
     TMA multicast (see the module docstring); False, with ``fn`` unchanged, where no box can be
     halved or a coordinate's partner value cannot be computed."""
@@ -175,15 +181,30 @@ def multicast(fn: ir.Function, empty_buf: int) -> bool:
         o.operands = list(o.operands[:3]) + [alone] + list(o.operands[4:])
         at = blk.ops.index(o)
         blk.ops[at:at] = pre
-    # every slot released by both CTAs' consumers (or twice by a CTA without a partner)
+    # every slot released by both CTAs' consumers (or twice by a CTA without a partner): where
+    # they read the slots only through wgmma, whose wait retires a warpgroup's reads at once, one
+    # thread of each warpgroup arrives on the partner's mbarrier, else every thread does
+    rings = {o.attrs.buffer for o in producer.walk() if o.op is SimtOp.TMA_LOAD}
+    elect = all(o.op is SimtOp.WGMMA for o in consumer.walk() if _buffers(o) & rings)
+    remote = consumers // 128 if elect else consumers
     for o in head:
         if o.op is SimtOp.MBARRIER_INIT and o.attrs.buffer == empty_buf:
-            o.attrs = dataclasses.replace(o.attrs, n=2 * o.attrs.n)
+            o.attrs = dataclasses.replace(o.attrs, n=o.attrs.n + remote)
+    if elect:
+        tid = op(SimtOp.THREAD_ID, [], RegType(I32), into=new_head)
+        lead = ew(TileOp.EQ, [ew(TileOp.AND, [tid, const(127, new_head)], new_head), const(0, new_head)], new_head,
+                  D.bool_)
     for blk in _blocks(consumer):
         for o in list(blk.ops):
             if o.op is SimtOp.MBARRIER_ARRIVE and o.attrs.buffer == empty_buf:
-                blk.ops.insert(blk.ops.index(o) + 1, ir.Operation(
-                    SimtOp.MBARRIER_ARRIVE, list(o.operands[:2]) + [target], [], o.attrs, None, o.loc))
+                on = o.operands[1]
+                if elect:
+                    on = ir.Operation(SimtOp.ELEMENTWISE, [on, lead], [RegType(D.bool_)], simt.EwAttrs(TileOp.AND),
+                                      None, o.loc)
+                    blk.ops.insert(blk.ops.index(o) + 1, on)
+                    on = on.result
+                blk.ops.insert(blk.ops.index(o) + 1 + elect, ir.Operation(
+                    SimtOp.MBARRIER_ARRIVE, [o.operands[0], on, target], [], o.attrs, None, o.loc))
     # both CTAs' mbarriers live before either copies; neither leaves while the other may arrive
     fence = next(i for i, o in enumerate(head) if o.op is SimtOp.FENCE_MBARRIER_INIT)
     assert head[fence + 1].op is SimtOp.BARRIER and not head[fence + 1].operands

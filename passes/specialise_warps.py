@@ -396,7 +396,7 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     fn.meta.persistent_tiles = persist
     fn.meta.stream_k = tiles.stream.words if persist and tiles.stream else 0
     if paired:
-        multicast_module.multicast(fn, buffers)
+        multicast_module.multicast(fn, buffers, consumers)
     fn.meta.self_synced_ops = set(fn.meta.self_synced_ops) | {o for o in fn.walk() if o.op in simt.TMA_OPS}
     return fn
 

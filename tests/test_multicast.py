@@ -132,6 +132,7 @@ def test_paired_ptx_assembles_for_sm_90a(on):
         pytest.skip("nvJitLink is not installed")
     ptx = compile_ptx(gemm_fn(128, 256, 64, 4, 8), "sm_90a")
     assert ".reqnctapercluster 2, 1, 1" in ptx
+    assert ptx.count("mbarrier.init.shared::cta.b64") == 8 and ptx.count("], 258;") == 4   # 256 + 1 a warpgroup
     assert ptx.count("barrier.cluster.arrive.release.aligned") == 2
     assert "mapa.shared::cluster.u32" in ptx and "mbarrier.arrive.release.cluster.shared::cluster.b64" in ptx
     assert "mbarrier::complete_tx::bytes.multicast::cluster" in ptx
