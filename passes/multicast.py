@@ -34,6 +34,7 @@ from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.abi import ParamDesc, ParamKind
 from tilejit.ir import TileOp
+from tilejit.passes.shared_memory import accessed_buffers
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32
@@ -67,9 +68,11 @@ def _half(fn: ir.Function, o: ir.Operation):
     return dim, half, half * box[-1] * item, box[:dim] + (half,) + box[dim + 1:]
 
 
-def _buffers(o: ir.Operation) -> set:
-    """The shared buffers op ``o`` names."""
-    return {b for b in (getattr(o.attrs, "buffer", None), *(getattr(o.attrs, "buffers", None) or ())) if b is not None}
+def wgmma_reads_only(ops, rings: set) -> bool:
+    """Whether the only ``ops`` that name a buffer of ``rings`` (TMA-filled ring slots), besides
+    the copies, are wgmma: a warpgroup's ``wgmma.wait`` then retires all its reads of a slot at
+    once, so one of its threads may release the slot for all."""
+    return all(o.op in (SimtOp.WGMMA, SimtOp.TMA_LOAD) for o in ops if set(accessed_buffers(o)) & rings)
 
 
 def _depends(fn: ir.Function) -> set:
@@ -185,7 +188,7 @@ def multicast(fn: ir.Function, empty_buf: int, consumers: int) -> bool:
     # they read the slots only through wgmma, whose wait retires a warpgroup's reads at once, one
     # thread of each warpgroup arrives on the partner's mbarrier, else every thread does
     rings = {o.attrs.buffer for o in producer.walk() if o.op is SimtOp.TMA_LOAD}
-    elect = all(o.op is SimtOp.WGMMA for o in consumer.walk() if _buffers(o) & rings)
+    elect = wgmma_reads_only(consumer.walk(), rings)
     remote = consumers // 128 if elect else consumers
     for o in head:
         if o.op is SimtOp.MBARRIER_INIT and o.attrs.buffer == empty_buf:

@@ -91,6 +91,11 @@ PINGPONG = False
 # fp8 blockwise GEMM at 128x128x128, 8 warps 928-929 against 880-883 TFLOP/s at 4096^3 (+5%) and
 # 1055-1059 against 989-992 at 8192^3 (+7%).
 PINGPONG_PROMOTION = True
+# The switch: True has one thread of each consumer warpgroup release a slot (its empty mbarrier
+# then counts warpgroups) where the consumers read the rings only through wgmma
+# (``multicast.wgmma_reads_only``), as CUTLASS's pipelines do; False (the default until measured on the
+# GPU): every consumer thread arrives.
+ELECT_RELEASES = False
 PINGPONG_BARRIERS = (2, 3, 4)    # named barrier ids: warpgroup g waits at 2 + g, 4 pairs the ends
 #                                  (0 and 1 are the CTA's and the consumers')
 
@@ -232,6 +237,8 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
         before = [o for o in top if o in needed and (o.op in _FILLS or o in leader_side)]   # are the producer's
     loc = loop.loc
     consumers = 32 * fn.meta.num_warps
+    elect = ELECT_RELEASES and multicast_module.wgmma_reads_only(
+        fn.walk(), {o.attrs.buffer for o in rec.fills + rec.body_fills if o.op is SimtOp.TMA_LOAD})
     stages = rec.stages
 
     def op(kind, operands, rtype=None, attrs=None, regions=None, into=None):
@@ -268,7 +275,7 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     def slot_bar(base, slot, into):
         return ew(TileOp.ADD, base, ew(TileOp.MUL, slot, const(8, into), into), into)
     for s in range(stages):
-        for base, count, buf in ((full, 1, rec.bar_buf), (empty, consumers, buffers)):
+        for base, count, buf in ((full, 1, rec.bar_buf), (empty, consumers // 128 if elect else consumers, buffers)):
             op(SimtOp.MBARRIER_INIT, [slot_bar(base, const(s, head), head), first], None,
                simt.MbarrierAttrs(count, buf), into=head)
     op(SimtOp.FENCE_MBARRIER_INIT, [], into=head)
@@ -295,6 +302,9 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     done = ew(TileOp.SUB, rec.trip, const(rec.in_flight, release), release)
     slot = ew(TileOp.MOD, done, const(stages, release), release)
     on = ew(TileOp.GE, done, const(0, release), release, D.bool_)
+    if elect:                           # one thread a warpgroup (its wgmma.wait retired the reads)
+        lead = ew(TileOp.EQ, ew(TileOp.AND, tid, const(127, release), release), const(0, release), release, D.bool_)
+        on = ew(TileOp.AND, on, lead, release, D.bool_)
     op(SimtOp.MBARRIER_ARRIVE, [slot_bar(empty, slot, release), on], None, simt.MbarrierAttrs(1, buffers), into=release)
     body.ops += release + [tail]
     consumer = ir.Block([], [o for o in fn.body.ops if o not in hoisted])

@@ -1,7 +1,8 @@
 """TMA multicast over pairs of CTAs (``passes/multicast.py``): paired programs that load the
 same box read it once, each CTA copying half into both; the emulator runs the pairs as clusters
 (odd grids padded, grouped program order) against float64, counts the copies that were
-multicast, and catches a pair whose slot releases are missing; the PTX assembles for sm_90a."""
+multicast, and catches a pair whose slot releases are missing; the PTX assembles for sm_90a.
+Also ``specialise_warps.ELECT_RELEASES``: one thread of each consumer warpgroup releases a slot."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from tilejit.backends import emulate, emulate_async
 from tilejit.codegen import ptxas
 from tilejit.codegen.llvm import compile_ptx
 from tilejit.examples import attention, matmul
-from tilejit.passes import multicast
+from tilejit.passes import multicast, specialise_warps
 from tilejit.passes.pipeline import compile_to_simt
 from tilejit.simt import SimtOp
 from tilejit.specs import ArraySpec, ScalarSpec
@@ -138,3 +139,15 @@ def test_paired_ptx_assembles_for_sm_90a(on):
     assert "mbarrier::complete_tx::bytes.multicast::cluster" in ptx
     out = ptxas.assemble(ptx, "sm_90a", whole_program=True)
     assert out.spills == 0, out.log
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_elected_releases_one_thread_a_warpgroup(monkeypatch, pair):
+    monkeypatch.setattr(specialise_warps, "ELECT_RELEASES", True)
+    monkeypatch.setattr(multicast, "MULTICAST", pair)
+    fn = gemm_fn(128, 64, 64, 2, 8)
+    inits = sorted(o.attrs.n for o in fn.walk() if o.op is SimtOp.MBARRIER_INIT)
+    assert inits == [1, 1, 2 + 2 * pair, 2 + 2 * pair]          # full: the producer; empty: 2 warpgroups (x 2)
+    assert run_gemm(fn, 250, 64, 200, 128, 64) < 1e-3
+    if ptxas.available():
+        ptxas.assemble(compile_ptx(fn, "sm_90a"), "sm_90a", whole_program=True)
