@@ -6,7 +6,8 @@
 #     128x128x128x8 (N, K) weights; attention B4 H32 S4096 D128 at 128x128x8 (full is paired,
 #     causal is not: a control); the bf16 GEMM 4096^3 / 8192^3 at 128x256x64x4x8 warp-specialised
 #     (TILEJIT_WS=1: multicast needs the producer warpgroup; not the default for bf16 GEMMs).
-# Env: STEPS (default "m n").
+# Env: STEPS (default "m n"), ROUNDS (2), SW (the switch step n flips; default multicast's, e.g.
+# SW=tilejit.passes.specialise_warps.ELECT_RELEASES: one thread a warpgroup releases a slot).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
@@ -21,8 +22,9 @@ for step in ${STEPS:-m n}; do
          python3 scripts/probes/multicast_check.py 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|error|paired" | head -8
      done ;;
   n) for round in $(seq ${ROUNDS:-2}); do for on in False True; do
-       echo "== MULTICAST=$on ($round)"
-       S="tilejit.passes.multicast.MULTICAST=$on"
+       SW=${SW:-tilejit.passes.multicast.MULTICAST}
+       echo "== $SW=$on ($round)"
+       S="$SW=$on"
        (cd benchmarks
         TILEJIT_CACHE_DIR=/tmp/tjc_mcb PROBE_SCRIPT=bench_quant.py timeout 150 python3 switch_probe.py $S -- --w4 '' \
           --fp8 4096,8192 --fp8-configs 128x128x128x8:nk --reps 20 2>&1 | grep -E "^fp8|rowwise|_scaled" | tail -6
