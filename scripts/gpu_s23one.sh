@@ -18,5 +18,5 @@ cd benchmarks
 for on in False True; do echo "== MULTICAST=$on"
   TILEJIT_CACHE_DIR=/tmp/tjc_4 PROBE_SCRIPT=bench_quant.py timeout 75 python3 switch_probe.py \
     tilejit.passes.multicast.MULTICAST=$on -- --w4 '' --fp8 4096,8192 --fp8-configs 128x128x128x8:nk --reps 20 2>&1 \
-    | grep -E "^fp8|scaled" | tail -4
+    | grep -E "fp8|scaled" | tail -6
 done
