@@ -151,3 +151,14 @@ def test_elected_releases_one_thread_a_warpgroup(monkeypatch, pair):
     assert run_gemm(fn, 250, 64, 200, 128, 64) < 1e-3
     if ptxas.available():
         ptxas.assemble(compile_ptx(fn, "sm_90a"), "sm_90a", whole_program=True)
+
+
+def test_inspect_says_the_programs_are_paired(on, monkeypatch, tmp_path):
+    import tilejit as tj
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    kernel = tj.kernel(attention.attention_kernel.fn)          # a fresh kernel: nothing compiled yet
+    q = np.zeros((1, 1, 256, 64), ml_dtypes.bfloat16)
+    got = kernel.inspect(q, q, q, q, 0.1, BM=128, BN=64, BD=64, CAUSAL=False, num_warps=8)
+    assert got.paired_ctas is True and got.cluster_ctas == 2 and "paired_ctas=True" in repr(got)
+    got = kernel.inspect(q, q, q, q, 0.1, BM=128, BN=64, BD=64, CAUSAL=True, num_warps=8)
+    assert not got.paired_ctas and "paired_ctas" not in repr(got)

@@ -149,6 +149,8 @@ class Inspection:
     copy_engines: tuple | None = None    # how pipelined loops fill their rings: "tma" and/or "cp.async"
     producer_warps: int | None = None    # warps that only issue TMA copies (a warp-specialised loop)
     cluster_ctas: int | None = None      # CTAs that share each program's row, as a cluster (cluster_rows)
+    paired_ctas: bool | None = None      # neighbouring programs run as 2-CTA clusters that share TMA boxes
+    #                                      by multicast (passes/multicast.py)
     min_ctas_per_sm: int | None = None   # the occupancy hint ptxas was given (0: none; the most CTAs
     #                                      per SM that assembled without spills, where it wished)
 
@@ -156,8 +158,9 @@ class Inspection:
         """One line: the backend and the figures, with which stages were built (the texts are
         long: read them from the fields)."""
         figures = [f"{name}={value!r}" for name in ("num_warps", "registers", "spills", "shared_bytes", "copy_engines",
-                                                    "producer_warps", "programs_per_cta", "cluster_ctas")
-                   if (value := getattr(self, name)) not in (None, (), 0, 1) or name in ("num_warps", "registers")]
+                                                    "producer_warps", "programs_per_cta", "cluster_ctas", "paired_ctas")
+                   if (value := getattr(self, name)) is True or value not in (None, (), 0, 1)
+                   or name in ("num_warps", "registers")]
         built = [name for name in ("tile_ir", "simt_ir", "llvm_ir", "ptx", "cubin", "sass") if getattr(self, name)]
         return f"Inspection(backend={self.backend!r}, {', '.join(figures)}, stages={'/'.join(built)})"
 
@@ -498,6 +501,7 @@ class Kernel:
             found["copy_engines"] = getattr(entry.artifact, "copy_engines", None)
             found["producer_warps"] = getattr(entry.artifact, "producer_warps", None)
             found["cluster_ctas"] = getattr(entry.artifact, "cluster_ctas", None)
+            found["paired_ctas"] = getattr(entry.artifact, "paired_ctas", None)
             if found["ptx"]:
                 hint = re.search(r"^\.minnctapersm (\d+)", found["ptx"], re.M)
                 found["min_ctas_per_sm"] = int(hint.group(1)) if hint else 0
