@@ -162,3 +162,11 @@ def test_inspect_says_the_programs_are_paired(on, monkeypatch, tmp_path):
     assert got.paired_ctas is True and got.cluster_ctas == 2 and "paired_ctas=True" in repr(got)
     got = kernel.inspect(q, q, q, q, 0.1, BM=128, BN=64, BD=64, CAUSAL=True, num_warps=8)
     assert not got.paired_ctas and "paired_ctas" not in repr(got)
+
+
+def test_the_cached_artifact_remembers_the_pairs():
+    from tilejit.backends.cuda import CudaArtifact
+    art = CudaArtifact("k", [], (), 4, 0, "// ptx", paired_ctas=True, cluster_ctas=2)
+    back = CudaArtifact.from_cache(art.files(), art.meta())
+    assert back.paired_ctas is True and back.cluster_ctas == 2
+    assert CudaArtifact.from_cache(art.files(), {**art.meta(), "paired_ctas": False}).paired_ctas is False
