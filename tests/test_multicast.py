@@ -170,3 +170,17 @@ def test_the_cached_artifact_remembers_the_pairs():
     back = CudaArtifact.from_cache(art.files(), art.meta())
     assert back.paired_ctas is True and back.cluster_ctas == 2
     assert CudaArtifact.from_cache(art.files(), {**art.meta(), "paired_ctas": False}).paired_ctas is False
+
+
+def test_boxes_are_halved_by_rows_of_whole_swizzle_periods():
+    from types import SimpleNamespace
+    from tilejit.abi import ParamDesc, ParamKind
+    fn = SimpleNamespace(meta=SimpleNamespace(params=[ParamDesc(ParamKind.TENSOR_MAP, 0, None, D.bfloat16, (), 128)]))
+    tmap = SimpleNamespace(owner=SimpleNamespace(attrs=SimpleNamespace(axis=0)))
+
+    def half(box):
+        return multicast._half(fn, SimpleNamespace(attrs=SimpleNamespace(box=box), operands=[tmap]))
+    assert half((64, 64)) == (0, 32, 32 * 128, (32, 64))            # rows of 128 bytes: 4 KB a half
+    assert half((1, 16, 32)) == (1, 8, 8 * 64, (1, 8, 32))          # 8 rows: one swizzle period each
+    assert half((8, 64)) is None and half((24, 64)) is None         # a half would cut a period
+    assert half((2, 16, 64)) is None                                # two outer dims
