@@ -4,7 +4,8 @@
 #     count, full attention D64 / D128), then compute-sanitizer memcheck and racecheck with it on;
 #  n. A/B, MULTICAST False / True alternating, two rounds: fp8 blockwise 4096^3 / 8192^3 at
 #     128x128x128x8 (N, K) weights; attention B4 H32 S4096 D128 at 128x128x8 (full is paired,
-#     causal is not: a control); the bf16 GEMM 4096^3 / 8192^3 at 128x256x64x4x8 warp-specialised
+#     causal is not: a control); attention backward B4 H32 S4096 D128 (dK/dV 32x128x8, dQ 128x64x8;
+#     full paired, causal not); the bf16 GEMM 4096^3 / 8192^3 at 128x256x64x4x8 warp-specialised
 #     (TILEJIT_WS=1: multicast needs the producer warpgroup; not the default for bf16 GEMMs).
 # Env: STEPS (default "m n"), ROUNDS (2), SW (the switch step n flips; default multicast's, e.g.
 # SW=tilejit.passes.specialise_warps.ELECT_RELEASES: one thread a warpgroup releases a slot).
@@ -30,6 +31,8 @@ for step in ${STEPS:-m n}; do
           --fp8 4096,8192 --fp8-configs 128x128x128x8:nk --reps 20 2>&1 | grep -E "^fp8|rowwise|_scaled" | tail -6
         TILEJIT_CACHE_DIR=/tmp/tjc_mcb PROBE_SCRIPT=bench_attention.py timeout 200 python3 switch_probe.py $S -- --configs \
           4x32x4096x128 --kernel-configs 128x128x8 --reps 10 2>&1 | grep -vi "warn" | tail -5
+        TILEJIT_CACHE_DIR=/tmp/tjc_mcb PROBE_SCRIPT=bench_attention_backward.py timeout 200 python3 switch_probe.py $S -- \
+          --configs 4x32x4096x128 --kernel-configs 32x128x8/128x64x8 --reps 5 2>&1 | grep -vi "warn" | tail -4
         TILEJIT_WS=1 TILEJIT_CACHE_DIR=/tmp/tjc_mcb PROBE_SCRIPT=bench_matmul.py timeout 150 python3 switch_probe.py $S -- \
           --shapes 4096x4096x4096,8192x8192x8192 --dtypes bfloat16 --configs 128x256x64x4x8 --reps 20 2>&1 \
           | grep -vi "warn" | tail -4) | tee -a "$OUT/mc.txt"

@@ -184,3 +184,25 @@ def test_boxes_are_halved_by_rows_of_whole_swizzle_periods():
     assert half((1, 16, 32)) == (1, 8, 8 * 64, (1, 8, 32))          # 8 rows: one swizzle period each
     assert half((8, 64)) is None and half((24, 64)) is None         # a half would cut a period
     assert half((2, 16, 64)) is None                                # two outer dims
+
+
+def test_paired_attention_backward_matches_unpaired_bit_for_bit(monkeypatch, copies):
+    """dK/dV's pairs of key blocks share every q and dO box, dQ's pairs of query blocks every K
+    and V box: the gradients are the same bits with the pairs as without."""
+    import tilejit as tj
+    from tilejit.examples import attention_backward as ab
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(0)
+    q, k, v, do = ab.example_inputs(rng, batch=1, heads=2, kv_heads=1, seq=256, dim=64, dtype=tj.bfloat16.np)
+    got = {}
+    for pair in (False, True):
+        monkeypatch.setattr(multicast, "MULTICAST", pair)
+        dkdv, dq = tj.kernel(ab.dkdv_kernel.fn), tj.kernel(ab.dq_kernel.fn)      # fresh: nothing cached
+        monkeypatch.setattr(ab, "dkdv_kernel", dkdv)
+        monkeypatch.setattr(ab, "dq_kernel", dq)
+        o, lse = ab.forward(q, k, v, False, BM=64, BN=64, num_warps=4)
+        got[pair] = ab.backward(q, k, v, o, lse, do, False, BM=64, BN=128, num_warps=8, dq_config=(128, 64, 8))
+        assert [e.artifact.paired_ctas for kern in (dkdv, dq) for e in kern._cache.values()] == [pair, pair]
+    assert copies["multicast"] > 0
+    for a, b, want in zip(got[False], got[True], ab.gradients(q, k, v, do)[1:]):
+        assert np.array_equal(a, b) and np.abs(a.astype(np.float64) - want).max() < 4e-3
