@@ -7,6 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import tilejit as tj
 from tilejit import backends
 from tilejit import dtypes as D
 from tilejit.backends import emulate, emulate_async
@@ -206,3 +207,39 @@ def test_paired_attention_backward_matches_unpaired_bit_for_bit(monkeypatch, cop
     assert copies["multicast"] > 0
     for a, b, want in zip(got[False], got[True], ab.gradients(q, k, v, do)[1:]):
         assert np.array_equal(a, b) and np.abs(a.astype(np.float64) - want).max() < 4e-3
+
+
+@tj.kernel
+def triton_style_matmul(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr, GROUP: tj.constexpr):
+    """A 1-D grid walked in groups of GROUP row blocks by hand, a plain ``range`` loop."""
+    pid = tj.program_id(0)
+    num_m = tj.cdiv(a.shape[0], BM)
+    width = GROUP * tj.cdiv(b.shape[1], BN)
+    first = pid // width * GROUP
+    rows = tj.minimum(num_m - first, GROUP)
+    pid_m = first + pid % width % rows
+    pid_n = pid % width // rows
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, a.shape[1], BK):
+        acc = tj.dot(tj.load(a, (pid_m * BM, k), (BM, BK)), tj.load(b, (k, pid_n * BN), (BK, BN)), acc)
+    tj.store(c, (pid_m * BM, pid_n * BN), acc)
+
+
+def test_a_triton_style_grouped_gemm_is_paired_too(on, copies):
+    """Programs paired along the 1-D grid share B wherever the hand-written grouping gives them
+    the same column block (a group of 3 row blocks: some pairs straddle two columns)."""
+    spec = ArraySpec(D.bfloat16, 2)
+    tile = triton_style_matmul.tile_ir((spec, spec, ArraySpec(D.float32, 2)), {"BM": 64, "BN": 64, "BK": 64, "GROUP": 3})
+    fn = compile_to_simt(tile, num_warps=4, warp_specialize=True, verify=True)
+    assert fn.meta.paired_ctas
+    m, n, k = 64 * 5, 64 * 3, 128
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    c = np.zeros((m, n), np.float32)
+    emulate.run(fn, (5 * 3,), [a, b, c])
+    assert np.abs(c - a.astype(np.float64) @ b.astype(np.float64)).max() < 1e-3
+    # 15 programs (16 CTAs), (row, column) blocks: 0-8 (0,0) (1,0) (2,0) (0,1) (1,1) (2,1) (0,2) (1,2)
+    # (2,2), 9-14 (3,0) (4,0) (3,1) (4,1) (3,2) (4,2): pairs 0-1, 4-5 and 6-7 share their B block
+    # (one box, 2 k-tiles, a half from each CTA); every A, and B of the other 9 programs, is their own
+    assert copies == {"multicast": 3 * 2 * 2, "own": 15 * 2 + 9 * 2}
