@@ -3,13 +3,18 @@ from the examples' own ``run`` functions, without a GPU: a launch compiles throu
 backend (PTX, then ptxas / nvJitLink) and runs nothing.  Prints one line a launch (registers,
 spills, shared memory) and every failure with its error; exits 1 if any launch failed to build.
 
-    python3 scripts/compile_sweep.py [--arch sm_80] [NAME_SUBSTRING ...]      # e.g. fp8 attention
+    python3 scripts/compile_sweep.py [--arch sm_80] [--set MODULE.NAME=VALUE ...] [NAME_SUBSTRING ...]
+
+``--set`` turns a compiler switch before anything compiles (e.g.
+``--set tilejit.passes.multicast.MULTICAST=True``: every kernel multicast can pair, paired).
 
 A config that is too big for the GPU (shared memory, registers), or float8 on sm_80, is a clean
 ``CompileError`` the autotuner skips, reported as "refused"; anything else is a failure.  Last
 run (2026-12-05, build machine): 0 failures for sm_90a and for sm_80, about a minute each."""
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import sys
 import tempfile
@@ -159,6 +164,11 @@ def main(argv) -> int:
     arch = None
     if argv[:1] == ["--arch"]:
         arch, argv = argv[1], argv[2:]
+    while argv[:1] == ["--set"]:                 # a compiler switch, MODULE.NAME=VALUE (a Python literal)
+        target, _, value = argv[1].partition("=")
+        module, _, name = target.rpartition(".")
+        setattr(importlib.import_module(module), name, ast.literal_eval(value))
+        argv = argv[2:]
     os.environ["TILEJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tj_sweep_")
     sweep = CompileOnly(arch)
     backends.PROVIDERS["sweep"] = ()
