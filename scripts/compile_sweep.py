@@ -194,7 +194,7 @@ def main(argv) -> int:
             continue
         arts = sweep.built[before:]
         info = ", ".join(f"{a.name} {a.registers} regs {a.spills or 0} B spilled {a.shared_bytes} B smem"
-                         for a in arts)
+                         + (" paired" if getattr(a, "paired_ctas", False) else "") for a in arts)
         print(f"ok      {name}: {info} ({time.perf_counter() - start:.1f} s)")
     print(f"{failed} failed")
     return 1 if failed else 0

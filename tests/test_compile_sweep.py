@@ -79,3 +79,28 @@ def test_the_sm_80_cases_build(monkeypatch, capsys, tmp_path):
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == "0 failed" and sum(x.startswith("ok ") for x in out) >= 30
     assert any(x.startswith("refused matmul bfloat16 128x256x64") for x in out)
+
+
+@pytest.mark.skipif(not ptxas.available(), reason="needs nvJitLink to assemble")
+def test_the_paired_kernels_build_for_sm_90a(monkeypatch, capsys, tmp_path):
+    """With TMA multicast and elected releases on (``--set``), the kernels they change build:
+    fp8 blockwise with (N, K) weights and full attention paired; the sweep's attention backward
+    (causal: each key block's loop starts at its diagonal) and float8 attention (no TMA loop) not."""
+    from tilejit.passes import multicast, specialise_warps
+    isolate(monkeypatch, tmp_path)
+    monkeypatch.setattr(multicast, "MULTICAST", False)              # put back after --set
+    monkeypatch.setattr(specialise_warps, "ELECT_RELEASES", False)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert sweep().main(["--set", "tilejit.passes.multicast.MULTICAST=True",
+                             "--set", "tilejit.passes.specialise_warps.ELECT_RELEASES=True",
+                             "fp8 blockwise (N, K) 128x128x128", "attention D128 128x128 w8",
+                             "backward D128"]) == 0
+    assert multicast.MULTICAST and specialise_warps.ELECT_RELEASES
+    out = capsys.readouterr().out.splitlines()
+    built = [x for x in out if x.startswith("ok ")]
+    assert out[-1] == "0 failed" and len(built) >= 3
+    paired = {x.split(":")[0][2:].strip(): x.endswith(")") and " paired (" in x for x in built}
+    assert paired.pop("attention D128 128x128 w8") and paired.pop("fp8 blockwise (N, K) 128x128x128 w8")
+    assert len(paired) >= 4 and not any(paired.values())
