@@ -17,9 +17,10 @@ Every slot of a pair is released by both CTAs' consumers: each consumer thread a
 own empty mbarrier, and on its partner's (``mapa`` + a cluster-scope release) one thread of each
 warpgroup where the consumers read the slots only through wgmma (a warpgroup's ``wgmma.wait``
 retires all its reads), else every thread; a CTA without a partner (the padding CTA of an odd
-grid does not run the kernel) makes those arrivals on its own.  Both CTAs' mbarriers are initialised before either copies:
-the CTA barrier after the initialisation becomes a cluster barrier, and a second one at the end
-keeps each CTA alive while its partner may still arrive on its mbarriers.
+grid does not run the kernel) makes those arrivals on its own.  Both CTAs' mbarriers are
+initialised before either copies: the CTA barrier after the initialisation becomes a cluster
+barrier, and a second one at the end keeps each CTA alive while its partner may still arrive on
+its mbarriers.
 
 The pass applies where the TMA loop's bounds and the guard around it do not depend on the
 program id along axis 0 (both CTAs of a pair then run the same iterations), and at least one
@@ -215,10 +216,9 @@ def multicast(fn: ir.Function, empty_buf: int, consumers: int) -> bool:
     for o in fn.walk():
         if any(x in grids for x in o.operands):
             o.operands = [gx if x in grids else x for x in o.operands]
-    yield_ = ir.Operation(SimtOp.YIELD, [], [], None, None, loc)
-    run = ir.Operation(SimtOp.IF, [alive], [], None, [ir.Block([], [split, yield_]),
-                                                      ir.Block([], [ir.Operation(SimtOp.YIELD, [], [], None, None, loc)])],
-                       loc)
+    def done():
+        return ir.Operation(SimtOp.YIELD, [], [], None, None, loc)
+    run = ir.Operation(SimtOp.IF, [alive], [], None, [ir.Block([], [split, done()]), ir.Block([], [done()])], loc)
     fn.body.ops[:] = new_head + head + [run, ir.Operation(SimtOp.CLUSTER_BARRIER, [], [], None, None, loc)]
     fn.meta.params = params
     fn.meta.cluster_ctas = 2

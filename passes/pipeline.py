@@ -208,7 +208,8 @@ def set_occupancy(fn: ir.Function, tile_fn: ir.Function, num_warps: int) -> None
     ``occupancy_hint``, raised for clustered and persistent kernels by their passes' rules, and
     wishes for more CTAs per SM for packed, long-row (and, when asked, persistent) kernels."""
     fn.meta.min_ctas_per_sm = plain = occupancy_hint(tile_fn, num_warps)
-    if fn.meta.cluster_ctas > 1 and not fn.meta.paired_ctas and cluster_module.THREADS_PER_SM and (     # (not where it would spill)
+    if fn.meta.cluster_ctas > 1 and not fn.meta.paired_ctas and cluster_module.THREADS_PER_SM and (  # (not where
+            # it would spill; a multicast pair is two programs, not one row's parts)
             loaded_values(tile_fn) // fn.meta.cluster_ctas <= fn.meta.cta_threads * cluster_module.VALUES_PER_THREAD):
         fn.meta.min_ctas_per_sm = max(fn.meta.min_ctas_per_sm, cluster_module.THREADS_PER_SM // fn.meta.cta_threads)
     if fn.meta.persistent and persist_module.THREADS_PER_SM:

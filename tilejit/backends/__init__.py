@@ -65,7 +65,7 @@ def launch_geometry(programs: int, grid: tuple, args: list, resident: int | None
     then ``workspace(ctas)`` where given (a stream-K kernel's scratch buffer for that many CTAs:
     such a kernel runs up to ``STREAM_K_SPLIT`` CTAs a tile where there are fewer tiles than
     ``resident``, each tile's k-iterations shared out among them).  ``paired``: clusters of two
-    CTAs along axis 0, each running its own program (``specialise_warps.MULTICAST``): axis 0
+    CTAs along axis 0, each running its own program (``passes.multicast``): axis 0
     rounded up to even, its extent appended to the arguments (the padding CTA only joins its
     partner's cluster barriers)."""
     if tiles:
