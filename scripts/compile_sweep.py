@@ -14,7 +14,6 @@ run (2026-12-05, build machine): 0 failures for sm_90a and for sm_80, about a mi
 from __future__ import annotations
 
 import ast
-import importlib
 import os
 import sys
 import tempfile
@@ -28,6 +27,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import tilejit as tj  # noqa: E402
 from tilejit import backends  # noqa: E402
+from tilejit.passes import switches  # noqa: E402
 from tilejit.errors import CompileError  # noqa: E402
 
 BF16 = tj.bfloat16.np
@@ -166,8 +166,7 @@ def main(argv) -> int:
         arch, argv = argv[1], argv[2:]
     while argv[:1] == ["--set"]:                 # a compiler switch, MODULE.NAME=VALUE (a Python literal)
         target, _, value = argv[1].partition("=")
-        module, _, name = target.rpartition(".")
-        setattr(importlib.import_module(module), name, ast.literal_eval(value))
+        switches.apply([(target, ast.literal_eval(value))])
         argv = argv[2:]
     os.environ["TILEJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tj_sweep_")
     sweep = CompileOnly(arch)

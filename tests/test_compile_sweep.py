@@ -88,12 +88,6 @@ def test_the_paired_kernels_build_for_sm_90a(monkeypatch, capsys, tmp_path):
     (causal: each key block's loop starts at its diagonal) and float8 attention (no TMA loop) not."""
     from tilejit.passes import multicast, specialise_warps
     isolate(monkeypatch, tmp_path)
-    from tilejit.examples import attention, attention_backward, fp8_attention, fp8_blockwise_gemm
-    kernels = (attention.attention_kernel, fp8_attention.fp8_attention_kernel, attention_backward.delta_kernel,
-               attention_backward.dkdv_kernel, attention_backward.dq_kernel, fp8_blockwise_gemm.fp8_blockwise_matmul_kernel)
-    for kernel in kernels:               # (the whole sweep's test built them unpaired: switches are not in the key)
-        monkeypatch.setattr(kernel, "_cache", {})                   # and its paired ones are dropped after
-        monkeypatch.setattr(kernel, "_fast", {})
     monkeypatch.setattr(multicast, "MULTICAST", False)              # put back after --set
     monkeypatch.setattr(specialise_warps, "ELECT_RELEASES", False)
     import warnings

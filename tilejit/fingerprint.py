@@ -78,11 +78,13 @@ def cache_key(fingerprint: str, specs, constexprs: dict, num_warps: int, target:
               driver_version: int, options: dict | None = None) -> str:
     """The on-disk cache key: kernel and compiler fingerprints, argument specialisation
     (``tilejit.specs`` records), constexpr values, ``num_warps``, target (``sm_90a``), driver
-    version and the compile ``options`` (the compiler switches, ``tilejit.kernel.compile_switches``)."""
+    version, the compile ``options`` (the compiler switches, ``tilejit.kernel.compile_switches``)
+    and the module switches set away from their defaults (``tilejit.passes.switches.overrides``)."""
+    from tilejit.passes import switches
     h = hashlib.sha256()
     _Hasher(h).value(("key-v2", fingerprint, compiler_fingerprint(), tuple(specs),
                       tuple(sorted(constexprs.items())), num_warps, target, driver_version,
-                      tuple(sorted((options or {}).items()))))
+                      tuple(sorted((options or {}).items())), switches.overrides()))
     return h.hexdigest()
 
 

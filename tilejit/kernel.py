@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilejit import backends, dtypes, fingerprint, ir
+from tilejit.passes import switches as module_switches
 from tilejit.errors import CompileError, LaunchError, PerformanceWarning, TilejitError, for_user
 from tilejit.language import constexpr
 from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
@@ -202,6 +203,7 @@ class Kernel:
         # mutated in place (the disk key hashes them anyway)
         self._readers = fingerprint.dependency_readers(fn)
         self._globals_seen = self._read_globals()
+        self._switch_generation = module_switches.generation
 
     def _read_globals(self) -> list:
         return [fingerprint.snapshot(read()) for read in self._readers]
@@ -210,11 +212,12 @@ class Kernel:
         """Forget compiled code if anything it folded in was rebound or changed since it was
         compiled (on every launch: read each dependency, one list comparison, identity first)."""
         now = self._read_globals()
-        if now != self._globals_seen:
+        if now != self._globals_seen or self._switch_generation != module_switches.generation:
             self._cache.clear()
             self._fast.clear()
             self._readers = fingerprint.dependency_readers(self.fn)     # the objects may be others now
             self._globals_seen = self._read_globals()
+            self._switch_generation = module_switches.generation
 
     def __repr__(self) -> str:
         return f"<tj.kernel {self.name}{self.signature}>"
@@ -334,7 +337,7 @@ class Kernel:
         switches = compile_switches() + ((("num_stages", num_stages),) if num_stages is not None else ()) \
             + ((("fast_math", True),) if fast_math else ()) + ((("debug", True),) if debug else ())
         key = (specs, tuple((k, type(v).__name__, v) for k, v in consts.items()), num_warps,
-               backend_name, getattr(backend, "target", None), switches)
+               backend_name, getattr(backend, "target", None), switches, module_switches.overrides())
         return backend, key, switches
 
     def _disk_key(self, backend, specs, consts, num_warps, switches) -> str | None:

@@ -35,7 +35,9 @@ def compile_in_workers(backend_name: str, jobs: list) -> int:
     count = worker_count(len(jobs))
     if count < 2:
         return 0
+    from tilejit.passes import switches
     shares = [jobs[i::count] for i in range(count)]
+    settings = switches.overrides()             # the module switches this process compiles with
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     procs = []
     try:
@@ -44,7 +46,7 @@ def compile_in_workers(backend_name: str, jobs: list) -> int:
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                     env=env)
             procs.append(proc)
-            proc.stdin.write(pickle.dumps((backend_name, share)))
+            proc.stdin.write(pickle.dumps((backend_name, share, settings)))
             proc.stdin.close()
             proc.stdin = None                     # (so that communicate() only reads)
         done = 0
@@ -64,9 +66,12 @@ def compile_in_workers(backend_name: str, jobs: list) -> int:
 
 
 def serve() -> None:
-    """A worker: (backend name, jobs) pickled on stdin, one success flag per job pickled on stdout."""
+    """A worker: (backend name, jobs, module switch overrides) pickled on stdin, one success flag
+    per job pickled on stdout."""
     from tilejit import backends
-    backend_name, jobs = pickle.loads(sys.stdin.buffer.read())
+    from tilejit.passes import switches
+    backend_name, jobs, settings = pickle.loads(sys.stdin.buffer.read())
+    switches.apply(settings)
     backend = backends.get(backend_name)
     flags = []
     for tile_fn, options in jobs:
