@@ -41,3 +41,13 @@ for on in False True; do echo "== attention MULTICAST=$on"
     tilejit.passes.multicast.MULTICAST=$on -- --configs 4x32x4096x128 --kernel-configs 128x128x8 --reps 10 2>&1 \
     | grep -vi "warn" | tail -4
 done
+echo "== W4A16 M1 per-SASS-line profile"
+cd ..
+TILEJIT_CACHE_DIR=/tmp/tjc_s22w timeout 200 ncu --clock-control none -k regex:w4a16 -s 1 -c 1 --section SourceCounters \
+  --section InstructionStats --section WarpStateStats --section SpeedOfLight --metrics smsp__inst_executed.sum \
+  -o "$OUT/w4m1" -f python3 benchmarks/profile_one.py w4a16 --size 8192 --m 1 --config 16x64x128x4 --split 8 \
+  > "$OUT/w4_ncu.log" 2>&1
+tail -3 "$OUT/w4_ncu.log"
+ncu -i "$OUT/w4m1.ncu-rep" --page source --csv --print-source sass > "$OUT/w4_sass.csv" 2>&1
+ncu -i "$OUT/w4m1.ncu-rep" --page details --csv 2>/dev/null | grep -E "inst_executed|Executed Instructions\"|Duration|Throughput\"|Warp Cycles Per Issued" | head -10
+python3 scripts/sass_hot.py "$OUT/w4_sass.csv" | head -70
