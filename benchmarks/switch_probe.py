@@ -3,8 +3,8 @@
     python3 benchmarks/switch_probe.py tilejit.passes.chunk_rows.STASH=False -- --columns 65536
 
 Each ``MODULE.NAME=VALUE`` (a Python literal) is set before anything compiles; the arguments after
-``--`` go to ``bench_sweep.py``.  The on-disk cache key does not see module switches, so with any
-set the run uses a cache directory of its own settings (``cache_dir_for``: a subdirectory of
+``--`` go to ``bench_sweep.py``.  The on-disk cache key includes the switches set away from their
+defaults (``tilejit.passes.switches``); still, with any set the run uses a cache directory of its own settings (``cache_dir_for``: a subdirectory of
 ``TILEJIT_CACHE_DIR``, or of the temporary directory, named by a hash of the settings): two runs
 with different switches never share compiled kernels, two with the same ones do.
 ``PROBE_SCRIPT=bench_matmul.py`` runs that benchmark instead of ``bench_sweep.py`` (a path

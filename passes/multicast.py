@@ -42,6 +42,9 @@ I32 = D.int32
 # The switch (benchmarks/switch_probe.py): True lets ``specialise_warps`` pair CTAs for TMA
 # multicast wherever ``multicast`` applies; False (the default until measured on the GPU) never.
 MULTICAST = False
+# A probe of what pairing costs by itself: False pairs the CTAs (clusters, both CTAs' releases of
+# every slot) but never multicasts, each CTA copying its own whole boxes.
+MULTICAST_COPIES = True
 _CLONABLE = (SimtOp.ELEMENTWISE, SimtOp.CONSTANT, SimtOp.SPLAT, SimtOp.GATHER, SimtOp.CONCAT)
 
 
@@ -161,7 +164,7 @@ def multicast(fn: ir.Function, empty_buf: int, consumers: int) -> bool:
             pre: list = []
             coords = list(o.operands[4:])
             theirs = [partner(c, pre, {}) for c in coords]
-            share = paired
+            share = paired if MULTICAST_COPIES else false
             for c, p in zip(coords, theirs):
                 if p is not c:
                     share = ew(TileOp.AND, [share, ew(TileOp.EQ, [c, p], pre, D.bool_)], pre, D.bool_)

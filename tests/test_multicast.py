@@ -243,3 +243,13 @@ def test_a_triton_style_grouped_gemm_is_paired_too(on, copies):
     # (2,2), 9-14 (3,0) (4,0) (3,1) (4,1) (3,2) (4,2): pairs 0-1, 4-5 and 6-7 share their B block
     # (one box, 2 k-tiles, a half from each CTA); every A, and B of the other 9 programs, is their own
     assert copies == {"multicast": 3 * 2 * 2, "own": 15 * 2 + 9 * 2}
+
+
+def test_pairs_without_multicast_copies_copy_whole_boxes_and_stay_correct(on, copies, monkeypatch):
+    """``MULTICAST_COPIES=False`` (a probe of what pairing costs by itself): the same pairs and
+    releases, every fill its own whole box."""
+    monkeypatch.setattr(multicast, "MULTICAST_COPIES", False)
+    fn = gemm_fn(64, 128, 64, 3, 4)
+    assert fn.meta.paired_ctas and fn.meta.cluster_ctas == 2
+    assert run_gemm(fn, 256, 256, 256, 64, 128) < 1e-3
+    assert copies["multicast"] == 0 and copies["own"] > 0
