@@ -1,14 +1,18 @@
 #!/bin/bash
 # GPU (session 24): why TMA multicast halves the fp8 blockwise GEMM (959 -> 543 TFLOP/s at 4096^3,
-# session 24's first call). ncu of the kernel at 4096^3, MULTICAST off and on (duration, SOL, launch
-# and occupancy, warp stalls), after the fp8 GEMM with pairs but no multicast copies
+# session 24's first call, when the remote releases were cluster-scope releases; now they take the
+# arrival's default semantics, as CUTLASS's do: timed here against CLUSTER_SCOPE_RELEASE=True).
+# ncu of the kernel at 4096^3, MULTICAST off and on (duration, SOL, launch and occupancy, warp stalls), after the fp8 GEMM with pairs but no multicast copies
 # (MULTICAST_COPIES=False: what the clusters and paired releases cost alone); then one round of
 # attention B4 H32 S4096 D128 off / on (is the loss the pairing itself or the fp8 kernel's?).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
+echo "== multicast check (default-semantics remote releases)"
+TILEJIT_CACHE_DIR=/tmp/tjc_c timeout 100 python3 scripts/probes/multicast_check.py 2>&1 | grep -v "arn" | tail -6
 cd benchmarks
-for sw in False True "True tilejit.passes.multicast.MULTICAST_COPIES=False"; do echo "== MULTICAST=$sw"
+for sw in False True "True tilejit.codegen.mma.CLUSTER_SCOPE_RELEASE=True" \
+    "True tilejit.passes.multicast.MULTICAST_COPIES=False"; do echo "== MULTICAST=$sw"
   TILEJIT_CACHE_DIR=/tmp/tjc_q PROBE_SCRIPT=bench_quant.py timeout 75 python3 switch_probe.py \
     tilejit.passes.multicast.MULTICAST=$sw -- --w4 '' --fp8 4096,8192 --fp8-configs 128x128x128x8:nk --reps 20 2>&1 \
     | grep -E "^fp8" | tail -2

@@ -129,14 +129,20 @@ def test_paired_launch_geometry():
     assert backends.launch_geometry(1, (4,), [], paired=True) == ((4,), [4])
 
 
-def test_paired_ptx_assembles_for_sm_90a(on):
+@pytest.mark.parametrize("cluster_scope", [False, True])
+def test_paired_ptx_assembles_for_sm_90a(on, monkeypatch, cluster_scope):
+    """Both forms of the remote release (``codegen.mma.CLUSTER_SCOPE_RELEASE``) assemble."""
     if not ptxas.available():
         pytest.skip("nvJitLink is not installed")
+    from tilejit.codegen import mma
+    monkeypatch.setattr(mma, "CLUSTER_SCOPE_RELEASE", cluster_scope)
     ptx = compile_ptx(gemm_fn(128, 256, 64, 4, 8), "sm_90a")
+    sem = ".release.cluster" if cluster_scope else ""
+    assert f"mbarrier.arrive{sem}.shared::cluster.b64 _, [%tj_remote]" in ptx
     assert ".reqnctapercluster 2, 1, 1" in ptx
     assert ptx.count("mbarrier.init.shared::cta.b64") == 8 and ptx.count("], 258;") == 4   # 256 + 1 a warpgroup
     assert ptx.count("barrier.cluster.arrive.release.aligned") == 2
-    assert "mapa.shared::cluster.u32" in ptx and "mbarrier.arrive.release.cluster.shared::cluster.b64" in ptx
+    assert "mapa.shared::cluster.u32" in ptx
     assert "mbarrier::complete_tx::bytes.multicast::cluster" in ptx
     out = ptxas.assemble(ptx, "sm_90a", whole_program=True)
     assert out.spills == 0, out.log

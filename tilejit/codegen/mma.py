@@ -65,6 +65,11 @@ DMMA_INTRINSIC = "llvm.nvvm.mma.m8n8k4.row.col.f64"      # float64, sm_80+ (PTX 
 # LLVM 22 cannot select the intrinsic and *aborts the process* ("LLVM ERROR: Cannot select"),
 # so ``mma`` refuses fp8 unless the caller says the target's PTX ISA is new enough.
 FP8_MIN_PTX = 84
+# The switch: True makes a consumer's arrival on its cluster partner's mbarrier (``passes.multicast``)
+# a release at cluster scope; False (the default) the arrival's default semantics, as CUTLASS's
+# and TileLang's multicast pipelines arrive.  The cluster-scope release is the suspect in the
+# paired fp8 GEMM's halving on the H200 (session 24: 959 -> 543 TFLOP/s), not yet measured alone.
+CLUSTER_SCOPE_RELEASE = False
 
 
 def mma(builder: ir.IRBuilder, a: list[ir.Value], b: list[ir.Value], c: list[ir.Value],
@@ -312,12 +317,15 @@ def tma_store_wait(builder: ir.IRBuilder) -> None:
 
 def mbarrier_arrive(builder: ir.IRBuilder, bar: ir.Value, rank: ir.Value | None = None) -> None:
     """Arrive on the mbarrier at ``bar``; with ``rank``, on the one at that address in the
-    cluster's CTA ``rank`` (release at cluster scope: this thread's reads of the slot are done)."""
+    cluster's CTA ``rank`` (a consumer releasing its partner's slot: its reads of the slot are
+    done, retired by ``wgmma.wait`` or by its loads' values; the arrival's default release
+    semantics, as CUTLASS's and TileLang's pipelines use, unless ``CLUSTER_SCOPE_RELEASE``)."""
     if rank is None:
         _void_asm(builder, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", [bar])
         return
+    sem = ".release.cluster" if CLUSTER_SCOPE_RELEASE else ""
     text = ("{\n.reg .b32 %tj_remote;\nmapa.shared::cluster.u32 %tj_remote, $0, $1;\n"
-            "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%tj_remote];\n}")
+            f"mbarrier.arrive{sem}.shared::cluster.b64 _, [%tj_remote];\n}}")
     _void_asm(builder, text, "r,r,~{memory}", [bar, rank])
 
 
