@@ -48,6 +48,7 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     best = None
     bf16_math = not os.environ.get("W4_F32_MATH")     # the example's float32 spelling of the dequantisation instead
+    fold = os.environ.get("W4_FOLD_ZEROS") == "1"     # the example's zero points folded into the product (BM < 64)
     for bm, bn, bk, warps, split, *st in configs or W4_CONFIGS:
         stages = st[0] if st else None              # the ring's slots (None: the compiler's)
         grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
@@ -57,11 +58,12 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs
         def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid, split=split, ks=ks, stages=stages):
             if split == 1:
                 ex.w4a16_matmul_kernel[grid](a, dev["w"], s, z, c, None, None, BM=bm, BN=bn, BK=bk, GROUP=128,
-                                             num_warps=warps, BF16_MATH=bf16_math, num_stages=stages)
+                                             num_warps=warps, BF16_MATH=bf16_math, FOLD_ZEROS=fold, num_stages=stages)
                 return
             ex.w4a16_matmul_kernel[grid + (tj.cdiv(k, ks),)](a, dev["w"], s, z, c, *spaces[split], BM=bm, BN=bn,
                                                               BK=bk, GROUP=128, K_SLICE=ks, num_warps=warps,
-                                                              BF16_MATH=bf16_math, num_stages=stages)
+                                                              BF16_MATH=bf16_math, FOLD_ZEROS=fold,
+                                                              num_stages=stages)
         name = f"{bm}x{bn}x{bk}x{warps}" + (f" split {split}" if split > 1 else "") + (f" {stages} stages" if stages else "")
         try:
             common.checked(torch, launch, c, exact, 2e-2, f"w4a16 {m}x{n}x{k} {name}")

@@ -31,7 +31,7 @@ import tilejit as tj
 @tj.kernel
 def w4a16_matmul_kernel(a, w, scales, zeros, c, part, count, BM: tj.constexpr, BN: tj.constexpr,
                         BK: tj.constexpr, GROUP: tj.constexpr, K_SLICE: tj.constexpr = 0,
-                        BF16_MATH: tj.constexpr = True):
+                        BF16_MATH: tj.constexpr = True, FOLD_ZEROS: tj.constexpr = False):
     tj.static_assert(GROUP % BK == 0, "a K tile must lie inside one quantisation group")
     tj.static_assert(K_SLICE % BK == 0, "a K slice must be whole K tiles")
     # consecutive programs take the slices of one block: each block's last slice (its sum) comes
@@ -49,7 +49,11 @@ def w4a16_matmul_kernel(a, w, scales, zeros, c, part, count, BM: tj.constexpr, B
         q = tj.unpack(tj.load(w, (k, n // 2), (BK, BN // 2)), tj.uint4)       # (BK, BN) in 0..15
         s = tj.load(scales, (k // GROUP, n), (1, BN))
         z = tj.load(zeros, (k // GROUP, n), (1, BN))
-        if BF16_MATH and BM < 64:  # (q - z) is exact in bfloat16 for integer zero points, and a
+        if FOLD_ZEROS and BM < 64:  # x.(q - z) = x.(q + 128) - (sum of x).(z + 128): q + 128 is the
+            # nibble's bfloat16 as the conversion builds it, with no subtraction a weight
+            xs = tj.expand_dims(tj.sum(x.to(tj.float32), axis=1), 1)
+            acc += (tj.dot(x, q.to(x.dtype) + 128) - xs * (z.to(tj.float32) + 128.0)) * s.to(tj.float32)
+        elif BF16_MATH and BM < 64:  # (q - z) is exact in bfloat16 for integer zero points, and a
             # K tile lies in one group: its scale multiplies the tile's product column by column
             acc += tj.dot(x, q.to(x.dtype) - z) * s.to(tj.float32)
         elif BF16_MATH:            # more rows: a second accumulator costs more than a multiply a weight
@@ -103,25 +107,27 @@ def workspace(m, n, split, BM, BN):
             np.zeros(tj.cdiv(m, BM) * tj.cdiv(n, BN), np.int32))
 
 
-def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1, bf16_math=True):
+def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1, bf16_math=True, fold_zeros=False):
     """``bf16_math``: ``q - zero`` in bfloat16 (exact for the integer zero points ``quantize``
     gives); with ``BM`` < 64 the scales multiply each K tile's float32 product and no weight is
     rounded (``reference(rounded=False)``), else each weight is rounded once to bfloat16
     (``reference``); ``bf16_math=False``: the weights dequantised in float32 and rounded to
-    bfloat16 (any zero points)."""
+    bfloat16 (any zero points); ``fold_zeros`` (``BM`` < 64): the zero points leave the weights
+    and join the product as ``(sum of x) * (z + 128)`` (``reference(rounded=False)``, any zero
+    points; not yet timed on the GPU)."""
     bk = min(BK, group)
     n = packed.shape[1] * 2
     grid = (tj.cdiv(a.shape[0], BM), tj.cdiv(n, BN))
     c = np.empty((a.shape[0], n), tj.bfloat16.np)
     if split == 1:
         w4a16_matmul_kernel[grid](a, packed, scales, zeros, c, None, None, BM=BM, BN=BN, BK=bk, GROUP=group,
-                                  BF16_MATH=bf16_math)
+                                  BF16_MATH=bf16_math, FOLD_ZEROS=fold_zeros)
         return c
     ks = k_slice(a.shape[1], split, bk)
     slices = tj.cdiv(a.shape[1], ks)
     part, count = workspace(a.shape[0], n, slices, BM, BN)
     w4a16_matmul_kernel[grid + (slices,)](a, packed, scales, zeros, c, part, count, BM=BM, BN=BN, BK=bk,
-                                          GROUP=group, K_SLICE=ks, BF16_MATH=bf16_math)
+                                          GROUP=group, K_SLICE=ks, BF16_MATH=bf16_math, FOLD_ZEROS=fold_zeros)
     return c
 
 

@@ -2,7 +2,8 @@
 # GPU (session 24): is the W4A16 M1 loop's weight prefetch sunk by ptxas under the decode occupancy
 # wish (.minnctapersm 5, 96 registers)?  ncu SourceCounters of 16x64x128x4 split 8 at N = K = 8192
 # with pipeline.DECODE_DOT_THREADS_PER_SM=() (no wish), the stalls on the loop's first use of the
-# weights printed; then bench_quant M1 / M16 with the wish and without.
+# weights printed; then bench_quant M1 / M16: the default, the example's zero points folded into
+# the product (W4_FOLD_ZEROS=1: no bfloat16 subtraction a weight), and without the wish.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
@@ -29,7 +30,10 @@ for r in sorted(loop, key=lambda r: -int(r[ist] or 0))[:8]:
     print(" ", r[ist], r[isrc].strip())
 PY
 cd benchmarks
-for wish in "(640, 512)" "()"; do echo "== DECODE_DOT_THREADS_PER_SM=$wish"
-  TILEJIT_CACHE_DIR=/tmp/tjc_w PROBE_SCRIPT=bench_quant.py timeout 120 python3 switch_probe.py \
-    "tilejit.passes.pipeline.DECODE_DOT_THREADS_PER_SM=$wish" -- --w4 1,16 --fp8 '' --reps 30 2>&1 | grep -E "w4a16|copy" | tail -6
+for fold in 0 1; do echo "== W4_FOLD_ZEROS=$fold (the decode wish on)"
+  W4_FOLD_ZEROS=$fold TILEJIT_CACHE_DIR=/tmp/tjc_f$fold timeout 120 python3 bench_quant.py --w4 1,16 --fp8 '' --reps 30 \
+    2>&1 | grep -E "w4a16|copy" | tail -6
 done
+echo "== DECODE_DOT_THREADS_PER_SM=() (no wish), W4_FOLD_ZEROS=0"
+TILEJIT_CACHE_DIR=/tmp/tjc_w PROBE_SCRIPT=bench_quant.py timeout 120 python3 switch_probe.py \
+  "tilejit.passes.pipeline.DECODE_DOT_THREADS_PER_SM=()" -- --w4 1,16 --fp8 '' --reps 30 2>&1 | grep -E "w4a16|copy" | tail -6

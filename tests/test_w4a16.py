@@ -39,6 +39,22 @@ def test_w4a16_matches_the_dequantised_product(backend, m, n, k, group, bf16_mat
 
 
 @pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("m, n, k, group, split", [(1, 192, 512, 64, 4), (13, 130, 256, 128, 1)])
+def test_zero_points_folded_into_the_product_match_the_dequantised_product(backend, m, n, k, group, split,
+                                                                          monkeypatch):
+    """``fold_zeros``: x.(q - z) as x.(q + 128) - (sum of x).(z + 128), with zero points that are
+    not integers (the unfolded bfloat16 spelling would round q - z; this one does not)."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(m + n + k + split)
+    a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
+    packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), group)
+    zeros = (zeros.astype(np.float32) + rng.uniform(-0.5, 0.5, zeros.shape)).astype(tj.bfloat16.np)
+    ref = ex.reference(a, packed, scales, zeros, group, rounded=False)
+    out = ex.run(a, packed, scales, zeros, group, BM=16, BN=64, BK=32, split=split, fold_zeros=True)
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("m, n, k, group, split", [(1, 192, 512, 64, 4), (16, 64, 448, 32, 3), (5, 130, 256, 128, 8)])
 def test_split_k_matches_the_dequantised_product(backend, m, n, k, group, split, monkeypatch):
     """Decode shapes with K cut into slices (the last one short or empty of whole groups): each
