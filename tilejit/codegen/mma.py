@@ -67,8 +67,8 @@ DMMA_INTRINSIC = "llvm.nvvm.mma.m8n8k4.row.col.f64"      # float64, sm_80+ (PTX 
 FP8_MIN_PTX = 84
 # The switch: True makes a consumer's arrival on its cluster partner's mbarrier (``passes.multicast``)
 # a release at cluster scope; False (the default) the arrival's default semantics, as CUTLASS's
-# and TileLang's multicast pipelines arrive.  The cluster-scope release is the suspect in the
-# paired fp8 GEMM's halving on the H200 (session 24: 959 -> 543 TFLOP/s), not yet measured alone.
+# and TileLang's multicast pipelines arrive.  The cluster-scope release halved the paired fp8
+# blockwise GEMM (H100, session 24, 4096^3 / 8192^3: 483 / 512 TFLOP/s against 822 / 971 without it).
 CLUSTER_SCOPE_RELEASE = False
 
 
