@@ -1,5 +1,6 @@
 """The compiler's module switches: the upper-case settings at the top of each pass and code
-generator module (``tilejit.passes.multicast.MULTICAST``, ``tilejit.codegen.llvm.CODEGEN_OPT``),
+generator module, bools, numbers and tuples of ints (``tilejit.passes.multicast.MULTICAST``,
+``tilejit.codegen.llvm.CODEGEN_OPT``, ``tilejit.passes.pipeline.DECODE_DOT_THREADS_PER_SM``),
 which a probe or a user may set before compiling, as ``scripts/compile_sweep.py --set`` does.
 
 A compile reads them where they are used, so both compile caches must know them: ``overrides()``
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-DEFAULTS: dict[str, dict[str, bool | int | float]] = {
+DEFAULTS: dict[str, dict[str, bool | int | float | tuple]] = {
     "tilejit.passes.assign_layouts": {"CARRIED_ROUNDS": 3},
     "tilejit.passes.chunk_rows": {
         "CHUNK_VALUES": 16384, "PREFETCH": False, "ONLINE_SOFTMAX": False, "ONE_PASS_VARIANCE": True,
@@ -36,7 +37,9 @@ DEFAULTS: dict[str, dict[str, bool | int | float]] = {
     "tilejit.passes.pack_programs": {"WARP": 32, "MAX_PROGRAMS": 15, "PACK_BYTES": 1024, "PACK_LOADED": 1024},
     "tilejit.passes.persist_programs": {
         "COPY": 16, "SLOT_BYTES": 98304, "PERSIST": True, "REREAD_OTHER": True},
-    "tilejit.passes.pipeline": {"ROW_MIN_THREADS": 512, "DECODE_DOT_ROWS": 16, "RING_MARGIN": 1024},
+    "tilejit.passes.pipeline": {
+        "PACKED_THREADS_PER_SM": (2048, 1536), "ROW_THREADS_PER_SM": (2048, 1536), "PERSIST_THREADS_PER_SM": (),
+        "ROW_MIN_THREADS": 512, "DECODE_DOT_THREADS_PER_SM": (640, 512), "DECODE_DOT_ROWS": 16, "RING_MARGIN": 1024},
     "tilejit.passes.plan_loops": {"PAIR_CTA_BYTES": 115712},
     "tilejit.passes.plan_stores": {"TMA_STORES": False},
     "tilejit.passes.prefetch_loads": {
@@ -53,17 +56,17 @@ DEFAULTS: dict[str, dict[str, bool | int | float]] = {
     "tilejit.passes.specialise_warps": {
         "PRODUCER_WARPS": 4, "PRODUCER_REGISTERS": 40, "REGISTER_FILE": 65536, "MAX_REGISTERS": 248,
         "PERSIST_TILES": False, "PRIVATE_RINGS": False, "PINGPONG": False, "PINGPONG_PROMOTION": True,
-        "ELECT_RELEASES": False},
+        "ELECT_RELEASES": False, "PINGPONG_BARRIERS": (2, 3, 4)},
     "tilejit.passes.split_dot_loads": {"SPLIT_DOT_LOADS": True},
     "tilejit.passes.stream_k": {"STREAM_K": False, "CHUNK": 8},
     "tilejit.passes.swap_small_dots": {"MAX_ROWS": 32},
-    "tilejit.passes.tma": {"ATOM_BYTES": 128, "MAX_BOX": 256},
+    "tilejit.passes.tma": {"ATOM_BYTES": 128, "MAX_BOX": 256, "SPANS": (32, 64, 128)},
     "tilejit.passes.warps": {
         "BYTES_PER_THREAD": 64, "WIDE_BYTES_PER_THREAD": 128, "VALUES_PER_THREAD": 64,
         "MAX_VALUES_PER_THREAD": 1024},
     "tilejit.passes.wgmma": {
         "ATOM_BYTES": 128, "K_STEP_BYTES": 32, "TRANSPOSED_A": True, "COMPUTED_B": True,
-        "COMPUTED_B_BUFFERS": 2},
+        "COMPUTED_B_BUFFERS": 2, "A_ROW_BYTES": (32, 64, 128)},
     "tilejit.codegen.base": {"FAST_DIVISION": True, "MAGIC_INT_TO_FLOAT": True},
     "tilejit.codegen.elementwise": {"POW2_DIVMOD": True},
     "tilejit.codegen.floatmath": {

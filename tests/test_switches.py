@@ -21,8 +21,8 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
 def source_settings() -> dict:
-    """Every upper-case module-level bool/int/float of the passes, the code generators and the
-    backends' package, read from the source files."""
+    """Every upper-case module-level bool/int/float or tuple of ints (``DECODE_DOT_THREADS_PER_SM``)
+    of the passes, the code generators and the backends' package, read from the source files."""
     files = [(os.path.join(ROOT, d, n), pkg if n == "__init__.py" else f"{pkg}.{n[:-3]}")
              for d, pkg in (("passes", "tilejit.passes"), ("tilejit/codegen", "tilejit.codegen"))
              for n in sorted(os.listdir(os.path.join(ROOT, d))) if n.endswith(".py")]
@@ -40,7 +40,7 @@ def source_settings() -> dict:
                     value = eval(compile(ast.Expression(node.value), path, "eval"), {})
                 except Exception:       # an expression of other names: not a setting
                     continue
-                if type(value) in (bool, int, float):
+                if type(value) in (bool, int, float) or (type(value) is tuple and all(type(v) is int for v in value)):
                     found.setdefault(module, {})[name] = value
     return found
 
@@ -67,6 +67,12 @@ def test_only_switches_away_from_their_defaults_are_overrides(monkeypatch):
                                     ("tilejit.codegen.llvm.CODEGEN_OPT", 3))
     monkeypatch.setattr(llvm, "CODEGEN_OPT", 2.0)            # equal, but not the same setting
     assert ("tilejit.codegen.llvm.CODEGEN_OPT", 2.0) in switches.overrides()
+
+
+def test_a_tuple_switch_is_an_override_too(monkeypatch):
+    from tilejit.passes import pipeline
+    monkeypatch.setattr(pipeline, "DECODE_DOT_THREADS_PER_SM", ())
+    assert switches.overrides() == (("tilejit.passes.pipeline.DECODE_DOT_THREADS_PER_SM", ()),)
 
 
 def test_a_module_not_imported_is_not_imported_to_read_it(monkeypatch):
