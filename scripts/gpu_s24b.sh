@@ -7,6 +7,7 @@
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 TILEJIT_CACHE_DIR=/tmp/tjc_nw timeout 150 ncu --clock-control none -k regex:w4a16 -s 1 -c 1 --section SourceCounters \
   --metrics smsp__inst_executed.sum -o "$OUT/w4nowish" -f python3 -c "
 import runpy, sys
