@@ -1,6 +1,7 @@
 """Block-scaled float8 GEMM, as in DeepSeek-V3 inference and training: A (M x K) is float8 e4m3 with
 one float32 scale per row and per block of 128 columns (1x128), B (K x N) is float8 e4m3 with one
-scale per 128 x 128 block, ``x ≈ x8 * scale``.  Tiles divide the 128-blocks, so each K tile lies in one scale block:
+scale per 128 x 128 block, ``x ≈ x8 * scale``.  BK divides 128, so each K tile lies in one scale block
+(a BN that does not divide 128, 256 say, loads each column's block scale: a (1, BN) row):
 ``tj.dot_scaled`` multiplies the raw fp8 tiles on the tensor cores and applies the row's and
 the block's scales to the float32 product before it joins the accumulator.  ``B_NK=True``
 (``run_nk``) reads B stored (N, K), with (N/128, K/128) scales, transposed: both operands are
@@ -16,7 +17,7 @@ BLOCK = 128             # the scale block along K (and along N for B)
 @tj.kernel
 def fp8_blockwise_matmul_kernel(a, a_scale, b, b_scale, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
                                 B_NK: tj.constexpr = False):
-    tj.static_assert(128 % BK == 0 and 128 % BN == 0, "BK and BN must divide the 128-wide scale blocks")
+    tj.static_assert(128 % BK == 0, "BK must divide the 128-wide scale blocks")
     m = tj.program_id(0) * BM
     n = tj.program_id(1) * BN
     acc = tj.zeros((BM, BN), tj.float32)
@@ -24,10 +25,16 @@ def fp8_blockwise_matmul_kernel(a, a_scale, b, b_scale, c, BM: tj.constexpr, BN:
         sa = tj.load(a_scale, (m, k // 128), (BM, 1))                 # this block's row scales
         if B_NK:                       # b stored (N, K) with (N/128, K/128) scales, as DeepGEMM keeps it
             w = tj.load(b, (n, k), (BN, BK)).T
-            sb = tj.load(b_scale, (n // 128, k // 128), (1, 1))
+            if 128 % BN == 0:
+                sb = tj.load(b_scale, (n // 128, k // 128), (1, 1))
+            else:                      # a tile across scale blocks: each column's block's scale
+                sb = tj.load(b_scale, ((n + tj.arange(0, BN)) // 128, k // 128), (BN, 1)).T
         else:
             w = tj.load(b, (k, n), (BK, BN))
-            sb = tj.load(b_scale, (k // 128, n // 128), (1, 1))       # this block's one scale
+            if 128 % BN == 0:
+                sb = tj.load(b_scale, (k // 128, n // 128), (1, 1))   # this block's one scale
+            else:
+                sb = tj.load(b_scale, (k // 128, (n + tj.arange(0, BN)) // 128), (1, BN))
         acc = tj.dot_scaled(tj.load(a, (m, k), (BM, BK)), sa, w, sb, acc)
     tj.store(c, (m, n), acc.to(c.dtype))
 

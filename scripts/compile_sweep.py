@@ -104,7 +104,8 @@ def cases():
         a, sa = f8.quantize_rows(rng.standard_normal((512, 512)).astype(np.float32))
         b, sb = f8.quantize_blocks(rng.standard_normal((512, 512)).astype(np.float32))
         yield f"fp8 blockwise {bm}x{bn}x{bk} w{w}", lambda a=a, sa=sa, b=b, sb=sb, c=(bm, bn, bk): f8.run(a, sa, b, sb, *c)
-    for bm, bn, bk, w in ((128, 128, 128, 8), (64, 128, 128, 4), (128, 128, 64, 8)):
+    for bm, bn, bk, w in ((128, 128, 128, 8), (64, 128, 128, 4), (128, 128, 64, 8),
+                          (128, 256, 128, 8)):
         a, sa = f8.quantize_rows(rng.standard_normal((512, 512)).astype(np.float32))
         b, sb = f8.quantize_blocks(rng.standard_normal((512, 512)).astype(np.float32))
         yield (f"fp8 blockwise (N, K) {bm}x{bn}x{bk} w{w}",

@@ -62,7 +62,8 @@ def assert_fp8_close(out, a, sa, b, sb):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("m, n, k, tiles", [(200, 256, 384, {}), (64, 128, 128, {"BN": 128, "BK": 128}),
-                                            (33, 384, 256, {"BM": 32, "BK": 32})])
+                                            (33, 384, 256, {"BM": 32, "BK": 32}),
+                                            (40, 384, 128, {"BM": 16, "BN": 256, "BK": 64})])
 def test_block_scaled_fp8_matches_the_dequantised_product(backend, m, n, k, tiles, monkeypatch):
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     rng = np.random.default_rng(m + n + k)
@@ -73,7 +74,7 @@ def test_block_scaled_fp8_matches_the_dequantised_product(backend, m, n, k, tile
 
 def test_a_tile_across_scale_blocks_is_refused():
     f8, f32 = ArraySpec(tj.float8e4m3, 2), ArraySpec(tj.float32, 2)
-    with pytest.raises(tj.CompileError, match="must divide the 128-wide scale blocks"):
+    with pytest.raises(tj.CompileError, match="BK must divide the 128-wide scale blocks"):
         ex.fp8_blockwise_matmul_kernel.tile_ir((f8, f32, f8, f32, ArraySpec(tj.bfloat16, 2)),
                                                {"BM": 64, "BN": 64, "BK": 256})
 
@@ -113,7 +114,8 @@ def test_bad_dot_scaled_calls_are_errors_at_the_users_line(call, message):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("m, n, k, tiles", [(200, 256, 384, {"BM": 64, "BN": 128, "BK": 128, "num_warps": 4}),
-                                            (130, 384, 256, {}), (64, 128, 128, {"BK": 64})])
+                                            (130, 384, 256, {}), (64, 128, 128, {"BK": 64}),
+                                            (24, 384, 128, {"BM": 16, "BN": 256, "BK": 64, "num_warps": 4})])
 def test_block_scaled_fp8_with_weights_stored_n_by_k(backend, m, n, k, tiles, monkeypatch):
     """``B_NK`` (``run_nk``): B stored (N, K) with (N/128, K/128) scales, read transposed."""
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
