@@ -49,20 +49,26 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs
     best = None
     bf16_math = not os.environ.get("W4_F32_MATH")     # the example's float32 spelling of the dequantisation instead
     fold = os.environ.get("W4_FOLD_ZEROS") == "1"     # the example's zero points folded into the product (BM < 64)
+    tiled = os.environ.get("W4_TILED") == "1"          # the weights reordered once into contiguous BK x BN tiles
+    tiles = {}
     for bm, bn, bk, warps, split, *st in configs or W4_CONFIGS:
         stages = st[0] if st else None              # the ring's slots (None: the compiler's)
         grid = (tj.cdiv(m, bm), tj.cdiv(n, bn))
         ks = ex.k_slice(k, split, bk)
         spaces = {split: tuple(torch.from_numpy(x).cuda() for x in ex.workspace(m, n, tj.cdiv(k, ks), bm, bn))}
+        if tiled and (bk, bn) not in tiles:
+            tiles[bk, bn] = torch.from_numpy(ex.tile_weights(packed, bk, bn)).cuda()
+        w = tiles[bk, bn] if tiled else dev["w"]
 
-        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid, split=split, ks=ks, stages=stages):
+        def launch(bm=bm, bn=bn, bk=bk, warps=warps, grid=grid, split=split, ks=ks, stages=stages, w=w):
             if split == 1:
-                ex.w4a16_matmul_kernel[grid](a, dev["w"], s, z, c, None, None, BM=bm, BN=bn, BK=bk, GROUP=128,
-                                             num_warps=warps, BF16_MATH=bf16_math, FOLD_ZEROS=fold, num_stages=stages)
+                ex.w4a16_matmul_kernel[grid](a, w, s, z, c, None, None, BM=bm, BN=bn, BK=bk, GROUP=128,
+                                             num_warps=warps, BF16_MATH=bf16_math, FOLD_ZEROS=fold, TILED=tiled,
+                                             num_stages=stages)
                 return
-            ex.w4a16_matmul_kernel[grid + (tj.cdiv(k, ks),)](a, dev["w"], s, z, c, *spaces[split], BM=bm, BN=bn,
+            ex.w4a16_matmul_kernel[grid + (tj.cdiv(k, ks),)](a, w, s, z, c, *spaces[split], BM=bm, BN=bn,
                                                               BK=bk, GROUP=128, K_SLICE=ks, num_warps=warps,
-                                                              BF16_MATH=bf16_math, FOLD_ZEROS=fold,
+                                                              BF16_MATH=bf16_math, FOLD_ZEROS=fold, TILED=tiled,
                                                               num_stages=stages)
         name = f"{bm}x{bn}x{bk}x{warps}" + (f" split {split}" if split > 1 else "") + (f" {stages} stages" if stages else "")
         try:

@@ -31,7 +31,8 @@ import tilejit as tj
 @tj.kernel
 def w4a16_matmul_kernel(a, w, scales, zeros, c, part, count, BM: tj.constexpr, BN: tj.constexpr,
                         BK: tj.constexpr, GROUP: tj.constexpr, K_SLICE: tj.constexpr = 0,
-                        BF16_MATH: tj.constexpr = True, FOLD_ZEROS: tj.constexpr = False):
+                        BF16_MATH: tj.constexpr = True, FOLD_ZEROS: tj.constexpr = False,
+                        TILED: tj.constexpr = False):
     tj.static_assert(GROUP % BK == 0, "a K tile must lie inside one quantisation group")
     tj.static_assert(K_SLICE % BK == 0, "a K slice must be whole K tiles")
     # consecutive programs take the slices of one block: each block's last slice (its sum) comes
@@ -46,7 +47,11 @@ def w4a16_matmul_kernel(a, w, scales, zeros, c, part, count, BM: tj.constexpr, B
     acc = tj.zeros((BM, BN), tj.float32)
     for k in range(k0, k1, BK):
         x = tj.load(a, (m, k), (BM, BK))
-        q = tj.unpack(tj.load(w, (k, n // 2), (BK, BN // 2)), tj.uint4)       # (BK, BN) in 0..15
+        if TILED:                  # (K/BK, N/BN, BK, BN/2): the tile's bytes in one contiguous run
+            wt = tj.load(w, (k // BK, n // BN, 0, 0), (1, 1, BK, BN // 2)).reshape((BK, BN // 2))
+        else:
+            wt = tj.load(w, (k, n // 2), (BK, BN // 2))
+        q = tj.unpack(wt, tj.uint4)                                            # (BK, BN) in 0..15
         s = tj.load(scales, (k // GROUP, n), (1, BN))
         z = tj.load(zeros, (k // GROUP, n), (1, BN))
         if FOLD_ZEROS and BM < 64:  # x.(q - z) = x.(q + 128) - (sum of x).(z + 128): q + 128 is the
@@ -87,6 +92,18 @@ def quantize(w, group):
     return packed, scales.astype(tj.bfloat16.np), zeros.astype(tj.bfloat16.np)
 
 
+def tile_weights(packed, BK, BN):
+    """The packed weights (K x N/2 bytes) laid out for ``TILED`` kernels of BK x BN tiles:
+    (ceil(K/BK), ceil(N/BN), BK, BN/2), each tile's bytes contiguous (zeros past the edges), so
+    a tile is one run of memory rather than BK rows of BN/2 bytes a row stride apart.  Done once,
+    when the weights are loaded, as Marlin-style kernels reorder theirs."""
+    k, half = packed.shape
+    kt, nt = tj.cdiv(k, BK), tj.cdiv(2 * half, BN)
+    padded = np.zeros((kt * BK, nt * BN // 2), np.uint8)
+    padded[:k, :half] = packed
+    return np.ascontiguousarray(padded.reshape(kt, BK, nt, BN // 2).transpose(0, 2, 1, 3))
+
+
 def dequantize(packed, scales, zeros, group):
     q = np.stack([packed & 15, packed >> 4], axis=-1).reshape(packed.shape[0], -1).astype(np.float64)
     s = np.repeat(scales.astype(np.float64), group, axis=0)
@@ -107,27 +124,32 @@ def workspace(m, n, split, BM, BN):
             np.zeros(tj.cdiv(m, BM) * tj.cdiv(n, BN), np.int32))
 
 
-def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1, bf16_math=True, fold_zeros=False):
+def run(a, packed, scales, zeros, group=64, BM=64, BN=64, BK=64, split=1, bf16_math=True, fold_zeros=False,
+        tiled=False):
     """``bf16_math``: ``q - zero`` in bfloat16 (exact for the integer zero points ``quantize``
     gives); with ``BM`` < 64 the scales multiply each K tile's float32 product and no weight is
     rounded (``reference(rounded=False)``), else each weight is rounded once to bfloat16
     (``reference``); ``bf16_math=False``: the weights dequantised in float32 and rounded to
     bfloat16 (any zero points); ``fold_zeros`` (``BM`` < 64): the zero points leave the weights
     and join the product as ``(sum of x) * (z + 128)`` (``reference(rounded=False)``, any zero
-    points; not yet timed on the GPU)."""
+    points; not yet timed on the GPU); ``tiled``: the weights read through ``tile_weights``
+    (``TILED``)."""
     bk = min(BK, group)
     n = packed.shape[1] * 2
+    if tiled:
+        packed = tile_weights(packed, bk, BN)
     grid = (tj.cdiv(a.shape[0], BM), tj.cdiv(n, BN))
     c = np.empty((a.shape[0], n), tj.bfloat16.np)
     if split == 1:
         w4a16_matmul_kernel[grid](a, packed, scales, zeros, c, None, None, BM=BM, BN=BN, BK=bk, GROUP=group,
-                                  BF16_MATH=bf16_math, FOLD_ZEROS=fold_zeros)
+                                  BF16_MATH=bf16_math, FOLD_ZEROS=fold_zeros, TILED=tiled)
         return c
     ks = k_slice(a.shape[1], split, bk)
     slices = tj.cdiv(a.shape[1], ks)
     part, count = workspace(a.shape[0], n, slices, BM, BN)
     w4a16_matmul_kernel[grid + (slices,)](a, packed, scales, zeros, c, part, count, BM=BM, BN=BN, BK=bk,
-                                          GROUP=group, K_SLICE=ks, BF16_MATH=bf16_math, FOLD_ZEROS=fold_zeros)
+                                          GROUP=group, K_SLICE=ks, BF16_MATH=bf16_math, FOLD_ZEROS=fold_zeros,
+                                          TILED=tiled)
     return c
 
 

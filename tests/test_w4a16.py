@@ -55,6 +55,32 @@ def test_zero_points_folded_into_the_product_match_the_dequantised_product(backe
 
 
 @pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("m, n, k, tiles", [(1, 192, 512, dict(BM=16, BN=64, BK=64, split=3)),
+                                            (20, 130, 200, dict(BM=16, BN=128, BK=32)),
+                                            (70, 96, 256, dict(BM=64, BN=32, BK=64))])
+def test_tiled_weights_match_the_dequantised_product(backend, m, n, k, tiles, monkeypatch):
+    """``tiled``: the weights reordered by ``tile_weights`` into contiguous BK x BN tiles (ragged
+    edges padded with zeros) give the product of the row-major ones."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
+    packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), 64 if k % 64 == 0 else 8)
+    group = 64 if k % 64 == 0 else 8
+    ref = ex.reference(a, packed, scales, zeros, group, rounded=tiles["BM"] >= 64)
+    out = ex.run(a, packed, scales, zeros, group, tiled=True, **tiles).astype(np.float64)
+    np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
+
+
+def test_tile_weights_puts_each_tile_in_one_run():
+    packed = np.arange(40 * 6, dtype=np.uint32).astype(np.uint8).reshape(40, 6)      # K 40, N 12
+    tiled = ex.tile_weights(packed, 16, 8)                                          # 3 x 2 tiles of 16 x 4 bytes
+    assert tiled.shape == (3, 2, 16, 4) and tiled.flags.c_contiguous
+    np.testing.assert_array_equal(tiled[1, 0], packed[16:32, 0:4])
+    np.testing.assert_array_equal(tiled[2, 1, :8, :2], packed[32:40, 4:6])
+    assert not tiled[2, 1, 8:].any() and not tiled[2, 1, :, 2:].any()           # past the edges: zeros
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("m, n, k, group, split", [(1, 192, 512, 64, 4), (16, 64, 448, 32, 3), (5, 130, 256, 128, 8)])
 def test_split_k_matches_the_dequantised_product(backend, m, n, k, group, split, monkeypatch):
     """Decode shapes with K cut into slices (the last one short or empty of whole groups): each
