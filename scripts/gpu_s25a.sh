@@ -2,8 +2,8 @@
 # GPU (session 25): where the fp8 blockwise GEMM's time goes at 4096³ (weights (N, K), 128x128x128,
 # 8 warps: 0.76-0.81x torch._scaled_mm): ncu's speed of light, warp states, the tensor pipe's
 # activity and the per-SASS-line stalls; the same tensor-pipe metric for _scaled_mm in the same
-# call; then the 128x256 tile (per-column B scales) timed next to the default; decode attention's
-# kernels under ncu; W4A16 with the weights in contiguous tiles (TILED) against row-major.
+# call; then the 128x256 tile (per-column B scales) timed next to the default, and the two fp8
+# switches never timed (descriptor offsets, elected releases).  gpu_s25b.sh is the second call.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
@@ -28,15 +28,9 @@ for _ in range(4): torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=
 torch.cuda.synchronize()" 2>&1 | grep -E "Kernel|gemm|Duration|gmma|Throughput|cycles_active" | head -20
 TILEJIT_CACHE_DIR=/tmp/tjc_b timeout 200 python3 bench_quant.py --w4 '' --fp8 4096,8192 --reps 30 \
   --fp8-configs 128x128x128x8:nk,128x256x128x8:nk 2>&1 | grep -E "fp8|copy" | tail -8
-echo "== decode B8 H32 Hkv8 D128 KV 8192: configs with 32-key blocks (48 KB rings: 4 CTAs an SM), then ncu"
-BENCH_EACH=1 TILEJIT_CACHE_DIR=/tmp/tjc_d timeout 120 python3 bench_decode.py --seqs 8192 --reps 30 \
-  --configs 2048x64x4,1024x64x4,512x64x4,2048x32x4,1024x32x4,512x32x4,256x32x4 2>&1 | grep -E "decode S|^\|" | tail -12
-TILEJIT_CACHE_DIR=/tmp/tjc_d timeout 150 ncu --clock-control none -k regex:decode -c 4 --section SpeedOfLight \
-  --section Occupancy --metrics dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \
-  python3 bench_decode.py --seqs 8192 --configs 2048x64x4,1024x32x4 --reps 1 2>&1 \
-  | grep -E "decode_|dram__|gpu__time|Duration|Achieved Occupancy|Memory Throughput" | head -40
-echo "== W4A16 M1 / M16: weights row-major (W4_TILED=0) against reordered into contiguous tiles (1), alternating"
-for t in 0 1 0 1; do echo "-- W4_TILED=$t"
-  W4_TILED=$t BENCH_EACH=1 TILEJIT_CACHE_DIR=/tmp/tjc_t$t timeout 100 python3 bench_quant.py --w4 1 --fp8 "" --reps 30 \
-    --w4-configs 16x64x128x4x5,16x64x128x4x8,16x128x128x4x8,16x64x128x4x4 2>&1 | grep -E "w4a16" | grep -v "^  " | tail -4
+echo "== fp8 switches never timed: codegen.llvm.DESCRIPTOR_OFFSETS, specialise_warps.ELECT_RELEASES (alternating)"
+for sw in "" "tilejit.codegen.llvm.DESCRIPTOR_OFFSETS=True" "tilejit.passes.specialise_warps.ELECT_RELEASES=True" ""; do
+  echo "-- ${sw:-defaults}"
+  TILEJIT_CACHE_DIR=/tmp/tjc_sw PROBE_SCRIPT=bench_quant.py timeout 100 python3 switch_probe.py $sw -- --w4 '' \
+    --fp8 4096,8192 --reps 30 --fp8-configs 128x128x128x8:nk 2>&1 | grep -E "^fp8" | tail -2
 done
