@@ -75,6 +75,7 @@ DEFAULTS: dict[str, dict[str, bool | int | float | tuple]] = {
     "tilejit.codegen.llvm": {
         "CODEGEN_OPT": 2, "DESCRIPTOR_OFFSETS": False, "PIN_PROMOTED": True, "ZERO_PRODUCTS": True,
         "SLP_VECTORIZE": True},
+    "tilejit.codegen.memory": {"BRANCH_FREE_LOADS": False},
     "tilejit.codegen.mma": {"FP8_MIN_PTX": 84, "CLUSTER_SCOPE_RELEASE": False},
     "tilejit.codegen.nibbles": {"NIBBLE_PAIRS": True},
     "tilejit.codegen.ptxas": {"LINE_INFO": True},

@@ -7,6 +7,8 @@ Vector accesses are at most 16 bytes (the widest PTX load), so longer groups are
 """
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 
 from tilejit.abi import ASSERT_SYMBOL, ASSERT_WORDS
@@ -15,6 +17,15 @@ from tilejit.codegen.base import I8, I32, I64, SHARED, Ctx, const, mem_type, reg
 from tilejit.dtypes import DType
 
 SHARED_SYMBOL = "tj_smem"        # the kernel's dynamic shared memory buffer
+ZEROS_SYMBOL = "tj_zeros"        # 16 zero bytes in global memory: where a masked-off vector load reads
+# The switch: True loads a masked vector group without a branch where its masks are a prefix of
+# the group (``GlobalAttrs.prefix``): the address is the group's where it is whole, else
+# ``ZEROS_SYMBOL``'s (a select, then one unconditional vector load), and the group reads ``other``
+# where not whole; only a group the array's edge cuts (some masks true, not all) branches to the
+# element-wise loads.  So a tile's vector loads are straight-line code that ptxas can schedule
+# together, not each inside its own branch (W4A16 decode: 6 LDG.128 a K tile, each behind a
+# branch).  False: the vector load sits in a branch taken where the group is whole.
+BRANCH_FREE_LOADS = False
 
 
 def to_reg(ctx: Ctx, v, dt: DType):
@@ -123,7 +134,7 @@ def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, ve
                 prefix: bool = False) -> list:
     """Registers read from ``base[offsets[i]]``; where ``masks[i]`` is false, ``other``."""
     other_value = const(dt, other)
-    out = []
+    out, cuts = [], []
     for first, size in _groups(len(offsets), vec, dt):
         ptrs = _group_ptrs(ctx, base, offsets[first], size if masks is not None else 1, dt)
         if masks is None:
@@ -151,6 +162,13 @@ def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, ve
             return [vector]
 
         whole, some = _whole_and_any(ctx, group_masks, prefix)
+        if BRANCH_FREE_LOADS and prefix:
+            zero_bits = other == 0 and math.copysign(1.0, float(other)) > 0       # the zeros read as other
+            vector, cut = _branch_free_group(ctx, ptrs[0], vty, whole, some, gather, dt,
+                                             None if zero_bits else other_value, size)
+            cuts.append((len(out), vector, cut, slow, gather, size))
+            out += [None] * size
+            continue
 
         def partial(slow=slow, some=some, size=size):
             # a group wholly outside (a decode tile's padding rows: 15 of 16 at M = 1) costs one
@@ -158,7 +176,37 @@ def load_global(ctx: Ctx, base, offsets: list, masks: list | None, dt: DType, ve
             return _if_else(ctx, some, lambda: gather(slow()), lambda: gather([other_value] * size), "vpart")
         vector = _if_else(ctx, whole, fast, partial, "vld")[0]
         out += [to_reg(ctx, ctx.builder.extract_element(vector, ir.Constant(I32, j)), dt) for j in range(size)]
+    # the groups the array's edge cuts, after every group's load: the loads stay one block
+    for at, vector, cut, slow, gather, size in cuts:
+        vector = _if_else(ctx, cut, lambda slow=slow, gather=gather: gather(slow()), lambda v=vector: [v], "vcut")[0]
+        out[at:at + size] = [to_reg(ctx, ctx.builder.extract_element(vector, ir.Constant(I32, j)), dt)
+                             for j in range(size)]
     return out
+
+
+def _zeros_pointer(ctx: Ctx):
+    """The module's 16 zero bytes in global memory (``ZEROS_SYMBOL``), as a generic global pointer."""
+    existing = ctx.module.globals.get(ZEROS_SYMBOL)
+    if existing is None:
+        kind = ir.ArrayType(I32, 4)
+        existing = ir.GlobalVariable(ctx.module, kind, ZEROS_SYMBOL, addrspace=1)
+        existing.global_constant = True
+        existing.linkage = "internal"
+        existing.initializer = ir.Constant(kind, [ir.Constant(I32, 0)] * 4)
+        existing.align = 16
+    return existing
+
+
+def _branch_free_group(ctx: Ctx, ptr, vty, whole, some, gather, dt: DType, other_value, size: int):
+    """One masked vector group (masks a prefix) as ``BRANCH_FREE_LOADS`` describes: (the vector
+    where the group is whole or wholly masked off, whether the array's edge cuts it);
+    ``other_value`` None: ``other`` is all zero bits, as the zeros read."""
+    b = ctx.builder
+    zeros = b.bitcast(_zeros_pointer(ctx), ptr.type)
+    vector = b.load(b.select(whole, ptr, zeros), typ=vty, align=size * dt.itemsize)
+    if other_value is not None:
+        vector = b.select(whole, vector, gather([other_value] * size)[0])
+    return vector, b.and_(some, b.not_(whole))
 
 
 def store_global(ctx: Ctx, base, offsets: list, values: list, masks: list | None, dt: DType, vec: int,
