@@ -49,7 +49,9 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs
     best = None
     bf16_math = not os.environ.get("W4_F32_MATH")     # the example's float32 spelling of the dequantisation instead
     fold = os.environ.get("W4_FOLD_ZEROS") == "1"     # the example's zero points folded into the product (BM < 64)
-    tiled = os.environ.get("W4_TILED") == "1"          # the weights reordered once into contiguous BK x BN tiles
+    # the weights reordered once into contiguous BK x BN tiles (``tile_weights``), as torch's int4
+    # kernel takes its own packed layout; W4_TILED=0: the row-major packing
+    tiled = os.environ.get("W4_TILED", "1") == "1"
     tiles = {}
     for bm, bn, bk, warps, split, *st in configs or W4_CONFIGS:
         stages = st[0] if st else None              # the ring's slots (None: the compiler's)
@@ -70,7 +72,8 @@ def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs
                                                               BK=bk, GROUP=128, K_SLICE=ks, num_warps=warps,
                                                               BF16_MATH=bf16_math, FOLD_ZEROS=fold, TILED=tiled,
                                                               num_stages=stages)
-        name = f"{bm}x{bn}x{bk}x{warps}" + (f" split {split}" if split > 1 else "") + (f" {stages} stages" if stages else "")
+        name = f"{bm}x{bn}x{bk}x{warps}" + (f" split {split}" if split > 1 else "") + (f" {stages} stages" if stages else "") \
+            + (", tiled weights" if tiled else "")
         try:
             common.checked(torch, launch, c, exact, 2e-2, f"w4a16 {m}x{n}x{k} {name}")
         except Exception as e:          # a config that does not compile or fit: report, go on

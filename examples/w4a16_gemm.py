@@ -22,7 +22,12 @@ zero.  So there is no zeroing and no conversion kernel around the launch, and th
 same from run to run whichever program finishes last.  Consecutive programs take the slices of
 one block, so each block's sum comes soon after its slices start, not all in the launch's last
 wave (measured on the H100 at M 1-16, N = K = 8192: 43 us, against 54 us with the slices on the
-grid's slowest axis and 46-47 us for float32 atomics into a zeroed C plus the conversion)."""
+grid's slowest axis and 46-47 us for float32 atomics into a zeroed C plus the conversion).
+
+``TILED`` (``run(..., tiled=True)``) reads the weights reordered once by ``tile_weights`` into
+(K/BK, N/BN, BK, BN/2): each tile one contiguous run of memory instead of BK rows of BN/2 bytes
+(32 at BN 64) a row apart.  Measured on the H100 at M1: 35.4 against 39.6 us at N = K = 8192,
+106.3 against 116.1 at N 28672 (2026-12-06)."""
 import numpy as np
 
 import tilejit as tj

@@ -24,7 +24,10 @@ ZEROS_SYMBOL = "tj_zeros"        # 16 zero bytes in global memory: where a maske
 # where not whole; only a group the array's edge cuts (some masks true, not all) branches to the
 # element-wise loads.  So a tile's vector loads are straight-line code that ptxas can schedule
 # together, not each inside its own branch (W4A16 decode: 6 LDG.128 a K tile, each behind a
-# branch).  False: the vector load sits in a branch taken where the group is whole.
+# branch).  False: the vector load sits in a branch taken where the group is whole.  Off: on the
+# H100 (2026-12-06, scripts/gpu_s25b.sh, alternating) W4A16 M1 measured 39.7 / 116.8 us on against
+# 39.4-39.6 / 115.5-116.1 off (N 8192 / 28672), and with tiled weights 37.8-38.0 / 117.1-117.6
+# against 35.4 / 106.3: the loop is not bound by the branches; correct on the GPU (25 tests).
 BRANCH_FREE_LOADS = False
 
 
