@@ -156,6 +156,37 @@ def decode_combine_kernel(o_part, lse_part, o, BL: tj.constexpr, BD: tj.constexp
     merge(o_part, lse_part, o, tj.program_id(0) // heads, tj.program_id(0) % heads, 1, BL, BD)
 
 
+@tj.kernel
+def decode_combine_gather_kernel(o_part, lse_part, o, NS: tj.constexpr, BL: tj.constexpr, BD: tj.constexpr):
+    """``decode_combine_kernel`` with every slice read at once (``NS``: the slices rounded up to
+    a power of two; the rows past the last slice read -inf and zeros): one load of the (NS, BL)
+    log-sum-exps and one of the (NS, BL, BD) partial outputs, weighted by exp(lse_s - max lse)
+    and summed, instead of a loop whose slices wait on each other's loads."""
+    heads = o.shape[1]
+    batch = tj.program_id(0) // heads
+    head = tj.program_id(0) % heads
+    rows = tj.arange(0, NS) * o.shape[0] + batch
+    lse = tj.load(lse_part, (rows, head, 0), (NS, 1, BL), other=-tj.inf).reshape((NS, BL))
+    part = tj.load(o_part, (rows, head, 0, 0), (NS, 1, BL, BD)).reshape((NS, BL, BD))
+    m = tj.max(lse, axis=0)
+    w = tj.exp(lse - tj.where(m == -tj.inf, 0.0, m)[None, :])        # a slice that saw no key: 0
+    total = tj.sum(w, axis=0)
+    acc = tj.sum(part * w[:, :, None], axis=0)
+    out = acc / tj.where(total > 0, total, 1.0)[:, None]
+    tj.store(o, (batch, head, 0, 0), out.to(o.dtype).reshape((1, 1, BL, BD)))
+
+
+def combine(o_part, lse_part, out, splits, window, BD, gather=False):
+    """The second kernel: the slices' partial outputs merged into ``out`` (``gather``: all slices
+    read at once, ``decode_combine_gather_kernel``)."""
+    grid = (out.shape[0] * out.shape[1],)
+    if gather:
+        decode_combine_gather_kernel[grid](o_part, lse_part, out, NS=tj.next_power_of_2(splits),
+                                           BL=tj.next_power_of_2(window), BD=BD)
+    else:
+        decode_combine_kernel[grid](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD)
+
+
 def splits_for(seq: int, split: int) -> int:
     return tj.cdiv(seq, split)
 
@@ -186,11 +217,13 @@ def counts(q, kv_heads, count=None):
     return tj.to_device(np.zeros(n, np.int32))
 
 
-def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None, fused=False, count=None):
+def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None, fused=False, count=None,
+        gather_combine=False):
     """The decode attention of ``q`` against the cache ``k``, ``v`` (NumPy arrays or device
     tensors; ``parts``: preallocated (o_part, lse_part) float32 buffers, ``out`` the output's,
     e.g. torch tensors).  ``fused``: one launch, the last slice of each head merging (``count``:
-    preallocated arrival counts, ``counts``)."""
+    preallocated arrival counts, ``counts``); ``gather_combine``: the second kernel reads every
+    slice at once (``decode_combine_gather_kernel``; not yet timed on the GPU)."""
     batch, heads, window, dim = q.shape
     kv_heads, seq = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -204,15 +237,15 @@ def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None, fused=Fal
     decode_split_kernel[(ns, batch * kv_heads)](q, k, v, o_part, lse_part, scale, out if fused else None, count,
                                                 GROUP=group, BL=BL, BN=BN, BD=BD, SPLIT=split, num_warps=num_warps)
     if not fused:
-        decode_combine_kernel[(batch * heads,)](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD)
+        combine(o_part, lse_part, out, ns, window, BD, gather_combine)
     return out
 
 
 def run_paged(q, k_pages, v_pages, block_table, seq_lens, split=1024, num_warps=4, max_seq=None, parts=None,
-              out=None, fused=False, count=None):
+              out=None, fused=False, count=None, gather_combine=False):
     """``run`` over a paged cache (see ``decode_paged_split_kernel``; NumPy arrays or device
     tensors).  ``max_seq``: the longest sequence (else read from ``seq_lens``); ``parts``,
-    ``out``, ``fused`` and ``count`` as in ``run``."""
+    ``out``, ``fused``, ``count`` and ``gather_combine`` as in ``run``."""
     batch, heads, window, dim = q.shape
     kv_heads, page = k_pages.shape[1], k_pages.shape[2]
     group = heads // kv_heads
@@ -227,7 +260,7 @@ def run_paged(q, k_pages, v_pages, block_table, seq_lens, split=1024, num_warps=
                                                       GROUP=group, BL=BL, BD=BD, PAGE=page, SPLIT=split,
                                                       num_warps=num_warps)
     if not fused:
-        decode_combine_kernel[(batch * heads,)](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD)
+        combine(o_part, lse_part, out, ns, window, BD, gather_combine)
     return out
 
 

@@ -108,9 +108,59 @@ def test_both_decode_kernels_assemble_for_sm_90a_without_spills():
     cases += [(ex.decode_paged_split_kernel, (q, k_pages, v_pages, table, seq_lens, np.zeros((2, 32, 1, 128), f32),
                                               np.zeros((2, 32, 1), f32), 0.1) + one,
                {"GROUP": 4, "BL": 4, "BD": 128, "PAGE": 64, "SPLIT": 1024}) for one in ((None, None), fused)]
+    parts = (np.zeros((8, 32, 1, 128), f32), np.zeros((8, 32, 1), f32), np.zeros_like(q))     # 4 slices
+    cases += [(ex.decode_combine_kernel, parts, {"BL": 1, "BD": 128}),
+              (ex.decode_combine_gather_kernel, parts, {"NS": 4, "BL": 1, "BD": 128}),
+              (ex.decode_combine_gather_kernel, parts, {"NS": 32, "BL": 1, "BD": 128})]
     for kernel, args, consts in cases:
         specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
         assert kernel.compile(specs, consts, 4, "cuda").artifact.spills == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("batch, heads, kv_heads, window, seq, dim, split", [
+    (2, 8, 2, 1, 700, 64, 256),        # 3 slices: NS 4, one row past the last slice
+    (1, 16, 2, 4, 300, 128, 128),      # a 4-token window, D 128
+    (1, 4, 1, 3, 17, 64, 64),          # one slice
+    (2, 4, 2, 16, 2060, 64, 128),      # 17 slices: NS 32; the last one unseen by the first window rows
+])
+def test_the_gathered_combine_matches_the_loop(backend, monkeypatch, batch, heads, kv_heads, window, seq, dim, split):
+    """``gather_combine``: every slice's log-sum-exp and partial output read at once and weighted
+    by exp(lse - max) gives the loop's merge within rounding, -inf slices and padding rows included."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    q, k, v = ex.example_inputs(np.random.default_rng(seq + window + 7), batch, heads, kv_heads, window, seq, dim)
+    out = ex.run(q, k, v, split=split, gather_combine=True)
+    assert not np.isnan(out.astype(np.float32)).any()
+    tj.testing.assert_close(out, ex.reference(q, k, v), dtype=tj.bfloat16)
+    loop = ex.run(q, k, v, split=split)
+    np.testing.assert_allclose(out.astype(np.float32), loop.astype(np.float32), rtol=2**-7, atol=2**-7)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("splits", [1, 3, 5])
+@pytest.mark.parametrize("gather", [False, True])
+def test_both_combines_merge_random_slices(backend, monkeypatch, splits, gather):
+    """The second kernel on its own: random partial outputs and log-sum-exps around zero (so a
+    padding slice read as 0 instead of -inf would weigh as much as a real one), slices that saw
+    no key (-inf), and one row no slice saw (zeros out)."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(splits + 10 * gather)
+    batch, heads, window, dim = 2, 4, 2, 64
+    part = rng.standard_normal((splits * batch, heads, window, dim)).astype(np.float32)
+    lse = rng.uniform(-3, 1, (splits * batch, heads, window)).astype(np.float32)
+    lse[rng.random(lse.shape) < 0.2] = -np.inf
+    lse[splits * batch - 1, 0, 0] = 0.5                   # each row but one has a slice that saw a key
+    lse[:, 1, 1] = -np.inf
+    out = np.full((batch, heads, window, dim), np.nan, tj.bfloat16.np)
+    ex.combine(part, lse, out, splits, window, dim, gather)
+    lse_s = lse.reshape(splits, batch, heads, window).astype(np.float64)
+    m = lse_s.max(axis=0)
+    w = np.where(np.isneginf(lse_s), 0.0, np.exp(lse_s - np.where(np.isneginf(m), 0.0, m)))
+    total = w.sum(axis=0)
+    acc = (part.reshape(splits, batch, heads, window, dim).astype(np.float64) * w[..., None]).sum(axis=0)
+    want = acc / np.where(total > 0, total, 1.0)[..., None]
+    assert not np.isnan(out.astype(np.float32)).any() and not out[:, 1, 1].astype(np.float32).any()
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=2**-7, atol=2**-8)
 
 
 @tj.kernel
