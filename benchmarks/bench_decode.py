@@ -8,6 +8,8 @@ it) on the same inputs, and against copy bandwidth: K and V bytes over the time.
 ``--page P`` times the paged kernel instead (``run_paged``): the cache cut into pages of P
 positions, shuffled in one pool, read through a block table; each config's BN is then P.
 ``--fused`` times the one-launch form (``run(fused=True)``: the last slice of each head merges).
+``DECODE_GATHER_COMBINE=1`` / ``=0`` times the second kernel that reads every slice at once /
+the loop over slices (unset: the example's choice, ``run(gather_combine=None)``).
 
 Shape: batch 8, 32 query heads, 8 KV heads, D 128, one query token (``--window``), bf16.
 Each output is checked against SDPA's math backend in float32 before it is timed.
@@ -67,6 +69,8 @@ def main(argv=None) -> int:
             except Exception as e:          # a backend that refuses the shape: report without it
                 print(f"  SDPA {name}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
         paged = to_pages(torch, k, v, args.page) if args.page else None
+        # the second kernel: unset, the example's choice; 1: every slice at once; 0: the loop
+        gather = {"1": True, "0": False}.get(os.environ.get("DECODE_GATHER_COMBINE", ""))
         best = None
         for cfg in (tuple(int(x) for x in c.split("x")) for c in args.configs.split(",") if c):
             split, bn, warps = cfg
@@ -80,10 +84,10 @@ def main(argv=None) -> int:
             def launch(split=split, bn=bn, warps=warps, parts=parts, count=count):
                 if paged is None:
                     ex.run(q, k, v, split=split, BN=bn, num_warps=warps, parts=parts, out=out, fused=args.fused,
-                           count=count)
+                           count=count, gather_combine=gather)
                 else:
                     ex.run_paged(q, *paged, split=split, num_warps=warps, max_seq=seq, parts=parts, out=out,
-                                 fused=args.fused, count=count)
+                                 fused=args.fused, count=count, gather_combine=gather)
             try:
                 common.checked(torch, launch, out, lambda: ref, 2e-2, f"decode {seq} {cfg}")
             except Exception as e:
