@@ -165,9 +165,12 @@ def decode_combine_gather_kernel(o_part, lse_part, o, NS: tj.constexpr, BL: tj.c
     heads = o.shape[1]
     batch = tj.program_id(0) // heads
     head = tj.program_id(0) % heads
-    rows = tj.arange(0, NS) * o.shape[0] + batch
-    lse = tj.load(lse_part, (rows, head, 0), (NS, 1, BL), other=-tj.inf).reshape((NS, BL))
-    part = tj.load(o_part, (rows, head, 0, 0), (NS, 1, BL, BD)).reshape((NS, BL, BD))
+    slices = tj.arange(0, NS)
+    rows = slices * o.shape[0] + batch
+    real = slices < o_part.shape[0] // o.shape[0]          # the buffers' slices, as the loop reads them
+    lse = tj.load(lse_part, (rows, head, 0), (NS, 1, BL), other=-tj.inf,
+                  mask=real[:, None, None]).reshape((NS, BL))
+    part = tj.load(o_part, (rows, head, 0, 0), (NS, 1, BL, BD), mask=real[:, None, None, None]).reshape((NS, BL, BD))
     m = tj.max(lse, axis=0)
     w = tj.exp(lse - tj.where(m == -tj.inf, 0.0, m)[None, :])        # a slice that saw no key: 0
     total = tj.sum(w, axis=0)

@@ -142,7 +142,7 @@ def test_the_gathered_combine_matches_the_loop(backend, monkeypatch, batch, head
 def test_both_combines_merge_random_slices(backend, monkeypatch, splits, gather):
     """The second kernel on its own: random partial outputs and log-sum-exps around zero (so a
     padding slice read as 0 instead of -inf would weigh as much as a real one), slices that saw
-    no key (-inf), and one row no slice saw (zeros out)."""
+    no key (-inf), one row no slice saw (zeros out), and buffers a row longer than the slices."""
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     rng = np.random.default_rng(splits + 10 * gather)
     batch, heads, window, dim = 2, 4, 2, 64
@@ -152,7 +152,9 @@ def test_both_combines_merge_random_slices(backend, monkeypatch, splits, gather)
     lse[splits * batch - 1, 0, 0] = 0.5                   # each row but one has a slice that saw a key
     lse[:, 1, 1] = -np.inf
     out = np.full((batch, heads, window, dim), np.nan, tj.bfloat16.np)
-    ex.combine(part, lse, out, splits, window, dim, gather)
+    # one row past the whole slices (a part of a slice, NaN): neither kernel may read it
+    nan_row = lambda x: np.concatenate([x, np.full((1,) + x.shape[1:], np.nan, x.dtype)])     # noqa: E731
+    ex.combine(nan_row(part), nan_row(lse), out, splits, window, dim, gather)
     lse_s = lse.reshape(splits, batch, heads, window).astype(np.float64)
     m = lse_s.max(axis=0)
     w = np.where(np.isneginf(lse_s), 0.0, np.exp(lse_s - np.where(np.isneginf(m), 0.0, m)))
