@@ -64,8 +64,8 @@ def test_tiled_weights_match_the_dequantised_product(backend, m, n, k, tiles, mo
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     rng = np.random.default_rng(m + n + k)
     a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
-    packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), 64 if k % 64 == 0 else 8)
     group = 64 if k % 64 == 0 else 8
+    packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), group)
     ref = ex.reference(a, packed, scales, zeros, group, rounded=tiles["BM"] >= 64)
     out = ex.run(a, packed, scales, zeros, group, tiled=True, **tiles).astype(np.float64)
     np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
