@@ -10,6 +10,8 @@ positions, shuffled in one pool, read through a block table; each config's BN is
 ``--fused`` times the one-launch form (``run(fused=True)``: the last slice of each head merges).
 ``DECODE_GATHER_COMBINE=1`` / ``=0`` times the second kernel that reads every slice at once /
 the loop over slices (unset: the example's choice, ``run(gather_combine=None)``).
+``DECODE_PDL=1`` / ``=0``: the second kernel launched with programmatic dependent launch or
+plainly (unset: the example's ``DEPENDENT_LAUNCH``).
 
 Shape: batch 8, 32 query heads, 8 KV heads, D 128, one query token (``--window``), bf16.
 Each output is checked against SDPA's math backend in float32 before it is timed.
@@ -71,6 +73,8 @@ def main(argv=None) -> int:
         paged = to_pages(torch, k, v, args.page) if args.page else None
         # the second kernel: unset, the example's choice; 1: every slice at once; 0: the loop
         gather = {"1": True, "0": False}.get(os.environ.get("DECODE_GATHER_COMBINE", ""))
+        # programmatic dependent launch of the second kernel: unset, the example's choice; 1 / 0
+        dependent = {"1": True, "0": False}.get(os.environ.get("DECODE_PDL", ""))
         best = None
         for cfg in (tuple(int(x) for x in c.split("x")) for c in args.configs.split(",") if c):
             split, bn, warps = cfg
@@ -84,10 +88,10 @@ def main(argv=None) -> int:
             def launch(split=split, bn=bn, warps=warps, parts=parts, count=count):
                 if paged is None:
                     ex.run(q, k, v, split=split, BN=bn, num_warps=warps, parts=parts, out=out, fused=args.fused,
-                           count=count, gather_combine=gather)
+                           count=count, gather_combine=gather, dependent_launch=dependent)
                 else:
                     ex.run_paged(q, *paged, split=split, num_warps=warps, max_seq=seq, parts=parts, out=out,
-                                 fused=args.fused, count=count, gather_combine=gather)
+                                 fused=args.fused, count=count, gather_combine=gather, dependent_launch=dependent)
             try:
                 common.checked(torch, launch, out, lambda: ref, 2e-2, f"decode {seq} {cfg}")
             except Exception as e:

@@ -162,13 +162,22 @@ def time_cuda(fn, setup=None, warmup: int = 10, reps: int = 100) -> Timing:
 
     Before each timed run, outside the timed region: ``setup()`` (e.g. poison the outputs with
     NaN; it runs before each warm-up run too), then a 256 MB buffer is written so no input is
-    left in L2, then the GPU spins for ~``GPU_HEADSTART_CYCLES`` (no memory traffic) so that
+    left in L2 (``BENCH_L2_FLUSH=read``: read instead, so the lines left in L2 are clean; a
+    written buffer leaves up to an L2 of dirty lines, whose write-back to DRAM then falls inside
+    the timed run, taking bandwidth from a memory-bound kernel and its reference alike), then the GPU spins for ~``GPU_HEADSTART_CYCLES`` (no memory traffic) so that
     the host has enqueued the start event and ``fn``'s kernels before the GPU reaches them: a
     slow Python launch path does not leak into the GPU time (bench_launch measures that path).
 
     (``tilejit.testing.benchmark`` has no ``setup`` hook yet; unify once it does.)"""
     import torch
-    flush = _l2_flush_buffer(torch)
+    buffer = _l2_flush_buffer(torch)
+    if os.environ.get("BENCH_L2_FLUSH", "write") == "read":
+        words = buffer.view(torch.int32)
+
+        def flush():
+            words.max()
+    else:
+        flush = buffer.zero_
     spin = getattr(torch.cuda, "_sleep", None)         # torch's spin kernel (a private helper)
     headstart = (lambda: spin(GPU_HEADSTART_CYCLES)) if spin else (lambda: None)
     for _ in range(warmup):
@@ -181,7 +190,7 @@ def time_cuda(fn, setup=None, warmup: int = 10, reps: int = 100) -> Timing:
     for start, end in zip(starts, ends):
         if setup is not None:
             setup()
-        flush.zero_()
+        flush()
         headstart()
         start.record()
         fn()

@@ -101,7 +101,9 @@ def last_merges(o_part, lse_part, o, count, batch, head, GROUP, BL, BD):
 
 @tj.kernel
 def decode_split_kernel(q, k, v, o_part, lse_part, scale, o, count, GROUP: tj.constexpr, BL: tj.constexpr,
-                        BN: tj.constexpr, BD: tj.constexpr, SPLIT: tj.constexpr):
+                        BN: tj.constexpr, BD: tj.constexpr, SPLIT: tj.constexpr, RELEASE: tj.constexpr = False):
+    if RELEASE:                         # the combine's CTAs may launch while the slices run
+        tj.launch_dependents()
     split = tj.program_id(0)
     kv_heads = k.shape[1]
     batch = tj.program_id(1) // kv_heads
@@ -125,10 +127,12 @@ def decode_split_kernel(q, k, v, o_part, lse_part, scale, o, count, GROUP: tj.co
 @tj.kernel
 def decode_paged_split_kernel(q, k_pages, v_pages, block_table, seq_lens, o_part, lse_part, scale, o, count,
                               GROUP: tj.constexpr, BL: tj.constexpr, BD: tj.constexpr, PAGE: tj.constexpr,
-                              SPLIT: tj.constexpr):
+                              SPLIT: tj.constexpr, RELEASE: tj.constexpr = False):
     """As ``decode_split_kernel`` over a paged cache: ``k_pages``/``v_pages`` (pages, H_kv, PAGE,
     D), sequence b's positions ``[j * PAGE, (j + 1) * PAGE)`` in page ``block_table[b, j]``, its
     length ``seq_lens[b]`` (a slice past it sees no key)."""
+    if RELEASE:
+        tj.launch_dependents()
     split = tj.program_id(0)
     kv_heads = k_pages.shape[1]
     batch = tj.program_id(1) // kv_heads
@@ -151,23 +155,29 @@ def decode_paged_split_kernel(q, k_pages, v_pages, block_table, seq_lens, o_part
 
 
 @tj.kernel
-def decode_combine_kernel(o_part, lse_part, o, BL: tj.constexpr, BD: tj.constexpr):
+def decode_combine_kernel(o_part, lse_part, o, BL: tj.constexpr, BD: tj.constexpr, WAIT: tj.constexpr = False):
     heads = o.shape[1]
+    if WAIT:                            # launched while the split kernel ends; its slices read after this
+        tj.wait_prior_kernels()
     merge(o_part, lse_part, o, tj.program_id(0) // heads, tj.program_id(0) % heads, 1, BL, BD)
 
 
 @tj.kernel
-def decode_combine_gather_kernel(o_part, lse_part, o, NS: tj.constexpr, BL: tj.constexpr, BD: tj.constexpr):
+def decode_combine_gather_kernel(o_part, lse_part, o, NS: tj.constexpr, BL: tj.constexpr, BD: tj.constexpr,
+                                 WAIT: tj.constexpr = False):
     """``decode_combine_kernel`` with every slice read at once (``NS``: the slices rounded up to
     a power of two; the rows past the last slice read -inf and zeros): one load of the (NS, BL)
     log-sum-exps and one of the (NS, BL, BD) partial outputs, weighted by exp(lse_s - max lse)
-    and summed, instead of a loop whose slices wait on each other's loads."""
+    and summed, instead of a loop whose slices wait on each other's loads.  ``WAIT``: launched
+    while the split kernel ends (``tj.wait_prior_kernels``), the index math before the wait."""
     heads = o.shape[1]
     batch = tj.program_id(0) // heads
     head = tj.program_id(0) % heads
     slices = tj.arange(0, NS)
     rows = slices * o.shape[0] + batch
     real = slices < o_part.shape[0] // o.shape[0]          # the buffers' slices, as the loop reads them
+    if WAIT:
+        tj.wait_prior_kernels()
     lse = tj.load(lse_part, (rows, head, 0), (NS, 1, BL), other=-tj.inf,
                   mask=real[:, None, None]).reshape((NS, BL))
     part = tj.load(o_part, (rows, head, 0, 0), (NS, 1, BL, BD), mask=real[:, None, None, None]).reshape((NS, BL, BD))
@@ -180,21 +190,24 @@ def decode_combine_gather_kernel(o_part, lse_part, o, NS: tj.constexpr, BL: tj.c
 
 
 GATHER_SPLITS = 32      # the most slices the default second kernel reads at once (a (32, BL, BD) tile)
+DEPENDENT_LAUNCH = True  # the split kernel releases the combine early, which waits for its slices
 
 
-def combine(o_part, lse_part, out, splits, window, BD, gather=None):
+def combine(o_part, lse_part, out, splits, window, BD, gather=None, dependent=None):
     """The second kernel: the slices' partial outputs merged into ``out`` (``gather``: all slices
     read at once, ``decode_combine_gather_kernel``; None: where there are at most
-    ``GATHER_SPLITS``).  Measured on the H100 (B8 H32 Hkv8 D128, 2026-12-06, alternating):
+    ``GATHER_SPLITS``); ``dependent``: launched with programmatic dependent launch, waiting for
+    the split kernel inside (None: ``DEPENDENT_LAUNCH``).  Measured on the H100 (B8 H32 Hkv8 D128, 2026-12-06, alternating):
     105.5-105.9 against 106.1-106.3 us at KV 8192, 703.4-705.3 against 709.5-710.0 at 65536."""
     grid = (out.shape[0] * out.shape[1],)
     if gather is None:
         gather = splits <= GATHER_SPLITS
+    wait = DEPENDENT_LAUNCH if dependent is None else dependent
     if gather:
         decode_combine_gather_kernel[grid](o_part, lse_part, out, NS=tj.next_power_of_2(splits),
-                                           BL=tj.next_power_of_2(window), BD=BD)
+                                           BL=tj.next_power_of_2(window), BD=BD, WAIT=wait)
     else:
-        decode_combine_kernel[grid](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD)
+        decode_combine_kernel[grid](o_part, lse_part, out, BL=tj.next_power_of_2(window), BD=BD, WAIT=wait)
 
 
 def splits_for(seq: int, split: int) -> int:
@@ -228,13 +241,15 @@ def counts(q, kv_heads, count=None):
 
 
 def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None, fused=False, count=None,
-        gather_combine=None):
+        gather_combine=None, dependent_launch=None):
     """The decode attention of ``q`` against the cache ``k``, ``v`` (NumPy arrays or device
     tensors; ``parts``: preallocated (o_part, lse_part) float32 buffers, ``out`` the output's,
     e.g. torch tensors).  ``fused``: one launch, the last slice of each head merging (``count``:
     preallocated arrival counts, ``counts``); ``gather_combine``: the second kernel reads every
     slice at once (``decode_combine_gather_kernel``; None: where there are at most
-    ``GATHER_SPLITS``; False: the loop, ``decode_combine_kernel``)."""
+    ``GATHER_SPLITS``; False: the loop, ``decode_combine_kernel``); ``dependent_launch``: the split
+    kernel lets the combine launch early (``tj.launch_dependents``) and the combine waits for its
+    slices (``tj.wait_prior_kernels``; None: ``DEPENDENT_LAUNCH``)."""
     batch, heads, window, dim = q.shape
     kv_heads, seq = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -245,18 +260,20 @@ def run(q, k, v, split=1024, BN=64, num_warps=4, parts=None, out=None, fused=Fal
     (o_part, lse_part), out = buffers(q, ns, parts, out)
     scale = 1.0 / float(np.sqrt(dim))
     count = counts(q, kv_heads, count) if fused else None
+    dependent = DEPENDENT_LAUNCH if dependent_launch is None else dependent_launch
     decode_split_kernel[(ns, batch * kv_heads)](q, k, v, o_part, lse_part, scale, out if fused else None, count,
-                                                GROUP=group, BL=BL, BN=BN, BD=BD, SPLIT=split, num_warps=num_warps)
+                                                GROUP=group, BL=BL, BN=BN, BD=BD, SPLIT=split,
+                                                RELEASE=dependent and not fused, num_warps=num_warps)
     if not fused:
-        combine(o_part, lse_part, out, ns, window, BD, gather_combine)
+        combine(o_part, lse_part, out, ns, window, BD, gather_combine, dependent)
     return out
 
 
 def run_paged(q, k_pages, v_pages, block_table, seq_lens, split=1024, num_warps=4, max_seq=None, parts=None,
-              out=None, fused=False, count=None, gather_combine=None):
+              out=None, fused=False, count=None, gather_combine=None, dependent_launch=None):
     """``run`` over a paged cache (see ``decode_paged_split_kernel``; NumPy arrays or device
     tensors).  ``max_seq``: the longest sequence (else read from ``seq_lens``); ``parts``,
-    ``out``, ``fused``, ``count`` and ``gather_combine`` as in ``run``."""
+    ``out``, ``fused``, ``count``, ``gather_combine`` and ``dependent_launch`` as in ``run``."""
     batch, heads, window, dim = q.shape
     kv_heads, page = k_pages.shape[1], k_pages.shape[2]
     group = heads // kv_heads
@@ -266,12 +283,13 @@ def run_paged(q, k_pages, v_pages, block_table, seq_lens, split=1024, num_warps=
     ns = splits_for(int(seq_lens.max()) if max_seq is None else max_seq, split)
     (o_part, lse_part), out = buffers(q, ns, parts, out)
     count = counts(q, kv_heads, count) if fused else None
+    dependent = DEPENDENT_LAUNCH if dependent_launch is None else dependent_launch
     decode_paged_split_kernel[(ns, batch * kv_heads)](q, k_pages, v_pages, block_table, seq_lens, o_part, lse_part,
                                                       1.0 / float(np.sqrt(dim)), out if fused else None, count,
                                                       GROUP=group, BL=BL, BD=BD, PAGE=page, SPLIT=split,
-                                                      num_warps=num_warps)
+                                                      RELEASE=dependent and not fused, num_warps=num_warps)
     if not fused:
-        combine(o_part, lse_part, out, ns, window, BD, gather_combine)
+        combine(o_part, lse_part, out, ns, window, BD, gather_combine, dependent)
     return out
 
 

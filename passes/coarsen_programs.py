@@ -44,7 +44,8 @@ _WRITES = (SimtOp.STORE_GLOBAL, SimtOp.ATOMIC_GLOBAL)
 _REFUSED = (SimtOp.FOR, SimtOp.IF, SimtOp.WHILE, SimtOp.LDMATRIX, SimtOp.MMA, SimtOp.CP_ASYNC,
             SimtOp.CP_ASYNC_COMMIT, SimtOp.CP_ASYNC_WAIT, SimtOp.WGMMA, SimtOp.WGMMA_FENCE,
             SimtOp.WGMMA_COMMIT, SimtOp.WGMMA_WAIT, SimtOp.FENCE_PROXY_ASYNC, *simt.TMA_OPS,
-            *simt.TMA_STORE_OPS, SimtOp.CLUSTER_BARRIER)      # (a cluster's CTAs run one program together)
+            *simt.TMA_STORE_OPS, SimtOp.CLUSTER_BARRIER,      # (a cluster's CTAs run one program together)
+            SimtOp.GRID_DEPENDENCY)          # (loads moved ahead could pass a griddepcontrol.wait)
 
 
 def coarsenable(fn: ir.Function) -> bool:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from tilejit import ir
 from tilejit.ir import TileOp
 
-SIDE_EFFECT_OPS = frozenset({TileOp.STORE, TileOp.ATOMIC, TileOp.PRINT, TileOp.ASSERT, TileOp.STASH})
+SIDE_EFFECT_OPS = frozenset({TileOp.STORE, TileOp.ATOMIC, TileOp.PRINT, TileOp.ASSERT, TileOp.STASH,
+                             TileOp.GRID_DEPENDENCY})
 
 
 def has_side_effects(o: ir.Operation) -> bool:

@@ -523,6 +523,9 @@ class Lowering:
         attrs = ir.AssertAttrs(o.attrs.msg, o.attrs.scalar, layout.rank)
         self.emit(SimtOp.ASSERT, [self.get(p) for p in o.operands[:3]] + coords + [failed], None, attrs)
 
+    def op_GRID_DEPENDENCY(self, o):
+        self.emit(SimtOp.GRID_DEPENDENCY, [], None, o.attrs)
+
     def op_SCAN(self, o):
         sort = o.attrs.kind == "sort"
         self.values[o.result] = (lower_shared.bitonic_sort if sort else lower_shared.scan)(self, o)

@@ -36,6 +36,7 @@ class LoadedKernel:
         self._last = (None, None)           # (params list last seen, its packer): one attribute,
         self._packers: dict[tuple, ArgPacker] = {}      # so threads read a consistent pair
         self._resident: dict[int, int] = {}             # block threads -> resident CTAs (resident_ctas)
+        self.dependent_launch = False       # launch with programmatic stream serialization (it waits)
 
     def launch(self, grid, block_threads: int, args, params, stream: int | None = None) -> None:
         """Launch on ``grid`` (3 ints) with ``block_threads`` threads per block.
@@ -98,15 +99,62 @@ def _driver_launch(kernel: LoadedKernel, grid, block_threads: int, stream, param
     _driver_launch_impl(kernel, grid, block_threads, stream, params_address)
 
 
+# CUlaunchAttributeID: the launched grid may start while the stream's previous kernel runs; it
+# waits for that kernel's results with griddepcontrol.wait (tj.wait_prior_kernels)
+PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute``: a 4-byte id, padding to 8, then a 64-byte union (its first 4
+    bytes: ``programmaticStreamSerializationAllowed``)."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_int), ("value", ctypes.c_int),
+                ("value_rest", ctypes.c_char * 60)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig``, the first argument of ``cuLaunchKernelEx``."""
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+def dependent_launch_config(grid, block_threads: int, shared_bytes: int, stream) -> LaunchConfig:
+    """The ``cuLaunchKernelEx`` configuration of a launch with programmatic stream serialization
+    (the attribute lives as long as the config: ``config._attribute``)."""
+    attribute = LaunchAttribute(PROGRAMMATIC_STREAM_SERIALIZATION, 0, 1)
+    config = LaunchConfig(grid[0], grid[1], grid[2], block_threads, 1, 1, shared_bytes, stream or None,
+                          ctypes.pointer(attribute), 1)
+    config._attribute = attribute
+    return config
+
+
 def _cuda_python_launch(kernel: LoadedKernel, grid, block_threads: int, stream, params_address) -> None:
     cu = driver.cuda()
     err, = cu.cuCtxSetCurrent(kernel.context)
     if err:
         driver.check(err, "cuCtxSetCurrent")
+    if getattr(kernel, "dependent_launch", False):
+        return _cuda_python_launch_ex(cu, kernel, grid, block_threads, stream, params_address)
     err, = cu.cuLaunchKernel(kernel.function, grid[0], grid[1], grid[2], block_threads, 1, 1,
                              kernel.shared_bytes, stream or 0, params_address, 0)
     if err:
         raise DeviceError(f"cuLaunchKernel failed: {driver.error_string(err)}", kernel=kernel.name)
+
+
+def _cuda_python_launch_ex(cu, kernel: LoadedKernel, grid, block_threads: int, stream, params_address) -> None:
+    """``cuLaunchKernelEx`` with programmatic stream serialization, through cuda-python."""
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = (int(g) for g in grid)
+    config.blockDimX, config.blockDimY, config.blockDimZ = int(block_threads), 1, 1
+    config.sharedMemBytes, config.hStream = kernel.shared_bytes, cu.CUstream(int(stream or 0))
+    attribute = cu.CUlaunchAttribute()
+    attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attribute.value.programmaticStreamSerializationAllowed = 1
+    config.attrs, config.numAttrs = [attribute], 1
+    err, = cu.cuLaunchKernelEx(config, kernel.function, int(params_address), 0)
+    if err:
+        raise DeviceError(f"cuLaunchKernelEx failed: {driver.error_string(err)}", kernel=kernel.name)
 
 
 class LibcudaLaunch:
@@ -122,6 +170,9 @@ class LibcudaLaunch:
         # 8.4 µs on the H200, cuda-python's 6.3).  Handles and addresses go as c_void_p.
         self.launch_kernel = lib.cuLaunchKernel
         self.launch_kernel.restype = ctypes.c_int
+        self.launch_kernel_ex = getattr(lib, "cuLaunchKernelEx", None)     # CUDA 12.0 and later
+        if self.launch_kernel_ex is not None:
+            self.launch_kernel_ex.restype = ctypes.c_int
         self.get_current, self.set_current = lib.cuCtxGetCurrent, lib.cuCtxSetCurrent
         self.get_current.restype = self.set_current.restype = ctypes.c_int
         self._local = threading.local()       # each thread's cuCtxGetCurrent result
@@ -138,8 +189,9 @@ class LibcudaLaunch:
         handles = kernel.__dict__.get("_handles")
         if handles is None:
             context = int(kernel.context)
-            handles = kernel._handles = (ctypes.c_void_p(int(kernel.function)), context, ctypes.c_void_p(context))
-        function, context, context_arg = handles
+            handles = kernel._handles = (ctypes.c_void_p(int(kernel.function)), context, ctypes.c_void_p(context),
+                                         getattr(kernel, "dependent_launch", False))
+        function, context, context_arg, dependent = handles
         try:
             current, ref = self._local.current
         except AttributeError:
@@ -155,10 +207,22 @@ class LibcudaLaunch:
                 and type(params_address) is int and (stream is None or type(stream) is int)):
             # a value ctypes would pass wrongly without argtypes (a NumPy integer, say)
             return _cuda_python_launch(kernel, grid, block_threads, stream, params_address)
+        if dependent:
+            return self._launch_ex(kernel, function, grid, block_threads, stream, params_address)
         err = self.launch_kernel(function, x, y, z, block_threads, 1, 1, kernel.shared_bytes,
                                  ctypes.c_void_p(stream) if stream else None, ctypes.c_void_p(params_address), None)
         if err:
             raise DeviceError(f"cuLaunchKernel failed: {self._errors.error_string(err)}", kernel=kernel.name)
+
+
+    def _launch_ex(self, kernel, function, grid, block_threads: int, stream, params_address) -> None:
+        if self.launch_kernel_ex is None:
+            raise DeviceError("this driver has no cuLaunchKernelEx (CUDA 12.0+), which a kernel "
+                              "calling tj.wait_prior_kernels() is launched with", kernel=kernel.name)
+        config = dependent_launch_config(grid, block_threads, kernel.shared_bytes, stream)
+        err = self.launch_kernel_ex(ctypes.byref(config), function, ctypes.c_void_p(params_address), None)
+        if err:
+            raise DeviceError(f"cuLaunchKernelEx failed: {self._errors.error_string(err)}", kernel=kernel.name)
 
 
 _driver_launch_impl = None

@@ -112,9 +112,21 @@ def test_both_decode_kernels_assemble_for_sm_90a_without_spills():
     cases += [(ex.decode_combine_kernel, parts, {"BL": 1, "BD": 128}),
               (ex.decode_combine_gather_kernel, parts, {"NS": 4, "BL": 1, "BD": 128}),
               (ex.decode_combine_gather_kernel, parts, {"NS": 32, "BL": 1, "BD": 128})]
+    cases += [(ex.decode_combine_gather_kernel, parts, {"NS": 4, "BL": 1, "BD": 128, "WAIT": True}),
+              (ex.decode_combine_kernel, parts, {"BL": 1, "BD": 128, "WAIT": True})]
+    cases += [(ex.decode_split_kernel, (q, k, v, np.zeros((2, 32, 1, 128), f32), np.zeros((2, 32, 1), f32), 0.1,
+                                        None, None), {"GROUP": 4, "BL": 4, "BN": 64, "BD": 128, "SPLIT": 1024,
+                                                      "RELEASE": True})]
     for kernel, args, consts in cases:
         specs, consts, _ = kernel.specialise(kernel.bind(args, consts))
-        assert kernel.compile(specs, consts, 4, "cuda").artifact.spills == 0
+        art = kernel.compile(specs, consts, 4, "cuda").artifact
+        assert art.spills == 0
+        lines = art.ptx.splitlines()
+        waits = [i for i, line in enumerate(lines) if "griddepcontrol.wait;" in line]
+        assert art.dependent_launch is bool(consts.get("WAIT")) and len(waits) == int(bool(consts.get("WAIT")))
+        if waits:       # the wait comes before the slices' first load
+            assert waits[0] < min(i for i, line in enumerate(lines) if "ld.global" in line)
+        assert ("griddepcontrol.launch_dependents;" in art.ptx) is bool(consts.get("RELEASE"))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

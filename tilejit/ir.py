@@ -193,6 +193,14 @@ class AssertAttrs(Attrs):
     rank: int = 0                        # in SIMT IR: how many coordinate operands follow the ids
 
 
+@dataclass(frozen=True)
+class GridDependencyAttrs(Attrs):
+    action: str                          # "wait" (griddepcontrol.wait) or "launch" (.launch_dependents)
+
+
+GRID_DEPENDENCY_ACTIONS = ("wait", "launch")
+
+
 def assert_message(pid, index, msg: str) -> str:
     """The text of a failed ``tj.device_assert`` (every backend reports this shape)."""
     where = f"program ({pid[0]}, {pid[1]}, {pid[2]})" + (f", element ({', '.join(map(str, index))})" if index else "")
@@ -276,6 +284,10 @@ class TileOp(enum.Enum):
     ASSERT = enum.auto()        # (pid0, pid1, pid2, cond: bool) -> (): DeviceAssertError where cond is false
     #                             (removed by strip_asserts unless the kernel is compiled with debug)  AssertAttrs
     DOT = enum.auto()           # (a: MxK, b: KxN, acc: MxN f32/i32) -> MxN  DotAttrs
+    GRID_DEPENDENCY = enum.auto()  # () -> (): programmatic dependent launch (sm_90+), in the kernel's
+    #                               top-level block: attrs.action "wait" (memory written by the kernels
+    #                               launched before this one on its stream is seen after it) or "launch"
+    #                               (the next kernel may start launching)   GridDependencyAttrs
     # structured control flow (single-block regions; each region ends with YIELD)
     FOR = enum.auto()           # (lb, ub, step, *inits) -> results; region (iv, *iter_args)  ForAttrs
     IF = enum.auto()            # (cond) -> results; regions then, else

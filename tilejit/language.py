@@ -429,6 +429,26 @@ def static_range(start, stop=None, step=1):
     Example: ``for i in tj.static_range(4):   # unrolled: i is a Python int``."""
 
 
+# --- programmatic dependent launch (sm_90+) ----------------------------------------------------
+@builtin
+def wait_prior_kernels():
+    """Wait here until the kernels launched before this one on its stream have ended and their
+    memory writes are visible. A kernel containing it is launched (sm_90 and later) with
+    programmatic stream serialization: its CTAs may start while the previous kernel finishes, so
+    the work before this call (index math, loads of inputs that kernel does not write) overlaps
+    that kernel's tail; everything after it sees that kernel's results. It must stand in the
+    kernel's top level (not in a loop or branch). On sm_80, interpret and emulate it does nothing:
+    launches there run one after another.
+    Example: ``tj.wait_prior_kernels()   # then read what the previous kernel wrote``."""
+@builtin
+def launch_dependents():
+    """Let the next kernel on the stream start launching (its CTAs run what they do before their
+    ``tj.wait_prior_kernels()``), before this kernel ends. A hint only: that kernel's wait still
+    waits for this whole kernel, so results stay correct wherever it stands (top level). Without
+    it, each CTA counts as triggered when it exits.
+    Example: ``tj.launch_dependents()   # early in a long kernel whose successor waits``."""
+
+
 # --- compile-time debugging --------------------------------------------------------------------
 @builtin
 def static_assert(cond, msg=""):

@@ -134,6 +134,8 @@ class SimtOp(enum.Enum):
     #                              register where mask holds (vprintf)        ir.PrintAttrs
     ASSERT = enum.auto()         # (pid0, pid1, pid2, *coords, failed: bool) -> (): the first failed
     #                              register is reported (DeviceAssertError)   ir.AssertAttrs
+    GRID_DEPENDENCY = enum.auto()  # () -> (): griddepcontrol.wait / .launch_dependents (sm_90+;
+    #                              nothing on older targets, the emulator and the interpreter)  ir.GridDependencyAttrs
     ATOMIC_GLOBAL = enum.auto()  # (ptr, offsets, value, mask: bool[, cmp]) -> n old values (0 where
     #                              masked off): one atomic read-modify-write per element (cmp: cas)  ir.AtomicAttrs
     # shared memory; addresses are byte offsets into the CTA's one shared buffer (i32)
@@ -373,6 +375,12 @@ def copy_engines(fn: Function) -> tuple:
     ops = {o.op for o in fn.walk()}
     return tuple(name for name, op in (("tma", SimtOp.TMA_LOAD), ("cp.async", SimtOp.CP_ASYNC),
                                        ("tma store", SimtOp.TMA_STORE)) if op in ops)
+
+
+def waits_on_prior_kernels(fn) -> bool:
+    """Whether the kernel has a ``griddepcontrol.wait`` (``tj.wait_prior_kernels``): then it may
+    be launched with programmatic stream serialization (sm_90+)."""
+    return any(o.op is SimtOp.GRID_DEPENDENCY and o.attrs.action == "wait" for o in fn.walk())
 
 
 def assert_sites(fn: Function) -> list:

@@ -10,7 +10,8 @@ from tilejit.errors import CompileError
 from tilejit.ir import (BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, PREDICATE_OPS, UNARY_OPS, ArrayType, AxisAttrs,
                         Block, ConstAttrs, DotAttrs, ForAttrs, Function, LoadAttrs, Operation,
                         PermAttrs, ReduceAttrs, ReduceKind, TileOp, TileType, StoreAttrs, store_mask, stored_tile,
-                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AssertAttrs, AtomicAttrs, PrintAttrs, ScanAttrs, StashAttrs, atomic_compare, ClusterAttrs)
+                        ATOMIC_KINDS, ATOMIC_SCOPES, ATOMIC_SEMS, AssertAttrs, AtomicAttrs, PrintAttrs, ScanAttrs, StashAttrs, atomic_compare, ClusterAttrs,
+                        GRID_DEPENDENCY_ACTIONS, GridDependencyAttrs)
 
 
 class VerifyError(CompileError):
@@ -186,6 +187,11 @@ def _assert(op):
     _need(op.operands[3].type.dtype == dtypes.bool_, op, "the condition is a bool tile")
 
 
+def _grid_dependency(op):
+    _need(isinstance(op.attrs, GridDependencyAttrs) and op.attrs.action in GRID_DEPENDENCY_ACTIONS
+          and not op.operands and not op.results, op, "grid_dependency() -> () with GridDependencyAttrs")
+
+
 def _stash(op):
     _need(isinstance(op.attrs, StashAttrs) and not op.results and len(op.operands) == 2, op,
           "stash(tile, col) with StashAttrs and no results")
@@ -296,6 +302,7 @@ def _while(op):
 SPEC = {TileOp.PROGRAM_ID: _grid, TileOp.NUM_PROGRAMS: _grid, TileOp.DIM: _dim,
         TileOp.CONSTANT: _constant, TileOp.SPLAT: _splat, TileOp.ARANGE: _arange,
         TileOp.LOAD: _load, TileOp.STORE: _store, TileOp.ATOMIC: _atomic, TileOp.SCAN: _scan, TileOp.PRINT: _print, TileOp.ASSERT: _assert,
+        TileOp.GRID_DEPENDENCY: _grid_dependency,
         TileOp.STASH: _stash, TileOp.UNSTASH: _unstash,
         TileOp.CLUSTER_RANK: _cluster_rank, TileOp.CLUSTER_REDUCE: _cluster_reduce,
         TileOp.CLUSTER_SOFTMAX: _cluster_softmax,
@@ -325,6 +332,7 @@ def _verify_block(block: Block, visible: set[int], in_region: bool) -> None:
             continue
         check = SPEC.get(op.op)
         _need(check is not None, op, "not a tile-IR op")
+        _need(not (in_region and op.op is TileOp.GRID_DEPENDENCY), op, "only in the function's top-level block")
         _need(bool(op.regions) == (op.op in (TileOp.FOR, TileOp.IF, TileOp.WHILE)), op,
               "only control ops have regions")
         check(op)

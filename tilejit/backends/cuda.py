@@ -43,6 +43,7 @@ class CudaArtifact:
     persistent_tiles: bool = False         # each CTA loops over the whole grid (specialise_warps)
     stream_k: int = 0                      # words of a stream-K workspace slot (0: none; passes/stream_k.py)
     paired_ctas: bool = False              # clusters of 2 CTAs, one program each (launch_geometry's paired)
+    dependent_launch: bool = False         # launched with programmatic stream serialization (it waits: tj.wait_prior_kernels)
 
     def __post_init__(self):
         if not self.cta_threads:
@@ -82,6 +83,8 @@ class CudaArtifact:
                 loaded = self.loaded.get(device)
                 if loaded is None:
                     loaded = self._load(launch, device)
+                    if self.dependent_launch:       # (LoadedKernel's default is False)
+                        loaded.dependent_launch = True
                     self.loaded[device] = loaded
         return loaded
 
@@ -126,6 +129,7 @@ class CudaArtifact:
                 "persistent": self.persistent, "copy_engines": list(self.copy_engines),
                 "producer_warps": self.producer_warps, "cluster_ctas": self.cluster_ctas,
                 "persistent_tiles": self.persistent_tiles, "stream_k": self.stream_k, "paired_ctas": self.paired_ctas,
+                "dependent_launch": self.dependent_launch,
                 "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name, list(p.box), p.swizzle] for p in self.params]}
 
@@ -140,7 +144,8 @@ class CudaArtifact:
                    int(meta.get("cta_threads", 0)), bool(meta.get("persistent", False)),
                    tuple(meta.get("copy_engines", ())), int(meta.get("producer_warps", 0)),
                    int(meta.get("cluster_ctas", 1)), bool(meta.get("persistent_tiles", False)),
-                   int(meta.get("stream_k", 0)), bool(meta.get("paired_ctas", False)))
+                   int(meta.get("stream_k", 0)), bool(meta.get("paired_ctas", False)),
+                   bool(meta.get("dependent_launch", False)))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -280,6 +285,7 @@ class CudaBackend:
             return None
 
     def compile(self, tile_fn, options: dict) -> CudaArtifact:
+        from tilejit import simt
         from tilejit.simt import assert_sites, copy_engines
         state = build(tile_fn, options["num_warps"], self.target, **backends.switch_options(options))
         simt_fn = state["simt_fn"]
@@ -290,7 +296,8 @@ class CudaBackend:
                            tuple((o.attrs.msg, o.attrs.scalar, o.attrs.rank, o.loc) for o in assert_sites(simt_fn)),
                            simt_fn.meta.cta_threads, simt_fn.meta.persistent, copy_engines(simt_fn),
                            simt_fn.meta.producer_warps, simt_fn.meta.cluster_ctas, simt_fn.meta.persistent_tiles,
-                           simt_fn.meta.stream_k, simt_fn.meta.paired_ctas)
+                           simt_fn.meta.stream_k, simt_fn.meta.paired_ctas,
+                           self.target != "sm_80" and simt.waits_on_prior_kernels(simt_fn))
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())

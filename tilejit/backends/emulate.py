@@ -222,6 +222,9 @@ class Machine(AsyncOps):
             for index in sorted(lines):
                 print(lines[index], flush=True)
 
+    def op_GRID_DEPENDENCY(self, o, f):
+        """Nothing: the emulator runs launches one after another, so the prior kernels have ended."""
+
     def op_ASSERT(self, o, f):
         """The first failing element (in program, thread and register order) raises."""
         ops = [f[x] for x in o.operands]

@@ -437,6 +437,11 @@ class KernelEmitter:
         device_print(self.ctx, [regs[i][0] for i in range(3)], regs[3:3 + rank], regs[3 + rank:-1], regs[-1],
                      [v.type.dtype for v in values], op.attrs)
 
+    def op_GRID_DEPENDENCY(self, op):
+        """griddepcontrol on sm_90+; nothing before (launches there never overlap)."""
+        if self.ctx.sm >= 90:
+            mma.grid_dependency(self.b, op.attrs.action)
+
     def op_ASSERT(self, op):
         """Number ``i`` of the function's ASSERT ops in walk order (``assert_sites``)."""
         rank = op.attrs.rank

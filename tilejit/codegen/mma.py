@@ -261,6 +261,14 @@ def _void_asm(builder: ir.IRBuilder, text: str, constraints: str, args: list) ->
     builder.asm(fnty, text, constraints, args, side_effect=True)
 
 
+def grid_dependency(builder: ir.IRBuilder, action: str) -> None:
+    """Programmatic dependent launch (sm_90+, PTX 7.8): ``griddepcontrol.wait`` (the prior grids
+    have ended and their writes are visible) or ``.launch_dependents``; a memory clobber keeps
+    LLVM from moving loads across it."""
+    text = {"wait": "griddepcontrol.wait;", "launch": "griddepcontrol.launch_dependents;"}[action]
+    _void_asm(builder, text, "~{memory}", [])
+
+
 def mbarrier_init(builder: ir.IRBuilder, bar: ir.Value, count: int) -> None:
     _void_asm(builder, f"mbarrier.init.shared::cta.b64 [$0], {count};", "r,~{memory}", [bar])
 

@@ -15,7 +15,7 @@ from tilejit.errors import CompileError
 from tilejit.frontend.cfg import CodeInfo
 from tilejit.frontend.tracer import Tracer
 from tilejit.frontend.values import TjFunc, func
-from tilejit.ir import ArrayType, Block, Function, Loc, TileType, Value
+from tilejit.ir import ArrayType, Block, Function, Loc, TileOp, TileType, Value
 from tilejit.frontend.semantics import ArrayHandle
 from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec
 
@@ -79,6 +79,18 @@ def _bind_params(pyfn, specs, constexprs, block: Block) -> tuple[dict, list[str]
     return locals_, [p.name for p, spec in zip(runtime, specs) if not isinstance(spec, NoneSpec)], resolved
 
 
+def _check_grid_dependencies(body: Block, name: str) -> None:
+    """``tj.wait_prior_kernels()`` and ``tj.launch_dependents()`` run once in every thread, so they
+    stand in the kernel's top level (a ``tj.func`` called there counts), not in a loop or a branch."""
+    for o in body.ops:
+        for region in o.regions:
+            for inner in region.walk():
+                if inner.op is TileOp.GRID_DEPENDENCY:
+                    call = "wait_prior_kernels" if inner.attrs.action == "wait" else "launch_dependents"
+                    raise CompileError(f"tj.{call}() must stand in the kernel's top level, outside loops, "
+                                       f"if/else and while: every thread runs it once", inner.loc).with_kernel(name)
+
+
 def compile_tile_ir(pyfn, specs, constexprs: dict | None = None, name: str | None = None) -> Function:
     """Trace ``pyfn`` for the given runtime argument specs and constexpr values into tile IR."""
     from tilejit.verifier import verify
@@ -95,5 +107,6 @@ def compile_tile_ir(pyfn, specs, constexprs: dict | None = None, name: str | Non
     kept = [s for s in specs if not isinstance(s, NoneSpec)]      # one per block argument
     fn = Function(name, body, arg_names, {"specs": kept, "constexprs": resolved,
                                           "deps": dict(tracer.deps), "loc": _def_loc(pyfn)})
+    _check_grid_dependencies(body, name)
     verify(fn)
     return fn

@@ -783,6 +783,12 @@ def device_assert(b: Builder, cond, msg: str = "") -> None:
     b.create(TileOp.ASSERT, pids + [tile], [], ir.AssertAttrs(msg, scalar))
 
 
+def grid_dependency(b: Builder, action: str) -> None:
+    """``tj.wait_prior_kernels`` / ``tj.launch_dependents``: a GRID_DEPENDENCY (the frontend
+    then checks that it stands in the kernel's top-level block)."""
+    b.create(TileOp.GRID_DEPENDENCY, [], [], ir.GridDependencyAttrs(action))
+
+
 # --- compile-time debugging ---------------------------------------------------------------------
 def static_assert(b: Builder, cond, msg: str = "") -> None:
     """Fail the compile, at this line, when the compile-time ``cond`` is false."""
@@ -823,6 +829,8 @@ BUILTINS = {
     "argmin": _reduce_builder(ReduceKind.ARGMIN), "dot": dot, "dot_scaled": dot_scaled,
     "static_assert": static_assert, "static_print": static_print, "device_print": device_print,
     "device_assert": device_assert,
+    "wait_prior_kernels": lambda b: grid_dependency(b, "wait"),
+    "launch_dependents": lambda b: grid_dependency(b, "launch"),
     "cumsum": lambda b, x, axis=0, reverse=False: scan(b, "sum", x, axis, reverse),
     "cumprod": lambda b, x, axis=0, reverse=False: scan(b, "prod", x, axis, reverse),
     "sort": sort, "histogram": histogram,
