@@ -161,17 +161,18 @@ def time_cuda(fn, setup=None, warmup: int = 10, reps: int = 100) -> Timing:
     """Median time of ``fn()`` over ``reps`` runs with CUDA events on torch's current stream.
 
     Before each timed run, outside the timed region: ``setup()`` (e.g. poison the outputs with
-    NaN; it runs before each warm-up run too), then a 256 MB buffer is written so no input is
-    left in L2 (``BENCH_L2_FLUSH=read``: read instead, so the lines left in L2 are clean; a
-    written buffer leaves up to an L2 of dirty lines, whose write-back to DRAM then falls inside
-    the timed run, taking bandwidth from a memory-bound kernel and its reference alike), then the GPU spins for ~``GPU_HEADSTART_CYCLES`` (no memory traffic) so that
+    NaN; it runs before each warm-up run too), then a 256 MB buffer is read so no input is
+    left in L2, and the lines left there are clean (``BENCH_L2_FLUSH=write``, the method before
+    2026-12-06: the buffer is written instead, which leaves up to an L2 of dirty lines whose
+    write-back to DRAM then falls inside the timed run: on the H100 it cost decode at KV 8192
+    ~10 us of 105 and SDPA the same, copy ~4%), then the GPU spins for ~``GPU_HEADSTART_CYCLES`` (no memory traffic) so that
     the host has enqueued the start event and ``fn``'s kernels before the GPU reaches them: a
     slow Python launch path does not leak into the GPU time (bench_launch measures that path).
 
     (``tilejit.testing.benchmark`` has no ``setup`` hook yet; unify once it does.)"""
     import torch
     buffer = _l2_flush_buffer(torch)
-    if os.environ.get("BENCH_L2_FLUSH", "write") == "read":
+    if os.environ.get("BENCH_L2_FLUSH", "read") != "write":
         words = buffer.view(torch.int32)
 
         def flush():
