@@ -24,8 +24,8 @@ import sys
 
 import common
 
-CONFIGS = [(512, 64, 4), (1024, 64, 4), (2048, 64, 4), (1024, 128, 4), (2048, 128, 4), (4096, 128, 4),
-           (1024, 64, 8), (2048, 128, 8)]          # SPLIT (cache positions per program), BN, num_warps
+CONFIGS = [(512, 64, 4), (1024, 64, 4), (2048, 64, 4), (4096, 64, 4), (8192, 64, 4), (1024, 128, 4), (2048, 128, 4),
+           (4096, 128, 4), (8192, 128, 4), (1024, 64, 8), (2048, 128, 8)]   # SPLIT (cache positions per program), BN, num_warps
 
 
 def main(argv=None) -> int:

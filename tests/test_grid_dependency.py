@@ -171,3 +171,76 @@ def test_a_waiting_kernel_sees_the_long_kernel_before_it(binding, monkeypatch):
         slow_fill[(blocks,)](x, 4000, BLOCK=block)
         scale_after_wait[(blocks,)](x, y, blocks * block, 1.5, BLOCK=block)
         torch.testing.assert_close(y, want)
+
+
+@pytest.mark.gpu
+def test_a_captured_cuda_graph_replays_the_dependent_launch():
+    """Stream capture records the dependent launch as a programmatic edge (CUDA 12.3+); replays
+    see the long kernel's writes, with new inputs each time."""
+    torch = pytest.importorskip("torch")
+    blocks, block = 132, 1024
+    x = torch.zeros(blocks * block, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):                  # compile and load outside the capture
+        slow_fill[(blocks,)](x, 2000, BLOCK=block)
+        scale_after_wait[(blocks,)](x, y, blocks * block, 1.5, BLOCK=block)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        slow_fill[(blocks,)](x, 2000, BLOCK=block)
+        scale_after_wait[(blocks,)](x, y, blocks * block, 1.5, BLOCK=block)
+    want = (2.0 + torch.arange(blocks, dtype=torch.float32, device="cuda")).repeat_interleave(block) * 3.0
+    for _ in range(5):
+        x.zero_()
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, want)
+
+
+# --- the emulator's check: nothing the last launch wrote is touched before the wait ------------
+@tj.kernel
+def read_before_wait(x, y, other, BLOCK: tj.constexpr, EARLY: tj.constexpr):
+    offs = tj.program_id(0) * BLOCK
+    if EARLY == 1:                          # the previous kernel's output, before the wait: a race
+        t = tj.load(x, (offs,), (BLOCK,))
+        tj.wait_prior_kernels()
+    elif EARLY == 2:                        # an input that kernel did not write: fine
+        t = tj.load(other, (offs,), (BLOCK,))
+        tj.wait_prior_kernels()
+        t = t + tj.load(x, (offs,), (BLOCK,))
+    else:
+        tj.wait_prior_kernels()
+        t = tj.load(x, (offs,), (BLOCK,))
+    tj.store(y, (offs,), t)
+
+
+@pytest.mark.parametrize("early", [0, 1, 2])
+def test_the_emulator_finds_a_read_of_the_previous_kernels_output_before_the_wait(early, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x, y, other = np.ones(256, np.float32), np.zeros(256, np.float32), np.ones(256, np.float32)
+    add_then_release[(2,)](x, 256, BLOCK=128)                     # writes x
+    if early == 1:
+        with pytest.raises(tj.TilejitError, match=r"reads argument 'x' before tj.wait_prior_kernels\(\)") as err:
+            read_before_wait[(2,)](x, y, other, BLOCK=128, EARLY=early)
+        assert "read_before_wait" in str(err.value) and "t = tj.load(x" in str(err.value)
+    else:
+        read_before_wait[(2,)](x, y, other, BLOCK=128, EARLY=early)
+        np.testing.assert_array_equal(y, 3.0 if early == 2 else 2.0)
+    # an unrelated launch in between: its writes are what the next waiting kernel is checked against
+    add_then_release[(2,)](other, 256, BLOCK=128)
+    read_before_wait[(2,)](x, y, other, BLOCK=128, EARLY=1)
+
+
+def test_the_check_forgets_arrays_that_are_gone(monkeypatch):
+    """Memory may go to a new array once the one the last launch wrote is gone: not a race."""
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    memory = bytearray(1024)
+    x = np.frombuffer(memory, np.float32)
+    add_then_release[(2,)](x, 256, BLOCK=128)
+    del x
+    fresh, y = np.frombuffer(memory, np.float32), np.zeros(256, np.float32)     # the same addresses
+    read_before_wait[(2,)](fresh, y, fresh, BLOCK=128, EARLY=1)
+    np.testing.assert_array_equal(y, 1.0)

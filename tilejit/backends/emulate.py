@@ -16,10 +16,17 @@ TMA, mbarriers and warp specialisation are ``emulate_async.AsyncOps``, a mixin o
 memory only when a CP_ASYNC_WAIT retires its group, and reading bytes a copy still has in
 flight is an error, so a missing or too-weak wait is caught.  ``emulate_frame`` holds the
 pieces all of them share (``EmulatorError``, ``Frame``, ``uniform``).
+
+Programmatic dependent launch: each launch remembers the elements it wrote (up to
+``DEPENDENCY_CHECK_LIMIT``; a launch with TMA stores leaves them unknown).  A kernel that calls
+``tj.wait_prior_kernels()`` runs, on the GPU, while that launch ends: reading, storing or
+atomically updating one of those elements before its wait is an error here (cp.async copies are
+checked too; TMA box loads before the wait are not).
 """
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -34,6 +41,10 @@ from tilejit.backends.interpret import atomic_combine, elementwise_fn
 from tilejit.simt import MapType, PtrType, SimtOp, SplitAttrs
 
 MAX_BATCH_THREADS = 1 << 16
+DEPENDENCY_CHECK_LIMIT = 1 << 22   # the most written elements a launch remembers for the next one
+# what the last launch wrote: (a weak reference to the array owning the memory, its byte
+# addresses) per array; None: unknown
+_last_writes: list | None = []
 
 
 
@@ -74,8 +85,48 @@ class Machine(AsyncOps):
         self.baton, self.side = None, 0          # a warp-specialised IF's sides (run_split)
         self.cluster = fn.meta.cluster_ctas      # CTAs per cluster along x (a batch holds whole clusters)
         self.ew_cache: dict = {}
+        # programmatic dependent launch: what the last launch wrote, checked until this kernel's wait
+        self.waits = simt.waits_on_prior_kernels(fn)
+        self.prior = _last_writes if self.waits else None
+        self.waited = True
+        self.written: dict | None = {}           # id(owner) -> (weak ref, byte addresses) this launch writes
+        self.written_count = 0
 
     def run(self) -> None:
+        global _last_writes
+        _last_writes = None                      # unknown until this launch ends
+        self.run_batches()
+        if self.written is not None:
+            _last_writes = [(ref, np.unique(np.concatenate(parts))) for ref, parts in self.written.values()]
+
+    def wrote(self, ptr: "GlobalArray", idx: np.ndarray) -> None:
+        """Remember the elements ``ptr.flat[idx]`` this launch writes (for the next launch's
+        check), with the array that owns their memory: once it is gone, NumPy may hand the same
+        addresses to another array."""
+        if self.written is None:
+            return
+        self.written_count += idx.size
+        if self.written_count > DEPENDENCY_CHECK_LIMIT:
+            self.written = None
+            return
+        owner = ptr.array
+        while isinstance(owner.base, np.ndarray):
+            owner = owner.base
+        entry = self.written.setdefault(id(owner), (weakref.ref(owner), []))
+        entry[1].append(ptr.address + (np.ravel(idx).astype(np.int64) - ptr.base) * ptr.item)
+
+    def before_wait(self, ptr: "GlobalArray", idx: np.ndarray, what: str) -> None:
+        """Before this kernel's ``tj.wait_prior_kernels()``: touching an element the last launch
+        wrote is an error (on the GPU that launch may still be running)."""
+        if self.waited or not self.prior or not np.size(idx):
+            return
+        addr = ptr.address + (np.ravel(idx).astype(np.int64) - ptr.base) * ptr.item
+        if any(ref() is not None and np.isin(addr, written).any() for ref, written in self.prior):
+            raise EmulatorError(f"{what} argument '{ptr.name}' before tj.wait_prior_kernels(), at elements the "
+                                "kernel launched before this one wrote: launched while that kernel ends, this "
+                                "kernel may see them before that kernel's writes; move it after the wait")
+
+    def run_batches(self) -> None:
         gx, gy, gz = self.grid
         ids = np.array([(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)], np.int32)
         batch = max(1, MAX_BATCH_THREADS // self.threads)
@@ -86,6 +137,7 @@ class Machine(AsyncOps):
         with np.errstate(all="ignore"):
             for start in range(0, len(ids), batch):
                 self.block_ids = ids[start:start + batch]
+                self.waited = not self.waits             # each CTA waits for itself
                 c = len(self.block_ids)
                 self.shared = np.zeros((c, self.shared_bytes), np.uint8)
                 self.wgmma_open, self.wgmma_groups = [], []   # shared bytes in-flight wgmmas read
@@ -198,7 +250,9 @@ class Machine(AsyncOps):
         ptr, offs, mask = f[o.operands[0]], f[o.operands[1]], f[o.operands[2]]
         self.check_vector(o, ptr, offs, mask)
         out = self.full(f, o.attrs.other, o.result.type.dtype.np, o.result.type.n)
-        out[mask] = ptr.flat[ptr.index(offs[mask])]
+        idx = ptr.index(offs[mask])
+        self.before_wait(ptr, idx, "reads")
+        out[mask] = ptr.flat[idx]
         return out
 
     def op_STORE_GLOBAL(self, o, f):
@@ -206,7 +260,10 @@ class Machine(AsyncOps):
         self.check_vector(o, ptr, offs, mask)
         if not ptr.flat.flags.writeable:
             raise LaunchError(f"argument '{ptr.name}' is stored to but is read-only")
-        ptr.flat[ptr.index(offs[mask])] = value[mask]
+        idx = ptr.index(offs[mask])
+        self.before_wait(ptr, idx, "stores to")
+        self.wrote(ptr, idx)
+        ptr.flat[idx] = value[mask]
 
     def op_PRINT(self, o, f):
         """Each program's lines in element order (a GPU interleaves them in no set order)."""
@@ -223,7 +280,10 @@ class Machine(AsyncOps):
                 print(lines[index], flush=True)
 
     def op_GRID_DEPENDENCY(self, o, f):
-        """Nothing: the emulator runs launches one after another, so the prior kernels have ended."""
+        """The emulator runs launches one after another, so the prior kernels have ended; a wait
+        ends the check of what this kernel touches before it (``before_wait``)."""
+        if o.attrs.action == "wait":
+            self.waited = True
 
     def op_ASSERT(self, o, f):
         """The first failing element (in program, thread and register order) raises."""
@@ -244,6 +304,9 @@ class Machine(AsyncOps):
         if not ptr.flat.flags.writeable:
             raise LaunchError(f"argument '{ptr.name}' is stored to but is read-only")
         old = np.zeros(value.shape, value.dtype)
+        touched = ptr.index(offs[mask])
+        self.before_wait(ptr, touched, "atomically updates")
+        self.wrote(ptr, touched)
         for index in zip(*np.nonzero(mask)):
             at = ptr.index(offs[index][None])[0]
             current = ptr.flat[at]

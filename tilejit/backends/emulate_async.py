@@ -158,6 +158,7 @@ class AsyncOps:
                 dst[f.ids] = v
             goff = (full[1] + ptr.base) * ptr.item
             reading = active & (full[2] > 0)
+            self.before_wait(ptr, (full[1] + ptr.base)[reading], "copies (cp.async) from")
             if ((ptr.address + full[1] * ptr.item) % 16 != 0)[reading].any():
                 raise EmulatorError(f"cp.async from argument '{ptr.name}' at an address that is not "
                                     "16-byte aligned (the hardware requires it)")
@@ -329,6 +330,7 @@ class AsyncOps:
                 raise EmulatorError("shared-memory race: TMA_STORE reads bytes written since the last BARRIER "
                                     "(and its proxy fence)")
             self.check_fenced(o, row, addrs)
+            self.written = None              # (the boxes' elements are not tracked for the next launch)
             try:
                 tmap.store_box(tuple(int(x[c, t, 0]) for x in coords), self.shared[row, addrs])
             except emulate_tma.TmaError as e:
