@@ -4,7 +4,7 @@ measured in the same run. Targets: backward ≥ 1.0× SDPA flash backward, forwa
 ≥ 1.0× SDPA flash, at B4 H32 S4096 D128 and B16 H16 S1024 D64, causal and full.
 
     python3 benchmarks/bench_attention_backward.py [--configs 4x32x4096x128,16x16x1024x64] [--reps 10]
-        [--kernel-configs 32x64x4/64x64x4,32x128x8/128x64x8]
+        [--kernel-configs 32x64x4/64x64x4,32x128x8/128x64x8]   (BENCH_EACH=1: every config's time)
 
 A kernel config is ``BMxBNxwarps`` of the dK/dV kernel, then ``/`` and the dQ kernel's (which
 wants its 16 rows a warp along BM where dK/dV wants them along BN); the forward of the
@@ -16,6 +16,7 @@ as FlashAttention reports them: backward 2.5× the forward's 4·B·H·S²·D (ha
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import common
@@ -61,6 +62,9 @@ def measure(torch, batch, heads, seq, dim, causal, reps, kernel_configs):
         except Exception as e:                       # a config the compiler refuses: reported, left out
             print(f"  config {label}: dropped: {str(e).splitlines()[0]}", file=sys.stderr)
             continue
+        if os.environ.get("BENCH_EACH"):
+            print(f"  backward {batch}x{heads}x{seq}x{dim}{' causal' if causal else ''} {label}: "
+                  f"{t.median_ms * 1e3:.1f} us, with the forward {both.median_ms * 1e3:.1f} us", file=sys.stderr)
         if best is None or t.median_ms < best[1]:
             best = (label, t.median_ms, both.median_ms, err)
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
