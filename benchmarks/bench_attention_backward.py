@@ -6,6 +6,9 @@ measured in the same run. Targets: backward ≥ 1.0× SDPA flash backward, forwa
     python3 benchmarks/bench_attention_backward.py [--configs 4x32x4096x128,16x16x1024x64] [--reps 10]
         [--kernel-configs 32x64x4/64x64x4,32x128x8/128x64x8]   (BENCH_EACH=1: every config's time)
 
+``BWD_PDL=1`` / ``=0``: the three kernels with programmatic dependent launch or plainly (unset:
+the example's ``DEPENDENT_LAUNCH``).
+
 A kernel config is ``BMxBNxwarps`` of the dK/dV kernel, then ``/`` and the dQ kernel's (which
 wants its 16 rows a warp along BM where dK/dV wants them along BN); the forward of the
 forward + backward timing runs at ``FORWARD`` (128 x 128, 8 warps: wgmma, warp-specialised).
@@ -47,7 +50,8 @@ def measure(torch, batch, heads, seq, dim, causal, reps, kernel_configs):
     best = None
     for (BM, BN, nw), dq_config in kernel_configs:
         label = f"{BM}x{BN}x{nw}/" + "x".join(map(str, dq_config))
-        tiles = dict(BM=BM, BN=BN, num_warps=nw, dq_config=dq_config)
+        tiles = dict(BM=BM, BN=BN, num_warps=nw, dq_config=dq_config,
+                     dependent_launch={"1": True, "0": False}.get(os.environ.get("BWD_PDL", "")))
         try:
             o, lse = ab.forward(q, k, v, causal, empty=empty, **FORWARD)
             grads = ab.backward(q, k, v, o, lse, do, causal, empty=empty, **tiles)

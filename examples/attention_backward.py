@@ -52,8 +52,10 @@ def forward_kernel(q, k, v, o, lse, scale: tj.constexpr,
 
 
 @tj.kernel
-def delta_kernel(o, do, delta, BM: tj.constexpr, BD: tj.constexpr):
+def delta_kernel(o, do, delta, BM: tj.constexpr, BD: tj.constexpr, RELEASE: tj.constexpr = False):
     """delta = rowsum(dO * O) for BM rows of one head."""
+    if RELEASE:                         # the dK/dV kernel may launch now (it waits before reading delta)
+        tj.launch_dependents()
     start_m = tj.program_id(0) * BM
     heads = o.shape[1]
     batch, head = tj.program_id(1) // heads, tj.program_id(1) % heads
@@ -64,13 +66,18 @@ def delta_kernel(o, do, delta, BM: tj.constexpr, BD: tj.constexpr):
 
 @tj.kernel
 def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
-                BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr, CAUSAL: tj.constexpr):
+                BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr, CAUSAL: tj.constexpr,
+                DEPENDENT: tj.constexpr = False):
     """dK and dV of BN keys of one key/value head: every query row of every query head of its
     group that sees them (from the diagonal down when causal), in one loop over (head, query
     block).  On sm_90a all four DOTs run on wgmma from TMA rings: the compiler computes ``s``,
     ``p``, ``dp`` and ``ds`` transposed, since only their transposes reach DOTs
     (``passes.sink_transposes``: ``Sᵀ = K Qᵀ``, FlashAttention-2's form), and loads ``q`` and
-    ``do``, each read by two DOTs, once per DOT (``passes.split_dot_loads``)."""
+    ``do``, each read by two DOTs, once per DOT (``passes.split_dot_loads``).  ``DEPENDENT``:
+    launched while the delta kernel ends (its keys and values are read first, delta after the
+    wait), and the dQ kernel may launch while this one runs (it reads nothing this one writes)."""
+    if DEPENDENT:
+        tj.launch_dependents()
     start_n = tj.program_id(0) * BN
     kv_heads = k.shape[1]
     batch, kv_head = tj.program_id(1) // kv_heads, tj.program_id(1) % kv_heads
@@ -79,6 +86,8 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
     stat = lse.dtype
     kt = tj.load(k, (batch, kv_head, start_n, 0), (1, 1, BN, BD)).reshape((BN, BD))
     vt = tj.load(v, (batch, kv_head, start_n, 0), (1, 1, BN, BD)).reshape((BN, BD))
+    if DEPENDENT:
+        tj.wait_prior_kernels()                       # delta is read in the loop
     cols = start_n + tj.arange(0, BN)
     dk_acc = tj.zeros((BN, BD), stat)
     dv_acc = tj.zeros((BN, BD), stat)
@@ -109,8 +118,11 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
 
 @tj.kernel
 def dq_kernel(q, k, v, do, lse, delta, dq, scale: tj.constexpr,
-              BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr, CAUSAL: tj.constexpr):
-    """dQ of BM query rows of one head: every key block they see."""
+              BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr, CAUSAL: tj.constexpr,
+              DEPENDENT: tj.constexpr = False):
+    """dQ of BM query rows of one head: every key block they see.  ``DEPENDENT``: launched while
+    the dK/dV kernel runs, which writes nothing this kernel reads (delta ended before that kernel
+    read it); the wait at the end keeps this kernel from ending before that one."""
     start_m = tj.program_id(0) * BM
     heads = q.shape[1]
     batch, head = tj.program_id(1) // heads, tj.program_id(1) % heads
@@ -139,6 +151,8 @@ def dq_kernel(q, k, v, do, lse, delta, dq, scale: tj.constexpr,
         ds = p * (dp - d[:, None])
         dq_acc += tj.dot(ds.to(kt.dtype), kt).to(stat)
     tj.store(dq, (batch, head, start_m, 0), (dq_acc * scale).to(dq.dtype).reshape((1, 1, BM, BD)))
+    if DEPENDENT:
+        tj.wait_prior_kernels()
 
 
 def _stat_dtype(dtype) -> type:
@@ -159,24 +173,33 @@ def forward(q, k, v, causal=False, BM=32, BN=32, empty=np.empty, num_warps=None)
     return o, lse
 
 
-def backward(q, k, v, o, lse, do, causal=False, BM=32, BN=64, empty=np.empty, num_warps=4, dq_config=(64, 64, 4)):
+DEPENDENT_LAUNCH = True     # the three kernels launched to overlap each other's ends (tj.launch_dependents)
+
+
+def backward(q, k, v, o, lse, do, causal=False, BM=32, BN=64, empty=np.empty, num_warps=4, dq_config=(64, 64, 4),
+             dependent_launch=None):
     """(dq, dk, dv) for the output gradient ``do`` (dk, dv summed over each group's query heads).
     ``BM`` x ``BN`` tiles and ``num_warps`` (None: the compiler's choice) for the dK/dV kernel,
     and ``dq_config``'s ``(BM, BN, num_warps)`` for the dQ kernel (None: dK/dV's three).
     The defaults run every DOT on wgmma from TMA rings on sm_90a at D 64 and 128: the wgmma
     side has 16 rows a warp, ``BN = 16 * num_warps`` for dK/dV and ``BM = 16 * num_warps`` for
-    dQ (32 x 128 with 8 warps and 128 x 64 with 8 do too)."""
+    dQ (32 x 128 with 8 warps and 128 x 64 with 8 do too).  ``dependent_launch`` (None:
+    ``DEPENDENT_LAUNCH``): the dK/dV kernel starts while delta's ends, and the dQ kernel, which
+    needs nothing from it, while the dK/dV kernel runs (programmatic dependent launch, sm_90+)."""
+    dependent = DEPENDENT_LAUNCH if dependent_launch is None else dependent_launch
     batch, heads, seq_q, dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     scale, BD = 1.0 / float(np.sqrt(dim)), tj.next_power_of_2(dim)
     delta = empty((batch, heads, seq_q), lse.dtype)
-    delta_kernel[(tj.cdiv(seq_q, BM), batch * heads)](o, do, delta, BM=BM, BD=BD)
+    delta_kernel[(tj.cdiv(seq_q, BM), batch * heads)](o, do, delta, BM=BM, BD=BD, RELEASE=dependent)
     dq, dk, dv = empty(q.shape, q.dtype), empty(k.shape, k.dtype), empty(v.shape, v.dtype)
     dkdv_kernel[(tj.cdiv(seq_k, BN), batch * kv_heads)](q, k, v, do, lse, delta, dk, dv, scale,
-                                                         BM=BM, BN=BN, BD=BD, CAUSAL=causal, num_warps=num_warps)
+                                                         BM=BM, BN=BN, BD=BD, CAUSAL=causal, DEPENDENT=dependent,
+                                                         num_warps=num_warps)
     dq_bm, dq_bn, dq_warps = dq_config or (BM, BN, num_warps)
     dq_kernel[(tj.cdiv(seq_q, dq_bm), batch * heads)](q, k, v, do, lse, delta, dq, scale,
-                                                      BM=dq_bm, BN=dq_bn, BD=BD, CAUSAL=causal, num_warps=dq_warps)
+                                                      BM=dq_bm, BN=dq_bn, BD=BD, CAUSAL=causal, DEPENDENT=dependent,
+                                                      num_warps=dq_warps)
     return dq, dk, dv
 
 
