@@ -75,9 +75,8 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
     (``passes.sink_transposes``: ``Sᵀ = K Qᵀ``, FlashAttention-2's form), and loads ``q`` and
     ``do``, each read by two DOTs, once per DOT (``passes.split_dot_loads``).  ``DEPENDENT``:
     launched while the delta kernel ends (its keys and values are read first, delta after the
-    wait), and the dQ kernel may launch while this one runs (it reads nothing this one writes)."""
-    if DEPENDENT:
-        tj.launch_dependents()
+    wait), and the dQ kernel may launch while this one runs (it reads nothing this one writes;
+    the release comes after the wait, so delta has ended once every CTA has released)."""
     start_n = tj.program_id(0) * BN
     kv_heads = k.shape[1]
     batch, kv_head = tj.program_id(1) // kv_heads, tj.program_id(1) % kv_heads
@@ -88,6 +87,7 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
     vt = tj.load(v, (batch, kv_head, start_n, 0), (1, 1, BN, BD)).reshape((BN, BD))
     if DEPENDENT:
         tj.wait_prior_kernels()                       # delta is read in the loop
+        tj.launch_dependents()                        # dQ reads delta too: only once it has ended
     cols = start_n + tj.arange(0, BN)
     dk_acc = tj.zeros((BN, BD), stat)
     dv_acc = tj.zeros((BN, BD), stat)
