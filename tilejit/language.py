@@ -445,7 +445,9 @@ def launch_dependents():
     """Let the next kernel on the stream start launching (its CTAs run what they do before their
     ``tj.wait_prior_kernels()``), before this kernel ends. A hint only: that kernel's wait still
     waits for this whole kernel, so results stay correct wherever it stands (top level). Without
-    it, each CTA counts as triggered when it exits.
+    it, each CTA counts as triggered when it exits. In a kernel that itself waits, release after
+    the wait when the next kernel reads what the kernel before this one wrote: only then has that
+    kernel ended once every CTA has released (the emulator checks one launch back, not two).
     Example: ``tj.launch_dependents()   # early in a long kernel whose successor waits``."""
 
 
