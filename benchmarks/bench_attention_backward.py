@@ -6,6 +6,8 @@ measured in the same run. Targets: backward ≥ 1.0× SDPA flash backward, forwa
     python3 benchmarks/bench_attention_backward.py [--configs 4x32x4096x128,16x16x1024x64] [--reps 10]
         [--kernel-configs 32x64x4/64x64x4,32x128x8/128x64x8]   (BENCH_EACH=1: every config's time)
 
+A dQ config ``atomic`` (``64x64x4/atomic``) has the dK/dV kernel add dQ atomically
+(``backward(dq_config="atomic")``: all five DOTs on wgmma where BN = D = 16 * warps).
 ``BWD_PDL=1`` / ``=0``: the three kernels with programmatic dependent launch or plainly (unset:
 the example's ``DEPENDENT_LAUNCH``).
 
@@ -49,7 +51,7 @@ def measure(torch, batch, heads, seq, dim, causal, reps, kernel_configs):
         return torch.empty(shape, device="cuda", dtype={np.float32: torch.float32}.get(dtype, dtype))
     best = None
     for (BM, BN, nw), dq_config in kernel_configs:
-        label = f"{BM}x{BN}x{nw}/" + "x".join(map(str, dq_config))
+        label = f"{BM}x{BN}x{nw}/" + (dq_config if dq_config == "atomic" else "x".join(map(str, dq_config)))
         tiles = dict(BM=BM, BN=BN, num_warps=nw, dq_config=dq_config,
                      dependent_launch={"1": True, "0": False}.get(os.environ.get("BWD_PDL", "")))
         try:
@@ -100,7 +102,7 @@ def main(argv=None) -> int:
     for c in args.kernel_configs.split(","):
         dkdv, _, dq = c.partition("/")
         dkdv = tuple(int(v) for v in dkdv.split("x"))
-        kernel_configs.append((dkdv, tuple(int(v) for v in dq.split("x")) if dq else dkdv))
+        kernel_configs.append((dkdv, "atomic" if dq == "atomic" else tuple(int(v) for v in dq.split("x")) if dq else dkdv))
     torch = common.cuda_torch()
     if torch is None:
         print("bench_attention_backward: skipped (needs torch with a CUDA GPU)")

@@ -52,20 +52,23 @@ def forward_kernel(q, k, v, o, lse, scale: tj.constexpr,
 
 
 @tj.kernel
-def delta_kernel(o, do, delta, BM: tj.constexpr, BD: tj.constexpr, RELEASE: tj.constexpr = False):
-    """delta = rowsum(dO * O) for BM rows of one head."""
+def delta_kernel(o, do, delta, dq_acc, BM: tj.constexpr, BD: tj.constexpr, RELEASE: tj.constexpr = False):
+    """delta = rowsum(dO * O) for BM rows of one head; with ``dq_acc`` (the float32 dQ that the
+    dK/dV kernel adds into, ``DQ_ATOMIC``) its rows zeroed too."""
     if RELEASE:                         # the dK/dV kernel may launch now (it waits before reading delta)
         tj.launch_dependents()
     start_m = tj.program_id(0) * BM
     heads = o.shape[1]
     batch, head = tj.program_id(1) // heads, tj.program_id(1) % heads
+    if dq_acc is not None:
+        tj.store(dq_acc, (batch, head, start_m, 0), tj.zeros((1, 1, BM, BD), tj.float32))
     ot = tj.load(o, (batch, head, start_m, 0), (1, 1, BM, BD)).reshape((BM, BD)).to(delta.dtype)
     dot_ = tj.load(do, (batch, head, start_m, 0), (1, 1, BM, BD)).reshape((BM, BD)).to(delta.dtype)
     tj.store(delta, (batch, head, start_m), tj.sum(ot * dot_, axis=1).reshape((1, 1, BM)))
 
 
 @tj.kernel
-def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
+def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, dq_acc, scale: tj.constexpr,
                 BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr, CAUSAL: tj.constexpr,
                 DEPENDENT: tj.constexpr = False):
     """dK and dV of BN keys of one key/value head: every query row of every query head of its
@@ -76,7 +79,10 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
     ``do``, each read by two DOTs, once per DOT (``passes.split_dot_loads``).  ``DEPENDENT``:
     launched while the delta kernel ends (its keys and values are read first, delta after the
     wait), and the dQ kernel may launch while this one runs (it reads nothing this one writes;
-    the release comes after the wait, so delta has ended once every CTA has released)."""
+    the release comes after the wait, so delta has ended once every CTA has released).
+    With ``dq_acc`` (float32, zeroed by the delta kernel) the kernel also adds each block's
+    dQ = dS K · scale into it atomically (FlashAttention-2's form: no second pass over the keys),
+    computed as dQᵀ = Kᵀ dSᵀ so that it too runs on wgmma (``BN = BD = 16 * num_warps``)."""
     start_n = tj.program_id(0) * BN
     kv_heads = k.shape[1]
     batch, kv_head = tj.program_id(1) // kv_heads, tj.program_id(1) % kv_heads
@@ -89,6 +95,7 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
         tj.wait_prior_kernels()                       # delta is read in the loop
         tj.launch_dependents()                        # dQ reads delta too: only once it has ended
     cols = start_n + tj.arange(0, BN)
+    k_t = kt.T                                          # (the dQᵀ DOT's A: staged once)
     dk_acc = tj.zeros((BN, BD), stat)
     dv_acc = tj.zeros((BN, BD), stat)
     first = 0
@@ -112,6 +119,9 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, scale: tj.constexpr,
         dp = tj.dot(dot_, vt.T).to(stat)
         ds = p * (dp - d[:, None])
         dk_acc += tj.dot(ds.T.to(qt.dtype), qt).to(stat)
+        if dq_acc is not None:
+            dq_t = tj.dot(k_t, ds.T.to(kt.dtype)).to(tj.float32) * scale      # (BD, BM)
+            tj.atomic_add(dq_acc, (batch, head, start_m, 0), dq_t.T.reshape((1, 1, BM, BD)))
     tj.store(dk, (batch, kv_head, start_n, 0), (dk_acc * scale).to(dk.dtype).reshape((1, 1, BN, BD)))
     tj.store(dv, (batch, kv_head, start_n, 0), dv_acc.to(dv.dtype).reshape((1, 1, BN, BD)))
 
@@ -155,6 +165,18 @@ def dq_kernel(q, k, v, do, lse, delta, dq, scale: tj.constexpr,
         tj.wait_prior_kernels()
 
 
+@tj.kernel
+def dq_convert_kernel(dq_acc, dq, BM: tj.constexpr, BD: tj.constexpr, DEPENDENT: tj.constexpr = False):
+    """dQ in its dtype from the float32 sums the dK/dV kernel added (``DQ_ATOMIC``)."""
+    start_m = tj.program_id(0) * BM
+    heads = dq.shape[1]
+    batch, head = tj.program_id(1) // heads, tj.program_id(1) % heads
+    if DEPENDENT:
+        tj.wait_prior_kernels()
+    t = tj.load(dq_acc, (batch, head, start_m, 0), (1, 1, BM, BD))
+    tj.store(dq, (batch, head, start_m, 0), t.to(dq.dtype))
+
+
 def _stat_dtype(dtype) -> type:
     """The row statistics' dtype for inputs of ``dtype`` (a NumPy or torch dtype)."""
     return np.float64 if str(dtype).rsplit(".", 1)[-1] == "float64" else np.float32
@@ -176,6 +198,9 @@ def forward(q, k, v, causal=False, BM=32, BN=32, empty=np.empty, num_warps=None)
 DEPENDENT_LAUNCH = True     # the three kernels launched to overlap each other's ends (tj.launch_dependents)
 
 
+DQ_ATOMIC = False           # dQ added atomically by the dK/dV kernel instead of its own pass (``dq_config="atomic"``)
+
+
 def backward(q, k, v, o, lse, do, causal=False, BM=32, BN=64, empty=np.empty, num_warps=4, dq_config=(64, 64, 4),
              dependent_launch=None):
     """(dq, dk, dv) for the output gradient ``do`` (dk, dv summed over each group's query heads).
@@ -185,17 +210,25 @@ def backward(q, k, v, o, lse, do, causal=False, BM=32, BN=64, empty=np.empty, nu
     side has 16 rows a warp, ``BN = 16 * num_warps`` for dK/dV and ``BM = 16 * num_warps`` for
     dQ (32 x 128 with 8 warps and 128 x 64 with 8 do too).  ``dependent_launch`` (None:
     ``DEPENDENT_LAUNCH``): the dK/dV kernel starts while delta's ends, and the dQ kernel, which
-    needs nothing from it, while the dK/dV kernel runs (programmatic dependent launch, sm_90+)."""
+    needs nothing from it, while the dK/dV kernel runs (programmatic dependent launch, sm_90+).
+    ``dq_config="atomic"`` (or ``DQ_ATOMIC``): no dQ kernel; the dK/dV kernel adds dQ into a
+    float32 buffer (the delta kernel zeroes it) and a small kernel converts it.  Float32 atomic
+    sums: dQ's last bits may differ from run to run."""
     dependent = DEPENDENT_LAUNCH if dependent_launch is None else dependent_launch
     batch, heads, seq_q, dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     scale, BD = 1.0 / float(np.sqrt(dim)), tj.next_power_of_2(dim)
+    atomic = dq_config == "atomic" or (DQ_ATOMIC and dq_config is None)
     delta = empty((batch, heads, seq_q), lse.dtype)
-    delta_kernel[(tj.cdiv(seq_q, BM), batch * heads)](o, do, delta, BM=BM, BD=BD, RELEASE=dependent)
+    dq_acc = empty(q.shape, np.float32) if atomic else None
+    delta_kernel[(tj.cdiv(seq_q, BM), batch * heads)](o, do, delta, dq_acc, BM=BM, BD=BD, RELEASE=dependent)
     dq, dk, dv = empty(q.shape, q.dtype), empty(k.shape, k.dtype), empty(v.shape, v.dtype)
-    dkdv_kernel[(tj.cdiv(seq_k, BN), batch * kv_heads)](q, k, v, do, lse, delta, dk, dv, scale,
+    dkdv_kernel[(tj.cdiv(seq_k, BN), batch * kv_heads)](q, k, v, do, lse, delta, dk, dv, dq_acc, scale,
                                                          BM=BM, BN=BN, BD=BD, CAUSAL=causal, DEPENDENT=dependent,
                                                          num_warps=num_warps)
+    if atomic:
+        dq_convert_kernel[(tj.cdiv(seq_q, BM), batch * heads)](dq_acc, dq, BM=BM, BD=BD, DEPENDENT=dependent)
+        return dq, dk, dv
     dq_bm, dq_bn, dq_warps = dq_config or (BM, BN, num_warps)
     dq_kernel[(tj.cdiv(seq_q, dq_bm), batch * heads)](q, k, v, do, lse, delta, dq, scale,
                                                       BM=dq_bm, BN=dq_bn, BD=BD, CAUSAL=causal, DEPENDENT=dependent,

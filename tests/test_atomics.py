@@ -213,3 +213,19 @@ def test_a_sem_orders_the_whole_programs_accesses(sem, before, after):
     assert any(o.op is SimtOp.BARRIER for o in ops[stored:at]) == before
     assert any(o.op is SimtOp.BARRIER for o in ops[at + 1:]) == after
     assert not any(o.op is SimtOp.BARRIER for o in ops[:stored])
+
+
+@tj.kernel
+def count_with(counter, SEM: tj.constexpr):
+    tj.atomic_add(counter, (0,), 1, sem=SEM)               # the old value unused
+
+
+@pytest.mark.parametrize("sem, ptx", [("relaxed", "red.relaxed.gpu.global.add.u32"),
+                                      ("release", "red.release.gpu.global.add.u32"),
+                                      ("acq_rel", "atom.acq_rel.gpu.global.add.u32")])   # red cannot acquire
+def test_an_atomic_whose_old_values_nobody_reads_is_a_reduction(sem, ptx, tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    specs, consts, _ = count_with.specialise(count_with.bind((np.zeros(1, np.int32),), {"SEM": sem}))
+    text = count_with.compile(specs, consts, 1, "cuda").artifact.ptx
+    assert ptx in text and ("atom." in text) is (sem == "acq_rel")
+    assemble_or_skip(text, "sm_90a")

@@ -13,7 +13,7 @@ from tilejit.ir import TileOp
 from tilejit.passes import pipeline, sink_transposes as sink_module, split_dot_loads as split_module
 from tilejit.passes.plans import CopyEngine, DotFamily
 from tilejit.passes.split_dot_loads import split_dot_loads
-from tilejit.specs import ArraySpec
+from tilejit.specs import ArraySpec, NoneSpec
 
 from examples import attention_backward as ab
 from test_sink_transposes import dkdv_plan, until
@@ -148,7 +148,7 @@ A4, S3 = ArraySpec(D.bfloat16, 4, True, True, False), ArraySpec(D.float32, 3, Tr
 
 
 def dkdv_simt(BM, BN, warps, dim=128, causal=False):
-    tile = ab.dkdv_kernel.tile_ir((A4,) * 4 + (S3, S3, A4, A4),
+    tile = ab.dkdv_kernel.tile_ir((A4,) * 4 + (S3, S3, A4, A4, NoneSpec()),
                                   {"scale": dim ** -0.5, "BM": BM, "BN": BN, "BD": dim, "CAUSAL": causal})
     seen = {}
     simt_fn = pipeline.compile_to_simt(tile, warps, "sm_90a", dump=seen.__setitem__)
@@ -191,9 +191,9 @@ def test_the_dkdv_kernel_on_wgmma_matches_float64(causal, tiles, backend, monkey
     q, k, v, do = ab.example_inputs(np.random.default_rng(1), 1, 4, 2, 100, 128, tj.bfloat16.np)
     o, lse = ab.forward(q, k, v, causal, BM=64, BN=64)
     delta = np.empty(lse.shape, np.float32)
-    ab.delta_kernel[(tj.cdiv(100, 64), 4)](o, do, delta, BM=64, BD=128)
+    ab.delta_kernel[(tj.cdiv(100, 64), 4)](o, do, delta, None, BM=64, BD=128)
     dk, dv = np.full_like(k, np.nan), np.full_like(v, np.nan)
-    ab.dkdv_kernel[(tj.cdiv(100, BN), 2)](q, k, v, do, lse, delta, dk, dv, 128 ** -0.5, BM=BM, BN=BN, BD=128,
+    ab.dkdv_kernel[(tj.cdiv(100, BN), 2)](q, k, v, do, lse, delta, dk, dv, None, 128 ** -0.5, BM=BM, BN=BN, BD=128,
                                           CAUSAL=causal, num_warps=warps)
     _, _, dk_ref, dv_ref = ab.gradients(q, k, v, do, causal)
     for got, want in ((dk, dk_ref), (dv, dv_ref)):
@@ -215,7 +215,7 @@ def test_the_dq_loop_reads_k_from_two_rings_on_wgmma(monkeypatch):
     q, k, v, do = ab.example_inputs(np.random.default_rng(2), 1, 4, 2, 100, 128, tj.bfloat16.np)
     o, lse = ab.forward(q, k, v, True, BM=64, BN=64)
     delta = np.empty(lse.shape, np.float32)
-    ab.delta_kernel[(tj.cdiv(100, 64), 4)](o, do, delta, BM=64, BD=128)
+    ab.delta_kernel[(tj.cdiv(100, 64), 4)](o, do, delta, None, BM=64, BD=128)
     dq = np.full_like(q, np.nan)
     ab.dq_kernel[(tj.cdiv(100, 64), 4)](q, k, v, do, lse, delta, dq, 128 ** -0.5, BM=64, BN=64, BD=128,
                                         CAUSAL=True, num_warps=4)

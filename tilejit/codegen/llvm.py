@@ -46,7 +46,7 @@ from tilejit import dtypes as D
 from tilejit import simt
 from tilejit.codegen.base import GLOBAL, I8, I32, I64, Ctx, const, mem_type, reg_type
 from tilejit.codegen.elementwise import elementwise
-from tilejit.codegen.memory import (atomic_global, cp_async, device_assert, device_print, load_global, load_shared, pack, shared_pointer,
+from tilejit.codegen.memory import (atomic_global, reduce_global, reduction_allowed, cp_async, device_assert, device_print, load_global, load_shared, pack, shared_pointer,
                                     store_global, store_shared, to_mem, to_reg)
 from tilejit.errors import CompileError
 from tilejit.ir import UNKNOWN_LOC, TileOp
@@ -235,6 +235,7 @@ class KernelEmitter:
         self.values: dict[int, list] = {}
         self.descriptors: dict = {}           # wgmma descriptors of tile bases, per basic block (_descriptor)
         self.asserts = simt.assert_sites(fn)  # op_ASSERT numbers them; the runtime maps numbers back
+        self.used = {id(v) for o in fn.walk() for v in o.operands}     # values some op reads
 
     @property
     def b(self) -> ir.IRBuilder:
@@ -452,6 +453,10 @@ class KernelEmitter:
     def op_ATOMIC_GLOBAL(self, op):
         ptr, offsets, values, masks = (self.get(v) for v in op.operands[:4])
         cmps = self.get(op.operands[4]) if len(op.operands) > 4 else None
+        dt = op.result.type.dtype
+        if id(op.result) not in self.used and cmps is None and reduction_allowed(op.attrs, dt):
+            reduce_global(self.ctx, ptr[0], offsets, values, masks, dt, op.attrs)     # nobody reads the old values
+            return
         self.set(op.result, atomic_global(self.ctx, ptr[0], offsets, values, masks, op.result.type.dtype, op.attrs, cmps))
 
     def op_LOAD_SHARED(self, op):

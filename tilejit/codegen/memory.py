@@ -251,6 +251,30 @@ def _atom_type(kind: str, dt: DType) -> str:
     return f".u{dt.bits}"
 
 
+REDUCTION_KINDS = ("add", "max", "min", "and", "or", "xor")     # what ``red`` does (not exch, cas)
+
+
+def reduction_allowed(attrs, dt: DType) -> bool:
+    """Whether an atomic whose old values nobody reads may be a ``red`` (no result register, no
+    wait for the old value): the kinds and orders ``red`` has (not acquire: nothing is read)."""
+    return (attrs.kind in REDUCTION_KINDS and attrs.sem in ("relaxed", "release")
+            and not (attrs.kind in ("max", "min") and dt.is_float))
+
+
+def reduce_global(ctx: Ctx, base, offsets: list, values: list, masks: list, dt: DType, attrs) -> None:
+    """One ``red.{sem}.{scope}.global`` per element where its mask holds: an atomic update whose
+    old value is not returned (``reduction_allowed``)."""
+    b = ctx.builder
+    reg = reg_type(dt)
+    letter = "f" if dt.is_float else "l" if dt.bits == 64 else "r"
+    asm = f"red.{attrs.sem}.{attrs.scope}.global.{_ATOM_OPS[attrs.kind]}{_atom_type(attrs.kind, dt)} [$0], $1;"
+    fnty = ir.FunctionType(ir.VoidType(), [I64, reg])
+    for offset, value, mask in zip(offsets, values, masks):
+        address = b.ptrtoint(_element_ptr(ctx, base, offset, dt), I64)
+        with b.if_then(mask):
+            b.asm(fnty, asm, f"l,{letter},~{{memory}}", [address, value], side_effect=True)
+
+
 def atomic_global(ctx: Ctx, base, offsets: list, values: list, masks: list, dt: DType, attrs,
                   cmps: list | None = None) -> list:
     """One ``atom.{sem}.{scope}.global`` per element where its mask holds (the old value; 0
