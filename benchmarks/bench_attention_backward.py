@@ -30,7 +30,7 @@ CONFIGS = [(4, 32, 4096, 128), (16, 16, 1024, 64)]
 # (dK/dV BM, BN, num_warps), (dQ BM, BN, num_warps): each DOT on wgmma from TMA rings on sm_90a
 # (ptxas, whole: no spills but 64x128x8 at D128, 416 bytes)
 KERNEL_CONFIGS = [((32, 64, 4), (64, 64, 4)), ((32, 128, 8), (128, 64, 8)), ((32, 64, 4), (128, 64, 8)),
-                  ((64, 128, 8), (128, 64, 8))]
+                  ((64, 128, 8), (128, 64, 8)), ((64, 128, 8), "atomic"), ((32, 128, 8), "atomic")]
 FORWARD = {"BM": 128, "BN": 128, "num_warps": 8}
 
 
@@ -94,8 +94,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", default=",".join("x".join(map(str, c)) for c in CONFIGS))
     parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--kernel-configs", default=",".join("/".join("x".join(map(str, t)) for t in c)
-                                                            for c in KERNEL_CONFIGS),
+    parser.add_argument("--kernel-configs", default=",".join("/".join(t if isinstance(t, str) else "x".join(map(str, t))
+                                                                      for t in c) for c in KERNEL_CONFIGS),
                         help="dK/dV BMxBNxwarps / dQ BMxBNxwarps,... to sweep")
     args = parser.parse_args(argv)
     kernel_configs = []
