@@ -244,3 +244,14 @@ def test_the_check_forgets_arrays_that_are_gone(monkeypatch):
     fresh, y = np.frombuffer(memory, np.float32), np.zeros(256, np.float32)     # the same addresses
     read_before_wait[(2,)](fresh, y, fresh, BLOCK=128, EARLY=1)
     np.testing.assert_array_equal(y, 1.0)
+
+
+def test_a_launch_on_another_backend_in_between_ends_the_check(monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    x, y, other = np.ones(256, np.float32), np.zeros(256, np.float32), np.ones(256, np.float32)
+    add_then_release[(2,)](x, 256, BLOCK=128)                     # emulated: writes x
+    monkeypatch.setenv("TILEJIT_BACKEND", "interpret")
+    add_then_release[(2,)](other, 256, BLOCK=128)                 # the last launch now
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    read_before_wait[(2,)](x, y, other, BLOCK=128, EARLY=1)
+    np.testing.assert_array_equal(y, 2.0)

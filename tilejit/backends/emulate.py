@@ -48,6 +48,13 @@ _last_writes: list | None = []
 
 
 
+def forget_writes() -> None:
+    """Another backend launched since: the next waiting kernel has no emulated launch before it
+    to check against."""
+    global _last_writes
+    _last_writes = None
+
+
 class GlobalArray:
     """An array argument as global memory: element offsets from its first element."""
 

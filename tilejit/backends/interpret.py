@@ -12,6 +12,7 @@ be reused by other NumPy executors of the IR.
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -567,6 +568,9 @@ class InterpretBackend:
         return Program(widen_offsets(strip_asserts(clone_function(tile_fn), options.get("debug", False))))
 
     def launch(self, program: Program, grid, args: list, stream=None) -> None:
+        emulate = sys.modules.get("tilejit.backends.emulate")
+        if emulate is not None:         # the last launch is no longer the emulator's
+            emulate.forget_writes()
         program.launch(grid, args)
 
 
