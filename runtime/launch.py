@@ -214,7 +214,6 @@ class LibcudaLaunch:
         if err:
             raise DeviceError(f"cuLaunchKernel failed: {self._errors.error_string(err)}", kernel=kernel.name)
 
-
     def _launch_ex(self, kernel, function, grid, block_threads: int, stream, params_address) -> None:
         if self.launch_kernel_ex is None:
             raise DeviceError("this driver has no cuLaunchKernelEx (CUDA 12.0+), which a kernel "
