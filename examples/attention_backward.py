@@ -95,7 +95,6 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, dq_acc, scale: tj.constexpr,
         tj.wait_prior_kernels()                       # delta is read in the loop
         tj.launch_dependents()                        # dQ reads delta too: only once it has ended
     cols = start_n + tj.arange(0, BN)
-    k_t = kt.T                                          # (the dQᵀ DOT's A: staged once)
     dk_acc = tj.zeros((BN, BD), stat)
     dv_acc = tj.zeros((BN, BD), stat)
     first = 0
@@ -120,7 +119,7 @@ def dkdv_kernel(q, k, v, do, lse, delta, dk, dv, dq_acc, scale: tj.constexpr,
         ds = p * (dp - d[:, None])
         dk_acc += tj.dot(ds.T.to(qt.dtype), qt).to(stat)
         if dq_acc is not None:
-            dq_t = tj.dot(k_t, ds.T.to(kt.dtype)).to(tj.float32) * scale      # (BD, BM)
+            dq_t = tj.dot(kt.T, ds.T.to(kt.dtype)).to(tj.float32) * scale     # (BD, BM)
             tj.atomic_add(dq_acc, (batch, head, start_m, 0), dq_t.T.reshape((1, 1, BM, BD)))
     tj.store(dk, (batch, kv_head, start_n, 0), (dk_acc * scale).to(dk.dtype).reshape((1, 1, BN, BD)))
     tj.store(dv, (batch, kv_head, start_n, 0), dv_acc.to(dv.dtype).reshape((1, 1, BN, BD)))

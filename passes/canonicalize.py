@@ -4,6 +4,11 @@ A rule is ``(applies(o, *operands), rewrite(o, *operands))``; ``rewrite`` return
 value to use instead of the op's result, or a new Operation to put in its place.  Rules never
 change a result's type, and float rules are exact in IEEE arithmetic (``x + 0.0`` is *not*
 ``x`` when x is -0.0, so only ``x + (-0.0)`` folds for floats).
+
+A transpose inside a loop of a tile defined before it (``tj.dot(k.T, ...)`` where ``k`` was
+loaded before the loop) is moved before the loop (``hoist_invariant_transposes``): the same
+value, computed once, and the DOT then sees a loop-invariant operand it can stage once, as it
+does for ``k_t = k.T`` written before the loop.
 """
 from __future__ import annotations
 
@@ -186,11 +191,29 @@ def fuse_dot_accumulate(block: ir.Block, uses: dict) -> None:
                 break
 
 
+def hoist_invariant_transposes(block: ir.Block) -> None:
+    """Move each TRANS in a FOR's body whose operand is defined outside that body to just before
+    the FOR (inner loops first, so a transpose climbs out of every loop it does not depend on)."""
+    out: list[ir.Operation] = []
+    for o in block.ops:
+        for r in o.regions:
+            hoist_invariant_transposes(r)
+        if o.op is TileOp.FOR:
+            body = o.regions[0]
+            inside = {id(a) for a in body.args} | {id(r) for op in body.walk() for r in op.results}
+            moved = [t for t in body.ops if t.op is TileOp.TRANS and id(t.operands[0]) not in inside]
+            body.ops = [t for t in body.ops if t not in moved]
+            out += moved
+        out.append(o)
+    block.ops[:] = out
+
+
 def canonicalize(fn: ir.Function) -> ir.Function:
-    """Apply the rules and constant folding until nothing changes, then contract
-    ``x + dot(a, b, 0)`` (in place; returns ``fn``)."""
+    """Apply the rules and constant folding until nothing changes, hoist loop-invariant
+    transposes, then contract ``x + dot(a, b, 0)`` (in place; returns ``fn``)."""
     for _ in range(8):
         if not _block(fn.body, {}):
             break
+    hoist_invariant_transposes(fn.body)
     fuse_dot_accumulate(fn.body, ir.users(fn))
     return fn

@@ -222,3 +222,47 @@ def test_the_rewritten_ir_verifies_after_every_pass(kernel):
     for causal in (False, True):
         tile = kernel.tile_ir(specs, {"scale": 0.088, "BM": 32, "BN": 64, "BD": 128, "CAUSAL": causal})
         pipeline.compile_to_simt(tile, 4, "sm_90a", verify=True)
+
+
+# --- a transpose of a tile loaded before the loop, spelled inside it ---------------------------
+@tj.kernel
+def weights_t_kernel(x, w, out, BM: tj.constexpr, BK: tj.constexpr, BN: tj.constexpr, SPELLING: tj.constexpr):
+    """out = sum over k blocks of w.T @ x[k]: ``w`` (BK x BM) loaded once, transposed inside the
+    loop (``.T``, ``tj.trans``, ``permute``) or once before it (``SPELLING == "hoisted"``)."""
+    wt = tj.load(w, (0, 0), (BK, BM))
+    w_t = wt.T
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, x.shape[0], BK):
+        xt = tj.load(x, (k, 0), (BK, BN))
+        if SPELLING == "T":
+            a = wt.T
+        elif SPELLING == "trans":
+            a = tj.trans(wt)
+        elif SPELLING == "permute":
+            a = wt.permute(1, 0)
+        else:
+            a = w_t
+        acc = tj.dot(a, xt, acc)
+    tj.store(out, (0, 0), acc)
+
+
+@pytest.mark.parametrize("spelling", ["hoisted", "T", "trans", "permute"])
+def test_a_transpose_of_a_tile_from_before_the_loop_leaves_the_loop(spelling, monkeypatch):
+    """Each spelling reaches the same plan: the transpose is computed once before the loop, and
+    the DOT takes wgmma with its A staged once; the emulator agrees with NumPy."""
+    B2 = ArraySpec(D.bfloat16, 2, True, True, False)
+    F2 = ArraySpec(D.float32, 2, True, True, False)
+    fn = until(weights_t_kernel, (B2, B2, F2), {"BM": 64, "BK": 64, "BN": 64, "SPELLING": spelling}, "plan_loops")
+    loop = next(o for o in fn.walk() if o.op is TileOp.FOR)
+    assert not [o for o in loop.regions[0].ops if o.op is TileOp.TRANS]
+    dot = next(o for o in loop.regions[0].ops if o.op is TileOp.DOT)
+    assert fn.meta["dot_plans"].family(dot) is DotFamily.WGMMA
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(4)
+    bf = tj.bfloat16.np
+    x, w = rng.standard_normal((192, 64)).astype(bf), rng.standard_normal((64, 64)).astype(bf)
+    out = np.full((64, 64), np.nan, np.float32)
+    weights_t_kernel[(1,)](x, w, out, BM=64, BK=64, BN=64, SPELLING=spelling, num_warps=4)
+    xs = x.astype(np.float64).reshape(3, 64, 64)
+    want = sum(w.astype(np.float64).T @ xs[i] for i in range(3))
+    np.testing.assert_allclose(out, want, rtol=2e-2, atol=2e-1)
