@@ -62,17 +62,22 @@ def _one(torch):
 
 
 def tilejit_launchers(torch) -> list[Launcher]:
-    """tilejit's launch through its default driver binding (``driver.DEFAULT_BINDING``) and
-    through the other (``runtime.launch.use_binding``; each launcher selects its own; ctypes is
-    cuda-python where libcuda cannot be opened)."""
-    from tilejit.runtime import driver, launch
-    launchers = []
+    """tilejit's launch as users get it (the native re-launch path, ``runtime/native.py``, where
+    it builds), then its Python re-launch path through the default driver binding
+    (``driver.DEFAULT_BINDING``) and through the other (``runtime.launch.use_binding``; ctypes is
+    cuda-python where libcuda cannot be opened).  Each launcher launches a kernel object of its
+    own, so the native launcher of the first never serves the others."""
+    from tilejit.runtime import driver, launch, native
+    x = _one(torch)
+    launchers = [Launcher(f"tilejit kernel[grid](...) (native: {native.status()})", x,
+                          lambda x=x: increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS),
+                          before=lambda: (launch.use_binding(driver.DEFAULT_BINDING), setattr(native, "ENABLED", True)))]
     other = "cuda-python" if driver.DEFAULT_BINDING == "ctypes" else "ctypes"
     for binding in dict.fromkeys((launch.use_binding(driver.DEFAULT_BINDING), launch.use_binding(other))):
-        x = _one(torch)
-        launchers.append(Launcher(f"tilejit kernel[grid](...) ({binding})", x,
-                                  lambda x=x: increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS),
-                                  before=lambda b=binding: launch.use_binding(b)))
+        x, kernel = _one(torch), tj.kernel(increment_kernel.fn)
+        launchers.append(Launcher(f"tilejit kernel[grid](...) (Python path, {binding})", x,
+                                  lambda x=x, k=kernel: k[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS),
+                                  before=lambda b=binding: (launch.use_binding(b), setattr(native, "ENABLED", False))))
     return launchers
 
 

@@ -80,7 +80,17 @@ def _environ_reader(names: tuple):
     return lambda: tuple(env.get(n) for n in names)
 
 
+def _environ_source(names: tuple):
+    """(os.environ's underlying dict, ``names`` encoded as its keys), what the native re-launch
+    path compares the switches' values in; None where CPython keeps no such dict."""
+    env = os.environ
+    data, encode = getattr(env, "_data", None), getattr(env, "encodekey", None)
+    return (data, tuple(encode(n) for n in names)) if isinstance(data, dict) and encode is not None else None
+
+
 _switch_env = _environ_reader(SWITCH_ENV)
+_SWITCH_SOURCE = _environ_source(SWITCH_ENV)
+NATIVE_TRIES = 16       # native launchers made per launch function (alternating specialisations)
 _DEBUG_AT = SWITCH_ENV.index("TILEJIT_DEBUG")
 
 
@@ -204,6 +214,7 @@ class Kernel:
         self._readers = fingerprint.dependency_readers(fn)
         self._globals_seen = self._read_globals()
         self._switch_generation = module_switches.generation
+        self._generation = 0                # bumped when the fast paths are dropped (native launchers)
 
     def _read_globals(self) -> list:
         return [fingerprint.snapshot(read()) for read in self._readers]
@@ -215,6 +226,7 @@ class Kernel:
         if now != self._globals_seen or self._switch_generation != module_switches.generation:
             self._cache.clear()
             self._fast.clear()
+            self._generation += 1
             self._readers = fingerprint.dependency_readers(self.fn)     # the objects may be others now
             self._globals_seen = self._read_globals()
             self._switch_generation = module_switches.generation
@@ -239,11 +251,19 @@ class Kernel:
             except LaunchError:
                 pass                                    # reported by the launch, as for any grid
 
+        native = [None, 0] if cacheable else None      # this grid's native launcher, the tries to make one
+
         def launch(*args, num_warps: int | None = None, num_stages: int | None = None, fast_math: bool = False,
                    debug: bool = False, stream=None, **kwargs):
             if getattr(_tracing, "skip", False):
                 return
             try:
+                n = native[0] if native is not None else None
+                if n is not None and num_stages is None and fast_math is False and debug is False:
+                    if self._readers or self._switch_generation != module_switches.generation:
+                        self._drop_stale()
+                    if n[0] == self._generation and n[1](args, kwargs, num_warps, stream):
+                        return              # runtime/native.py: the guard held, the kernel is launched
                 if num_stages is not None or fast_math is not False or debug is not False:
                     check_num_stages(num_stages)
                     for name, flag in (("fast_math", fast_math), ("debug", debug)):
@@ -252,7 +272,8 @@ class Kernel:
                 env = _switch_env()             # read once: the debug switch and the fast path's key
                 if env[_DEBUG_AT] is not None and _is_on(env[_DEBUG_AT]):
                     debug = True
-                if not self._launch_fast(fast_grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug, env):
+                if not self._launch_fast(fast_grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug, env,
+                                         native):
                     self._launch(grid, args, kwargs, num_warps, stream, num_stages, fast_math, debug)
             except TilejitError as err:
                 raise at_caller(err, self.name, sys._getframe(1)) from None
@@ -437,8 +458,10 @@ class Kernel:
         return (num_warps, num_stages, fast_math, debug, env or _switch_env(), consts, tuple(parts)), views
 
     def _launch_fast(self, grid, args, kwargs, num_warps, stream, num_stages=None, fast_math=False, debug=False,
-                     env=None) -> bool:
-        """Launch a specialisation seen before with minimal Python work; False if not possible."""
+                     env=None, native=None) -> bool:
+        """Launch a specialisation seen before with minimal Python work; False if not possible.
+        ``native``: the launch function's [native launcher, tries], filled after a launch whose
+        launcher can make one (the next launches with the same specialisation take it)."""
         if not self._fast:
             return False
         self._drop_stale()
@@ -469,6 +492,13 @@ class Kernel:
                 and grid[0] > 0 and grid[1] > 0 and grid[2] > 0):
             grid = normalise_grid(grid)
         launcher(grid, fast[1], stream)
+        make = getattr(launcher, "native", None)
+        if (make is not None and native is not None and native[1] < NATIVE_TRIES and num_stages is None
+                and fast_math is False and debug is False):
+            native[1] += 1
+            made = make(grid, args, fast[1], kwargs, num_warps,
+                        None if _SWITCH_SOURCE is None else _SWITCH_SOURCE + (env or _switch_env(),))
+            native[0] = (self._generation, made) if made is not None else None
         return True
 
     # --- inspection ----------------------------------------------------------------------------

@@ -326,6 +326,19 @@ class CudaBackend:
                     if stream is not None:
                         break
             art.kernel_for_device(views[arrays[0]].device).launch(grid, threads, views, params, stream)
+
+        def native(grid, args, views, kwargs, num_warps, env):
+            """runtime/native.py's launcher repeating this launch (None where it cannot)."""
+            if art.persistent or art.persistent_tiles or art.cluster_ctas > 1 or art.paired_ctas or art.stream_k:
+                return None
+            from tilejit.runtime import launch, native as native_launch
+            kernel = art.kernel_for_device(views[arrays[0]].device)
+            if kernel._launch_fn is not launch._driver_launch:
+                return None                 # a launch function of a test's: it must see every launch
+            extent = grid[0] if programs > 1 else None
+            cta_grid = (-(-grid[0] // programs), grid[1], grid[2])
+            return native_launch.launcher(kernel, params, cta_grid, threads, args, kwargs, num_warps, env, extent)
+        run.native = native
         return run
 
     def launch(self, art: CudaArtifact, grid, args, stream) -> None:

@@ -1,0 +1,234 @@
+"""The native re-launch path: ``native_launch.c``, compiled once per machine and Python with the
+system's C compiler (as Triton builds its launchers) into ``<cache>/native``, checks that a
+launch repeats the last specialisation of a kernel and grid, packs the parameters and calls
+``cuLaunchKernel`` in one C call, with no Python between the user's ``kernel[grid](...)`` and
+the driver but the launch function's own argument parsing.
+
+It is an accelerator only: it takes a launch the Python re-launch path has made once, for the
+same arguments' kinds, dtypes, shapes, strides, alignment and device, constexprs, ``num_warps``
+and compile switches, and anything else (or anything it cannot pack: tensor maps, persistent or
+clustered grids, narrow scalars) goes down the Python path.  ``TILEJIT_NATIVE_LAUNCH=0`` turns it
+off; without a C compiler or Python's headers it is off, and ``status()`` says why."""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shlex
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+from tilejit.abi import ParamKind
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_launch.c")
+MODULE = "tilejit_native_launch"
+ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY = range(6)
+P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64 = range(5)
+PROGRAMMATIC_STREAM_SERIALIZATION = 6      # native_launch.c launches a dependent kernel with it
+_INT_PARAMS = {"int32": 4, "int64": 8}
+_FLOAT_PARAMS = {"float32": P_FLOAT32, "float64": P_FLOAT64}
+
+ENABLED = True          # False: no new native launchers are made (those made stay; benchmarks)
+_module = None
+_why_not: str | None = None
+
+
+def status() -> str:
+    """"on" when launches may take the native path, else why not."""
+    load()
+    return "on" if _module is not None else f"off: {_why_not}"
+
+
+def load():
+    """The compiled module (built on first use), or None where it cannot be."""
+    global _module, _why_not
+    if _module is not None or _why_not is not None:
+        return _module
+    if os.environ.get("TILEJIT_NATIVE_LAUNCH", "1").strip().lower() in ("0", "off", "false", "no"):
+        _why_not = "TILEJIT_NATIVE_LAUNCH=0"
+        return None
+    try:
+        _module = _import(_build())
+    except (OSError, ImportError, subprocess.SubprocessError, RuntimeError) as e:
+        _why_not = f"{type(e).__name__}: {e}"
+    return _module
+
+
+def _compiler() -> list[str]:
+    return shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+
+
+def _build() -> str:
+    """The shared object's path, compiled now unless a matching one is in the cache folder."""
+    from tilejit.runtime.cache import cache_dir
+    with open(SOURCE, "rb") as f:
+        source = f.read()
+    include = sysconfig.get_paths()["include"]
+    tag = hashlib.sha256(b"\0".join([source, sys.version.encode(), sys.platform.encode(), include.encode(),
+                                     " ".join(_compiler()).encode()])).hexdigest()[:24]
+    folder = os.path.join(cache_dir(), "native")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    info = os.stat(folder)
+    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise RuntimeError(f"{folder} is not this user's alone: no compiled code is loaded from it")
+    suffix = (importlib.machinery.EXTENSION_SUFFIXES or [".so"])[0]
+    path = os.path.join(folder, f"{MODULE}-{tag}{suffix}")
+    if os.path.exists(path):
+        return path
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        raise RuntimeError(f"Python's C headers are not installed ({include}/Python.h)")
+    fd, temporary = tempfile.mkstemp(suffix=suffix, dir=folder)
+    os.close(fd)
+    try:
+        done = subprocess.run(_compiler() + ["-O2", "-shared", "-fPIC", "-std=gnu11", f"-I{include}", SOURCE,
+                                             "-o", temporary], capture_output=True, text=True, timeout=120)
+        if done.returncode:
+            raise RuntimeError(f"the C compiler failed: {done.stderr.strip()[-2000:]}")
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    return path
+
+
+def _import(path: str):
+    spec = importlib.util.spec_from_file_location(MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def driver_functions() -> tuple[int, int, int, int] | None:
+    """The addresses of libcuda's cuLaunchKernel, cuLaunchKernelEx (0 where it has none),
+    cuCtxGetCurrent and cuCtxSetCurrent; None without libcuda."""
+    from tilejit.runtime.libcuda import Libcuda
+    c = Libcuda.open()
+    if c is None:
+        return None
+    lib = c.lib
+
+    def address(name):
+        fn = getattr(lib, name, None)
+        return ctypes.cast(fn, ctypes.c_void_p).value if fn is not None else 0
+    return (address("cuLaunchKernel"), address("cuLaunchKernelEx"), address("cuCtxGetCurrent"),
+            address("cuCtxSetCurrent"))
+
+
+def _error_raiser(kernel_name: str):
+    def on_error(status: int, call: str):
+        from tilejit.errors import DeviceError
+        from tilejit.runtime.libcuda import Libcuda
+        c = Libcuda.open()
+        text = c.error_string(status) if c is not None else f"CUresult {status}"
+        raise DeviceError(f"{call} failed: {text}", kernel=kernel_name)
+    return on_error
+
+
+class _NoTensor:          # what torch.Tensor is where torch has not been imported
+    pass
+
+
+def _no_stream(device):
+    raise RuntimeError("torch is not imported")
+
+
+def _arg_guard(value, device_array_type, tensor_type):
+    """One positional argument's guard entry, or None where the native path cannot take it."""
+    if value is None:
+        return (ARG_NONE, None, None, None, False)
+    if type(value) is int:
+        return (ARG_INT32 if -2**31 <= value < 2**31 else ARG_INT64, None, None, None, False)
+    if type(value) is float:
+        return (ARG_FLOAT, None, None, None, False)
+    if type(value) is device_array_type:
+        return (ARG_DEVICE_ARRAY, value.dtype, tuple(value.shape), tuple(value.strides), not value.ptr & 15)
+    if isinstance(value, tensor_type):
+        return (ARG_TENSOR, value.dtype, tuple(value.shape), tuple(value.stride()), not value.data_ptr() & 15)
+    return None
+
+
+def _fits(value: int, width: int) -> bool:
+    return -(1 << (8 * width - 1)) <= value < (1 << (8 * width - 1))
+
+
+def param_slots(params, args, guards, grid_extent: int | None):
+    """One (kind, positional argument, width, value) per ParamDesc, or None where one cannot be
+    packed natively.  A ParamDesc's ``arg`` counts the arguments that are not None; ``guards``
+    are ``args``' guard entries (a DIM or STRIDE is the constant its array's guard holds);
+    ``grid_extent``, where given, is the value of the argument appended after them (grid axis 0
+    of a kernel packing several programs to a CTA)."""
+    position = [i for i, a in enumerate(args) if a is not None]
+    slots = []
+    for p in params:
+        width = 8 if p.dtype is not None and p.dtype.bits == 64 else 4
+        if p.arg == len(position) and grid_extent is not None:
+            if p.kind is not ParamKind.SCALAR or p.dtype.name != "int32":
+                return None
+            slots.append((P_CONST, -1, 4, grid_extent))
+            continue
+        if not 0 <= p.arg < len(position):
+            return None
+        at = position[p.arg]
+        kind, _, shape, strides, _ = guards[at]
+        if p.kind is ParamKind.PTR and kind in (ARG_TENSOR, ARG_DEVICE_ARRAY):
+            slots.append((P_PTR, at, 8, 0))
+        elif p.kind in (ParamKind.DIM, ParamKind.STRIDE) and kind in (ARG_TENSOR, ARG_DEVICE_ARRAY):
+            value = (shape if p.kind is ParamKind.DIM else strides)[p.axis]
+            if not _fits(value, width):
+                return None
+            slots.append((P_CONST, -1, width, value))
+        elif p.kind is ParamKind.SCALAR and type(args[at]) is int and p.dtype.name in _INT_PARAMS:
+            if not _fits(args[at], _INT_PARAMS[p.dtype.name]):
+                return None
+            slots.append((P_INT, at, _INT_PARAMS[p.dtype.name], 0))
+        elif p.kind is ParamKind.SCALAR and type(args[at]) is float and p.dtype.name in _FLOAT_PARAMS:
+            slots.append((_FLOAT_PARAMS[p.dtype.name], at, 4 if p.dtype.name == "float32" else 8, 0))
+        else:
+            return None         # a tensor map, a workspace, a narrow scalar
+    return slots
+
+
+def launcher(kernel, params, grid, block_threads: int, args, kwargs: dict, num_warps, env,
+             grid_extent: int | None = None, functions=None):
+    """A native launcher repeating this launch, or None where it cannot.
+
+    ``kernel``: the ``LoadedKernel``; ``grid``: the CTA grid (3 ints); ``args``: the positional
+    arguments as given (Nones included); ``env``: (os.environ's dict, the encoded switch names,
+    their values now)."""
+    module = load() if ENABLED else None
+    functions = functions or driver_functions()
+    if module is None or functions is None or env is None:
+        return None
+    mx, my, mz = kernel.max_grid
+    if not (0 < grid[0] <= mx and 0 < grid[1] <= my and 0 < grid[2] <= mz and 0 < block_threads <= kernel.max_threads):
+        return None
+    dependent = bool(getattr(kernel, "dependent_launch", False))
+    if dependent and not functions[1]:
+        return None
+    from tilejit.runtime.arrays import DeviceArray
+    torch = sys.modules.get("torch")
+    tensor_type = torch.Tensor if torch is not None else _NoTensor
+    raw_stream = torch._C._cuda_getCurrentRawStream if torch is not None else _no_stream
+    guards = []
+    for value in args:
+        guard = _arg_guard(value, DeviceArray, tensor_type)
+        if guard is None:
+            return None
+        guards.append(guard)
+    slots = param_slots(params, args, guards, grid_extent)
+    if slots is None or any(type(k) is not str for k in kwargs):
+        return None
+    environ, keys, values = env
+    spec = (tuple(guards), tuple(slots), tuple(grid), block_threads, kernel.shared_bytes, kernel.device,
+            int(kernel.function), int(kernel.context), dependent, tuple(functions), tensor_type, DeviceArray,
+            raw_stream, _error_raiser(kernel.name), kernel, num_warps, tuple(kwargs.items()), environ,
+            tuple(keys), tuple(v if v is not None else None for v in values))
+    try:
+        return module.Launcher(spec)
+    except (TypeError, ValueError, OverflowError):
+        return None

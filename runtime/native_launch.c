@@ -1,0 +1,417 @@
+/* tilejit's native re-launch path: one C call checks that a launch repeats the last one's
+ * specialisation (the arguments' kinds, dtypes, shapes, strides, alignment and device, the
+ * constexprs, num_warps and the compile switches in the environment), reads the pointers and
+ * scalars, packs the kernel's parameters and calls cuLaunchKernel (or cuLaunchKernelEx for a
+ * dependent launch) through function pointers taken from libcuda by ctypes.
+ *
+ * runtime/native.py compiles this file once per machine and Python (into the cache folder)
+ * and builds one Launcher per kernel, grid and specialisation; a call answers True (launched)
+ * or False (something differs: the caller takes the Python path, which knows every rule).
+ * Nothing here decides a specialisation: the guard only repeats one the Python path made. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, void *, void **, void **);
+typedef int (*launch_ex_fn)(const void *, void *, void **, void **);
+typedef int (*ctx_get_fn)(void **);
+typedef int (*ctx_set_fn)(void *);
+
+/* CUlaunchAttribute / CUlaunchConfig (cuda.h, CUDA 12): a 4-byte id, padding, a 64-byte union */
+typedef struct { int id; int pad; int value; char rest[60]; } launch_attribute;
+typedef struct {
+    unsigned grid[3], block[3], shared;
+    void *stream;
+    launch_attribute *attrs;
+    unsigned num_attrs;
+} launch_config;
+#define PROGRAMMATIC_STREAM_SERIALIZATION 6
+
+enum { ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY };
+enum { P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64 };
+
+typedef struct {
+    int kind;
+    PyObject *dtype, *shape, *strides;  /* what the array must have (borrowed from the spec tuple) */
+    int aligned;                        /* ptr % 16 == 0 */
+} arg_guard;
+
+typedef struct {
+    int kind, arg, width;               /* width: 4 or 8 bytes */
+    int64_t value;                      /* P_CONST: a dim, stride or grid extent fixed by the guard */
+} param_slot;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *spec;                     /* every Python object the guard compares against */
+    PyObject *tensor_type, *device_array_type, *raw_stream, *on_error, *owner;
+    PyObject *num_warps, *kwargs, *environ, *env_keys, *env_values;
+    Py_ssize_t nargs, nparams;
+    arg_guard *args;
+    param_slot *params;
+    uint64_t *slots;
+    void **pointers;
+    long device;
+    void *function, *context;
+    unsigned grid[3], threads, shared;
+    int dependent;
+    launch_fn launch;
+    launch_ex_fn launch_ex;
+    ctx_get_fn ctx_get;
+    ctx_set_fn ctx_set;
+} Launcher;
+
+static PyObject *s_shape, *s_stride, *s_strides, *s_dtype, *s_data_ptr, *s_get_device, *s_ptr, *s_device;
+
+static void Launcher_dealloc(Launcher *self) {
+    Py_XDECREF(self->spec);
+    Py_XDECREF(self->tensor_type);
+    Py_XDECREF(self->device_array_type);
+    Py_XDECREF(self->raw_stream);
+    Py_XDECREF(self->on_error);
+    Py_XDECREF(self->owner);
+    Py_XDECREF(self->num_warps);
+    Py_XDECREF(self->kwargs);
+    Py_XDECREF(self->environ);
+    Py_XDECREF(self->env_keys);
+    Py_XDECREF(self->env_values);
+    PyMem_Free(self->args);
+    PyMem_Free(self->params);
+    PyMem_Free(self->slots);
+    PyMem_Free(self->pointers);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static void *as_pointer(PyObject *value) {
+    return (void *)(uintptr_t)PyLong_AsUnsignedLongLong(value);
+}
+
+/* Launcher(spec) with spec a tuple:
+ *   (args, params, grid, threads, shared, device, function, context, dependent,
+ *    (cuLaunchKernel, cuLaunchKernelEx or 0, cuCtxGetCurrent, cuCtxSetCurrent) addresses,
+ *    tensor_type, device_array_type, raw_stream, on_error, owner,
+ *    num_warps, kwargs (a tuple of (name, value) pairs), environ dict, env keys, env values)
+ * args: one (kind, dtype, shape, strides, aligned) per positional argument;
+ * params: one (kind, arg, width, value) per kernel parameter. */
+static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
+    PyObject *spec;
+    if (!PyArg_ParseTuple(call_args, "O!", &PyTuple_Type, &spec))
+        return -1;
+    PyObject *args, *params, *fns, *tensor_type, *device_array_type, *raw_stream, *on_error,
+             *owner, *num_warps, *kwargs, *environ, *env_keys, *env_values, *function, *context;
+    unsigned threads, shared;
+    long device;
+    int dependent;
+    if (!PyArg_ParseTuple(spec, "O!O!(III)IIlOOpO!OOOOOOO!O!O!O!", &PyTuple_Type, &args, &PyTuple_Type, &params,
+                          &self->grid[0], &self->grid[1], &self->grid[2], &threads, &shared, &device,
+                          &function, &context, &dependent, &PyTuple_Type, &fns, &tensor_type,
+                          &device_array_type, &raw_stream, &on_error, &owner, &num_warps,
+                          &PyTuple_Type, &kwargs, &PyDict_Type, &environ, &PyTuple_Type, &env_keys,
+                          &PyTuple_Type, &env_values))
+        return -1;
+    if (PyTuple_GET_SIZE(fns) != 4 || PyTuple_GET_SIZE(env_keys) != PyTuple_GET_SIZE(env_values)) {
+        PyErr_SetString(PyExc_ValueError, "Launcher: malformed spec");
+        return -1;
+    }
+    self->threads = threads;
+    self->shared = shared;
+    self->device = device;
+    self->dependent = dependent;
+    self->function = as_pointer(function);
+    self->context = as_pointer(context);
+    self->launch = (launch_fn)as_pointer(PyTuple_GET_ITEM(fns, 0));
+    self->launch_ex = (launch_ex_fn)as_pointer(PyTuple_GET_ITEM(fns, 1));
+    self->ctx_get = (ctx_get_fn)as_pointer(PyTuple_GET_ITEM(fns, 2));
+    self->ctx_set = (ctx_set_fn)as_pointer(PyTuple_GET_ITEM(fns, 3));
+    if (PyErr_Occurred())
+        return -1;
+    if (!self->launch || !self->ctx_get || !self->ctx_set || (dependent && !self->launch_ex)) {
+        PyErr_SetString(PyExc_ValueError, "Launcher: a driver function is missing");
+        return -1;
+    }
+    self->nargs = PyTuple_GET_SIZE(args);
+    self->nparams = PyTuple_GET_SIZE(params);
+    self->args = PyMem_Calloc(self->nargs + 1, sizeof(arg_guard));
+    self->params = PyMem_Calloc(self->nparams + 1, sizeof(param_slot));
+    self->slots = PyMem_Calloc(self->nparams + 1, sizeof(uint64_t));
+    self->pointers = PyMem_Calloc(self->nparams + 1, sizeof(void *));
+    if (!self->args || !self->params || !self->slots || !self->pointers) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < self->nargs; i++) {
+        arg_guard *g = &self->args[i];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(args, i), "iOOOp", &g->kind, &g->dtype, &g->shape,
+                              &g->strides, &g->aligned))
+            return -1;
+        if (g->kind < ARG_NONE || g->kind > ARG_DEVICE_ARRAY) {
+            PyErr_SetString(PyExc_ValueError, "Launcher: unknown argument kind");
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < self->nparams; i++) {
+        param_slot *p = &self->params[i];
+        long long value;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(params, i), "iiiL", &p->kind, &p->arg, &p->width, &value))
+            return -1;
+        p->value = value;
+        if (p->kind < P_PTR || p->kind > P_FLOAT64 || (p->width != 4 && p->width != 8)
+                || (p->kind != P_CONST && (p->arg < 0 || p->arg >= self->nargs))) {
+            PyErr_SetString(PyExc_ValueError, "Launcher: bad parameter slot");
+            return -1;
+        }
+        self->pointers[i] = &self->slots[i];
+        if (p->kind == P_CONST) {               /* little-endian: the low bytes of the slot */
+            if (p->width == 4) { int32_t v = (int32_t)value; memcpy(&self->slots[i], &v, 4); }
+            else memcpy(&self->slots[i], &value, 8);
+        }
+    }
+#define KEEP(field, value) do { Py_INCREF(value); Py_XSETREF(self->field, value); } while (0)
+    KEEP(spec, spec);
+    KEEP(tensor_type, tensor_type);
+    KEEP(device_array_type, device_array_type);
+    KEEP(raw_stream, raw_stream);
+    KEEP(on_error, on_error);
+    KEEP(owner, owner);
+    KEEP(num_warps, num_warps);
+    KEEP(kwargs, kwargs);
+    KEEP(environ, environ);
+    KEEP(env_keys, env_keys);
+    KEEP(env_values, env_values);
+#undef KEEP
+    return 0;
+}
+
+/* 1: equal, 0: not (or an error was cleared: the Python path reports it) */
+static int same(PyObject *a, PyObject *b) {
+    if (a == b)
+        return 1;
+    int r = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (r < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return r;
+}
+
+/* The array's pointer, or 0 with *ok = 0 when it is not the array the guard expects. */
+static uint64_t read_array(Launcher *self, arg_guard *g, PyObject *v, int *ok, int *has_stream) {
+    PyObject *dtype = NULL, *shape = NULL, *strides = NULL, *ptr = NULL, *device = NULL;
+    uint64_t address = 0;
+    int torch = g->kind == ARG_TENSOR;
+    *ok = 0;
+    if (torch ? !PyObject_TypeCheck(v, (PyTypeObject *)self->tensor_type)
+              : Py_TYPE(v) != (PyTypeObject *)self->device_array_type)
+        return 0;
+    if (!(dtype = PyObject_GetAttr(v, s_dtype)) || dtype != g->dtype)
+        goto done;
+    if (!(shape = PyObject_GetAttr(v, s_shape)) || !same(shape, g->shape))
+        goto done;
+    strides = torch ? PyObject_CallMethodNoArgs(v, s_stride) : PyObject_GetAttr(v, s_strides);
+    if (!strides || !same(strides, g->strides))
+        goto done;
+    device = torch ? PyObject_CallMethodNoArgs(v, s_get_device) : PyObject_GetAttr(v, s_device);
+    if (!device || !PyLong_Check(device) || PyLong_AsLong(device) != self->device)
+        goto done;
+    ptr = torch ? PyObject_CallMethodNoArgs(v, s_data_ptr) : PyObject_GetAttr(v, s_ptr);
+    if (!ptr || !PyLong_Check(ptr))
+        goto done;
+    address = PyLong_AsUnsignedLongLong(ptr);
+    if (PyErr_Occurred() || ((address & 15) == 0) != g->aligned)
+        goto done;
+    *ok = 1;
+    *has_stream |= torch;
+done:
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    Py_XDECREF(dtype);
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    Py_XDECREF(ptr);
+    Py_XDECREF(device);
+    return *ok ? address : 0;
+}
+
+static PyObject *fail(Launcher *self, int err, const char *call) {
+    PyObject *r = PyObject_CallFunction(self->on_error, "is", err, call);
+    Py_XDECREF(r);
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_RuntimeError, "%s failed: CUresult %d", call, err);
+    return NULL;
+}
+
+/* launcher(args, kwargs, num_warps, stream) -> True (launched) / False (take the Python path) */
+static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw) {
+    PyObject *args, *kwargs, *num_warps, *stream_arg;
+    if (!PyArg_UnpackTuple(call_args, "Launcher", 4, 4, &args, &kwargs, &num_warps, &stream_arg))
+        return NULL;
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nargs || !same(num_warps, self->num_warps))
+        Py_RETURN_FALSE;
+    /* the constexprs: the same names, values of the same types and equal */
+    Py_ssize_t nkw = PyTuple_GET_SIZE(self->kwargs);
+    if (kwargs == Py_None ? nkw != 0 : (!PyDict_Check(kwargs) || PyDict_GET_SIZE(kwargs) != nkw))
+        Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(self->kwargs, i);
+        PyObject *want = PyTuple_GET_ITEM(pair, 1);
+        PyObject *got = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(pair, 0));
+        if (!got || Py_TYPE(got) != Py_TYPE(want) || !same(got, want)) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+    }
+    /* the compile switches: os.environ's values are new objects whenever they are set */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->env_keys); i++) {
+        PyObject *got = PyDict_GetItemWithError(self->environ, PyTuple_GET_ITEM(self->env_keys, i));
+        PyObject *want = PyTuple_GET_ITEM(self->env_values, i);
+        if (got ? (want == Py_None || !same(got, want)) : want != Py_None) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+    }
+    void *stream = NULL;
+    int has_stream = 0;
+    if (stream_arg != Py_None) {
+        if (!PyLong_CheckExact(stream_arg))
+            Py_RETURN_FALSE;
+        stream = as_pointer(stream_arg);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+        has_stream = -1;                        /* given: never the arrays' */
+    }
+    uint64_t values[self->nargs + 1];
+    for (Py_ssize_t i = 0; i < self->nargs; i++) {
+        arg_guard *g = &self->args[i];
+        PyObject *v = PyTuple_GET_ITEM(args, i);
+        int ok = 1;
+        switch (g->kind) {
+        case ARG_NONE:
+            ok = v == Py_None;
+            break;
+        case ARG_INT32:
+        case ARG_INT64: {
+            if (!PyLong_CheckExact(v)) { ok = 0; break; }
+            long long n = PyLong_AsLongLong(v);
+            if (n == -1 && PyErr_Occurred()) { PyErr_Clear(); ok = 0; break; }
+            ok = (n >= INT32_MIN && n <= INT32_MAX) == (g->kind == ARG_INT32);
+            values[i] = (uint64_t)n;
+            break;
+        }
+        case ARG_FLOAT: {
+            if (!PyFloat_CheckExact(v)) { ok = 0; break; }
+            double d = PyFloat_AS_DOUBLE(v);
+            memcpy(&values[i], &d, 8);
+            break;
+        }
+        default: {
+            int torch = 0;
+            values[i] = read_array(self, g, v, &ok, &torch);
+            if (torch && !has_stream)
+                has_stream = 1;
+        }
+        }
+        if (!ok)
+            Py_RETURN_FALSE;
+    }
+    if (has_stream == 1) {                      /* torch's current stream on the arrays' device */
+        PyObject *s = PyObject_CallFunction(self->raw_stream, "l", self->device);
+        if (!s)
+            return NULL;
+        stream = as_pointer(s);
+        Py_DECREF(s);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    for (Py_ssize_t i = 0; i < self->nparams; i++) {
+        param_slot *p = &self->params[i];
+        uint64_t v = values[p->arg < 0 ? 0 : p->arg];
+        switch (p->kind) {
+        case P_PTR:
+            self->slots[i] = v;
+            break;
+        case P_INT:
+            if (p->width == 4) { int32_t n = (int32_t)(int64_t)v; memcpy(&self->slots[i], &n, 4); }
+            else self->slots[i] = v;
+            break;
+        case P_FLOAT32: {
+            double d;
+            memcpy(&d, &v, 8);
+            float f = (float)d;
+            memcpy(&self->slots[i], &f, 4);
+            break;
+        }
+        case P_FLOAT64:
+            self->slots[i] = v;
+            break;
+        default:                                /* P_CONST: written once */
+            break;
+        }
+    }
+    void *current = NULL;
+    int err = self->ctx_get(&current);
+    if (err || current != self->context) {
+        err = self->ctx_set(self->context);
+        if (err)
+            return fail(self, err, "cuCtxSetCurrent");
+    }
+    if (self->dependent) {
+        launch_attribute attribute;
+        memset(&attribute, 0, sizeof attribute);
+        attribute.id = PROGRAMMATIC_STREAM_SERIALIZATION;
+        attribute.value = 1;
+        launch_config config = {{self->grid[0], self->grid[1], self->grid[2]}, {self->threads, 1, 1},
+                                self->shared, stream, &attribute, 1};
+        err = self->launch_ex(&config, self->function, self->pointers, NULL);
+        if (err)
+            return fail(self, err, "cuLaunchKernelEx");
+    } else {
+        err = self->launch(self->function, self->grid[0], self->grid[1], self->grid[2], self->threads, 1, 1,
+                           self->shared, stream, self->pointers, NULL);
+        if (err)
+            return fail(self, err, "cuLaunchKernel");
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyTypeObject LauncherType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tilejit_native_launch.Launcher",
+    .tp_basicsize = sizeof(Launcher),
+    .tp_dealloc = (destructor)Launcher_dealloc,
+    .tp_call = (ternaryfunc)Launcher_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One kernel's re-launch: guard, pack, cuLaunchKernel (see native_launch.c).",
+    .tp_init = (initproc)Launcher_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "tilejit_native_launch", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit_tilejit_native_launch(void) {
+    if (PyType_Ready(&LauncherType) < 0)
+        return NULL;
+#define INTERN(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL
+    INTERN(s_shape, "shape");
+    INTERN(s_stride, "stride");
+    INTERN(s_strides, "strides");
+    INTERN(s_dtype, "dtype");
+    INTERN(s_data_ptr, "data_ptr");
+    INTERN(s_get_device, "get_device");
+    INTERN(s_ptr, "ptr");
+    INTERN(s_device, "device");
+#undef INTERN
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&LauncherType);
+    if (PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) {
+        Py_DECREF(&LauncherType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
