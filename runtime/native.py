@@ -193,16 +193,18 @@ def param_slots(params, args, guards, grid_extent: int | None):
     return slots
 
 
-def launcher(kernel, params, grid, block_threads: int, args, kwargs: dict, num_warps, env,
+def launcher(kernel, params, grid, block_threads: int, args, kwargs: dict, num_warps, env, staleness,
              grid_extent: int | None = None, functions=None):
     """A native launcher repeating this launch, or None where it cannot.
 
     ``kernel``: the ``LoadedKernel``; ``grid``: the CTA grid (3 ints); ``args``: the positional
     arguments as given (Nones included); ``env``: (os.environ's dict, the encoded switch names,
-    their values now)."""
+    their values now); ``staleness``: (the kernel's dependency readers, the values they return
+    now, a module whose ``generation`` must stay what it is now, that generation): a value read
+    that is not the same object ends the native launches (``Kernel._staleness``)."""
     module = load() if ENABLED else None
     functions = functions or driver_functions()
-    if module is None or functions is None or env is None:
+    if module is None or functions is None or env is None or staleness is None:
         return None
     mx, my, mz = kernel.max_grid
     if not (0 < grid[0] <= mx and 0 < grid[1] <= my and 0 < grid[2] <= mz and 0 < block_threads <= kernel.max_threads):
@@ -227,7 +229,7 @@ def launcher(kernel, params, grid, block_threads: int, args, kwargs: dict, num_w
     spec = (tuple(guards), tuple(slots), tuple(grid), block_threads, kernel.shared_bytes, kernel.device,
             int(kernel.function), int(kernel.context), dependent, tuple(functions), tensor_type, DeviceArray,
             raw_stream, _error_raiser(kernel.name), kernel, num_warps, tuple(kwargs.items()), environ,
-            tuple(keys), tuple(v if v is not None else None for v in values))
+            tuple(keys), tuple(values)) + tuple(staleness)
     try:
         return module.Launcher(spec)
     except (TypeError, ValueError, OverflowError):

@@ -48,6 +48,7 @@ typedef struct {
     PyObject *spec;                     /* every Python object the guard compares against */
     PyObject *tensor_type, *device_array_type, *raw_stream, *on_error, *owner;
     PyObject *num_warps, *kwargs, *environ, *env_keys, *env_values;
+    PyObject *readers, *read_values, *switches, *generation;
     Py_ssize_t nargs, nparams;
     arg_guard *args;
     param_slot *params;
@@ -63,7 +64,8 @@ typedef struct {
     ctx_set_fn ctx_set;
 } Launcher;
 
-static PyObject *s_shape, *s_stride, *s_strides, *s_dtype, *s_data_ptr, *s_get_device, *s_ptr, *s_device;
+static PyObject *s_shape, *s_stride, *s_strides, *s_dtype, *s_data_ptr, *s_get_device, *s_ptr, *s_device,
+    *s_generation;
 
 static void Launcher_dealloc(Launcher *self) {
     Py_XDECREF(self->spec);
@@ -77,6 +79,10 @@ static void Launcher_dealloc(Launcher *self) {
     Py_XDECREF(self->environ);
     Py_XDECREF(self->env_keys);
     Py_XDECREF(self->env_values);
+    Py_XDECREF(self->readers);
+    Py_XDECREF(self->read_values);
+    Py_XDECREF(self->switches);
+    Py_XDECREF(self->generation);
     PyMem_Free(self->args);
     PyMem_Free(self->params);
     PyMem_Free(self->slots);
@@ -92,7 +98,8 @@ static void *as_pointer(PyObject *value) {
  *   (args, params, grid, threads, shared, device, function, context, dependent,
  *    (cuLaunchKernel, cuLaunchKernelEx or 0, cuCtxGetCurrent, cuCtxSetCurrent) addresses,
  *    tensor_type, device_array_type, raw_stream, on_error, owner,
- *    num_warps, kwargs (a tuple of (name, value) pairs), environ dict, env keys, env values)
+ *    num_warps, kwargs (a tuple of (name, value) pairs), environ dict, env keys, env values,
+ *    readers, the values they returned, switches module, its generation then)
  * args: one (kind, dtype, shape, strides, aligned) per positional argument;
  * params: one (kind, arg, width, value) per kernel parameter. */
 static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
@@ -100,18 +107,21 @@ static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
     if (!PyArg_ParseTuple(call_args, "O!", &PyTuple_Type, &spec))
         return -1;
     PyObject *args, *params, *fns, *tensor_type, *device_array_type, *raw_stream, *on_error,
-             *owner, *num_warps, *kwargs, *environ, *env_keys, *env_values, *function, *context;
+             *owner, *num_warps, *kwargs, *environ, *env_keys, *env_values, *function, *context,
+             *readers, *read_values, *switches, *generation;
     unsigned threads, shared;
     long device;
     int dependent;
-    if (!PyArg_ParseTuple(spec, "O!O!(III)IIlOOpO!OOOOOOO!O!O!O!", &PyTuple_Type, &args, &PyTuple_Type, &params,
+    if (!PyArg_ParseTuple(spec, "O!O!(III)IIlOOpO!OOOOOOO!O!O!O!O!O!OO", &PyTuple_Type, &args, &PyTuple_Type, &params,
                           &self->grid[0], &self->grid[1], &self->grid[2], &threads, &shared, &device,
                           &function, &context, &dependent, &PyTuple_Type, &fns, &tensor_type,
                           &device_array_type, &raw_stream, &on_error, &owner, &num_warps,
                           &PyTuple_Type, &kwargs, &PyDict_Type, &environ, &PyTuple_Type, &env_keys,
-                          &PyTuple_Type, &env_values))
+                          &PyTuple_Type, &env_values, &PyTuple_Type, &readers, &PyTuple_Type, &read_values,
+                          &switches, &generation))
         return -1;
-    if (PyTuple_GET_SIZE(fns) != 4 || PyTuple_GET_SIZE(env_keys) != PyTuple_GET_SIZE(env_values)) {
+    if (PyTuple_GET_SIZE(fns) != 4 || PyTuple_GET_SIZE(env_keys) != PyTuple_GET_SIZE(env_values)
+            || PyTuple_GET_SIZE(readers) != PyTuple_GET_SIZE(read_values)) {
         PyErr_SetString(PyExc_ValueError, "Launcher: malformed spec");
         return -1;
     }
@@ -180,6 +190,10 @@ static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
     KEEP(environ, environ);
     KEEP(env_keys, env_keys);
     KEEP(env_values, env_values);
+    KEEP(readers, readers);
+    KEEP(read_values, read_values);
+    KEEP(switches, switches);
+    KEEP(generation, generation);
 #undef KEEP
     return 0;
 }
@@ -270,6 +284,20 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
             PyErr_Clear();
             Py_RETURN_FALSE;
         }
+    }
+    /* what the compiled code folded in: every global, cell and attribute chain it read is the
+     * same object (Kernel._drop_stale compares by value: it runs when this differs) */
+    PyObject *now = PyObject_GetAttr(self->switches, s_generation);
+    int fresh = now && same(now, self->generation);
+    Py_XDECREF(now);
+    for (Py_ssize_t i = 0; fresh && i < PyTuple_GET_SIZE(self->readers); i++) {
+        PyObject *value = PyObject_CallNoArgs(PyTuple_GET_ITEM(self->readers, i));
+        fresh = value == PyTuple_GET_ITEM(self->read_values, i);
+        Py_XDECREF(value);
+    }
+    if (!fresh) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
     }
     void *stream = NULL;
     int has_stream = 0;
@@ -403,6 +431,7 @@ PyMODINIT_FUNC PyInit_tilejit_native_launch(void) {
     INTERN(s_get_device, "get_device");
     INTERN(s_ptr, "ptr");
     INTERN(s_device, "device");
+    INTERN(s_generation, "generation");
 #undef INTERN
     PyObject *m = PyModule_Create(&module);
     if (!m)

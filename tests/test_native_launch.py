@@ -105,6 +105,7 @@ def fake_torch(monkeypatch):
 
 
 ENV_KEYS = (b"TILEJIT_X",)
+SWITCHES = SimpleNamespace(generation=0)
 def _p(kind, arg, axis=None, dtype=dtypes.uint64):
     return ParamDesc(kind, arg, axis, dtype)
 
@@ -119,7 +120,7 @@ def _make(driver, args, params=PARAMS, grid=(3, 1, 1), kwargs=None, num_warps=4,
     environ = {b"TILEJIT_X": b"1"} if environ is None else environ
     return native.launcher(kernel or _kernel(), params, grid, 128, args, kwargs or {"BLOCK": 8},
                            num_warps, (environ, ENV_KEYS, tuple(environ.get(k) for k in ENV_KEYS)),
-                           extent, functions=driver.addresses), environ
+                           ((), (), SWITCHES, 0), extent, functions=driver.addresses), environ
 
 
 def _unpack(slots):
@@ -446,3 +447,19 @@ def test_native_launches_of_device_arrays_and_a_new_shape():
     for _ in range(4):
         bump[(3,)](y, -1.0, BLOCK=1024)
     assert np.all(y.numpy() == -4.0)
+
+
+def test_inside_launches_skipped_nothing_is_launched_and_grids_must_be_ints(launches):
+    from tilejit.kernel import launches_skipped
+    python_path, driver = launches
+    x, y, out = _device_arrays(1000)
+    for _ in range(3):
+        axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
+    assert (len(python_path), len(driver.launches)) == (2, 1)
+    with launches_skipped():
+        axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
+    axpy[8](x, y, out, 2.5, 1000, BLOCK=128)
+    assert (len(python_path), len(driver.launches)) == (3, 1)      # the int grid: a launcher of its own
+    for grid in [(8.0,), (True,), (8, 1.0), (8, 1, 1.0)]:
+        with pytest.raises(tj.LaunchError, match="grid must be an int or a tuple"):
+            axpy[grid](x, y, out, 2.5, 1000, BLOCK=128)

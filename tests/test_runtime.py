@@ -437,6 +437,10 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(driver, "current_device", lambda: 0)
     monkeypatch.setattr(driver, "pointer_device", lambda ptr: 0)
     monkeypatch.setattr(driver, "_contexts", {})
+    # everything through the fake cuda-python, never the machine's libcuda (the ctypes binding)
+    monkeypatch.setenv("TILEJIT_LAUNCH_BINDING", "cuda-python")
+    monkeypatch.setattr(driver, "lib", lambda: None)
+    monkeypatch.setattr(launch, "_driver_launch_impl", None)
     return fake
 
 

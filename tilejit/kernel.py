@@ -95,6 +95,17 @@ _DEBUG_AT = SWITCH_ENV.index("TILEJIT_DEBUG")
 
 
 _tracing = threading.local()
+_SKIPPING = [0]         # launches_skipped blocks open on any thread: the launch path reads only this
+
+
+class _FastPaths(dict):
+    """A kernel's re-launch fast paths; ``clear()`` also makes the native launchers made from
+    them stale (their launch function compares ``generation``)."""
+    generation = 0
+
+    def clear(self) -> None:
+        self.generation += 1
+        super().clear()
 
 
 @contextlib.contextmanager
@@ -104,10 +115,12 @@ def launches_skipped():
     (shapes and dtypes, no data) to learn the shapes of its outputs."""
     before = getattr(_tracing, "skip", False)
     _tracing.skip = True
+    _SKIPPING[0] += 1
     try:
         yield
     finally:
         _tracing.skip = before
+        _SKIPPING[0] -= 1
 
 
 def launches_are_skipped() -> bool:
@@ -204,7 +217,7 @@ class Kernel:
         self.runtime_names = [p.name for p in self.params if p.name not in self.constexpr_names]
         self._cache: dict[tuple, _Compiled] = {}
         # re-launch fast path: (num_warps, backend env, constexpr kwargs, arg keys) -> launcher
-        self._fast: dict[tuple, object] = {}
+        self._fast: dict[tuple, object] = _FastPaths()
         self._launchers: dict = {}                      # int / int-tuple grid -> its launch function
         leading = [p.name for p in self.params[:len(self.runtime_names)]]
         self._fast_arity = len(leading) if leading == self.runtime_names else -1
@@ -214,7 +227,6 @@ class Kernel:
         self._readers = fingerprint.dependency_readers(fn)
         self._globals_seen = self._read_globals()
         self._switch_generation = module_switches.generation
-        self._generation = 0                # bumped when the fast paths are dropped (native launchers)
 
     def _read_globals(self) -> list:
         return [fingerprint.snapshot(read()) for read in self._readers]
@@ -226,10 +238,18 @@ class Kernel:
         if now != self._globals_seen or self._switch_generation != module_switches.generation:
             self._cache.clear()
             self._fast.clear()
-            self._generation += 1
             self._readers = fingerprint.dependency_readers(self.fn)     # the objects may be others now
             self._globals_seen = self._read_globals()
             self._switch_generation = module_switches.generation
+
+    def _staleness(self):
+        """What a native launcher checks in place of ``_drop_stale``: (the readers, the values
+        they return now, the switches module, its generation); None where a value is a container
+        (``_drop_stale`` compares its contents, a native launcher could only compare identities)."""
+        values = tuple(read() for read in self._readers)
+        if any(fingerprint.snapshot(v) is not v for v in values):
+            return None
+        return tuple(self._readers), values, module_switches, module_switches.generation
 
     def __repr__(self) -> str:
         return f"<tj.kernel {self.name}{self.signature}>"
@@ -240,9 +260,17 @@ class Kernel:
         raise at_caller(err, self.name, sys._getframe(1)) from None
 
     def __getitem__(self, grid):
-        cacheable = type(grid) is int or type(grid) is tuple and all(type(g) is int for g in grid)
+        kind = type(grid)           # kernel[(n,)] in a loop: one launcher per grid of ints, made once
+        if kind is int:
+            cacheable = True
+        elif kind is tuple:         # (1.0,) and (True,) equal (1,): only ints may find its launcher
+            n = len(grid)
+            cacheable = (n != 0 and type(grid[0]) is int and (n == 1 or type(grid[1]) is int and (
+                n == 2 or type(grid[2]) is int and (n == 3 or all(type(g) is int for g in grid)))))
+        else:
+            cacheable = False
         fast_grid = grid
-        if cacheable:                   # kernel[(n,)] in a loop: one launcher per grid, made once
+        if cacheable:
             launch = self._launchers.get(grid)
             if launch is not None:
                 return launch
@@ -255,15 +283,13 @@ class Kernel:
 
         def launch(*args, num_warps: int | None = None, num_stages: int | None = None, fast_math: bool = False,
                    debug: bool = False, stream=None, **kwargs):
-            if getattr(_tracing, "skip", False):
+            if _SKIPPING[0] and getattr(_tracing, "skip", False):
                 return
             try:
                 n = native[0] if native is not None else None
-                if n is not None and num_stages is None and fast_math is False and debug is False:
-                    if self._readers or self._switch_generation != module_switches.generation:
-                        self._drop_stale()
-                    if n[0] == self._generation and n[1](args, kwargs, num_warps, stream):
-                        return              # runtime/native.py: the guard held, the kernel is launched
+                if (n is not None and num_stages is None and fast_math is False and debug is False
+                        and n[0] == self._fast.generation and n[1](args, kwargs, num_warps, stream)):
+                    return      # runtime/native.py: its guard (globals read included) held; launched
                 if num_stages is not None or fast_math is not False or debug is not False:
                     check_num_stages(num_stages)
                     for name, flag in (("fast_math", fast_math), ("debug", debug)):
@@ -497,8 +523,9 @@ class Kernel:
                 and fast_math is False and debug is False):
             native[1] += 1
             made = make(grid, args, fast[1], kwargs, num_warps,
-                        None if _SWITCH_SOURCE is None else _SWITCH_SOURCE + (env or _switch_env(),))
-            native[0] = (self._generation, made) if made is not None else None
+                        None if _SWITCH_SOURCE is None else _SWITCH_SOURCE + (env or _switch_env(),),
+                        self._staleness())
+            native[0] = (self._fast.generation, made) if made is not None else None
         return True
 
     # --- inspection ----------------------------------------------------------------------------

@@ -327,7 +327,7 @@ class CudaBackend:
                         break
             art.kernel_for_device(views[arrays[0]].device).launch(grid, threads, views, params, stream)
 
-        def native(grid, args, views, kwargs, num_warps, env):
+        def native(grid, args, views, kwargs, num_warps, env, staleness):
             """runtime/native.py's launcher repeating this launch (None where it cannot)."""
             if art.persistent or art.persistent_tiles or art.cluster_ctas > 1 or art.paired_ctas or art.stream_k:
                 return None
@@ -337,7 +337,8 @@ class CudaBackend:
                 return None                 # a launch function of a test's: it must see every launch
             extent = grid[0] if programs > 1 else None
             cta_grid = (-(-grid[0] // programs), grid[1], grid[2])
-            return native_launch.launcher(kernel, params, cta_grid, threads, args, kwargs, num_warps, env, extent)
+            return native_launch.launcher(kernel, params, cta_grid, threads, args, kwargs, num_warps, env,
+                                          staleness, extent)
         run.native = native
         return run
 
