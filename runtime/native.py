@@ -22,6 +22,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 
 from tilejit.abi import ParamKind
 
@@ -36,35 +37,69 @@ _FLOAT_PARAMS = {"float32": P_FLOAT32, "float64": P_FLOAT64}
 ENABLED = True          # False: no new native launchers are made (those made stay; benchmarks)
 _module = None
 _why_not: str | None = None
+_building: threading.Thread | None = None
+_lock = threading.Lock()
 
 
 def status() -> str:
-    """"on" when launches may take the native path, else why not."""
+    """"on" when launches may take the native path, else why not (waits for a build under way)."""
     load()
     return "on" if _module is not None else f"off: {_why_not}"
 
 
-def load():
-    """The compiled module (built on first use), or None where it cannot be."""
-    global _module, _why_not
+def settled() -> bool:
+    """True once the module is loaded or known not to load (no build under way or to come)."""
+    return _module is not None or _why_not is not None
+
+
+def load(wait: bool = True):
+    """The compiled module, or None where it cannot be.  A build (the C compiler, about half a
+    second, once per machine and Python) runs now with ``wait``, else in a thread of its own:
+    the launch that asks first goes on down the Python path and never waits for a compiler."""
+    global _module, _why_not, _building
     if _module is not None or _why_not is not None:
         return _module
-    if os.environ.get("TILEJIT_NATIVE_LAUNCH", "1").strip().lower() in ("0", "off", "false", "no"):
-        _why_not = "TILEJIT_NATIVE_LAUNCH=0"
-        return None
+    with _lock:
+        if _module is not None or _why_not is not None:
+            return _module
+        if os.environ.get("TILEJIT_NATIVE_LAUNCH", "1").strip().lower() in ("0", "off", "false", "no"):
+            _why_not = "TILEJIT_NATIVE_LAUNCH=0"
+            return None
+        try:
+            path, built = _target()
+            if built:
+                _module = _import(path)
+                return _module
+        except (OSError, ImportError, RuntimeError) as e:
+            _why_not = f"{type(e).__name__}: {e}"
+            return None
+        if _building is None:
+            _building = threading.Thread(target=_build_and_import, args=(path,), name="tilejit-native-build",
+                                         daemon=True)
+            _building.start()
+        building = _building
+    if wait:
+        building.join()
+    return _module
+
+
+def _build_and_import(path: str) -> None:
+    global _module, _why_not
     try:
-        _module = _import(_build())
+        module = _import(_build(path))
     except (OSError, ImportError, subprocess.SubprocessError, RuntimeError) as e:
         _why_not = f"{type(e).__name__}: {e}"
-    return _module
+    else:
+        _module = module
 
 
 def _compiler() -> list[str]:
     return shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
 
 
-def _build() -> str:
-    """The shared object's path, compiled now unless a matching one is in the cache folder."""
+def _target() -> tuple[str, bool]:
+    """Where the shared object for this source, Python and compiler lives, and whether it is
+    there already."""
     from tilejit.runtime.cache import cache_dir
     with open(SOURCE, "rb") as f:
         source = f.read()
@@ -78,8 +113,13 @@ def _build() -> str:
         raise RuntimeError(f"{folder} is not this user's alone: no compiled code is loaded from it")
     suffix = (importlib.machinery.EXTENSION_SUFFIXES or [".so"])[0]
     path = os.path.join(folder, f"{MODULE}-{tag}{suffix}")
-    if os.path.exists(path):
-        return path
+    return path, os.path.exists(path)
+
+
+def _build(path: str) -> str:
+    """Compile the source into ``path`` (atomically: a temporary file renamed)."""
+    folder, suffix = os.path.dirname(path), (importlib.machinery.EXTENSION_SUFFIXES or [".so"])[0]
+    include = sysconfig.get_paths()["include"]
     if not os.path.exists(os.path.join(include, "Python.h")):
         raise RuntimeError(f"Python's C headers are not installed ({include}/Python.h)")
     fd, temporary = tempfile.mkstemp(suffix=suffix, dir=folder)
@@ -202,7 +242,7 @@ def launcher(kernel, params, grid, block_threads: int, args, kwargs: dict, num_w
     their values now); ``staleness``: (the kernel's dependency readers, the values they return
     now, a module whose ``generation`` must stay what it is now, that generation): a value read
     that is not the same object ends the native launches (``Kernel._staleness``)."""
-    module = load() if ENABLED else None
+    module = load(wait=False) if ENABLED else None
     functions = functions or driver_functions()
     if module is None or functions is None or env is None or staleness is None:
         return None

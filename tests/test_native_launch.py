@@ -365,12 +365,16 @@ def test_a_rebound_global_the_kernel_reads_drops_the_native_launcher(launches, m
     assert (len(python_path), len(driver.launches)) == (3, 1)       # compiled anew, by the full path
 
 
+def _fresh_native(monkeypatch, tmp_path):
+    for name in ("_module", "_why_not", "_building"):
+        monkeypatch.setattr(native, name, None)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+
+
 @pytest.mark.parametrize("case", ["no compiler", "switched off", "shared folder", "built"])
 def test_the_module_is_built_once_or_is_off_with_a_reason(monkeypatch, tmp_path, case):
     import os
-    monkeypatch.setattr(native, "_module", None)
-    monkeypatch.setattr(native, "_why_not", None)
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    _fresh_native(monkeypatch, tmp_path)
     if case == "no compiler":
         monkeypatch.setenv("CC", "false")
         assert native.load() is None and native.status().startswith("off: RuntimeError: the C compiler failed")
@@ -385,6 +389,7 @@ def test_the_module_is_built_once_or_is_off_with_a_reason(monkeypatch, tmp_path,
         assert native.load() is not None and native.status() == "on"
         (built,) = os.listdir(tmp_path / "native")
         monkeypatch.setattr(native, "_module", None)
+        monkeypatch.setattr(native, "_building", None)
         monkeypatch.setattr(native.subprocess, "run", None)      # a second process finds it built
         assert native.load() is not None and os.listdir(tmp_path / "native") == [built]
 
@@ -463,3 +468,32 @@ def test_inside_launches_skipped_nothing_is_launched_and_grids_must_be_ints(laun
     for grid in [(8.0,), (True,), (8, 1.0), (8, 1, 1.0)]:
         with pytest.raises(tj.LaunchError, match="grid must be an int or a tuple"):
             axpy[grid](x, y, out, 2.5, 1000, BLOCK=128)
+
+
+def test_a_launch_never_waits_for_the_build(monkeypatch, tmp_path, fake_torch):
+    """The first launcher asked for while the module is not built starts the build in a thread
+    and is refused (the launch takes the Python path); once built, launchers are made."""
+    import time
+    _fresh_native(monkeypatch, tmp_path)
+    monkeypatch.setenv("CC", "sh -c 'sleep 1; exec cc \"$@\"' cc")
+    driver, x = FakeDriver(len(PARAMS)), FakeTensor()
+    start = time.perf_counter()
+    assert _make(driver, (x, x, 1, 1.0))[0] is None and not native.settled()
+    assert time.perf_counter() - start < 0.5
+    assert native.status() == "on" and native.settled()          # status() waits for it
+    assert _make(driver, (x, x, 1, 1.0))[0] is not None
+
+
+def test_launches_while_it_builds_do_not_use_up_the_tries(launches, monkeypatch, tmp_path):
+    from tilejit.kernel import NATIVE_TRIES
+    python_path, driver = launches
+    _fresh_native(monkeypatch, tmp_path)
+    monkeypatch.setenv("CC", "sh -c 'sleep 1; exec cc \"$@\"' cc")
+    x, y, out = _device_arrays(1000)
+    for _ in range(NATIVE_TRIES + 4):
+        axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
+    assert driver.launches == [] and not native.settled()
+    assert native.status() == "on"
+    for _ in range(2):
+        axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
+    assert (len(python_path), len(driver.launches)) == (NATIVE_TRIES + 5, 1)

@@ -521,11 +521,12 @@ class Kernel:
         make = getattr(launcher, "native", None)
         if (make is not None and native is not None and native[1] < NATIVE_TRIES and num_stages is None
                 and fast_math is False and debug is False):
-            native[1] += 1
             made = make(grid, args, fast[1], kwargs, num_warps,
                         None if _SWITCH_SOURCE is None else _SWITCH_SOURCE + (env or _switch_env(),),
                         self._staleness())
             native[0] = (self._fast.generation, made) if made is not None else None
+            from tilejit.runtime import native as native_module
+            native[1] += made is not None or native_module.settled()     # not while it is being built
         return True
 
     # --- inspection ----------------------------------------------------------------------------
