@@ -233,6 +233,14 @@ def param_slots(params, args, guards, grid_extent: int | None):
     return slots
 
 
+def Front(python_launch, launcher, fast_paths, skipping):
+    """What ``kernel[grid]`` returns once ``launcher`` exists for that grid (native_launch.c):
+    a call runs ``launcher`` while ``fast_paths.generation`` is what it is now, ``skipping[0]``
+    is 0 and no launch option but ``num_warps`` and ``stream`` is given; otherwise, or where the
+    launcher's guard does not hold or the driver fails, it calls ``python_launch``."""
+    return _module.Front(python_launch, launcher, fast_paths, skipping)
+
+
 def launcher(kernel, params, grid, block_threads: int, args, kwargs: dict, num_warps, env, staleness,
              grid_extent: int | None = None, functions=None):
     """A native launcher repeating this launch, or None where it cannot.

@@ -48,7 +48,7 @@ typedef struct {
     PyObject *spec;                     /* every Python object the guard compares against */
     PyObject *tensor_type, *device_array_type, *raw_stream, *on_error, *owner;
     PyObject *num_warps, *kwargs, *environ, *env_keys, *env_values;
-    PyObject *readers, *read_values, *switches, *generation;
+    PyObject *readers, *read_values, *switches, *generation, *device_number;
     Py_ssize_t nargs, nparams;
     arg_guard *args;
     param_slot *params;
@@ -83,6 +83,7 @@ static void Launcher_dealloc(Launcher *self) {
     Py_XDECREF(self->read_values);
     Py_XDECREF(self->switches);
     Py_XDECREF(self->generation);
+    Py_XDECREF(self->device_number);
     PyMem_Free(self->args);
     PyMem_Free(self->params);
     PyMem_Free(self->slots);
@@ -195,6 +196,9 @@ static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
     KEEP(switches, switches);
     KEEP(generation, generation);
 #undef KEEP
+    Py_XSETREF(self->device_number, PyLong_FromLong(device));
+    if (!self->device_number)
+        return -1;
     return 0;
 }
 
@@ -256,34 +260,32 @@ static PyObject *fail(Launcher *self, int err, const char *call) {
     return NULL;
 }
 
-/* launcher(args, kwargs, num_warps, stream) -> True (launched) / False (take the Python path) */
-static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw) {
-    PyObject *args, *kwargs, *num_warps, *stream_arg;
-    if (!PyArg_UnpackTuple(call_args, "Launcher", 4, 4, &args, &kwargs, &num_warps, &stream_arg))
-        return NULL;
+#define MISS do { PyErr_Clear(); return 0; } while (0)
+
+/* Guard, pack and launch: 1 launched, 0 something differs (nothing launched), -1 an error set.
+ * ``options``: the number of entries of ``kwargs`` that are launch options (num_warps, stream),
+ * not constexprs. */
+static int run(Launcher *self, PyObject *args, PyObject *kwargs, PyObject *num_warps, PyObject *stream_arg,
+               Py_ssize_t options) {
     if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nargs || !same(num_warps, self->num_warps))
-        Py_RETURN_FALSE;
+        MISS;
     /* the constexprs: the same names, values of the same types and equal */
     Py_ssize_t nkw = PyTuple_GET_SIZE(self->kwargs);
-    if (kwargs == Py_None ? nkw != 0 : (!PyDict_Check(kwargs) || PyDict_GET_SIZE(kwargs) != nkw))
-        Py_RETURN_FALSE;
+    if (!kwargs || kwargs == Py_None ? nkw != 0 : (!PyDict_Check(kwargs) || PyDict_GET_SIZE(kwargs) - options != nkw))
+        MISS;
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *pair = PyTuple_GET_ITEM(self->kwargs, i);
         PyObject *want = PyTuple_GET_ITEM(pair, 1);
         PyObject *got = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(pair, 0));
-        if (!got || Py_TYPE(got) != Py_TYPE(want) || !same(got, want)) {
-            PyErr_Clear();
-            Py_RETURN_FALSE;
-        }
+        if (!got || Py_TYPE(got) != Py_TYPE(want) || !same(got, want))
+            MISS;
     }
     /* the compile switches: os.environ's values are new objects whenever they are set */
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->env_keys); i++) {
         PyObject *got = PyDict_GetItemWithError(self->environ, PyTuple_GET_ITEM(self->env_keys, i));
         PyObject *want = PyTuple_GET_ITEM(self->env_values, i);
-        if (got ? (want == Py_None || !same(got, want)) : want != Py_None) {
-            PyErr_Clear();
-            Py_RETURN_FALSE;
-        }
+        if (got ? (want == Py_None || !same(got, want)) : want != Py_None)
+            MISS;
     }
     /* what the compiled code folded in: every global, cell and attribute chain it read is the
      * same object (Kernel._drop_stale compares by value: it runs when this differs) */
@@ -295,20 +297,16 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
         fresh = value == PyTuple_GET_ITEM(self->read_values, i);
         Py_XDECREF(value);
     }
-    if (!fresh) {
-        PyErr_Clear();
-        Py_RETURN_FALSE;
-    }
+    if (!fresh)
+        MISS;
     void *stream = NULL;
     int has_stream = 0;
     if (stream_arg != Py_None) {
         if (!PyLong_CheckExact(stream_arg))
-            Py_RETURN_FALSE;
+            MISS;
         stream = as_pointer(stream_arg);
-        if (PyErr_Occurred()) {
-            PyErr_Clear();
-            Py_RETURN_FALSE;
-        }
+        if (PyErr_Occurred())
+            MISS;
         has_stream = -1;                        /* given: never the arrays' */
     }
     uint64_t values[self->nargs + 1];
@@ -343,16 +341,16 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
         }
         }
         if (!ok)
-            Py_RETURN_FALSE;
+            MISS;
     }
     if (has_stream == 1) {                      /* torch's current stream on the arrays' device */
-        PyObject *s = PyObject_CallFunction(self->raw_stream, "l", self->device);
+        PyObject *s = PyObject_CallOneArg(self->raw_stream, self->device_number);
         if (!s)
-            return NULL;
+            return -1;
         stream = as_pointer(s);
         Py_DECREF(s);
         if (PyErr_Occurred())
-            return NULL;
+            return -1;
     }
     for (Py_ssize_t i = 0; i < self->nparams; i++) {
         param_slot *p = &self->params[i];
@@ -384,7 +382,7 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
     if (err || current != self->context) {
         err = self->ctx_set(self->context);
         if (err)
-            return fail(self, err, "cuCtxSetCurrent");
+            return fail(self, err, "cuCtxSetCurrent"), -1;
     }
     if (self->dependent) {
         launch_attribute attribute;
@@ -395,14 +393,25 @@ static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw
                                 self->shared, stream, &attribute, 1};
         err = self->launch_ex(&config, self->function, self->pointers, NULL);
         if (err)
-            return fail(self, err, "cuLaunchKernelEx");
+            return fail(self, err, "cuLaunchKernelEx"), -1;
     } else {
         err = self->launch(self->function, self->grid[0], self->grid[1], self->grid[2], self->threads, 1, 1,
                            self->shared, stream, self->pointers, NULL);
         if (err)
-            return fail(self, err, "cuLaunchKernel");
+            return fail(self, err, "cuLaunchKernel"), -1;
     }
-    Py_RETURN_TRUE;
+    return 1;
+}
+
+/* launcher(args, kwargs, num_warps, stream) -> True (launched) / False (take the Python path) */
+static PyObject *Launcher_call(Launcher *self, PyObject *call_args, PyObject *kw) {
+    PyObject *args, *kwargs, *num_warps, *stream_arg;
+    if (!PyArg_UnpackTuple(call_args, "Launcher", 4, 4, &args, &kwargs, &num_warps, &stream_arg))
+        return NULL;
+    int r = run(self, args, kwargs, num_warps, stream_arg, 0);
+    if (r < 0)
+        return NULL;
+    return PyBool_FromLong(r);
 }
 
 static PyTypeObject LauncherType = {
@@ -417,10 +426,112 @@ static PyTypeObject LauncherType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* Front(python_launch, launcher, fast_paths, skipping): what ``kernel[grid]`` returns once a
+ * native launcher exists for that grid.  front(*args, **kwargs) runs the launcher when nothing
+ * has dropped the kernel's fast paths since (their ``generation``), no launches_skipped block is
+ * open (``skipping[0]``) and no launch option but num_warps and stream is given; anything else,
+ * a guard that does not hold or a driver error (the Python path reports it at the user's line)
+ * calls the Python launch function with the same arguments. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *python, *fast, *generation, *skipping;
+    Launcher *launcher;
+} Front;
+
+static PyTypeObject LauncherType;
+static PyObject *s_num_warps, *s_stream, *s_num_stages, *s_fast_math, *s_debug;
+
+static void Front_dealloc(Front *self) {
+    Py_XDECREF(self->python);
+    Py_XDECREF(self->fast);
+    Py_XDECREF(self->generation);
+    Py_XDECREF(self->skipping);
+    Py_XDECREF(self->launcher);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Front_init(Front *self, PyObject *call_args, PyObject *kw) {
+    PyObject *python, *launcher, *fast, *skipping;
+    if (!PyArg_ParseTuple(call_args, "OO!OO!", &python, &LauncherType, &launcher, &fast, &PyList_Type, &skipping))
+        return -1;
+    if (PyList_GET_SIZE(skipping) != 1) {
+        PyErr_SetString(PyExc_ValueError, "Front: skipping must be a one-item list");
+        return -1;
+    }
+    PyObject *generation = PyObject_GetAttr(fast, s_generation);
+    if (!generation)
+        return -1;
+    Py_INCREF(python);
+    Py_INCREF(launcher);
+    Py_INCREF(fast);
+    Py_INCREF(skipping);
+    Py_XSETREF(self->python, python);
+    Py_XSETREF(self->launcher, (Launcher *)launcher);
+    Py_XSETREF(self->fast, fast);
+    Py_XSETREF(self->skipping, skipping);
+    Py_XSETREF(self->generation, generation);
+    return 0;
+}
+
+static PyObject *Front_call(Front *self, PyObject *args, PyObject *kwargs) {
+    PyObject *num_warps = Py_None, *stream = Py_None;
+    Py_ssize_t options = 0;
+    PyObject *skip = PyList_GET_ITEM(self->skipping, 0);
+    int ready = PyLong_CheckExact(skip) && PyLong_AsLong(skip) == 0;
+    if (ready) {
+        PyObject *now = PyObject_GetAttr(self->fast, s_generation);
+        ready = now && same(now, self->generation);
+        Py_XDECREF(now);
+    }
+    if (ready && kwargs && PyDict_GET_SIZE(kwargs)) {
+        PyObject *found;
+        if ((found = PyDict_GetItemWithError(kwargs, s_num_warps))) { num_warps = found; options++; }
+        if ((found = PyDict_GetItemWithError(kwargs, s_stream))) { stream = found; options++; }
+        ready = !PyDict_GetItemWithError(kwargs, s_num_stages) && !PyDict_GetItemWithError(kwargs, s_fast_math)
+                && !PyDict_GetItemWithError(kwargs, s_debug);
+    }
+    if (ready) {
+        int r = run(self->launcher, args, kwargs, num_warps, stream, options);
+        if (r == 1)
+            Py_RETURN_NONE;
+    }
+    PyErr_Clear();
+    return PyObject_Call(self->python, args, kwargs);
+}
+
+static PyObject *Front_get_python(Front *self, void *closure) {
+    Py_INCREF(self->python);
+    return self->python;
+}
+
+static PyObject *Front_get_launcher(Front *self, void *closure) {
+    Py_INCREF(self->launcher);
+    return (PyObject *)self->launcher;
+}
+
+static PyGetSetDef Front_getset[] = {
+    {"python", (getter)Front_get_python, NULL, "the Python launch function it falls back on", NULL},
+    {"launcher", (getter)Front_get_launcher, NULL, "the native launcher it runs", NULL},
+    {NULL},
+};
+
+static PyTypeObject FrontType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tilejit_native_launch.Front",
+    .tp_basicsize = sizeof(Front),
+    .tp_dealloc = (destructor)Front_dealloc,
+    .tp_call = (ternaryfunc)Front_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "kernel[grid] with a native launcher: the launcher, else the Python launch function.",
+    .tp_getset = Front_getset,
+    .tp_init = (initproc)Front_init,
+    .tp_new = PyType_GenericNew,
+};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "tilejit_native_launch", NULL, -1, NULL};
 
 PyMODINIT_FUNC PyInit_tilejit_native_launch(void) {
-    if (PyType_Ready(&LauncherType) < 0)
+    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&FrontType) < 0)
         return NULL;
 #define INTERN(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL
     INTERN(s_shape, "shape");
@@ -432,6 +543,11 @@ PyMODINIT_FUNC PyInit_tilejit_native_launch(void) {
     INTERN(s_ptr, "ptr");
     INTERN(s_device, "device");
     INTERN(s_generation, "generation");
+    INTERN(s_num_warps, "num_warps");
+    INTERN(s_stream, "stream");
+    INTERN(s_num_stages, "num_stages");
+    INTERN(s_fast_math, "fast_math");
+    INTERN(s_debug, "debug");
 #undef INTERN
     PyObject *m = PyModule_Create(&module);
     if (!m)
@@ -439,6 +555,12 @@ PyMODINIT_FUNC PyInit_tilejit_native_launch(void) {
     Py_INCREF(&LauncherType);
     if (PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) {
         Py_DECREF(&LauncherType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&FrontType);
+    if (PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0) {
+        Py_DECREF(&FrontType);
         Py_DECREF(m);
         return NULL;
     }

@@ -497,3 +497,37 @@ def test_launches_while_it_builds_do_not_use_up_the_tries(launches, monkeypatch,
     for _ in range(2):
         axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
     assert (len(python_path), len(driver.launches)) == (NATIVE_TRIES + 5, 1)
+
+
+def test_kernel_grid_becomes_the_c_front_which_falls_back_on_python(launches):
+    python_path, driver = launches
+    x, y, out = _device_arrays(1000)
+    launch = axpy[(8,)]
+    for _ in range(2):
+        axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
+    front = axpy[(8,)]
+    assert type(front).__name__ == "Front" and front.python is launch
+    front(x, y, out, 2.5, 1000, BLOCK=128)
+    front(x, y, out, 2.5, 1000, BLOCK=128, num_warps=None, stream=None)
+    launch(x, y, out, 2.5, 1000, BLOCK=128)                    # the function held from before
+    assert (len(python_path), len(driver.launches)) == (2, 3)
+    front(x, y, out, 2.5, 1000, BLOCK=128, num_stages=2)      # an option only Python knows
+    assert (len(python_path), len(driver.launches)) == (3, 3)
+    front(x, y, out, 2.5, 1000, BLOCK=64)                     # another specialisation
+    assert (len(python_path), len(driver.launches)) == (4, 3)
+    axpy._fast.clear()                                         # dropped fast paths end it
+    front(x, y, out, 2.5, 1000, BLOCK=128)
+    assert (len(python_path), len(driver.launches)) == (5, 3)
+
+
+def test_a_driver_error_through_the_front_names_the_users_line(launches, monkeypatch):
+    from tilejit.runtime import libcuda
+    monkeypatch.setattr(libcuda.Libcuda, "open", classmethod(lambda cls: None))
+    python_path, driver = launches
+    x, y, out = _device_arrays(1000)
+    for _ in range(2):
+        axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
+    driver.result = 700                                        # CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(tj.DeviceError, match="cuLaunchKernel failed: CUresult 700") as err:
+        axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
+    assert "test_native_launch.py" in str(err.value) and "axpy" in str(err.value)

@@ -279,7 +279,8 @@ class Kernel:
             except LaunchError:
                 pass                                    # reported by the launch, as for any grid
 
-        native = [None, 0] if cacheable else None      # this grid's native launcher, the tries to make one
+        # this grid's native launcher, the tries to make one, this launch function, the grid
+        native = [None, 0, None, grid] if cacheable else None
 
         def launch(*args, num_warps: int | None = None, num_stages: int | None = None, fast_math: bool = False,
                    debug: bool = False, stream=None, **kwargs):
@@ -304,6 +305,7 @@ class Kernel:
             except TilejitError as err:
                 raise at_caller(err, self.name, sys._getframe(1)) from None
         if cacheable:
+            native[2] = launch
             if len(self._launchers) >= 256:
                 self._launchers.clear()
             self._launchers[grid] = launch
@@ -527,6 +529,10 @@ class Kernel:
             native[0] = (self._fast.generation, made) if made is not None else None
             from tilejit.runtime import native as native_module
             native[1] += made is not None or native_module.settled()     # not while it is being built
+            current = self._launchers.get(native[3])
+            if made is not None and (current is native[2] or getattr(current, "python", None) is native[2]):
+                # kernel[grid] now returns the C front: the launcher with no Python in between
+                self._launchers[native[3]] = native_module.Front(native[2], made, self._fast, _SKIPPING)
         return True
 
     # --- inspection ----------------------------------------------------------------------------

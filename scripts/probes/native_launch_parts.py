@@ -18,14 +18,18 @@ x = torch.ones(1, dtype=torch.float32, device="cuda")
 print("native:", native.status())
 for _ in range(5):
     increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS)
-launch = increment_kernel[(1,)]
-slot = [c.cell_contents for c in launch.__closure__ if type(c.cell_contents) is list][0]
-print("native launcher made:", slot[0] is not None)
-call = slot[0][1] if slot[0] else None
+native.status()                                   # the module built (a thread builds it)
+for _ in range(3):
+    increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS)
+launch = increment_kernel[(1,)]                   # the C front, where a native launcher was made
+print("kernel[grid] returns:", type(launch).__name__)
+python = getattr(launch, "python", launch)
+call = getattr(launch, "launcher", None)
 kwargs = {"BLOCK": BLOCK}
 raw_stream = torch._C._cuda_getCurrentRawStream
 cases = [("kernel[grid](...)", "increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS)", True),
-         ("launch function", "launch(x, BLOCK=BLOCK, num_warps=NUM_WARPS)", True),
+         ("kernel[grid]'s result", "launch(x, BLOCK=BLOCK, num_warps=NUM_WARPS)", True),
+         ("its Python launch function", "python(x, BLOCK=BLOCK, num_warps=NUM_WARPS)", True),
          ("kernel[grid]", "increment_kernel[(1,)]", False),
          ("x.dtype", "x.dtype", False), ("x.shape", "x.shape", False), ("x.stride()", "x.stride()", False),
          ("x.data_ptr()", "x.data_ptr()", False), ("x.get_device()", "x.get_device()", False),
