@@ -29,7 +29,7 @@ from tilejit.abi import ParamKind
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_launch.c")
 MODULE = "tilejit_native_launch"
 ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY = range(6)
-P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64 = range(5)
+P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64, P_MAP = range(6)
 PROGRAMMATIC_STREAM_SERIALIZATION = 6      # native_launch.c launches a dependent kernel with it
 _INT_PARAMS = {"int32": 4, "int64": 8}
 _FLOAT_PARAMS = {"float32": P_FLOAT32, "float64": P_FLOAT64}
@@ -196,32 +196,39 @@ def _fits(value: int, width: int) -> bool:
     return -(1 << (8 * width - 1)) <= value < (1 << (8 * width - 1))
 
 
-def param_slots(params, args, guards, grid_extent: int | None):
-    """One (kind, positional argument, width, value) per ParamDesc, or None where one cannot be
-    packed natively.  A ParamDesc's ``arg`` counts the arguments that are not None; ``guards``
-    are ``args``' guard entries (a DIM or STRIDE is the constant its array's guard holds);
-    ``grid_extent``, where given, is the value of the argument appended after them (grid axis 0
-    of a kernel packing several programs to a CTA)."""
+def param_slots(params, args, guards, extra=(), views=None):
+    """(one (kind, positional argument, width, value) per ParamDesc, the tensor maps' (view,
+    ParamDesc) in map order), or None where a parameter cannot be packed natively.  A
+    ParamDesc's ``arg`` counts the arguments that are not None, then ``extra``: the values the
+    launch geometry appends (grid extents, as ints); ``guards`` are ``args``' guard entries (a
+    DIM or STRIDE is the constant its array's guard holds); ``views`` the kernel arguments as
+    the Python path packs them (a tensor map's dtype, shape and strides)."""
     position = [i for i, a in enumerate(args) if a is not None]
-    slots = []
+    slots, maps = [], []
     for p in params:
         width = 8 if p.dtype is not None and p.dtype.bits == 64 else 4
-        if p.arg == len(position) and grid_extent is not None:
-            if p.kind is not ParamKind.SCALAR or p.dtype.name != "int32":
+        if p.arg >= len(position):
+            value = extra[p.arg - len(position)] if p.arg - len(position) < len(extra) else None
+            if p.kind is not ParamKind.SCALAR or type(value) is not int or p.dtype.name not in _INT_PARAMS \
+                    or not _fits(value, _INT_PARAMS[p.dtype.name]):
                 return None
-            slots.append((P_CONST, -1, 4, grid_extent))
+            slots.append((P_CONST, -1, _INT_PARAMS[p.dtype.name], value))
             continue
-        if not 0 <= p.arg < len(position):
+        if p.arg < 0:
             return None
         at = position[p.arg]
         kind, _, shape, strides, _ = guards[at]
-        if p.kind is ParamKind.PTR and kind in (ARG_TENSOR, ARG_DEVICE_ARRAY):
+        array = kind in (ARG_TENSOR, ARG_DEVICE_ARRAY)
+        if p.kind is ParamKind.PTR and array:
             slots.append((P_PTR, at, 8, 0))
-        elif p.kind in (ParamKind.DIM, ParamKind.STRIDE) and kind in (ARG_TENSOR, ARG_DEVICE_ARRAY):
+        elif p.kind in (ParamKind.DIM, ParamKind.STRIDE) and array:
             value = (shape if p.kind is ParamKind.DIM else strides)[p.axis]
             if not _fits(value, width):
                 return None
             slots.append((P_CONST, -1, width, value))
+        elif p.kind is ParamKind.TENSOR_MAP and array and views is not None:
+            slots.append((P_MAP, at, 8, len(maps)))
+            maps.append((views[p.arg], p))
         elif p.kind is ParamKind.SCALAR and type(args[at]) is int and p.dtype.name in _INT_PARAMS:
             if not _fits(args[at], _INT_PARAMS[p.dtype.name]):
                 return None
@@ -229,8 +236,21 @@ def param_slots(params, args, guards, grid_extent: int | None):
         elif p.kind is ParamKind.SCALAR and type(args[at]) is float and p.dtype.name in _FLOAT_PARAMS:
             slots.append((_FLOAT_PARAMS[p.dtype.name], at, 4 if p.dtype.name == "float32" else 8, 0))
         else:
-            return None         # a tensor map, a workspace, a narrow scalar
-    return slots
+            return None         # a workspace, a narrow scalar
+    return slots, maps
+
+
+def _map_encoder(maps):
+    """encode(index, ptr): the tensor map ``index`` for its array now at ``ptr`` (shape,
+    strides and dtype are the guard's), from ``runtime/tensormap.py``'s cache where it has it."""
+    from tilejit.runtime import tensormap
+    from tilejit.runtime.arrays import KernelArray
+
+    def encode(index: int, ptr: int) -> bytes:
+        view, desc = maps[index]
+        return tensormap.encode(KernelArray(ptr, tuple(view.shape), tuple(view.strides), view.dtype, view.device),
+                                desc)
+    return encode
 
 
 def Front(python_launch, launcher, fast_paths, skipping):
@@ -242,14 +262,16 @@ def Front(python_launch, launcher, fast_paths, skipping):
 
 
 def launcher(kernel, params, grid, block_threads: int, args, kwargs: dict, num_warps, env, staleness,
-             grid_extent: int | None = None, functions=None):
+             extra=(), views=None, functions=None):
     """A native launcher repeating this launch, or None where it cannot.
 
     ``kernel``: the ``LoadedKernel``; ``grid``: the CTA grid (3 ints); ``args``: the positional
     arguments as given (Nones included); ``env``: (os.environ's dict, the encoded switch names,
     their values now); ``staleness``: (the kernel's dependency readers, the values they return
     now, a module whose ``generation`` must stay what it is now, that generation): a value read
-    that is not the same object ends the native launches (``Kernel._staleness``)."""
+    that is not the same object ends the native launches (``Kernel._staleness``); ``extra``:
+    the ints the launch geometry appends to the arguments; ``views``: the kernel arguments as
+    the Python path packed them (where the kernel takes tensor maps)."""
     module = load(wait=False) if ENABLED else None
     functions = functions or driver_functions()
     if module is None or functions is None or env is None or staleness is None:
@@ -270,14 +292,15 @@ def launcher(kernel, params, grid, block_threads: int, args, kwargs: dict, num_w
         if guard is None:
             return None
         guards.append(guard)
-    slots = param_slots(params, args, guards, grid_extent)
-    if slots is None or any(type(k) is not str for k in kwargs):
+    packed = param_slots(params, args, guards, extra, views)
+    if packed is None or any(type(k) is not str for k in kwargs):
         return None
+    slots, maps = packed
     environ, keys, values = env
     spec = (tuple(guards), tuple(slots), tuple(grid), block_threads, kernel.shared_bytes, kernel.device,
             int(kernel.function), int(kernel.context), dependent, tuple(functions), tensor_type, DeviceArray,
             raw_stream, _error_raiser(kernel.name), kernel, num_warps, tuple(kwargs.items()), environ,
-            tuple(keys), tuple(values)) + tuple(staleness)
+            tuple(keys), tuple(values)) + tuple(staleness) + (_map_encoder(maps),)
     try:
         return module.Launcher(spec)
     except (TypeError, ValueError, OverflowError):

@@ -30,7 +30,8 @@ typedef struct {
 #define PROGRAMMATIC_STREAM_SERIALIZATION 6
 
 enum { ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY };
-enum { P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64 };
+enum { P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64, P_MAP };
+#define MAP_BYTES 128                   /* a CUtensorMap, 64-byte aligned */
 
 typedef struct {
     int kind;
@@ -40,7 +41,8 @@ typedef struct {
 
 typedef struct {
     int kind, arg, width;               /* width: 4 or 8 bytes */
-    int64_t value;                      /* P_CONST: a dim, stride or grid extent fixed by the guard */
+    int64_t value;                      /* P_CONST: a dim, stride or grid extent fixed by the guard;
+                                           P_MAP: which tensor map */
 } param_slot;
 
 typedef struct {
@@ -48,7 +50,10 @@ typedef struct {
     PyObject *spec;                     /* every Python object the guard compares against */
     PyObject *tensor_type, *device_array_type, *raw_stream, *on_error, *owner;
     PyObject *num_warps, *kwargs, *environ, *env_keys, *env_values;
-    PyObject *readers, *read_values, *switches, *generation, *device_number;
+    PyObject *readers, *read_values, *switches, *generation, *device_number, *encode;
+    Py_ssize_t nmaps;
+    unsigned char *map_block, *maps;    /* the tensor maps (maps: map_block 64-byte aligned) */
+    uint64_t *map_ptr;                  /* the pointer each map describes now (0: none yet) */
     Py_ssize_t nargs, nparams;
     arg_guard *args;
     param_slot *params;
@@ -84,6 +89,9 @@ static void Launcher_dealloc(Launcher *self) {
     Py_XDECREF(self->switches);
     Py_XDECREF(self->generation);
     Py_XDECREF(self->device_number);
+    Py_XDECREF(self->encode);
+    PyMem_Free(self->map_block);
+    PyMem_Free(self->map_ptr);
     PyMem_Free(self->args);
     PyMem_Free(self->params);
     PyMem_Free(self->slots);
@@ -100,7 +108,8 @@ static void *as_pointer(PyObject *value) {
  *    (cuLaunchKernel, cuLaunchKernelEx or 0, cuCtxGetCurrent, cuCtxSetCurrent) addresses,
  *    tensor_type, device_array_type, raw_stream, on_error, owner,
  *    num_warps, kwargs (a tuple of (name, value) pairs), environ dict, env keys, env values,
- *    readers, the values they returned, switches module, its generation then)
+ *    readers, the values they returned, switches module, its generation then,
+ *    encode(map index, pointer) -> the 128 bytes of that tensor map for the array at pointer)
  * args: one (kind, dtype, shape, strides, aligned) per positional argument;
  * params: one (kind, arg, width, value) per kernel parameter. */
 static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
@@ -109,17 +118,17 @@ static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
         return -1;
     PyObject *args, *params, *fns, *tensor_type, *device_array_type, *raw_stream, *on_error,
              *owner, *num_warps, *kwargs, *environ, *env_keys, *env_values, *function, *context,
-             *readers, *read_values, *switches, *generation;
+             *readers, *read_values, *switches, *generation, *encode;
     unsigned threads, shared;
     long device;
     int dependent;
-    if (!PyArg_ParseTuple(spec, "O!O!(III)IIlOOpO!OOOOOOO!O!O!O!O!O!OO", &PyTuple_Type, &args, &PyTuple_Type, &params,
+    if (!PyArg_ParseTuple(spec, "O!O!(III)IIlOOpO!OOOOOOO!O!O!O!O!O!OOO", &PyTuple_Type, &args, &PyTuple_Type, &params,
                           &self->grid[0], &self->grid[1], &self->grid[2], &threads, &shared, &device,
                           &function, &context, &dependent, &PyTuple_Type, &fns, &tensor_type,
                           &device_array_type, &raw_stream, &on_error, &owner, &num_warps,
                           &PyTuple_Type, &kwargs, &PyDict_Type, &environ, &PyTuple_Type, &env_keys,
                           &PyTuple_Type, &env_values, &PyTuple_Type, &readers, &PyTuple_Type, &read_values,
-                          &switches, &generation))
+                          &switches, &generation, &encode))
         return -1;
     if (PyTuple_GET_SIZE(fns) != 4 || PyTuple_GET_SIZE(env_keys) != PyTuple_GET_SIZE(env_values)
             || PyTuple_GET_SIZE(readers) != PyTuple_GET_SIZE(read_values)) {
@@ -168,17 +177,33 @@ static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(params, i), "iiiL", &p->kind, &p->arg, &p->width, &value))
             return -1;
         p->value = value;
-        if (p->kind < P_PTR || p->kind > P_FLOAT64 || (p->width != 4 && p->width != 8)
+        if (p->kind == P_MAP && (value < 0 || value >= self->nparams)) {
+            PyErr_SetString(PyExc_ValueError, "Launcher: bad tensor map index");
+            return -1;
+        }
+        if (p->kind == P_MAP && value + 1 > self->nmaps)
+            self->nmaps = value + 1;
+        if (p->kind < P_PTR || p->kind > P_MAP || (p->width != 4 && p->width != 8)
                 || (p->kind != P_CONST && (p->arg < 0 || p->arg >= self->nargs))) {
             PyErr_SetString(PyExc_ValueError, "Launcher: bad parameter slot");
             return -1;
         }
-        self->pointers[i] = &self->slots[i];
+        self->pointers[i] = &self->slots[i];     /* a tensor map's: set below */
         if (p->kind == P_CONST) {               /* little-endian: the low bytes of the slot */
             if (p->width == 4) { int32_t v = (int32_t)value; memcpy(&self->slots[i], &v, 4); }
             else memcpy(&self->slots[i], &value, 8);
         }
     }
+    self->map_block = PyMem_Calloc(self->nmaps * MAP_BYTES + 64, 1);
+    self->map_ptr = PyMem_Calloc(self->nmaps + 1, sizeof(uint64_t));
+    if (!self->map_block || !self->map_ptr) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->maps = (unsigned char *)(((uintptr_t)self->map_block + 63) & ~(uintptr_t)63);
+    for (Py_ssize_t i = 0; i < self->nparams; i++)
+        if (self->params[i].kind == P_MAP)
+            self->pointers[i] = self->maps + MAP_BYTES * self->params[i].value;
 #define KEEP(field, value) do { Py_INCREF(value); Py_XSETREF(self->field, value); } while (0)
     KEEP(spec, spec);
     KEEP(tensor_type, tensor_type);
@@ -195,6 +220,7 @@ static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
     KEEP(read_values, read_values);
     KEEP(switches, switches);
     KEEP(generation, generation);
+    KEEP(encode, encode);
 #undef KEEP
     Py_XSETREF(self->device_number, PyLong_FromLong(device));
     if (!self->device_number)
@@ -372,6 +398,22 @@ static int run(Launcher *self, PyObject *args, PyObject *kwargs, PyObject *num_w
         }
         case P_FLOAT64:
             self->slots[i] = v;
+            break;
+        case P_MAP:                             /* encoded again only for another pointer */
+            if (self->map_ptr[p->value] != v) {
+                PyObject *bytes = PyObject_CallFunction(self->encode, "LK", (long long)p->value,
+                                                        (unsigned long long)v);
+                if (!bytes)
+                    return -1;
+                if (!PyBytes_Check(bytes) || PyBytes_GET_SIZE(bytes) != MAP_BYTES) {
+                    Py_DECREF(bytes);
+                    PyErr_SetString(PyExc_ValueError, "Launcher: a tensor map is 128 bytes");
+                    return -1;
+                }
+                memcpy(self->maps + MAP_BYTES * p->value, PyBytes_AS_STRING(bytes), MAP_BYTES);
+                Py_DECREF(bytes);
+                self->map_ptr[p->value] = v;
+            }
             break;
         default:                                /* P_CONST: written once */
             break;
@@ -552,15 +594,8 @@ PyMODINIT_FUNC PyInit_tilejit_native_launch(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
-    Py_INCREF(&LauncherType);
-    if (PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) {
-        Py_DECREF(&LauncherType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&FrontType);
-    if (PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0) {
-        Py_DECREF(&FrontType);
+    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0
+            || PyModule_AddObjectRef(m, "Front", (PyObject *)&FrontType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -120,7 +120,7 @@ def _make(driver, args, params=PARAMS, grid=(3, 1, 1), kwargs=None, num_warps=4,
     environ = {b"TILEJIT_X": b"1"} if environ is None else environ
     return native.launcher(kernel or _kernel(), params, grid, 128, args, kwargs or {"BLOCK": 8},
                            num_warps, (environ, ENV_KEYS, tuple(environ.get(k) for k in ENV_KEYS)),
-                           ((), (), SWITCHES, 0), extent, functions=driver.addresses), environ
+                           ((), (), SWITCHES, 0), () if extent is None else (extent,), functions=driver.addresses), environ
 
 
 def _unpack(slots):
@@ -248,7 +248,7 @@ def test_what_it_cannot_pack_it_does_not_take(fake_torch, why):
     x = FakeTensor()
     args, params, grid, kernel = (x, x, 1, 1.0), list(PARAMS), (3, 1, 1), _kernel()
     if why == "tensor map":
-        params[0] = _p(ParamKind.TENSOR_MAP, 0)
+        params[0] = _p(ParamKind.TENSOR_MAP, 0)                # with no views to describe it
     elif why == "narrow scalar":
         params[4] = _p(ParamKind.SCALAR, 2, dtype=dtypes.int16)
     elif why == "dim too wide":
@@ -531,3 +531,61 @@ def test_a_driver_error_through_the_front_names_the_users_line(launches, monkeyp
     with pytest.raises(tj.DeviceError, match="cuLaunchKernel failed: CUresult 700") as err:
         axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
     assert "test_native_launch.py" in str(err.value) and "axpy" in str(err.value)
+
+
+def test_a_tensor_map_is_encoded_again_only_for_a_new_pointer(fake_torch, monkeypatch):
+    from tilejit.runtime import tensormap
+    from tilejit.runtime.arrays import KernelArray
+    encoded = []
+
+    def encode(array, desc):
+        encoded.append((array.ptr, array.shape, array.strides, array.dtype, desc.box))
+        return array.ptr.to_bytes(8, "little") * 16
+    monkeypatch.setattr(tensormap, "encode", encode)
+    box = ParamDesc(ParamKind.TENSOR_MAP, 0, None, dtypes.float32, box=(2, 8), swizzle=0)
+    params = [box, _p(ParamKind.DIM, 0, 0, dtypes.int32), _p(ParamKind.SCALAR, 1, dtype=dtypes.int32)]
+    driver = FakeDriver(3)
+    x = FakeTensor()
+    views = [KernelArray(x.ptr, x.shape, x._strides, dtypes.float32, 0), 5]
+    launcher = native.launcher(_kernel(), params, (2, 1, 1), 128, (x, 5), {}, None, ({}, (), ()),
+                               ((), (), SWITCHES, 0), (), views, functions=driver.addresses)
+    for ptr in (0x10000, 0x10000, 0x20000):
+        x.ptr = ptr
+        assert launcher((x, 5), {}, None, None) is True
+    assert [e[0] for e in encoded] == [0x10000, 0x20000]
+    assert encoded[0][1:] == ((4, 8), (8, 1), dtypes.float32, (2, 8))
+    assert [c[6][1:] for c in driver.launches] == [[struct.pack("<q", 4), struct.pack("<q", 5)]] * 3
+    assert [c[6][0] for c in driver.launches] == [p.to_bytes(8, "little") for p in (0x10000, 0x10000, 0x20000)]
+
+
+def test_launch_geometry_extents_follow_the_arguments(fake_torch):
+    driver = FakeDriver(2)
+    x = FakeTensor()
+    params = [_p(ParamKind.PTR, 0), _p(ParamKind.SCALAR, 1, dtype=dtypes.int64)]
+    launcher, _ = _make(driver, (x,), params=params, extent=3 * 2**33)
+    assert launcher((x,), {"BLOCK": 8}, 4, None) is True
+    assert struct.unpack("<q", driver.launches[0][6][1])[0] == 3 * 2**33
+    params[1] = _p(ParamKind.SCALAR, 1, dtype=dtypes.int32)
+    assert _make(driver, (x,), params=params, extent=3 * 2**33)[0] is None     # does not fit
+    assert _make(driver, (x,), params=params, extent=None)[0] is None          # no such argument
+
+
+@pytest.mark.gpu
+def test_a_tma_gemm_relaunched_natively_on_new_buffers(python_launches):
+    """The wgmma GEMM reads A and B through TMA maps: native launches re-encode a map only for
+    a new pointer, and every product is right."""
+    torch = pytest.importorskip("torch")
+    from tilejit.examples import matmul
+    kernel = matmul.matmul_kernel.kernel
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    inputs = [(torch.randn(256, 512, device="cuda", generator=gen).bfloat16(),
+               torch.randn(512, 384, device="cuda", generator=gen).bfloat16()) for _ in range(2)]
+    outs = [torch.full((256, 384), float("nan"), device="cuda") for _ in range(2)]
+    art = kernel.inspect(*inputs[0], outs[0], BM=128, BN=128, BK=64, num_warps=8)
+    assert "tma" in " ".join(art.copy_engines or ())
+    for i in range(8):
+        (a, b), c = inputs[i % 2], outs[(i // 2) % 2]
+        c.fill_(float("nan"))
+        kernel[(2, 3)](a, b, c, BM=128, BN=128, BK=64, num_warps=8)
+        torch.testing.assert_close(c, a.float() @ b.float(), rtol=2e-2, atol=2e-1)
+    assert len(python_launches) == 2

@@ -311,15 +311,20 @@ class CudaBackend:
             return None
         threads, params, programs = art.cta_threads, art.params, art.programs_per_cta
 
-        def run(grid, views, stream):
+        def geometry(grid, views):
+            """The CTA grid and the kernel arguments of a launch of ``grid`` programs."""
             if art.persistent or art.persistent_tiles:
                 device = views[arrays[0]].device
                 kernel = art.kernel_for_device(device)
-                grid, views = backends.launch_geometry(programs, grid, views, kernel.resident_ctas(threads),
-                                                       tiles=art.persistent_tiles, workspace=art.workspace(device))
-            elif programs > 1 or art.cluster_ctas > 1:
-                grid, views = backends.launch_geometry(programs, grid, views, cluster=art.cluster_ctas,
-                                                       paired=art.paired_ctas)
+                return backends.launch_geometry(programs, grid, views, kernel.resident_ctas(threads),
+                                                tiles=art.persistent_tiles, workspace=art.workspace(device))
+            if programs > 1 or art.cluster_ctas > 1:
+                return backends.launch_geometry(programs, grid, views, cluster=art.cluster_ctas,
+                                                paired=art.paired_ctas)
+            return grid, views
+
+        def run(grid, views, stream):
+            grid, views = geometry(grid, views)
             if stream is None:      # the full path's rule: the first array that has a stream
                 for i in arrays:
                     stream = views[i].stream
@@ -328,17 +333,18 @@ class CudaBackend:
             art.kernel_for_device(views[arrays[0]].device).launch(grid, threads, views, params, stream)
 
         def native(grid, args, views, kwargs, num_warps, env, staleness):
-            """runtime/native.py's launcher repeating this launch (None where it cannot)."""
-            if art.persistent or art.persistent_tiles or art.cluster_ctas > 1 or art.paired_ctas or art.stream_k:
-                return None
+            """runtime/native.py's launcher repeating this launch (None where it cannot): the
+            geometry (a persistent kernel's CTAs, a cluster's, the appended grid extents) is
+            fixed for the launcher's grid and device."""
+            if art.stream_k:
+                return None                 # its workspace grows with the CTAs it runs
             from tilejit.runtime import launch, native as native_launch
             kernel = art.kernel_for_device(views[arrays[0]].device)
             if kernel._launch_fn is not launch._driver_launch:
                 return None                 # a launch function of a test's: it must see every launch
-            extent = grid[0] if programs > 1 else None
-            cta_grid = (-(-grid[0] // programs), grid[1], grid[2])
+            cta_grid, full = geometry(grid, list(views))
             return native_launch.launcher(kernel, params, cta_grid, threads, args, kwargs, num_warps, env,
-                                          staleness, extent)
+                                          staleness, full[len(views):], views)
         run.native = native
         return run
 
