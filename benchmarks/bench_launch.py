@@ -35,6 +35,15 @@ def increment_kernel(x, BLOCK: tj.constexpr):
     tj.store(x, (start,), tj.load(x, (start,), (BLOCK,)) + 1.0)
 
 
+@tj.kernel
+def add_two_kernel(x, a, b, BLOCK: tj.constexpr):
+    """x += a + b with a = 1 and b = 0: the increment with three tensor arguments (the launch
+    target's kernel), each read by the launch path."""
+    start = tj.program_id(0) * BLOCK
+    t = tj.load(x, (start,), (BLOCK,)) + tj.load(a, (start,), (BLOCK,)) + tj.load(b, (start,), (BLOCK,))
+    tj.store(x, (start,), t)
+
+
 class Launcher:
     """One way to launch the increment kernel on its own one-element tensor ``x``."""
 
@@ -72,6 +81,11 @@ def tilejit_launchers(torch) -> list[Launcher]:
     launchers = [Launcher(f"tilejit kernel[grid](...) (native: {native.status()})", x,
                           lambda x=x: increment_kernel[(1,)](x, BLOCK=BLOCK, num_warps=NUM_WARPS),
                           before=lambda: (launch.use_binding(driver.DEFAULT_BINDING), setattr(native, "ENABLED", True)))]
+    x, one, zero = _one(torch), _one(torch), torch.zeros(1, dtype=torch.float32, device="cuda")
+    launchers.append(Launcher(f"tilejit kernel[grid](...), 3 tensors (native: {native.status()})", x,
+                              lambda x=x: add_two_kernel[(1,)](x, one, zero, BLOCK=BLOCK, num_warps=NUM_WARPS),
+                              before=lambda: (launch.use_binding(driver.DEFAULT_BINDING),
+                                              setattr(native, "ENABLED", True))))
     other = "cuda-python" if driver.DEFAULT_BINDING == "ctypes" else "ctypes"
     for binding in dict.fromkeys((launch.use_binding(driver.DEFAULT_BINDING), launch.use_binding(other))):
         x, kernel = _one(torch), tj.kernel(increment_kernel.fn)

@@ -28,7 +28,7 @@ from tilejit.abi import ParamKind
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_launch.c")
 MODULE = "tilejit_native_launch"
-ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY = range(6)
+ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY, ARG_BOOL = range(7)
 P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64, P_MAP = range(6)
 PROGRAMMATIC_STREAM_SERIALIZATION = 6      # native_launch.c launches a dependent kernel with it
 _INT_PARAMS = {"int32": 4, "int64": 8}
@@ -185,6 +185,8 @@ def _arg_guard(value, device_array_type, tensor_type):
         return (ARG_INT32 if -2**31 <= value < 2**31 else ARG_INT64, None, None, None, False)
     if type(value) is float:
         return (ARG_FLOAT, None, None, None, False)
+    if type(value) is bool:
+        return (ARG_BOOL, None, None, None, False)
     if type(value) is device_array_type:
         return (ARG_DEVICE_ARRAY, value.dtype, tuple(value.shape), tuple(value.strides), not value.ptr & 15)
     if isinstance(value, tensor_type):
@@ -233,6 +235,8 @@ def param_slots(params, args, guards, extra=(), views=None):
             if not _fits(args[at], _INT_PARAMS[p.dtype.name]):
                 return None
             slots.append((P_INT, at, _INT_PARAMS[p.dtype.name], 0))
+        elif p.kind is ParamKind.SCALAR and type(args[at]) is bool and p.dtype.name == "bool":
+            slots.append((P_INT, at, 1, 0))
         elif p.kind is ParamKind.SCALAR and type(args[at]) is float and p.dtype.name in _FLOAT_PARAMS:
             slots.append((_FLOAT_PARAMS[p.dtype.name], at, 4 if p.dtype.name == "float32" else 8, 0))
         else:

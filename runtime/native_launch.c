@@ -29,7 +29,7 @@ typedef struct {
 } launch_config;
 #define PROGRAMMATIC_STREAM_SERIALIZATION 6
 
-enum { ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY };
+enum { ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY, ARG_BOOL };
 enum { P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64, P_MAP };
 #define MAP_BYTES 128                   /* a CUtensorMap, 64-byte aligned */
 
@@ -40,7 +40,7 @@ typedef struct {
 } arg_guard;
 
 typedef struct {
-    int kind, arg, width;               /* width: 4 or 8 bytes */
+    int kind, arg, width;               /* width: 4 or 8 bytes (a bool's: 1) */
     int64_t value;                      /* P_CONST: a dim, stride or grid extent fixed by the guard;
                                            P_MAP: which tensor map */
 } param_slot;
@@ -166,7 +166,7 @@ static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(args, i), "iOOOp", &g->kind, &g->dtype, &g->shape,
                               &g->strides, &g->aligned))
             return -1;
-        if (g->kind < ARG_NONE || g->kind > ARG_DEVICE_ARRAY) {
+        if (g->kind < ARG_NONE || g->kind > ARG_BOOL) {
             PyErr_SetString(PyExc_ValueError, "Launcher: unknown argument kind");
             return -1;
         }
@@ -183,7 +183,7 @@ static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
         }
         if (p->kind == P_MAP && value + 1 > self->nmaps)
             self->nmaps = value + 1;
-        if (p->kind < P_PTR || p->kind > P_MAP || (p->width != 4 && p->width != 8)
+        if (p->kind < P_PTR || p->kind > P_MAP || (p->width != 4 && p->width != 8 && (p->width != 1 || p->kind != P_INT))
                 || (p->kind != P_CONST && (p->arg < 0 || p->arg >= self->nargs))) {
             PyErr_SetString(PyExc_ValueError, "Launcher: bad parameter slot");
             return -1;
@@ -353,6 +353,10 @@ static int run(Launcher *self, PyObject *args, PyObject *kwargs, PyObject *num_w
             values[i] = (uint64_t)n;
             break;
         }
+        case ARG_BOOL:
+            ok = PyBool_Check(v);
+            values[i] = v == Py_True;
+            break;
         case ARG_FLOAT: {
             if (!PyFloat_CheckExact(v)) { ok = 0; break; }
             double d = PyFloat_AS_DOUBLE(v);
@@ -386,7 +390,8 @@ static int run(Launcher *self, PyObject *args, PyObject *kwargs, PyObject *num_w
             self->slots[i] = v;
             break;
         case P_INT:
-            if (p->width == 4) { int32_t n = (int32_t)(int64_t)v; memcpy(&self->slots[i], &n, 4); }
+            if (p->width == 1) { uint8_t b = (uint8_t)v; memcpy(&self->slots[i], &b, 1); }
+            else if (p->width == 4) { int32_t n = (int32_t)(int64_t)v; memcpy(&self->slots[i], &n, 4); }
             else self->slots[i] = v;
             break;
         case P_FLOAT32: {

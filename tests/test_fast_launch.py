@@ -235,3 +235,15 @@ def test_the_debug_switch_is_still_read_on_every_launch(backend, monkeypatch):
     monkeypatch.setenv("TILEJIT_DEBUG", "1")        # a debug compile: the full path again
     launch(x, y, 3, BLOCK=8)
     assert len(backend.slow) == 2 and len(backend.fast) == 1
+
+
+def test_bool_and_numpy_scalars_take_the_fast_path(backend):
+    """A bool or a NumPy scalar is specialised by its type alone, as the full path does: a new
+    value re-launches fast, a new type compiles anew."""
+    import numpy as np
+    x, y = FakeDeviceArray(), FakeDeviceArray(ptr=8192)
+    for n in (True, False, True, np.float32(2), np.float32(3), np.float16(2), 1):
+        scale[(8,)](x, y, n, BLOCK=8)
+    assert len(backend.compiled) == len(backend.slow) == 4       # bool, float32, float16, int
+    assert len(backend.fast) == 3
+    assert kernel_module._is_numpy_scalar(np.datetime64) is False and kernel_module._is_numpy_scalar(str) is False

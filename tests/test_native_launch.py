@@ -589,3 +589,46 @@ def test_a_tma_gemm_relaunched_natively_on_new_buffers(python_launches):
         kernel[(2, 3)](a, b, c, BM=128, BN=128, BK=64, num_warps=8)
         torch.testing.assert_close(c, a.float() @ b.float(), rtol=2e-2, atol=2e-1)
     assert len(python_launches) == 2
+
+
+@tj.kernel
+def negate_unless(x, out, keep, BLOCK: tj.constexpr):
+    start = tj.program_id(0) * BLOCK
+    t = tj.load(x, (start,), (BLOCK,))
+    tj.store(out, (start,), tj.where(keep, t, -t))
+
+
+def test_a_bool_argument_is_packed_as_the_python_path_packs_it(launches):
+    python_path, driver = launches
+    x, out, _ = _device_arrays(256)
+    negate_unless._cache.clear()
+    negate_unless._fast.clear()
+    negate_unless[(2,)](x, out, True, BLOCK=128)
+    driver.nparams = len(python_path[0][3])
+    for keep in (True, False, True):
+        negate_unless[(2,)](x, out, keep, BLOCK=128)
+    assert (len(python_path), len(driver.launches)) == (2, 2)
+    (_, _, _, slots), (off, on) = python_path[1], driver.launches
+    assert on[6] == slots
+    (differs,) = [i for i, (a, b) in enumerate(zip(on[6], off[6])) if a != b]     # the flag's slot alone
+    assert (on[6][differs][0], off[6][differs][0]) == (1, 0)
+    negate_unless[(2,)](x, out, 1, BLOCK=128)                  # an int: another specialisation
+    assert len(python_path) == 3
+
+
+@pytest.mark.gpu
+def test_bool_and_numpy_scalar_arguments_relaunch_on_the_gpu(python_launches):
+    import numpy as np
+    torch = pytest.importorskip("torch")
+    x = torch.arange(256, dtype=torch.float32, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    for keep in (True, False, True, False, False, True):
+        negate_unless[(2,)](x, out, keep, BLOCK=128)
+        torch.testing.assert_close(out, x if keep else -x)
+    for amount in (np.float32(0.5), np.float32(-2.0), np.float32(3.0)):
+        y = torch.zeros(2048, device="cuda")
+        bump[(2,)](y, amount, BLOCK=1024)
+        assert float(y.min()) == float(y.max()) == float(amount)
+    # negate_unless: its full path, then its Python fast path; bump with NumPy scalars (no
+    # native launcher takes them): its full path, then the Python fast path twice
+    assert len(python_launches) == 5

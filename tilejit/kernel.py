@@ -473,13 +473,21 @@ class Kernel:
                 parts.append(_INT32_MIN <= v < _INT32_LIMIT)
             elif t is float:
                 parts.append("f")
+            elif t is bool:
+                parts.append("b")
             elif v is None:
                 parts.append(None)                        # compiled in: not a kernel parameter
                 continue
             else:
-                v = _fast_device_view(v)
-                if v is None:
-                    return None
+                view = _fast_device_view(v)
+                if view is None:
+                    if t not in _NUMPY_SCALARS:           # a NumPy scalar's type is its dtype
+                        if not _is_numpy_scalar(t):
+                            return None
+                    parts.append(t)
+                    views.append(v)
+                    continue
+                v = view
                 parts.append((v.device, _spec_key(v.dtype, v.shape, v.strides, v.ptr)))
             views.append(v)
         consts = tuple([(k, type(c), c) for k, c in kwargs.items()]) if kwargs else ()     # 1024.0 is not 1024
@@ -743,6 +751,22 @@ def _spec_key(dtype, shape, strides, ptr: int) -> tuple:
             _SPEC_KEYS.clear()
         found = _SPEC_KEYS[key] = (dtype.name,) + array_spec_fields(dtype, shape, strides, ptr)[1:]
     return found
+
+
+_NUMPY_SCALARS: set = set()
+
+
+def _is_numpy_scalar(t) -> bool:
+    """True for a NumPy scalar type tilejit has a dtype for (``classify_argument`` passes such a
+    scalar as it is, its spec the type's dtype), remembered for the fast path."""
+    if not (isinstance(t, type) and issubclass(t, np.generic)):
+        return False
+    try:
+        _scalar_dtype("", t(0))
+    except (TilejitError, TypeError, ValueError):
+        return False
+    _NUMPY_SCALARS.add(t)
+    return True
 
 
 def _fast_device_view(value):
