@@ -289,7 +289,8 @@ def launcher(kernel, params, grid, block_threads: int, args, kwargs: dict, num_w
     from tilejit.runtime.arrays import DeviceArray
     torch = sys.modules.get("torch")
     tensor_type = torch.Tensor if torch is not None else _NoTensor
-    raw_stream = torch._C._cuda_getCurrentRawStream if torch is not None else _no_stream
+    # (a CPU build of torch has no CUDA streams: its tensors never pass the device guard)
+    raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None) or _no_stream
     guards = []
     for value in args:
         guard = _arg_guard(value, DeviceArray, tensor_type)
