@@ -382,6 +382,36 @@ static int run(Launcher *self, PyObject *args, PyObject *kwargs, PyObject *num_w
         if (PyErr_Occurred())
             return -1;
     }
+    /* First the tensor maps of new pointers, through Python (which may let another thread run
+     * and launch through this launcher); then, with no Python call until the launch, the
+     * shared slots and maps are written: a launch never sees another's half-written values. */
+    PyObject *encoded[self->nparams + 1];
+    for (Py_ssize_t i = 0; i < self->nparams; i++) {
+        param_slot *p = &self->params[i];
+        uint64_t v = values[p->arg < 0 ? 0 : p->arg];
+        encoded[i] = NULL;
+        if (p->kind != P_MAP || self->map_ptr[p->value] == v)
+            continue;
+        PyObject *bytes = PyObject_CallFunction(self->encode, "LK", (long long)p->value, (unsigned long long)v);
+        if (bytes && (!PyBytes_Check(bytes) || PyBytes_GET_SIZE(bytes) != MAP_BYTES)) {
+            Py_CLEAR(bytes);
+            PyErr_SetString(PyExc_ValueError, "Launcher: a tensor map is 128 bytes");
+        }
+        if (!bytes) {
+            for (Py_ssize_t j = 0; j < i; j++)
+                Py_XDECREF(encoded[j]);
+            return -1;
+        }
+        encoded[i] = bytes;
+    }
+    for (Py_ssize_t i = 0; i < self->nparams; i++) {   /* a map another launch re-encoded meanwhile */
+        param_slot *p = &self->params[i];
+        if (p->kind == P_MAP && !encoded[i] && self->map_ptr[p->value] != values[p->arg]) {
+            for (Py_ssize_t j = 0; j < self->nparams; j++)
+                Py_XDECREF(encoded[j]);
+            return 0;                           /* (rare) the Python path launches this one */
+        }
+    }
     for (Py_ssize_t i = 0; i < self->nparams; i++) {
         param_slot *p = &self->params[i];
         uint64_t v = values[p->arg < 0 ? 0 : p->arg];
@@ -404,20 +434,11 @@ static int run(Launcher *self, PyObject *args, PyObject *kwargs, PyObject *num_w
         case P_FLOAT64:
             self->slots[i] = v;
             break;
-        case P_MAP:                             /* encoded again only for another pointer */
-            if (self->map_ptr[p->value] != v) {
-                PyObject *bytes = PyObject_CallFunction(self->encode, "LK", (long long)p->value,
-                                                        (unsigned long long)v);
-                if (!bytes)
-                    return -1;
-                if (!PyBytes_Check(bytes) || PyBytes_GET_SIZE(bytes) != MAP_BYTES) {
-                    Py_DECREF(bytes);
-                    PyErr_SetString(PyExc_ValueError, "Launcher: a tensor map is 128 bytes");
-                    return -1;
-                }
-                memcpy(self->maps + MAP_BYTES * p->value, PyBytes_AS_STRING(bytes), MAP_BYTES);
-                Py_DECREF(bytes);
+        case P_MAP:                             /* encoded in the first pass where new */
+            if (encoded[i]) {
+                memcpy(self->maps + MAP_BYTES * p->value, PyBytes_AS_STRING(encoded[i]), MAP_BYTES);
                 self->map_ptr[p->value] = v;
+                Py_CLEAR(encoded[i]);
             }
             break;
         default:                                /* P_CONST: written once */

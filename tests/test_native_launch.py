@@ -632,3 +632,29 @@ def test_bool_and_numpy_scalar_arguments_relaunch_on_the_gpu(python_launches):
     # negate_unless: its full path, then its Python fast path; bump with NumPy scalars (no
     # native launcher takes them): its full path, then the Python fast path twice
     assert len(python_launches) == 5
+
+
+def test_a_launch_from_inside_a_map_encoding_does_not_mix_its_values_in(fake_torch, monkeypatch):
+    """Encoding a map runs Python, where another thread may launch through the same launcher:
+    here the encoder itself launches once with other values.  Each launch must carry its own
+    pointer, map and scalar."""
+    from tilejit.runtime import tensormap
+    from tilejit.runtime.arrays import KernelArray
+    box = ParamDesc(ParamKind.TENSOR_MAP, 0, None, dtypes.float32, box=(2, 8), swizzle=0)
+    params = [_p(ParamKind.PTR, 0), box, _p(ParamKind.SCALAR, 1, dtype=dtypes.int32)]
+    driver = FakeDriver(3)
+    x, other = FakeTensor(ptr=0x10000), FakeTensor(ptr=0x90000)
+    views = [KernelArray(x.ptr, x.shape, x._strides, dtypes.float32, 0), 1]
+    launcher = native.launcher(_kernel(), params, (2, 1, 1), 128, (x, 1), {}, None, ({}, (), ()),
+                               ((), (), SWITCHES, 0), (), views, functions=driver.addresses)
+    nested = []
+
+    def encode(array, desc):
+        if not nested:
+            nested.append(True)
+            assert launcher((other, 2), {}, None, None) is True
+        return array.ptr.to_bytes(8, "little") * 16
+    monkeypatch.setattr(tensormap, "encode", encode)
+    assert launcher((x, 1), {}, None, None) is True
+    got = [(struct.unpack("<Q", c[6][0])[0], struct.unpack("<Q", c[6][1])[0], c[6][2][0]) for c in driver.launches]
+    assert got == [(0x90000, 0x90000, 2), (0x10000, 0x10000, 1)]
