@@ -147,6 +147,7 @@ def test_a_map_is_the_drivers_16_words_and_a_refusal_is_a_launch_error(monkeypat
     from tilejit.runtime import driver
     args = tensormap.tiled_args(1 << 20, (64, 64), (64, 1), tj.bfloat16, (64, 64), 128)
     fake = _FakeDriver(cuda)
+    monkeypatch.setattr(driver, "lib", lambda: None)       # the fake cuda-python, never the machine's libcuda
     monkeypatch.setattr(driver, "cuda", lambda: fake)
     assert tensormap._encode_tiled(args) == struct.pack("<16Q", *range(1, 17))
     assert [int(x) for x in fake.calls[0][3]] == [64, 64]
