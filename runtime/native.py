@@ -30,7 +30,6 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_launch
 MODULE = "tilejit_native_launch"
 ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY, ARG_BOOL = range(7)
 P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64, P_MAP = range(6)
-PROGRAMMATIC_STREAM_SERIALIZATION = 6      # native_launch.c launches a dependent kernel with it
 _INT_PARAMS = {"int32": 4, "int64": 8}
 _FLOAT_PARAMS = {"float32": P_FLOAT32, "float64": P_FLOAT64}
 
