@@ -276,7 +276,8 @@ def assign_layouts(fn: ir.Function, num_warps: int) -> ir.Function:
         if is_tile(a):
             assigner.set(a, default_layout(a.type, num_warps))
     assigner.block(fn.body)
-    if pin_broadcast_loads(fn, assigner) | pin_dmma_operands(fn, assigner):
+    from tilejit.passes.nibble_operands import pin_nibble_operands
+    if pin_nibble_operands(fn, assigner) | pin_broadcast_loads(fn, assigner) | pin_dmma_operands(fn, assigner):
         assigner.block(fn.body)
     fn.meta["layouts"] = assigner.layouts
     fn.meta["deferred"] = assigner.deferred

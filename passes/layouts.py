@@ -50,6 +50,9 @@ class LayoutKind(enum.Enum):
     LDMATRIX_B = "ldmatrix_b"
     LDMATRIX_B_NK = "ldmatrix_b_nk"
     CHUNKS = "chunks"                           # one register per 16-byte cp.async chunk
+    NIBBLE_BYTES = "nibble_bytes"               # packed 4-bit B as ldmatrix.trans leaves it
+    NIBBLE_B = "nibble_b"                       # its mma B fragments, columns interleaved
+    NIBBLE_C = "nibble_c"                       # the accumulator of such a B
 
 
 @dataclass(frozen=True)

@@ -543,12 +543,15 @@ class Lowering:
     def op_RESHAPE(self, o):
         src_v, dst = o.operands[0], self.layouts.get(o.result)
         st = src_v.type.shape if is_tile(src_v) else ()
-        if dst is not None and src_v in self.deferred and len(st) >= 2 and \
-                tuple(dst.shape) == tuple(st[:-2]) + (st[-2] * st[-1],):
-            split = L.split_last(dst, st[-1])           # a merge of the last two dims: computed
-            if split is not None:                       # in place, register for register
-                self.values[o.result] = self.get(src_v, split)
-                return
+        merge = dst is not None and len(st) >= 2 and tuple(dst.shape) == tuple(st[:-2]) + (st[-2] * st[-1],)
+        split = L.split_last(dst, st[-1]) if merge else None
+        # a merge of the last two dims computed in place, register for register: a deferred source
+        # is built in that layout; a concrete one holding the same elements (``nibble_operands``'
+        # unpacked bytes) is renamed
+        if split is not None and (src_v in self.deferred or src_v in self.layouts and min(st[-2:]) > 1
+                                  and L.same_elements(self.layouts[src_v], split) is not None):
+            self.values[o.result] = self.get(src_v, split)
+            return
         src = self.layout_of(src_v)
         sv = self.get(src_v, src)
         if dst is None:                       # a one-element tile to a scalar: every thread has it

@@ -179,6 +179,19 @@ def register_a_fragments(lw, a_v: ir.Value, cfg: DotConfig) -> list[list[ir.Valu
     return out
 
 
+def register_b_fragments(lw, b_v: ir.Value, cfg: DotConfig) -> list[list[ir.Value]]:
+    """B fragments ``[kk][ni]`` packed from registers in ``cfg.b_register_layout`` (B unpacked
+    from 4-bit values: ``nibble_operands`` loads its bytes so that this is a renaming)."""
+    values = lw.get(b_v, cfg.b_register_layout)
+    size = ML.fragment_size(cfg.kind, ML.Operand.B)
+    out = []
+    for kk in range(cfg.k_steps):
+        first = kk * cfg.n_reps * size
+        out.append([lw.emit(SimtOp.PACK, [lw.gather(values, range(first + ni * size, first + ni * size + size))],
+                            RegType(I32, cfg.kind.b_regs)).result for ni in range(cfg.n_reps)])
+    return out
+
+
 def operand_source(lw, v: ir.Value, cfg: DotConfig, tile: SharedTile, staged: dict) -> Staged:
     """Operand ``v``'s swizzled shared tile for ldmatrix: a pipelined load's ring slot or a tile
     staged before the loop (in ``staged``), else staged here as ``tile``."""
@@ -230,14 +243,16 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
             return wgmma.lower_wgmma(lw, o, cfg, a_src, b_src)
     a_regs = None if a_v in staged else register_a_fragments(lw, a_v, cfg)
     a_src = None if a_regs else operand_source(lw, a_v, cfg, SharedTile.A, staged)
-    b_src = operand_source(lw, b_v, cfg, SharedTile.B, staged)
+    b_regs = register_b_fragments(lw, b_v, cfg) if cfg.nibbles else None
+    b_src = None if b_regs else operand_source(lw, b_v, cfg, SharedTile.B, staged)
     acc = lw.get(acc_v, cfg.acc_layout)
     pieces = [[lw.gather(acc, range((mi * cfg.n_reps + ni) * 4, (mi * cfg.n_reps + ni) * 4 + 4))
                for ni in range(cfg.n_reps)] for mi in range(cfg.m_reps)]
     attrs = simt.MmaAttrs(cfg.kind.ab_type)
     for kk in range(cfg.k_steps):            # fragments of one k step live at a time
         a_frags = a_regs[kk] if a_regs else a_fragments(lw, cfg, a_src.base, a_src.buffer, kk)
-        b_frags = b_fragments(lw, cfg, b_src.base, b_src.buffer, kk, n_major=b_src.tile is SharedTile.B_NK)
+        b_frags = b_regs[kk] if b_regs else \
+            b_fragments(lw, cfg, b_src.base, b_src.buffer, kk, n_major=b_src.tile is SharedTile.B_NK)
         for mi in range(cfg.m_reps):
             for ni in range(cfg.n_reps):
                 pieces[mi][ni] = lw.emit(SimtOp.MMA, [a_frags[mi], b_frags[ni], pieces[mi][ni]],

@@ -232,6 +232,115 @@ def mma_layout(kind: MmaKind | str, operand: Operand | str, shape: tuple[int, in
 _LAYOUT_KIND = {Operand.A: LayoutKind.MMA_A, Operand.B: LayoutKind.MMA_B, Operand.C: LayoutKind.MMA_C}
 
 
+# ------------------------------------------------------------------- 4-bit B, columns interleaved
+# A B operand unpacked from 4-bit values packed two per byte along N (``tj.unpack``) is taken
+# into fragments straight from the packed bytes.  ``ldmatrix.x4.trans`` of a (K x N/2)-byte tile
+# moves 16-bit pairs of bytes: lane (g, t) receives rows 2t and 2t+1 of byte pair g of each
+# 16-byte row, that is 2 rows of K x 4 columns of N.  So the mma's column ``x`` of n8 tile
+# ``j`` of a 32-column block ``nb`` is the tile's column ``32 nb + 4 x + j``: each lane's four
+# columns are neighbours in memory, and register ``b<i>`` of tile ``j`` is nibble ``j`` of
+# rows 2t + (i & 1) (+ 8): the two rows of one 32-bit word, bytes 0 and 2 (a ``lop3`` turns
+# a word's four nibble pairs into four bf16x2 fragment registers).  The accumulator follows:
+# column ``x`` of tile (nb, j) is ``32 nb + 4 x + j``.  Warp tiles must span 32 columns.
+NIBBLE_BLOCK = 32                  # columns of N one ldmatrix row (16 bytes) holds
+
+
+def nibble_ok(kind: MmaKind | str, n: int, warps: tuple[int, int]) -> bool:
+    """Whether a B tile of ``n`` columns on ``warps`` can take interleaved 4-bit fragments."""
+    kind = as_mma_kind(kind)
+    return kind.bits == 16 and n % warps[1] == 0 and (n // warps[1]) % NIBBLE_BLOCK == 0
+
+
+def _warp_terms(warps: tuple[int, int], operand: Operand, block: tuple[int, int]):
+    wm, wn = warps
+    warp_m = (BitTerm("warp", 0, wm.bit_length() - 1, block[0]),) if wm > 1 and operand is Operand.C else ()
+    warp_n = (BitTerm("warp", wm.bit_length() - 1, wn.bit_length() - 1, block[1]),) if wn > 1 else ()
+    return warp_m, warp_n
+
+
+def nibble_bytes_layout(shape: tuple[int, int], warps: tuple[int, int]) -> Layout:
+    """The packed bytes (K x N/2, uint8) of an interleaved 4-bit B: lane (g, t) holds bytes
+    ``2g, 2g+1`` of each 16-byte row chunk of rows ``2t, 2t+1`` (+ 8) of each k16 step, in
+    register order (k step, 16-byte chunk, row + 8, row + 1, byte): each four registers are
+    one 32-bit ``ldmatrix.trans`` destination register."""
+    k, half = shape
+    _, warp_n = _warp_terms(warps, Operand.B, (k, half // warps[1]))
+    chunks = half // warps[1] // LDMATRIX_ROW_BYTES
+    regs = tuple((16 * kk + 8 * h + r, LDMATRIX_ROW_BYTES * c + e)
+                 for kk in range(k // 16) for c in range(chunks) for h in range(2) for r in range(2) for e in range(2))
+    return Layout(LayoutKind.NIBBLE_BYTES, tuple(shape), warps[0] * warps[1], regs,
+                  ((BitTerm("lane", 0, 2, 2),), (BitTerm("lane", 2, 3, 2),) + warp_n), f"warps={warps}")
+
+
+def nibble_b_layout(kind: MmaKind | str, shape: tuple[int, int], warps: tuple[int, int]) -> Layout:
+    """The B operand (K x N, 16-bit) of interleaved 4-bit fragments, in the register order
+    of ``mma_layout``'s B (k step, n8 tile, fragment element): n8 tile ``4 nb + j``'s column
+    ``x`` is column ``32 nb + 4 x + j``, so each adjacent register pair is one 32-bit
+    fragment register, the same nibble of two rows."""
+    kind = as_mma_kind(kind)
+    k, n = shape
+    _, warp_n = _warp_terms(warps, Operand.B, (k, n // warps[1]))
+    blocks = n // warps[1] // NIBBLE_BLOCK
+    r0, _ = b_coord(kind, np.zeros(4, np.int64), np.arange(4))
+    regs = tuple((16 * kk + int(r), NIBBLE_BLOCK * nb + j)
+                 for kk in range(k // 16) for nb in range(blocks) for j in range(4) for r in r0)
+    return Layout(LayoutKind.NIBBLE_B, tuple(shape), warps[0] * warps[1], regs,
+                  ((BitTerm("lane", 0, 2, 2),), (BitTerm("lane", 2, 3, 4),) + warp_n),
+                  f"{kind.shape}.{kind.ab_type}, warps={warps}")
+
+
+def nibble_c_layout(kind: MmaKind | str, shape: tuple[int, int], warps: tuple[int, int]) -> Layout:
+    """The accumulator (M x N) of a DOT whose B is ``nibble_b_layout``: ``mma_layout``'s C
+    register order (m16 tile, n8 tile, element) with n8 tile ``4 nb + j``'s column ``x`` at
+    ``32 nb + 4 x + j``."""
+    kind = as_mma_kind(kind)
+    m, n = shape
+    block = (m // warps[0], n // warps[1])
+    warp_m, warp_n = _warp_terms(warps, Operand.C, block)
+    r0, c0 = c_coord(kind, np.zeros(4, np.int64), np.arange(4))
+    regs = tuple((kind.m * mi + int(r), NIBBLE_BLOCK * nb + 4 * int(c) + j)
+                 for mi in range(block[0] // kind.m) for nb in range(block[1] // NIBBLE_BLOCK) for j in range(4)
+                 for r, c in zip(r0, c0))
+    return Layout(LayoutKind.NIBBLE_C, tuple(shape), warps[0] * warps[1], regs,
+                  ((BitTerm("lane", 2, 3, 1),) + warp_m, (BitTerm("lane", 0, 2, 8),) + warp_n),
+                  f"{kind.shape}.{kind.ab_type}, warps={warps}")
+
+
+def nibble_ldmatrix_rows(shape: tuple[int, int], warps: tuple[int, int], warp: int) -> np.ndarray:
+    """(k steps / 2, chunks, 32, 2): the (row, byte column) of the packed tile whose 16 bytes
+    lane ``i`` of warp ``warp`` addresses in ``ldmatrix.x4.trans`` number (pair of k steps p,
+    chunk c): matrix ``i // 8`` is rows ``16 (2p + m // 2) + 8 (m % 2)`` + 0..7, so destination
+    register ``m`` is ``nibble_bytes_layout``'s registers of k step ``2p + m // 2``, row + 8
+    ``m % 2`` (a k tile of 16 rows takes ``.x2``, whose lanes past 16 repeat)."""
+    k, half = shape
+    wn_index = warp // warps[0]
+    lanes = np.arange(WARP_SIZE)
+    matrix, r = lanes >> 3, lanes & 7
+    steps = k // 16
+    pairs = max(1, steps // 2)
+    chunks = half // warps[1] // LDMATRIX_ROW_BYTES
+    out = np.zeros((pairs, chunks, WARP_SIZE, 2), np.int64)
+    for p in range(pairs):
+        for c in range(chunks):
+            m = matrix % (4 if steps > 1 else 2)
+            out[p, c, :, 0] = 16 * (2 * p + m // 2) + 8 * (m % 2) + r
+            out[p, c, :, 1] = wn_index * (half // warps[1]) + LDMATRIX_ROW_BYTES * c
+    return out
+
+
+def nibble_ldmatrix_layout(shape: tuple[int, int], warps: tuple[int, int]) -> Layout:
+    """``nibble_ldmatrix_rows`` as a layout of row addresses over the packed (K x N/2) tile, K a
+    multiple of 32: one register per ``ldmatrix.x4.trans`` (pair of k steps, 16-byte chunk),
+    whose lane ``i`` points at row ``8 (i >> 3) + (i & 7)`` of its 32 rows."""
+    k, half = shape
+    assert k % 32 == 0, shape
+    _, warp_n = _warp_terms(warps, Operand.B, (k, half // warps[1]))
+    chunks = half // warps[1] // LDMATRIX_ROW_BYTES
+    regs = tuple((32 * p, LDMATRIX_ROW_BYTES * c) for p in range(k // 32) for c in range(chunks))
+    return Layout(LayoutKind.LDMATRIX_B, tuple(shape), warps[0] * warps[1], regs,
+                  ((BitTerm("lane", 0, 3, 1), BitTerm("lane", 3, 2, 8)), warp_n), f"nibbles, warps={warps}")
+
+
 # -------------------------------------------------------------------------------------- ldmatrix
 def ldmatrix_address_lanes(num: int) -> np.ndarray:
     """Lanes whose address ``ldmatrix .x<num>`` reads: lane ``i`` (``i < 8*num``) holds the start

@@ -27,6 +27,7 @@ class DotConfig:
     warps: tuple[int, int]          # (wm, wn): warp w computes C block (w % wm, w // wm)
     ab_dtype: D.DType
     acc_dtype: D.DType
+    nibbles: bool = False           # B unpacked from 4-bit values: interleaved fragments (``nibble_operands``)
 
     @property
     def warp_tile(self) -> tuple[int, int]:
@@ -50,7 +51,16 @@ class DotConfig:
 
     @property
     def acc_layout(self) -> L.Layout:
+        if self.nibbles:
+            return ML.nibble_c_layout(self.kind, (self.m, self.n), self.warps)
         return ML.mma_layout(self.kind, ML.Operand.C, (self.m, self.n), self.warps)
+
+    @property
+    def b_register_layout(self) -> L.Layout:
+        """The layout B's fragments are packed from when they come from registers."""
+        if self.nibbles:
+            return ML.nibble_b_layout(self.kind, (self.k, self.n), self.warps)
+        return ML.mma_layout(self.kind, ML.Operand.B, (self.k, self.n), self.warps)
 
     @property
     def registers_only(self) -> bool:

@@ -169,6 +169,9 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
         lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         if s:        # other slots of the ring: the barrier before slot 0's copies covers them
             lw.ordered_by_pipeliner(op for op in lw.b.block.ops[first:] if op.op is SimtOp.CP_ASYNC)
+    for row in rows:
+        if row.nibbles:             # a shared tile: its prologue copies are left to insert_barriers too
+            row.ops.clear()
 
     def before_body(iv_value):
         _sync(lw, ahead - 1, async_proxy)
@@ -185,8 +188,8 @@ def lower_pipelined_for(lw, o: ir.Operation, plan: LoopPlan) -> None:
         lw.emit(SimtOp.CP_ASYNC_COMMIT, [])
         for ring in rings:
             lw.stage(ring.value, Staged(ring.slot_base(lw, read), ring.buf, ring.tile))
-        for row in rows:            # each thread reads back its own chunks: no barrier of their own
-            lw.ring_read(row.load, row, read)
+        for row in rows:            # each thread reads back its own chunks (or, nibble rings, any
+            lw.ring_read(row.load, row, read)      # chunk after the barrier above): no barrier of their own
 
     body = _emit_loop(lw, o, plan, rings, before_body)
     for row in rows:

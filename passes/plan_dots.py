@@ -14,9 +14,13 @@ each warp.  Other DOTs get ``mma_tiling.choose_warps``'s split.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tilejit import ir
 from tilejit.ir import TileOp
 from tilejit.passes import wgmma
+from tilejit.passes.nibble_operands import nibble_source
+from tilejit.passes.mma_layouts import nibble_ok
 from tilejit.passes.assign_layouts import source_dot
 from tilejit.passes.mma_layouts import mma_kind_for
 from tilejit.passes.mma_tiling import DEFAULT_STAGES, dot_config
@@ -52,6 +56,8 @@ def plan_dots(fn: ir.Function, num_warps: int, target: str = "sm_90a", wgmma_swi
             continue
         cfg = dot_config(o, num_warps, (num_warps, 1) if o in rows else None, target)
         family = DotFamily.FMA if cfg is None else DotFamily.WGMMA if o in on_wgmma else DotFamily.MMA_SYNC
+        if family is DotFamily.MMA_SYNC and nibble_ok(cfg.kind, cfg.n, cfg.warps) and nibble_source(o) is not None:
+            cfg = dataclasses.replace(cfg, nibbles=True)     # B's fragments from its packed bytes
         plans[o] = DotPlan(family, cfg)
     fn.meta["dot_plans"] = plans
     return fn

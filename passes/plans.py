@@ -107,6 +107,8 @@ class RowRingPlan:
     a thread-private ring (``passes.row_rings``): each thread copies and reads its own chunks."""
     load: ir.Operation
     offsets: tuple[ir.Operation, ...]      # the body ops computing the load's offsets
+    nibbles: object = None                 # a DotConfig: packed 4-bit B read by every warp with
+    #                                        ldmatrix.trans from a shared, swizzled tile (not thread-private)
 
 
 class CopyEngine(enum.Enum):
@@ -188,7 +190,7 @@ class DotPlan:
             return self.family.value
         c = self.config
         return (f"{self.family.value} {c.kind.ab_type} m{c.m} n{c.n} k{c.k} "
-                f"warps {c.warps[0]}x{c.warps[1]} acc {c.acc_dtype.name}")
+                f"warps {c.warps[0]}x{c.warps[1]} acc {c.acc_dtype.name}" + (", B from nibbles" if c.nibbles else ""))
 
 
 class DotPlans(dict):

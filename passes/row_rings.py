@@ -16,7 +16,10 @@ needs no barrier: a thread's ``cp.async.wait_group`` is enough.
 
 A tensor-core loop whose DOT operands come through cp.async rings may ring its other big loads
 too (``DOT_LOOP_ROW_RINGS``, off: measured slower for W4A16), in the operand rings' commit
-groups, so the same wait lands them.
+groups, so the same wait lands them.  The packed 4-bit B of a DOT that takes its fragments from
+the bytes (``nibble_operands``) is always ringed there, but not thread-private: each slot is one
+swizzled (K, N/2) tile that every warp reads with ``ldmatrix.trans`` after the operand rings'
+barrier (``nibble_ringable``, ``RowRing.read_nibbles``).
 
 A loop that stores rings only loads of the stored block (an in-place update of the same array,
 or another array: launches take arrays that are the same or do not overlap, the README says).
@@ -39,8 +42,9 @@ from tilejit import ir, simt
 from tilejit.abi import ParamKind
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
-from tilejit.passes import lower_memory
-from tilejit.passes.assign_layouts import array_spec, is_tile
+from tilejit.passes import lower_dot, lower_memory
+from tilejit.passes import mma_layouts as ML
+from tilejit.passes.assign_layouts import array_spec, is_tile, memory_layout
 from tilejit.passes.plans import RowRingPlan
 from tilejit.passes.ring_sources import offset_slice
 from tilejit.simt import SimtOp
@@ -91,6 +95,28 @@ def ringable(fn: ir.Function, layouts: dict, multiples, body: ir.Block, o: ir.Op
     return None if offsets is None else RowRingPlan(o, tuple(offsets))
 
 
+def nibble_ringable(fn: ir.Function, multiples, body: ir.Block, o: ir.Operation, num_warps: int) -> RowRingPlan | None:
+    """LOAD ``o`` of a DOT loop as a shared ring read with ``ldmatrix.trans`` into the interleaved
+    4-bit fragments of ``nibble_operands`` (``fn.meta["nibble_loads"]``), or None: copied in
+    16-byte chunks of its memory layout (no replicas) into a swizzled row-major tile of K rows
+    of N/2 bytes (a power of two, at least 16), K a multiple of 32, zeros outside the array."""
+    cfg = fn.meta.get("nibble_loads", {}).get(o)
+    if cfg is None or o.op is not TileOp.LOAD or (o.attrs and o.attrs.other not in (None, 0)):
+        return None
+    spec = array_spec(fn, o.operands[0])
+    k, half = cfg.k, cfg.n // 2
+    if not (spec.unit_inner_stride and spec.aligned16) or k % 32 or half < 16 or half & (half - 1) \
+            or o.result.type.shape[-1] != half:
+        return None
+    mem = memory_layout(o.result.type.shape, spec, num_warps)
+    if L.contiguous_run(mem) < 16 or mem.n % 16 or mem.replica_bits("lane") or mem.replica_bits("warp"):
+        return None
+    if multiples.of(o.operands[-1]) % 16:
+        return None
+    offsets = offset_slice(body, o)
+    return None if offsets is None else RowRingPlan(o, tuple(offsets), cfg)
+
+
 def row_ring_plans(fn: ir.Function, layouts: dict, multiples, loop: ir.Operation,
                    num_warps: int, target: str = "sm_90a") -> tuple[int, tuple[RowRingPlan, ...]]:
     """(stages, rings) for FOR ``loop``: its ringable loads (``ringable``) at as many slots as
@@ -118,15 +144,18 @@ def dot_loop_row_rings(fn: ir.Function, layouts: dict, multiples, loop: ir.Opera
     commit groups and read back by each thread (``DOT_LOOP_ROW_RINGS``; none in a loop that
     writes memory, or past ``ROW_RING_BYTES`` for all slots)."""
     body = loop.regions[0]
-    if not DOT_LOOP_ROW_RINGS or stages < 2 or any(o.op in (TileOp.STORE, TileOp.ATOMIC) for o in body.walk()):
+    if stages < 2 or any(o.op in (TileOp.STORE, TileOp.ATOMIC) for o in body.walk()):
         return ()
     ringed = {r.load for r in rings}
     out, total = [], 0
     for o in body.ops:
-        r = None if o in ringed else ringable(fn, layouts, multiples, body, o)
+        r = None if o in ringed else nibble_ringable(fn, multiples, body, o, num_warps)
+        if r is None and o not in ringed and DOT_LOOP_ROW_RINGS:
+            r = ringable(fn, layouts, multiples, body, o)
         if r is None:
             continue
-        size = slot_bytes(layouts[o.result], o.result.type.dtype.itemsize, num_warps)
+        size = o.result.type.numel if r.nibbles else \
+            slot_bytes(layouts[o.result], o.result.type.dtype.itemsize, num_warps)
         if o.result.type.numel * o.result.type.dtype.itemsize < DOT_LOOP_MIN_BYTES or \
                 total + stages * size > ROW_RING_BYTES:
             continue
@@ -177,20 +206,31 @@ class RowRing:
     """The S-slot thread-private ring of one load (``plan`` is its ``RowRingPlan``)."""
 
     def __init__(self, lw, plan: RowRingPlan, stages: int):
-        self.load, self.offsets = plan.load, plan.offsets
-        self.layout = lw.layouts[self.load.result]
+        self.load, self.offsets, self.nibbles = plan.load, plan.offsets, plan.nibbles
         self.spec = array_spec(lw.fn, self.load.operands[0])
+        self.layout = memory_layout(self.load.result.type.shape, self.spec, lw.num_warps) if self.nibbles \
+            else lw.layouts[self.load.result]
         self.item = self.spec.dtype.itemsize
         self.per = 16 // self.item                      # elements per chunk
         self.chunks = L.Layout(L.LayoutKind.CHUNKS, self.layout.shape, self.layout.num_warps,
                                self.layout.regs[::self.per], self.layout.terms)
         self.threads = 32 * lw.num_warps
-        self.slot_bytes = self.chunks.n * 16 * self.threads
-        self.base, self.buf = lw.alloc_shared(stages * self.slot_bytes, align=16)
+        if self.nibbles:                                # one swizzled (K, N/2) tile a slot, shared
+            self.rows = (self.nibbles.k, self.nibbles.n // 2)
+            self.slot_bytes = self.rows[0] * self.rows[1]
+            self.base, self.buf = lw.alloc_shared(stages * self.slot_bytes, align=128)
+        else:
+            self.slot_bytes = self.chunks.n * 16 * self.threads
+            self.base, self.buf = lw.alloc_shared(stages * self.slot_bytes, align=16)
         self.ops: list[ir.Operation] = []             # its copies and reads (ordered by the ring)
 
     def chunk_addresses(self, lw, slot) -> ir.Value:
         """Shared byte address of each of the thread's chunks in ``slot`` (i32, one per chunk)."""
+        if self.nibbles:
+            start = lw.ew(TileOp.ADD, [self.base, lw.ew(TileOp.MUL, [slot, lw.const(I32, [self.slot_bytes])], I32)], I32)
+            flat = L.unit_dims_changed(self.chunks, self.rows)
+            offsets, _ = lower_dot.swizzled_offsets(lw, flat, self.rows[1], 1)
+            return lw.ew(TileOp.ADD, [lw.splat(start, flat.n), offsets], I32)
         tid = lw.thread_id("tid", placing=False)
         start = lw.ew(TileOp.ADD, [lw.ew(TileOp.MUL, [slot, lw.const(I32, [self.slot_bytes])], I32),
                                    lw.ew(TileOp.MUL, [tid, lw.const(I32, [16])], I32)], I32)
@@ -212,6 +252,8 @@ class RowRing:
 
     def read(self, lw, slot) -> ir.Value:
         """The load's tile, in its layout, from ``slot`` (elements outside the array: ``other``)."""
+        if self.nibbles:
+            return self.read_nibbles(lw, slot)
         n, per = self.layout.n, self.per
         chunk = self.chunk_addresses(lw, slot)
         addr = lw.ew(TileOp.ADD, [lw.gather(chunk, [r // per for r in range(n)]),
@@ -224,6 +266,32 @@ class RowRing:
             return op.result
         _, _, inside, _ = lower_memory.element_offsets(lw, self.load.operands[0], self.load.operands[1:], self.layout)
         return lw.ew(TileOp.WHERE, [inside, op.result, lw.const(dt, [other] * n)], dt)
+
+
+    def read_nibbles(self, lw, slot) -> ir.Value:
+        """The packed bytes from ``slot`` by ``ldmatrix.x4.trans`` (``mma_layouts.nibble_ldmatrix_layout``),
+        in the load's layout (the same elements as ``nibble_bytes_layout``: a renaming)."""
+        cfg, (k, half) = self.nibbles, self.rows
+        rows = ML.nibble_ldmatrix_layout((k, half), cfg.warps)
+        offsets, _ = lower_dot.swizzled_offsets(lw, rows, half, 1)
+        start = lw.ew(TileOp.ADD, [self.base, lw.ew(TileOp.MUL, [slot, lw.const(I32, [self.slot_bytes])], I32)], I32)
+        addr = lw.ew(TileOp.ADD, [lw.splat(start, rows.n), offsets], I32)
+        words = []
+        for j in range(rows.n):
+            op = lw.emit(SimtOp.LDMATRIX, [lw.gather(addr, [j])], simt.RegType(I32, 4), simt.LdmatrixAttrs(4, True, self.buf))
+            self.ops.append(op)
+            words.append(op.result)
+        chunks = half // cfg.warps[1] // ML.LDMATRIX_ROW_BYTES
+        order = []                      # natural word (k step, chunk, row + 8) <- (ldmatrix j, register m)
+        for kk in range(k // 16):
+            for c in range(chunks):
+                for h in range(2):
+                    order.append((kk // 2 * chunks + c) * 4 + (kk % 2) * 2 + h)
+        raw = lw.gather(lw.concat(words), order)
+        dt = self.load.result.type.dtype
+        values = lw.emit(SimtOp.UNPACK, [raw], simt.RegType(dt, 4 * len(order))).result
+        natural = L.unit_dims_changed(ML.nibble_bytes_layout((k, half), cfg.warps), self.load.result.type.shape)
+        return lw.gather(values, L.same_elements(natural, lw.layouts[self.load.result]))
 
 
 def strides_aligned(lw, rings) -> ir.Value | None:

@@ -108,7 +108,7 @@ def test_only_low_then_high_of_one_byte_pairs():
     assert nibbles.cast_pairs(ctx, [slo, shi], D.int8, D.bfloat16) is not None
 
 
-def _w4a16_ptx(monkeypatch, on: bool):
+def _w4a16_ptx(monkeypatch, on: bool, bn: int = 64):
     from examples import w4a16_gemm
     from tilejit.backends.cuda import build
     monkeypatch.setattr(nibbles, "NIBBLE_PAIRS", on)
@@ -117,7 +117,7 @@ def _w4a16_ptx(monkeypatch, on: bool):
     packed = np.zeros((256, 64), np.uint8)
     s = np.zeros((2, 128), tj.bfloat16.np)
     specs, consts, _ = k.specialise(k.bind((a, packed, s, s, np.zeros((16, 128), tj.bfloat16.np), None, None),
-                                           {"BM": 16, "BN": 128, "BK": 128, "GROUP": 128}))
+                                           {"BM": 16, "BN": bn, "BK": 128, "GROUP": 128}))
     return build(k.tile_ir(specs, consts), 4, "sm_90a")
 
 
@@ -135,6 +135,19 @@ def test_w4a16_dequantises_pairs_with_prmt(monkeypatch):
 def _int4_to_bf16(p, out, B: tj.constexpr):
     q = tj.unpack(tj.load(p, (0, 0), (16, B)), tj.int4)
     tj.store(out, (0, 0), q.to(tj.bfloat16))
+
+
+def test_w4a16_b_from_nibbles_pairs_two_rows_of_a_word_without_prmt(monkeypatch):
+    """BN 128 on 4 warps: B's fragments come from the packed bytes (``nibble_operands``), each
+    32-bit word two rows of 4 columns; a fragment register is the same nibble of bytes j and j+2,
+    so a pair costs a shift of the word and one logic op (no byte permute)."""
+    ptx = _w4a16_ptx(monkeypatch, True, bn=128)["ptx"]
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans" in ptx
+    masks = re.findall(r"and\.b32\s+%r\d+, %r\d+, 983055;", ptx)             # 0x000F000F
+    assert len(masks) >= 64 and not re.search(r"prmt\.b32\s+%r\d+, %r\d+, %r\d+, 0x[4-7]0[0-3]U;", ptx)
+    for shift in (4, 8, 12):
+        assert re.search(rf"shr\.u32\s+%r\d+, %r\d+, {shift};", ptx)
+    assert "cvt.rn.bf16.f32" not in ptx.split("ldmatrix.sync.aligned.m8n8.x4.trans")[1].split("st.global")[0]
 
 
 def test_int4_pairs_flip_the_sign_bit_in_the_same_logic_op(monkeypatch):

@@ -169,6 +169,7 @@ class SimtOp(enum.Enum):
     #   mma.sync.aligned.<shape>.row.col, D = A @ B + C per warp                   MmaAttrs
     PACK = enum.auto()           # (x: n elements of b bits) -> <n*b/32 x i32>: consecutive
     #   elements packed into 32-bit registers, lowest first (bitcast for 32-bit elements)
+    UNPACK = enum.auto()         # (x: <n x i32>) -> <n*32/b x (b-bit dtype)>: the inverse of PACK
     # async copies (cp.async.cg, 16 bytes each); a copy writes shared memory only when a
     # CP_ASYNC_WAIT retires its group: reading its bytes before that is undefined
     CP_ASYNC = enum.auto()       # (ptr, offsets: n, addr: i32 n, src_bytes: i32 n[, issue: bool])
@@ -455,6 +456,8 @@ _SPECS = {
     else "MMA takes 4 + 2 + 4 registers and gives 4",
     SimtOp.PACK: lambda o: None if _n(o.operands[0]) * o.operands[0].type.dtype.bits == 32 * _n(o.results[0])
     else "PACK must fill whole 32-bit registers",
+    SimtOp.UNPACK: lambda o: None if _n(o.results[0]) * o.results[0].type.dtype.bits == 32 * _n(o.operands[0])
+    and o.operands[0].type.dtype.bits == 32 else "UNPACK must split whole 32-bit registers",
     SimtOp.BARRIER: lambda o: None if not o.operands or (len(o.operands) == 1 and _n(o.operands[0]) == 1
                                                          and o.attrs.threads % 32 == 0)
     else "BARRIER takes nothing, or a named barrier's id and attrs.threads (a multiple of 32)",

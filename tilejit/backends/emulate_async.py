@@ -124,6 +124,14 @@ class AsyncOps:
         raw = raw.reshape(raw.shape[:2] + (-1, per)) << (np.arange(per, dtype=np.uint32) * bits)
         return np.bitwise_or.reduce(raw, axis=-1).view(np.int32)
 
+    def op_UNPACK(self, o, f):
+        x = np.ascontiguousarray(f[o.operands[0]]).view(np.uint32)
+        dt = o.result.type.dtype
+        per = 32 // dt.bits
+        parts = (x[..., None] >> (np.arange(per, dtype=np.uint32) * dt.bits)) & np.uint32((1 << dt.bits) - 1)
+        raw = parts.reshape(x.shape[:-1] + (-1,)).astype(np.dtype(f"uint{dt.bits}"))
+        return raw.view(dt.np)
+
     def op_CP_ASYNC(self, o, f):
         ptr = f[o.operands[0]]
         offs, addr, src = (f[x] for x in o.operands[1:4])

@@ -46,7 +46,7 @@ from tilejit import dtypes as D
 from tilejit import simt
 from tilejit.codegen.base import GLOBAL, I8, I32, I64, Ctx, const, mem_type, reg_type
 from tilejit.codegen.elementwise import elementwise
-from tilejit.codegen.memory import (atomic_global, reduce_global, reduction_allowed, cp_async, device_assert, device_print, load_global, load_shared, pack, shared_pointer,
+from tilejit.codegen.memory import (atomic_global, reduce_global, reduction_allowed, cp_async, device_assert, device_print, load_global, load_shared, pack, unpack, shared_pointer,
                                     store_global, store_shared, to_mem, to_reg)
 from tilejit.errors import CompileError
 from tilejit.ir import UNKNOWN_LOC, TileOp
@@ -500,6 +500,9 @@ class KernelEmitter:
 
     def op_PACK(self, op):
         self.set(op.result, pack(self.ctx, self.get(op.operands[0]), op.operands[0].type.dtype))
+
+    def op_UNPACK(self, op):
+        self.set(op.result, unpack(self.ctx, self.get(op.operands[0]), op.result.type.dtype))
 
     def op_CP_ASYNC(self, op):
         ptr = self.get(op.operands[0])[0]

@@ -441,6 +441,19 @@ def pack(ctx: Ctx, values: list, dt: DType) -> list:
     return out
 
 
+def unpack(ctx: Ctx, words: list, dt: DType) -> list:
+    """i32 registers split into ``dt`` registers, the low bits first (the inverse of ``pack``)."""
+    per = 32 // dt.bits
+    out = []
+    for w in words:
+        if per == 1:
+            out.append(ctx.builder.bitcast(w, mem_type(dt)) if w.type != mem_type(dt) else w)
+            continue
+        vector = ctx.builder.bitcast(w, ir.VectorType(mem_type(dt), per))
+        out += [ctx.builder.extract_element(vector, ir.Constant(I32, j)) for j in range(per)]
+    return out
+
+
 def cp_async(ctx: Ctx, base, offsets: list, addrs: list, sizes: list, dt: DType) -> None:
     """One 16-byte ``cp.async.cg`` (zero-filling past ``sizes[i]`` bytes) per register."""
     for offset, addr, size in zip(offsets, addrs, sizes):

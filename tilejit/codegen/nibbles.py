@@ -41,34 +41,62 @@ def cast_pairs(ctx: Ctx, regs: list, src: DType, dst: DType) -> list | None:
     pair is found (the caller converts register by register)."""
     if not (NIBBLE_PAIRS and base.MAGIC_INT_TO_FLOAT) or dst not in _MAGIC or src not in (D.uint8, D.int8) or len(regs) < 2:
         return None
-    pairs = {i: found for i in range(0, len(regs) - 1, 2)
-             if (found := _nibble_pair(regs[i], regs[i + 1])) is not None and (src == D.int8 or not found[1])}
+    pairs = {}
+    for i in range(0, len(regs) - 1, 2):
+        found = _nibble_pair(regs[i], regs[i + 1]) or _row_pair(regs[i], regs[i + 1])
+        if found is not None and (src == D.int8 or not found[1]):
+            pairs[i] = found
     if not pairs:
         return None
     words: dict = {}
     out = []
     for i in range(0, len(regs), 2):
         if i in pairs:
-            out += _convert_pair(ctx, *pairs[i], dst, words)
+            found = pairs[i]
+            out += _convert_pair(ctx, found[0], found[1], dst, words, *found[2:])
         else:
             out += [convert(ctx, r, src, dst) for r in regs[i:i + 2]]
     return out
 
 
+def _nibbles(v):
+    """(i8 byte, 0 for ``byte & 15`` or 4 for ``byte >> 4``, signed) of a nibble register, or None."""
+    v = _resolve(v)
+    signed = _signed_nibble(v) is not None
+    if signed:
+        v = _resolve(_signed_nibble(v))
+    if not (isinstance(v, ir.Instruction) and v.type == I8):
+        return None
+    if v.opname == "lshr" and _fold(v.operands[1]) == 4:
+        return v.operands[0], 4, signed
+    if v.opname == "and":
+        for a, m in (v.operands, v.operands[::-1]):
+            if _fold(m) == 15:
+                return a, 0, signed
+    return None
+
+
 def _nibble_pair(lo, hi):
     """(i8 byte ``b``, signed) when ``lo`` is ``b & 15`` and ``hi`` is ``b >> 4`` (logical), or
     (signed) ``tj.int4``'s ``(n ^ 8) - 8`` of each."""
-    lo, hi = _resolve(lo), _resolve(hi)
-    signed = _signed_nibble(lo) is not None and _signed_nibble(hi) is not None
-    if signed:
-        lo, hi = _resolve(_signed_nibble(lo)), _resolve(_signed_nibble(hi))
-    if not (isinstance(lo, ir.Instruction) and lo.opname == "and" and isinstance(hi, ir.Instruction)
-            and hi.opname == "lshr" and lo.type == I8 and hi.type == I8):
+    x, y = _nibbles(lo), _nibbles(hi)
+    if x is None or y is None or x[0] is not y[0] or (x[1], y[1]) != (0, 4) or x[2] != y[2]:
         return None
-    byte = hi.operands[0]
-    if _fold(hi.operands[1]) != 4 or not any(a is byte and _fold(m) == 15 for a, m in (lo.operands, lo.operands[::-1])):
+    return x[0], x[2]
+
+
+def _row_pair(lo, hi):
+    """((i8 vector, word), signed, shift) when ``lo`` and ``hi`` are the same nibble of bytes
+    ``j`` and ``j + 2`` of one 32-bit word of a vector of bytes (the packed B of
+    ``nibble_operands``: two rows of one column): ``(word >> shift) & 0x000f000f`` holds both
+    at bits 0-3 and 16-19, one shift and one logic op for the pair."""
+    x, y = _nibbles(lo), _nibbles(hi)
+    if x is None or y is None or x[1] != y[1] or x[2] != y[2]:
         return None
-    return byte, signed
+    a, b = _byte_index(x[0]), _byte_index(y[0])
+    if a is None or b is None or a[0] is not b[0] or a[1] // 4 != b[1] // 4 or a[1] % 4 > 1 or b[1] != a[1] + 2:
+        return None
+    return (a[0], a[1] // 4), x[2], 8 * (a[1] % 4) + x[1]
 
 
 def _signed_nibble(v):
@@ -119,18 +147,26 @@ def _fold(v, depth: int = 6):
     return None
 
 
-def _convert_pair(ctx: Ctx, byte, signed: bool, dst: DType, words: dict) -> list:
+def _convert_pair(ctx: Ctx, byte, signed: bool, dst: DType, words: dict, shift: int | None = None) -> list:
     """(``byte & 15``, ``byte >> 4``) as two ``dst`` registers (``signed``: as int4 values, whose
-    ``n ^ 8`` is the value plus 8)."""
+    ``n ^ 8`` is the value plus 8); with ``shift`` (``_row_pair``), ``byte`` is (vector, word)
+    and the pair is the word's nibbles at bits ``shift`` and ``shift + 16``."""
     b = ctx.builder
     magic, offset, ty = _MAGIC[dst]
-    bits = pair_bits(ctx, byte, signed, magic, words)
+    if shift is None:
+        bits = pair_bits(ctx, byte, signed, magic, words)
+    else:
+        w, _ = _word(ctx, *byte, words)
+        nibbles = b.and_(b.lshr(w, ir.Constant(I32, shift)) if shift else w, ir.Constant(I32, 0x000F000F))
+        if signed:
+            nibbles = b.xor(nibbles, ir.Constant(I32, 0x00080008))
+        bits = b.or_(nibbles, ir.Constant(I32, magic | magic << 16))
     pair_ty = ir.VectorType(ty, 2)
-    shift = offset + 8 if signed else offset
-    values = b.fsub(b.bitcast(bits, pair_ty), ir.Constant(pair_ty, [shift, shift]))
+    sub = offset + 8 if signed else offset
+    values = b.fsub(b.bitcast(bits, pair_ty), ir.Constant(pair_ty, [sub, sub]))
     out = [b.extract_element(values, ir.Constant(I32, k)) for k in range(2)]
     for k, reg in enumerate(out):
-        ctx.nibble_values[id(reg)] = (reg, bits, shift, pair_ty, k)
+        ctx.nibble_values[id(reg)] = (reg, bits, sub, pair_ty, k)
     return out
 
 
@@ -195,18 +231,32 @@ def pair_bits(ctx: Ctx, byte, signed: bool, magic: int, words: dict):
     return b.or_(nibbles, ir.Constant(I32, magic | magic << 16))
 
 
-def _word_of(ctx: Ctx, byte, words: dict):
-    """((32-bit word, the word >> 4), byte index) when ``byte`` is element j of a vector of whole
-    words; ``words`` keeps each word's two registers for the other bytes of the word."""
+def _byte_index(byte):
+    """(vector of whole 32-bit words of i8, index j) when ``byte`` is element j of it, else None."""
     if not (isinstance(byte, ir.Instruction) and byte.opname == "extractelement"):
         return None
     vector, index = byte.operands
     j = _fold(index)
     if j is None or not isinstance(vector.type, ir.VectorType) or vector.type.element != I8 or vector.type.count % 4:
         return None
-    key = (id(vector), j // 4)
+    return vector, j
+
+
+def _word(ctx: Ctx, vector, index: int, words: dict):
+    """(32-bit word ``index`` of the i8 ``vector``, the word >> 4), made once per word."""
+    key = (id(vector), index)
     if key not in words:
         b = ctx.builder
-        w = b.extract_element(b.bitcast(vector, ir.VectorType(I32, vector.type.count // 4)), ir.Constant(I32, j // 4))
+        w = b.extract_element(b.bitcast(vector, ir.VectorType(I32, vector.type.count // 4)), ir.Constant(I32, index))
         words[key] = (w, b.lshr(w, ir.Constant(I32, 4)))
-    return words[key], j % 4
+    return words[key]
+
+
+def _word_of(ctx: Ctx, byte, words: dict):
+    """((32-bit word, the word >> 4), byte index) when ``byte`` is element j of a vector of whole
+    words; ``words`` keeps each word's two registers for the other bytes of the word."""
+    found = _byte_index(byte)
+    if found is None:
+        return None
+    vector, j = found
+    return _word(ctx, vector, j // 4, words), j % 4
