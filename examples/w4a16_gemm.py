@@ -66,8 +66,9 @@ def w4a16_matmul_kernel(a, w, scales, zeros, c, part, count, BM: tj.constexpr, B
         elif BF16_MATH and BM < 64:  # (q - z) is exact in bfloat16 for integer zero points, and a
             # K tile lies in one group: its scale multiplies the tile's product column by column.
             # Spelled (q + 128) - (z + 128): q + 128 is the nibble's bfloat16 as the conversion
-            # builds it (no subtraction), so a pair of weights costs one subtraction, not two
-            acc += tj.dot(x, (q.to(x.dtype) + 128) - (z + 128)) * s.to(tj.float32)
+            # builds it (no subtraction), so a pair of weights costs one subtraction, not two;
+            # the scaled product joins acc in one fused multiply-add
+            acc = tj.fma(tj.dot(x, (q.to(x.dtype) + 128) - (z + 128)), s.to(tj.float32), acc)
         elif BF16_MATH:            # more rows: a second accumulator costs more than a multiply a weight
             acc = tj.dot(x, (q.to(x.dtype) - z) * s, acc)
         else:

@@ -9,6 +9,8 @@ are marked ``GlobalAttrs(vec=...)`` so LLVM emission can use 16-byte vector acce
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 from tilejit.abi import ParamKind
@@ -127,8 +129,23 @@ def _in_range(lw, idx, dim, idx_dt):
 
 
 def load(lw, o: ir.Operation) -> ir.Value:
+    """A LOAD as one LOAD_GLOBAL.  A layout whose registers hold runs of neighbouring elements in
+    another order (a scale row in an accumulator's columns, ``nibble_c_layout``: columns j of
+    four n8 tiles) is loaded in sorted register order, in vectors, and renamed back."""
     array, offsets = o.operands[0], o.operands[1:]
     layout = lw.layouts[o.result]
+    order = sorted(range(layout.n), key=layout.regs.__getitem__)
+    if order != list(range(layout.n)):
+        ordered = dataclasses.replace(layout, regs=tuple(layout.regs[r] for r in order))
+        if L.contiguous_run(ordered) > L.contiguous_run(layout):
+            back = [0] * layout.n
+            for p, r in enumerate(order):
+                back[r] = p
+            return lw.gather(_load(lw, o, array, offsets, ordered), back)
+    return _load(lw, o, array, offsets, layout)
+
+
+def _load(lw, o: ir.Operation, array, offsets, layout: L.Layout) -> ir.Value:
     ptr, offs, mask, vec = element_offsets(lw, array, offsets, layout)
     dt = o.result.type.dtype
     return lw.emit(simt.SimtOp.LOAD_GLOBAL, [ptr, offs, mask], simt.RegType(dt, layout.n),

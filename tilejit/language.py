@@ -279,7 +279,9 @@ def unpack(t, dtype):
     values together: one byte permute, one logic op and one paired subtraction per byte; a
     constant ``c`` added right after (``q.to(tj.bfloat16) + c``) joins that subtraction when
     ``128 - c`` (float16: ``1024 - c``; int4: ``136 - c`` / ``1032 - c``) is a value of the type,
-    the same bits at no cost (``+ 128`` leaves no subtraction at all).
+    the same bits at no cost (``+ 128`` leaves no subtraction at all).  Such values used as the B
+    of a ``tj.dot`` on mma.sync (32 or more columns a warp) are read from the packed bytes straight
+    into the tensor cores' fragments, two rows of a column per logic op.
     Example: ``q = tj.unpack(tj.load(w, (k, n // 2), (BK, BN // 2)), tj.uint4)`` gives (BK, BN) values 0..15."""
 @builtin
 def pack(t, dtype):
