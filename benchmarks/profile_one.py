@@ -17,6 +17,7 @@ compiles; three more follow, so ``-c 1`` after a warm-up skip (``-s 1``) sees a 
 from __future__ import annotations
 
 import argparse
+import os
 
 import common
 import tilejit as tj
@@ -76,6 +77,9 @@ def main() -> int:
         packed, scales, zeros = ex.quantize(np.random.default_rng(0).standard_normal((size, size)).astype(np.float32), 128)
         m = args.m or 1
         a = common.random_tensor(torch, (m, size), torch.bfloat16, seed=1)
+        tiled = os.environ.get("W4_TILED", "1") == "1"       # (bench_quant's default: tile_weights)
+        if tiled:
+            packed = ex.tile_weights(packed, BK, BN)
         w, s, z = (torch.from_numpy(x.view(np.uint16) if x.dtype != np.uint8 else x).cuda() for x in (packed, scales, zeros))
         s, z = s.view(torch.bfloat16), z.view(torch.bfloat16)
         c = torch.empty((m, size), device="cuda", dtype=torch.bfloat16)
@@ -85,7 +89,7 @@ def main() -> int:
 
         def launch():
             ex.w4a16_matmul_kernel[grid](a, w, s, z, c, part, count, BM=BM, BN=BN, BK=BK, GROUP=128, K_SLICE=ks,
-                                         num_warps=nw)
+                                         num_warps=nw, TILED=tiled)
     elif args.kernel == "fp8_blockwise":          # weights stored (N, K); config BMxBNxBKxwarps
         BM, BN, BK, nw = (int(x) for x in (args.config or "128x128x128x8").split("x"))
         ex, size = common.load_example("fp8_blockwise_gemm"), args.size
