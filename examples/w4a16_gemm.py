@@ -24,6 +24,13 @@ one block, so each block's sum comes soon after its slices start, not all in the
 wave (measured on the H100 at M 1-16, N = K = 8192: 43 us, against 54 us with the slices on the
 grid's slowest axis and 46-47 us for float32 atomics into a zeroed C plus the conversion).
 
+With 16 rows a block and 32 columns or more a warp (16 x 128 on 4 warps), the compiler takes the
+tensor cores' B fragments straight from the packed bytes (``passes/nibble_operands.py``): the
+weight tiles ride the x tiles' cp.async ring, ``ldmatrix.trans`` reads two rows of four columns
+per 32-bit word, and a shift and one logic op make a bfloat16 pair; no bfloat16 copy of B in
+shared memory.  Measured on the H100 at M1, N = K = 8192: 28.7-29.1 us at 16x128x128, 4 warps,
+split 4, against 38.4 us for the best config with B staged (2026-12-06).
+
 ``TILED`` (``run(..., tiled=True)``) reads the weights reordered once by ``tile_weights`` into
 (K/BK, N/BN, BK, BN/2): each tile one contiguous run of memory instead of BK rows of BN/2 bytes
 (32 at BN 64) a row apart.  Measured on the H100 at M1: 35.4 against 39.6 us at N = K = 8192,

@@ -16,7 +16,8 @@ the thread, and the accumulator has its columns interleaved the same way
 The chain must be: B <- elementwise ops (their other tile operands broadcast rows, or values
 built from constants) and unit-dim reshapes <- the reshape ``(K, N/2, 2) -> (K, N)`` that
 ``tj.unpack`` ends with <- elementwise ops, broadcasts and unit-dim reshapes <- a uint8 tile of
-(K, N/2) (a load), every value of it used only inside the chain.  ``NIBBLE_B`` switches it off.
+(K, N/2) (a load), every value of it used only inside the chain, and A has at most
+``NIBBLE_ROWS`` rows.  ``NIBBLE_B`` switches it off.
 """
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
 
 NIBBLE_B = True
+# DOTs of at most this many rows (decode: M 1-16 padded to 16).  With 64 rows (mma.sync, TILEJIT_WGMMA=0)
+# the whole K tile of B and a 64-row accumulator live in registers at once: 255 registers, and on the
+# H100 70-291 us at M64 N = K = 8192 against 46.6 for the default wgmma (2026-12-06): such DOTs keep
+# the staged B.
+NIBBLE_ROWS = 32
 _PASS = frozenset(ELEMENTWISE_OPS) | {TileOp.BROADCAST, TileOp.RESHAPE}
 
 
@@ -52,7 +58,7 @@ def _unit_squeezed(shape) -> tuple:
 
 def nibble_source(dot: ir.Operation) -> NibbleSource | None:
     """The unpacking that DOT ``dot``'s B comes from (see the module docstring), or None."""
-    if not NIBBLE_B:
+    if not NIBBLE_B or dot.operands[0].type.shape[0] > NIBBLE_ROWS:
         return None
     b = dot.operands[1]
     shape = tuple(b.type.shape)

@@ -10,10 +10,10 @@ config, else FMA.  The warp split is ``(num_warps, 1)`` for wgmma DOTs (one 64-r
 warpgroup) and for chained DOTs (``dot(f(dot(a, b)), c)``, attention's ``p @ v`` after
 ``q @ k.T``): every warp then owns whole rows, the first accumulator's C fragments are the
 second DOT's A fragments (passed in registers), and the softmax's row statistics stay inside
-each warp.  Other DOTs get ``mma_tiling.choose_warps``'s split.  An mma.sync DOT whose B is
-``tj.unpack`` of a uint8 tile (a W4A16 GEMM's weights), cast and shifted, with 32 columns or more
-a warp, takes B's fragments straight from the packed bytes (``DotConfig.nibbles``,
-``passes/nibble_operands.py``): no bfloat16 copy of B in shared memory.
+each warp.  Other DOTs get ``mma_tiling.choose_warps``'s split.  A decode-shaped mma.sync DOT
+(at most 32 rows) whose B is ``tj.unpack`` of a uint8 tile (a W4A16 GEMM's weights), cast and
+shifted, with 32 columns or more a warp, takes B's fragments straight from the packed bytes
+(``DotConfig.nibbles``, ``passes/nibble_operands.py``): no bfloat16 copy of B in shared memory.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ DEFAULTS: dict[str, dict[str, bool | int | float | tuple]] = {
         "WARP_SIZE": 32, "BANKS": 32, "BANK_BYTES": 4, "LDMATRIX_ROW_BYTES": 16, "CHUNK": 16, "NIBBLE_BLOCK": 32},
     "tilejit.passes.mma_tiling": {"DEFAULT_STAGES": 3},
     "tilejit.passes.multicast": {"MULTICAST": False, "MULTICAST_COPIES": True},
-    "tilejit.passes.nibble_operands": {"NIBBLE_B": True},
+    "tilejit.passes.nibble_operands": {"NIBBLE_B": True, "NIBBLE_ROWS": 32},
     "tilejit.passes.pack_programs": {"WARP": 32, "MAX_PROGRAMS": 15, "PACK_BYTES": 1024, "PACK_LOADED": 1024},
     "tilejit.passes.persist_programs": {
         "COPY": 16, "SLOT_BYTES": 98304, "PERSIST": True, "REREAD_OTHER": True},

@@ -152,14 +152,8 @@ def test_the_weights_are_dequantised_in_registers_and_the_ptx_assembles(target):
     writes = [o.op for o in fn.walk() if o.op in (SimtOp.STORE_GLOBAL, SimtOp.TMA_STORE)]
     assert writes == [SimtOp.TMA_STORE if target == "sm_90a" and plan_stores.TMA_STORES else SimtOp.STORE_GLOBAL]
     packed = [o for o in fn.walk() if o.op is SimtOp.LOAD_GLOBAL and o.result.type.dtype == tj.uint8]
-    if target == "sm_80":   # mma.sync, 2 x 2 warps of 32 columns: B's fragments straight from the packed
-        # bytes, copied into a ring and read by ldmatrix.trans (nibble_operands); the loop's twin for
-        # strides cp.async cannot copy loads them itself
-        assert any(o.op is SimtOp.UNPACK and o.result.type.dtype == tj.uint8 for o in fn.walk())
-        assert any(o.op is SimtOp.LDMATRIX and o.attrs.trans for o in fn.walk())
-        assert any(o.op is SimtOp.CP_ASYNC and o.operands[0].type.dtype == tj.uint8 for o in fn.walk())
-    else:
-        assert packed and all(o.attrs.vec == 16 for o in packed)     # n // 2 keeps 16-byte vectors
+    # 64 rows a block: B staged in shared memory (nibble_operands takes decode-shaped DOTs only)
+    assert packed and all(o.attrs.vec == 16 for o in packed)     # n // 2 keeps 16-byte vectors
     ptx = codegen.compile_ptx(fn, target)
     # 64 rows a block: wgmma on sm_90a, B (the dequantised weights) stored into its atoms (wgmma.COMPUTED_B)
     assert ("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" if target == "sm_90a"
