@@ -200,3 +200,31 @@ def test_w4a16_with_b_from_nibbles_on_the_gpu(m, n, k, tiles, split, tiled, warp
     np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
     plain, _, _ = _w4a16(m, n, k, tiles, split, tiled, warps, m + n, switch=False, backend="cuda")
     np.testing.assert_array_equal(out, plain)
+
+
+@tj.kernel
+def _w4_gemm_other_spelling(a, w, s, z, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    """A W4A16 GEMM as a Triton user might write it: ``tj.range`` with stages, each weight
+    dequantised before the DOT (``(q - z) * s`` rounded to bfloat16), one group a K tile."""
+    m, n = tj.program_id(0) * BM, tj.program_id(1) * BN
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in tj.range(0, a.shape[1], BK, stages=3):
+        q = tj.unpack(tj.load(w, (k, n // 2), (BK, BN // 2)), tj.uint4).to(tj.bfloat16)
+        b = (q - tj.load(z, (k // BK, n), (1, BN))) * tj.load(s, (k // BK, n), (1, BN))
+        acc = tj.dot(tj.load(a, (m, k), (BM, BK)), b, acc)
+    tj.store(c, (m, n), acc.to(c.dtype))
+
+
+@pytest.mark.parametrize("m, n, k, bn, bk, warps", [(5, 256, 256, 128, 64, 4), (16, 192, 128, 64, 32, 2)])
+def test_another_spelling_reaches_b_from_nibbles(m, n, k, bn, bk, warps):
+    rng = np.random.default_rng(m + n)
+    a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
+    packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), bk)
+    c = np.full((m, n), np.nan, tj.bfloat16.np)
+    args = (a, packed, scales, zeros, c)
+    with mock.patch.dict(os.environ, {"TILEJIT_BACKEND": "emulate"}):
+        _w4_gemm_other_spelling[(1, tj.cdiv(n, bn))](*args, BM=16, BN=bn, BK=bk, num_warps=warps)
+        found = _w4_gemm_other_spelling.inspect(*args, BM=16, BN=bn, BK=bk, num_warps=warps)
+    assert " = unpack " in found.simt_ir and "trans=True" in found.simt_ir
+    ref = ex.reference(a, packed, scales, zeros, bk)
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
