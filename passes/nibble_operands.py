@@ -119,8 +119,7 @@ def pin_nibble_operands(fn: ir.Function, assigner) -> bool:
             and _pin_inside(source.merge.operands[0], L.split_last(merged, 2), assigner, found)
         if not ok or any(v in assigner.pinned and assigner.pinned[v] != lay for v, lay in found.items()):
             continue
-        inside = set(found) | {v for v in found if v in assigner.deferred}
-        if any(u.op is not TileOp.DOT and not any(r in inside for r in u.results)
+        if any(u.op is not TileOp.DOT and not any(r in found for r in u.results)
                for v in found for u in users.get(v, [])):
             continue                              # some value of the chain is used elsewhere
         changed = changed or any(assigner.layouts.get(v) != lay for v, lay in found.items())
