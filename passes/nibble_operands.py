@@ -167,26 +167,12 @@ def _pin_b_side(v, lay, source, merged, assigner, found) -> bool:
             if x.type.shape == v.type.shape and (x.owner is None or x.owner.op is not TileOp.BROADCAST):
                 if not _pin_b_side(x, lay, source, merged, assigner, found):
                     return False
-            elif not _pin_row(x, lay, assigner, found):
-                return False
+            elif x.owner is None or x.owner.op is not TileOp.BROADCAST or not _pin_inside(x, lay, assigner, found):
+                return False            # (a row broadcast in, a zero point per column: loaded collapsed)
     else:
         return False
     found[v] = lay
     return True
-
-
-def _pin_row(x, lay, assigner, found) -> bool:
-    """A row (a zero point per column) broadcast into the chain: loaded in the collapsed layout."""
-    o = x.owner
-    if o is None or o.op is not TileOp.BROADCAST:
-        return False
-    src = o.operands[0]
-    dims = [d for d, (a, b) in enumerate(zip(src.type.shape, x.type.shape)) if a != b]
-    inner = L.unit_dims_changed(L.collapsed(lay, dims), src.type.shape)
-    if inner is None:
-        return False
-    found[x] = lay
-    return _pin_inside(src, inner, assigner, found)
 
 
 def _pin_inside(v, lay, assigner, found) -> bool:
