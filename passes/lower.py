@@ -615,22 +615,10 @@ class Lowering:
         for s in plan.staged_before:
             self.stage(s.value, lower_dot.stage_registers(self, s.value, self.dot_plans.config(s.dot),
                                                           s.tile, s.align))
-        if plan.pipelined and plan.engine is CopyEngine.TMA:    # the specialisation promises TMA's rules
+        if plan.pipelined:         # (the specialisation promises the rows' alignment: no run-time check)
             pipeline_loads.lower_pipelined_for(self, o, plan)
-        elif plan.pipelined:
-            aligned = pipeline_loads.rows_aligned(self, plan.rings)
-            rows = row_rings.strides_aligned(self, plan.row_rings)      # (its other loads' rings)
-            if rows is not None:
-                aligned = rows if aligned is None else self.ew(TileOp.AND, [aligned, rows], D.bool_)
-            self.two_ways(o, aligned, lambda: pipeline_loads.lower_pipelined_for(self, o, plan),
-                          lambda: self.plain_for(o))
         elif plan.row_rings:
-            aligned = row_rings.strides_aligned(self, plan.row_rings)
-            if aligned is None:
-                row_rings.lower_row_ring_for(self, o, plan)
-            else:
-                self.two_ways(o, aligned, lambda: row_rings.lower_row_ring_for(self, o, plan),
-                              lambda: self.plain_for(o))
+            row_rings.lower_row_ring_for(self, o, plan)
         else:
             self.plain_for(o)
         for s in plan.staged_before:
@@ -639,20 +627,6 @@ class Lowering:
     def in_flight_after(self, dot: ir.Operation) -> int:
         """wgmma groups DOT ``dot`` leaves pending: its loop's plan, in the pipelined body."""
         return max((plan.in_flight_after(dot) for plan in self.pipelining), default=0)
-
-    def two_ways(self, o, cond, then_fn, else_fn) -> None:
-        """``o`` lowered twice, by ``then_fn`` and ``else_fn``, under a runtime IF(cond)."""
-        regions = []
-        for lower in (then_fn, else_fn):
-            block, outer = ir.Block(), self.b
-            self.b = ir.Builder(block)
-            self.scopes.append({})
-            lower()
-            self.emit(SimtOp.YIELD, [self.values[r] for r in o.results])
-            self.scopes.pop()
-            self.b = outer
-            regions.append(block)
-        self.control(o, SimtOp.IF, [cond], regions)
 
     def plain_for(self, o):
         region = o.regions[0]

@@ -87,8 +87,12 @@ def arg_index(lw, array: ir.Value) -> int:
     return next(i for i, a in enumerate(lw.fn.args) if a is array)
 
 
-def element_offsets(lw, array, offsets, layout: L.Layout):
-    """(ptr, offsets, mask, vec) of a ``layout`` tile at ``offsets`` of ``array``."""
+def element_offsets(lw, array, offsets, layout: L.Layout, aligned_outside: bool = False):
+    """(ptr, offsets, mask, vec) of a ``layout`` tile at ``offsets`` of ``array``.
+    ``aligned_outside``: a dim of one element (or none) counts with stride 0, so the masked
+    elements' offsets too are multiples of every other dim's stride: with ``aligned16``, which
+    leaves unit dims' strides free, a 16-byte copy (cp.async) that reads nothing still has an
+    aligned address, and a ring needs no run-time check of the strides."""
     spec, arg = array_spec(lw.fn, array), arg_index(lw, array)
     rank, n = array.type.rank, layout.n
     wide = spec.large or any(o.type.dtype.bits == 64 for o in offsets)
@@ -113,6 +117,9 @@ def element_offsets(lw, array, offsets, layout: L.Layout):
         mask = ok if mask is None else lw.ew(TileOp.AND, [mask, ok], D.bool_)
         if not (d == rank - 1 and spec.unit_inner_stride):
             stride = lw.cast(lw.param(ParamKind.STRIDE, arg, d), idx_dt)
+            if aligned_outside:
+                wide_dim = lw.ew(TileOp.GT, [dim, lw.const(idx_dt, [1])], D.bool_)
+                stride = lw.ew(TileOp.WHERE, [wide_dim, stride, lw.const(idx_dt, [0])], idx_dt)
             idx = lw.ew(TileOp.MUL, [idx, lw.splat(stride, n)], idx_dt)
         total = idx if total is None else lw.ew(TileOp.ADD, [total, idx], idx_dt)
     vec = 1

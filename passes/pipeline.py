@@ -83,8 +83,9 @@ PERSIST_THREADS_PER_SM = ()
 # same as none (2026-12-05, session 18: 16x64x128x4 holds 4 CTAs at 125 registers anyway);
 # (640,) -- 5 CTAs of 128 threads at 96 registers, no spill -- **8% faster at N 28672** (115.0-117.4
 # against 124.6-127.0 us; 1792 CTAs come in fewer waves) and the same at N 8192 (42.1-43.0 us:
-# its 512 CTAs fit one wave either way) (2026-12-05, session 20).
-DECODE_DOT_THREADS_PER_SM = (640, 512)
+# its 512 CTAs fit one wave either way) (2026-12-05, session 20).  384 (3 CTAs): B taken from the
+# nibbles at 16x128x128x4 spills 48 bytes at 4 CTAs and fits 3 in 118 registers (2026-12-06).
+DECODE_DOT_THREADS_PER_SM = (640, 512, 384)
 DECODE_DOT_ROWS = 16
 
 

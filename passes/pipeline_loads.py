@@ -34,25 +34,6 @@ from tilejit.simt import SimtOp
 I32 = D.int32
 
 
-def rows_aligned(lw, loads) -> ir.Value:
-    """bool scalar: every pipelined array's row stride is a multiple of 16 bytes.  The
-    specialisation cannot promise it: ``ArraySpec.aligned16`` ignores strides equal to 1, and
-    an (n, 1) array may have a row stride of one element; such launches take the synchronous
-    loop, which the lowering emits next to the pipelined one.  (A TMA loop needs no such check:
-    ``ArraySpec.tma`` promises TMA's rules.)"""
-    ok = None
-    for ring in loads:
-        array = ring.load.operands[0]
-        arg = lower_memory.arg_index(lw, array)
-        stride = lw.param(ParamKind.STRIDE, arg, 0)
-        item = lw.const(stride.type.dtype, [array.type.dtype.itemsize])
-        mod = lw.ew(TileOp.AND, [lw.ew(TileOp.MUL, [stride, item], stride.type.dtype),
-                                 lw.const(stride.type.dtype, [15])], stride.type.dtype)
-        test = lw.ew(TileOp.EQ, [mod, lw.const(stride.type.dtype, [0])], D.bool_)
-        ok = test if ok is None else lw.ew(TileOp.AND, [ok, test], D.bool_)
-    return ok
-
-
 class Ring:
     """The S-slot shared ring of one pipelined load (``plan`` is its ``RingPlan``)."""
 
@@ -97,9 +78,11 @@ class Ring:
 def _chunk_sources(lw, load: ir.Operation, chunks: L.Layout, item: int):
     """(pointer, element offset, bytes to read) of each chunk register: the whole 16 bytes
     inside the array, fewer at its right edge (a chunk never starts left of column 0: offsets
-    are multiples of the chunk), none outside it."""
+    are multiples of the chunk), none outside it.  Every chunk's address is 16-byte aligned,
+    outside ones included (``element_offsets``' ``aligned_outside``), so a ring needs no
+    run-time check of the strides."""
     array, offsets = load.operands[0], load.operands[1:]
-    ptr, offs, mask, _ = lower_memory.element_offsets(lw, array, offsets, chunks)
+    ptr, offs, mask, _ = lower_memory.element_offsets(lw, array, offsets, chunks, aligned_outside=True)
     n, idx_dt, last = chunks.n, offs.type.dtype, chunks.rank - 1
     first_col = lw.ew(TileOp.ADD, [lw.cast(lw.get(offsets[-1]), idx_dt),
                                    lw.cast(lw.thread_coord(chunks, last), idx_dt)], idx_dt)

@@ -294,22 +294,6 @@ class RowRing:
         return lw.gather(values, L.same_elements(natural, lw.layouts[self.load.result]))
 
 
-def strides_aligned(lw, rings) -> ir.Value | None:
-    """bool scalar: the row stride of every ringed array (``rings``: RowRingPlans) of rank 2 or more is a multiple of 16
-    bytes (cp.async reads 16-byte aligned chunks); None when there is nothing to check."""
-    ok = None
-    for ring in rings:
-        array = ring.load.operands[0]
-        arg, item = lower_memory.arg_index(lw, array), array.type.dtype.itemsize
-        for d in range(array.type.rank - 1):
-            stride = lw.param(ParamKind.STRIDE, arg, d)
-            dt = stride.type.dtype
-            bytes_ = lw.ew(TileOp.MUL, [stride, lw.const(dt, [item])], dt)
-            test = lw.ew(TileOp.EQ, [lw.ew(TileOp.AND, [bytes_, lw.const(dt, [15])], dt), lw.const(dt, [0])], D.bool_)
-            ok = test if ok is None else lw.ew(TileOp.AND, [ok, test], D.bool_)
-    return ok
-
-
 def lower_row_ring_for(lw, o: ir.Operation, plan) -> None:
     """FOR ``o`` with the loads of ``plan.row_rings`` read from thread-private rings (see the
     module docstring)."""

@@ -4,7 +4,7 @@ kernel's own warps only compute.
     specialise_warps(fn) -> fn        specialisable(fn) -> (TmaLoop, guard IF | None) | None
 
 Input: a kernel whose one TMA loop (``pipeline_loads.TmaLoop``) sits at its top level, or in
-the then-branch of a top-level IF (the row-alignment guard ``two_ways`` emits).  Output::
+the then-branch of a top-level IF (the kernel's own ``if`` around its loop).  Output::
 
     <the pure ops the copies need: parameters, program ids, shared addresses>  (all threads)
     thread 0: init full[s] (1 arrival), empty[s] (C arrivals) for each slot s; fence; barrier

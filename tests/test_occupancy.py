@@ -210,8 +210,8 @@ def test_gemms_make_no_wishes():
 
 def test_decode_shaped_tensor_core_kernels_wish_for_more_ctas(monkeypatch):
     """A kernel whose every DOT has at most ``DECODE_DOT_ROWS`` rows (W4A16 at BM 16) asks for
-    ``DECODE_DOT_THREADS_PER_SM`` threads per SM in turn (by default 640 then 512: 5 then 4 CTAs of
-    128 threads), then for the plain hint; a GEMM of 64-row tiles never does; with the switch
+    ``DECODE_DOT_THREADS_PER_SM`` threads per SM in turn (by default 640, 512 then 384: 5, 4 then 3
+    CTAs of 128 threads), then for the plain hint; a GEMM of 64-row tiles never does; with the switch
     off (``()``) neither does."""
     from tilejit.passes import pipeline
     from tilejit.examples import w4a16_gemm
@@ -225,7 +225,7 @@ def test_decode_shaped_tensor_core_kernels_wish_for_more_ctas(monkeypatch):
                                               ArraySpec(D.int32, 1, True, True, False)), dict(consts, BM=bm)), 4)
         return decode.meta.min_ctas_per_sm, decode.meta.min_ctas_fallbacks
     gemm = (k.tile_ir((bf16, bf16, bf16), {"BM": 64, "BN": 64, "BK": 64, "STAGES": 3}), 4)
-    assert hints(16) == (5, (4, 0))
+    assert hints(16) == (5, (4, 3, 0))
     assert hints(64) == (0, ())
     monkeypatch.setattr(pipeline, "DECODE_DOT_THREADS_PER_SM", ())
     assert hints(16) == (0, ())

@@ -57,10 +57,11 @@ def ops(block, kind):
 
 
 def pipelined_branch(fn):
-    """The pipelined version of the loop sits in the then-branch of a row-alignment check."""
-    guard = next(o for o in fn.walk() if o.op is SimtOp.IF)
-    assert not [o for o in guard.regions[1].walk() if o.op is SimtOp.CP_ASYNC]
-    return guard.regions[0]
+    """The block of the pipelined loop: the kernel's own (no run-time check of the rows'
+    alignment, no synchronous copy of the loop beside it)."""
+    assert not [o for o in fn.walk() if o.op is SimtOp.IF]
+    blocks = [fn.body] + [r for o in fn.walk() for r in o.regions]
+    return next(b for b in blocks if any(o.op is SimtOp.CP_ASYNC_COMMIT for o in b.ops))
 
 
 def main_loop(fn):
@@ -119,13 +120,30 @@ def test_unaligned_rows_fall_back_to_synchronous_loads():
 
 
 @pytest.mark.parametrize("k", [40, 64])
-def test_one_element_rows_take_the_synchronous_loop_at_run_time(k):
-    """A (k, 1) array has a row stride of one element yet counts as 16-byte aligned.  With
-    k = 64, A's 128-byte rows are aligned, so only B's check keeps the loop synchronous (the
-    emulator refuses a cp.async from an address that is not 16-byte aligned)."""
-    fn = simt_fn(stages=3)
+def test_one_element_rows_are_not_aligned(k):
+    """A (k, 1) array has a row stride of one element: not 16-byte aligned, so the kernel it
+    launches is specialised without rings (and matches NumPy)."""
+    from tilejit.specs import array_spec, contiguous_strides
+    assert not array_spec(D.float16, (k, 1), contiguous_strides((k, 1)), 0).aligned16
     a, b, ref = data(3, 1, k)
-    np.testing.assert_array_equal(launch(fn, a, b, 3, 1), ref)
+    c = np.zeros((3, 1), np.float32)
+    matmul[(1, 1)](a, b, c, BM=BM, BN=BN, BK=BK, STAGES=3)
+    np.testing.assert_array_equal(c, ref)
+
+
+def test_one_row_with_an_unaligned_row_stride_takes_the_ring():
+    """A (1, k) view of a matrix whose rows are 72 bytes apart counts as aligned (its one row
+    is); the ring copies it with no run-time check of the strides: the zero-filled chunks of
+    the rows outside read from the array's first element, so every cp.async address the
+    emulator sees is 16-byte aligned."""
+    fn = simt_fn(stages=3)
+    assert not [o for o in fn.walk() if o.op is SimtOp.IF]
+    rng = np.random.default_rng(5)
+    big = rng.integers(-3, 4, (4, 36)).astype(np.float16)
+    a = big[:1, :32]                       # rows 72 bytes apart; one row
+    b = rng.integers(-3, 4, (32, 40)).astype(np.float16)
+    ref = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_array_equal(launch(fn, a, b, 1, 40), ref)
 
 
 # ------------------------------------------------------------------- the emulator's bookkeeping

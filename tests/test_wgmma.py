@@ -44,7 +44,7 @@ def test_pipelined_gemm_takes_wgmma_with_one_fence_per_iteration():
     assert mmas[0].attrs.a_row_bytes == 128 and mmas[0].attrs.b_atom_bytes == 64 * 128
     assert len(ops(fn, SimtOp.WGMMA_COMMIT)) == len(ops(fn, SimtOp.WGMMA_WAIT)) == 1
     assert len(ops(fn, SimtOp.FENCE_PROXY_ASYNC)) == 1             # before the ring's barrier
-    assert ops(fn, SimtOp.MMA)                                     # the unaligned-rows twin loop
+    assert not ops(fn, SimtOp.MMA)              # one loop: no mma.sync twin for unaligned rows
 
 
 def test_three_slot_ring_keeps_one_group_in_flight():
