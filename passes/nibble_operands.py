@@ -28,6 +28,7 @@ from tilejit import ir
 from tilejit.ir import ELEMENTWISE_OPS, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
+from tilejit.passes.assign_layouts import _pin_source, _Uses
 
 NIBBLE_B = True
 # DOTs of at most this many rows (decode: M 1-16 padded to 16).  With 64 rows (mma.sync, TILEJIT_WGMMA=0)
@@ -105,6 +106,9 @@ def pin_nibble_operands(fn: ir.Function, assigner) -> bool:
     does not fit (a value used outside it), nothing is pinned and the DOT converts B."""
     changed = False
     users = ir.users(fn)
+    loops = [o for o in fn.walk() if o.op is TileOp.FOR]
+    uses = _Uses(users, {a: o for o in loops for a in o.regions[0].args[1:]})
+    carried_by = {o.regions[0].ops[-1]: o.regions[0].args[1:] for o in loops}    # YIELD -> carried args
     for o in fn.walk():
         cfg = assigner.dot_plans.config(o) if o.op is TileOp.DOT else None
         if cfg is None or not getattr(cfg, "nibbles", False):
@@ -115,11 +119,11 @@ def pin_nibble_operands(fn: ir.Function, assigner) -> bool:
         found: dict[ir.Value, L.Layout] = {}
         b = ML.nibble_b_layout(cfg.kind, (cfg.k, cfg.n), cfg.warps)
         merged = _merged_bytes_layout(cfg)
-        ok = _pin_b_side(o.operands[1], b, source, merged, assigner, found) \
+        ok = _pin_b_side(o.operands[1], b, source, merged, assigner, found, uses) \
             and _pin_inside(source.merge.operands[0], L.split_last(merged, 2), assigner, found)
         if not ok or any(v in assigner.pinned and assigner.pinned[v] != lay for v, lay in found.items()):
             continue
-        if any(u.op is not TileOp.DOT and not any(r in found for r in u.results)
+        if any(u.op is not TileOp.DOT and not any(r in found for r in u.results) and not _carried_in(v, u, carried_by, found)
                for v in found for u in users.get(v, [])):
             continue                              # some value of the chain is used elsewhere
         changed = changed or any(assigner.layouts.get(v) != lay for v, lay in found.items())
@@ -127,6 +131,13 @@ def pin_nibble_operands(fn: ir.Function, assigner) -> bool:
         if source.packed.owner is not None:       # ``row_rings`` reads it with ldmatrix.trans
             fn.meta.setdefault("nibble_loads", {})[source.packed.owner] = cfg
     return changed
+
+
+def _carried_in(v, user, carried_by, found) -> bool:
+    """``user`` is the YIELD that carries ``v`` into a loop arg of the chain (a zero-point row
+    that ``prefetch_loads`` loads an iteration ahead)."""
+    args = carried_by.get(user)
+    return args is not None and all(a in found for a, x in zip(args, user.operands) if x is v)
 
 
 def _merged_bytes_layout(cfg) -> L.Layout:
@@ -145,7 +156,7 @@ def _deferred_constant(v: ir.Value, assigner, depth: int = 16) -> bool:
     return v.owner is None or all(_deferred_constant(x, assigner, depth - 1) for x in v.owner.operands)
 
 
-def _pin_b_side(v, lay, source, merged, assigner, found) -> bool:
+def _pin_b_side(v, lay, source, merged, assigner, found, uses) -> bool:
     if v in found:
         return found[v] == lay
     if v is source.merge.result:
@@ -158,17 +169,18 @@ def _pin_b_side(v, lay, source, merged, assigner, found) -> bool:
         return False
     if o.op is TileOp.RESHAPE:
         inner = L.unit_dims_changed(lay, o.operands[0].type.shape)
-        if inner is None or not _pin_b_side(o.operands[0], inner, source, merged, assigner, found):
+        if inner is None or not _pin_b_side(o.operands[0], inner, source, merged, assigner, found, uses):
             return False
     elif o.op in ELEMENTWISE_OPS and o.op is not TileOp.WHERE:
         for x in o.operands:
             if not isinstance(x.type, ir.TileType) or x.type.shape == () or _deferred_constant(x, assigner):
                 continue
             if x.type.shape == v.type.shape and (x.owner is None or x.owner.op is not TileOp.BROADCAST):
-                if not _pin_b_side(x, lay, source, merged, assigner, found):
+                if not _pin_b_side(x, lay, source, merged, assigner, found, uses):
                     return False
-            elif x.owner is None or x.owner.op is not TileOp.BROADCAST or not _pin_inside(x, lay, assigner, found):
-                return False            # (a row broadcast in, a zero point per column: loaded collapsed)
+            elif x.owner is None or x.owner.op is not TileOp.BROADCAST or not _pin_source(x, lay, uses, assigner, found):
+                return False            # (a row broadcast in, a zero point per column: loaded collapsed,
+                # or carried ahead by prefetch_loads: ``assign_layouts``' rule for broadcast loads)
     else:
         return False
     found[v] = lay

@@ -1,5 +1,7 @@
 """Interleaved 4-bit B operands (``mma_layouts.nibble_*``): the layouts are checked against the
 mma.sync and ldmatrix fragment maps of the PTX ISA, element by element."""
+import re
+
 import numpy as np
 import pytest
 
@@ -178,6 +180,20 @@ def test_w4a16_with_b_from_nibbles_matches_the_product_bit_for_bit(m, n_blocks, 
         assert " = unpack " in found.simt_ir and "trans=True" in found.simt_ir
     np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
     plain, _, _ = _w4a16(m, n, k, tiles, split, tiled, warps, seed, switch=False)
+    np.testing.assert_array_equal(out, plain)
+
+
+def test_zero_points_loaded_an_iteration_ahead_keep_b_from_nibbles():
+    """With the group's zero points prefetched (``prefetch_loads.PREFETCH_DEQUANTISED``: a row
+    carried into the next iteration), the row is pinned through the loop's carried value in the
+    columns the nibble fragments hold: B still comes from the bytes, with the same bits."""
+    from tilejit.passes import prefetch_loads
+    with mock.patch.object(prefetch_loads, "PREFETCH_DEQUANTISED", True):
+        out, ref, found = _w4a16(5, 256, 384, (16, 128, 128), 1, True, 4, 1)
+    assert " = unpack " in found.simt_ir and "trans=True" in found.simt_ir
+    loop = re.search(r"= for .*", found.simt_ir).group(0)
+    assert loop.count("xbfloat16>") == 2          # the scales and the zero points, carried
+    plain, _, _ = _w4a16(5, 256, 384, (16, 128, 128), 1, True, 4, 1, switch=False)
     np.testing.assert_array_equal(out, plain)
 
 
