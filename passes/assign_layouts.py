@@ -277,21 +277,24 @@ def assign_layouts(fn: ir.Function, num_warps: int) -> ir.Function:
             assigner.set(a, default_layout(a.type, num_warps))
     assigner.block(fn.body)
     from tilejit.passes.nibble_operands import pin_nibble_operands
-    if pin_nibble_operands(fn, assigner) | pin_broadcast_loads(fn, assigner) | pin_dmma_operands(fn, assigner):
+    uses = _Uses.of_function(fn)
+
+    def pin_row(v, lay, found):          # a row broadcast into a nibble DOT's B (a zero point per column)
+        return _pin_source(v, lay, uses, assigner, found)
+    if pin_nibble_operands(fn, assigner, pin_row) | pin_broadcast_loads(fn, assigner, uses) | pin_dmma_operands(fn, assigner, uses):
         assigner.block(fn.body)
     fn.meta["layouts"] = assigner.layouts
     fn.meta["deferred"] = assigner.deferred
     return fn
 
 
-def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
+def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner, uses: _Uses) -> bool:
     """A tile loaded only to be (cast, reshaped, combined with other such tiles and) broadcast
     into one elementwise op (a bias row, a column of scales, a row scale times a block's scale)
     is loaded straight into the broadcast-collapsed layout of that op, and so are the ops between,
     so the broadcast stays inside each thread instead of going through shared memory (Triton
     rematerialises such loads the same way).  Returns whether anything was pinned."""
     pinned = False
-    uses = _Uses(ir.users(fn), {a: o for o in fn.walk() if o.op is TileOp.FOR for a in o.regions[0].args[1:]})
     for o in reversed(list(fn.walk())):  # the last broadcast first: it pins the ones feeding it
         users = uses.of(o.results[0]) if o.op is TileOp.BROADCAST and o.result not in assigner.pinned else []
         if len(users) != 1 or users[0].op not in ELEMENTWISE_OPS or users[0].result not in assigner.layouts \
@@ -306,14 +309,13 @@ def pin_broadcast_loads(fn: ir.Function, assigner: LayoutAssigner) -> bool:
     return pinned
 
 
-def pin_dmma_operands(fn: ir.Function, assigner: LayoutAssigner) -> bool:
+def pin_dmma_operands(fn: ir.Function, assigner: LayoutAssigner, uses: _Uses) -> bool:
     """A float64 DOT's operand loaded for it alone (through casts and reshapes) is loaded
     straight into its DMMA fragment layout (``mma_tiling.DotConfig.registers_only``): lane
     (g, t) reads A[g, t] and B[t, g] of each 8 x 4 / 4 x 8 instruction tile, whole 32-byte
     sectors per warp, with no conversion through shared memory.  Returns whether anything was
     pinned."""
     pinned = False
-    uses = _Uses(ir.users(fn), {a: o for o in fn.walk() if o.op is TileOp.FOR for a in o.regions[0].args[1:]})
     for o in fn.walk():
         cfg = assigner.dot_plans.config(o) if o.op is TileOp.DOT else None
         if cfg is None or not cfg.registers_only:
@@ -334,6 +336,10 @@ class _Uses:
     """What ``_pin_source`` looks up: each value's users, and each FOR's carried args -> the FOR."""
     users: dict
     loops: dict
+
+    @staticmethod
+    def of_function(fn: ir.Function) -> "_Uses":
+        return _Uses(ir.users(fn), {a: o for o in fn.walk() if o.op is TileOp.FOR for a in o.regions[0].args[1:]})
 
     def of(self, v: ir.Value) -> list:
         return self.users.get(v, [])

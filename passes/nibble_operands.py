@@ -1,7 +1,7 @@
 """4-bit B operands taken into mma fragments straight from their packed bytes.
 
     nibble_source(dot) -> NibbleSource | None       (``plan_dots`` asks it once per mma.sync DOT)
-    pin_nibble_operands(fn, assigner) -> bool       (``assign_layouts``)
+    pin_nibble_operands(fn, assigner, pin_row) -> bool       (``assign_layouts``)
 
 A W4A16 GEMM's B is ``tj.unpack`` of a uint8 (K x N/2) tile (two 4-bit values a byte along N),
 cast to bfloat16 and shifted (``q.to(bf16) - z``).  Without this, the unpacked values are
@@ -28,7 +28,6 @@ from tilejit import ir
 from tilejit.ir import ELEMENTWISE_OPS, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
-from tilejit.passes.assign_layouts import _pin_source, _Uses
 
 NIBBLE_B = True
 # DOTs of at most this many rows (decode: M 1-16 padded to 16).  With 64 rows (mma.sync, TILEJIT_WGMMA=0)
@@ -98,17 +97,17 @@ def nibble_source(dot: ir.Operation) -> NibbleSource | None:
     return None if packed is None else NibbleSource(merge, packed)
 
 
-def pin_nibble_operands(fn: ir.Function, assigner) -> bool:
+def pin_nibble_operands(fn: ir.Function, assigner, pin_row) -> bool:
     """Pin the layouts of each nibble DOT's B chain (``plans.DotPlan`` configs with
     ``nibbles``): ``nibble_b_layout`` from B down to the cast of the unpacked values, and the
     unpacking itself in the layouts that keep every byte's two nibbles in its thread
     (``nibble_bytes_layout`` for the bytes).  Returns whether anything changed.  Where a chain
-    does not fit (a value used outside it), nothing is pinned and the DOT converts B."""
+    does not fit (a value used outside it), nothing is pinned and the DOT converts B.
+    ``pin_row(v, layout, found)``: ``assign_layouts``' rule for a row broadcast into B (a zero
+    point per column, loaded in the loop or carried in by ``prefetch_loads``)."""
     changed = False
     users = ir.users(fn)
-    loops = [o for o in fn.walk() if o.op is TileOp.FOR]
-    uses = _Uses(users, {a: o for o in loops for a in o.regions[0].args[1:]})
-    carried_by = {o.regions[0].ops[-1]: o.regions[0].args[1:] for o in loops}    # YIELD -> carried args
+    carried_by = {o.regions[0].ops[-1]: o.regions[0].args[1:] for o in fn.walk() if o.op is TileOp.FOR}
     for o in fn.walk():
         cfg = assigner.dot_plans.config(o) if o.op is TileOp.DOT else None
         if cfg is None or not getattr(cfg, "nibbles", False):
@@ -119,7 +118,7 @@ def pin_nibble_operands(fn: ir.Function, assigner) -> bool:
         found: dict[ir.Value, L.Layout] = {}
         b = ML.nibble_b_layout(cfg.kind, (cfg.k, cfg.n), cfg.warps)
         merged = _merged_bytes_layout(cfg)
-        ok = _pin_b_side(o.operands[1], b, source, merged, assigner, found, uses) \
+        ok = _pin_b_side(o.operands[1], b, source, merged, assigner, found, pin_row) \
             and _pin_inside(source.merge.operands[0], L.split_last(merged, 2), assigner, found)
         if not ok or any(v in assigner.pinned and assigner.pinned[v] != lay for v, lay in found.items()):
             continue
@@ -156,7 +155,7 @@ def _deferred_constant(v: ir.Value, assigner, depth: int = 16) -> bool:
     return v.owner is None or all(_deferred_constant(x, assigner, depth - 1) for x in v.owner.operands)
 
 
-def _pin_b_side(v, lay, source, merged, assigner, found, uses) -> bool:
+def _pin_b_side(v, lay, source, merged, assigner, found, pin_row) -> bool:
     if v in found:
         return found[v] == lay
     if v is source.merge.result:
@@ -169,16 +168,16 @@ def _pin_b_side(v, lay, source, merged, assigner, found, uses) -> bool:
         return False
     if o.op is TileOp.RESHAPE:
         inner = L.unit_dims_changed(lay, o.operands[0].type.shape)
-        if inner is None or not _pin_b_side(o.operands[0], inner, source, merged, assigner, found, uses):
+        if inner is None or not _pin_b_side(o.operands[0], inner, source, merged, assigner, found, pin_row):
             return False
     elif o.op in ELEMENTWISE_OPS and o.op is not TileOp.WHERE:
         for x in o.operands:
             if not isinstance(x.type, ir.TileType) or x.type.shape == () or _deferred_constant(x, assigner):
                 continue
             if x.type.shape == v.type.shape and (x.owner is None or x.owner.op is not TileOp.BROADCAST):
-                if not _pin_b_side(x, lay, source, merged, assigner, found, uses):
+                if not _pin_b_side(x, lay, source, merged, assigner, found, pin_row):
                     return False
-            elif x.owner is None or x.owner.op is not TileOp.BROADCAST or not _pin_source(x, lay, uses, assigner, found):
+            elif x.owner is None or x.owner.op is not TileOp.BROADCAST or not pin_row(x, lay, found):
                 return False            # (a row broadcast in, a zero point per column: loaded collapsed,
                 # or carried ahead by prefetch_loads: ``assign_layouts``' rule for broadcast loads)
     else:

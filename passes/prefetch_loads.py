@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from tilejit import ir
 from tilejit.ir import TileOp, TileType
+from tilejit.passes.nibble_operands import nibble_source
 from tilejit.passes.ring_sources import offset_slice
 
 PREFETCH_ELEMENTS = 1024        # a (128, 1) scale column, a (1, 256) row of zero points
@@ -41,14 +42,20 @@ PREFETCH_ELEMENTS = 1024        # a (128, 1) scale column, a (1, 256) row of zer
 # before it): one iteration ahead takes what there is, deeper only holds more registers.
 PREFETCH_AHEAD = 1
 # The switch: True also prefetches loads that reach a DOT operand through arithmetic (a
-# quantised GEMM's group scales and zero points).  Off: it raises the W4A16 example's registers
+# quantised GEMM's group scales and zero points).  Off until session 29: it raised the W4A16 example's registers
 # (ptxas: 225 -> 247 at 16x128x128, 168 -> 194 at 16x64x128, one CTA per SM fewer there), and
 # measured on the H200 (2026-12-04, session 11, scripts/probes/w4_prefetch.txt) it was 8% slower
 # at M1 (59.3 / 166.6 against 54.5 / 154.4 us at N 8192 / 28672) and the same at M64.  Carrying
 # only the packed uint8 weights ahead (their 8 registers a thread; ptxas 166 registers against 125
 # at 16x64x128x4: 3 CTAs an SM instead of 4) was 35% slower at M1-16 and 23% at M64 on the H100
 # (2026-12-05, session 20: 57.0 / 155.0 against 42.2-42.6 / 125.3-125.4 us): not kept.
-PREFETCH_DEQUANTISED = False
+# On (2026-12-06, session 29): with the pipelined loop's synchronous twin gone (its register-held B
+# set the register count) and B taken from the nibbles, the zero-point row ahead costs one
+# register (118 -> 119 at 16x128x128x4, 3 CTAs an SM either way) and removes the long-scoreboard
+# stall each iteration waited on (ncu, M1 N = K = 8192: 1.86 -> 0.30 a issue).  H100, two
+# alternating rounds, scripts/gpu_s29b.sh: M1 23.5-23.8 / 59.7-59.9 us against 30.5-31.0 /
+# 67.8 at N 8192 / 28672; M16 27.2-27.3 / 67.9-68.4 against 34.0 / 76.0-79.2.
+PREFETCH_DEQUANTISED = True
 # Where a DOT is fed through arithmetic and runs on wgmma on sm_90a (its rows a warpgroup's 64 per
 # four warps, B computed in the loop: ``wgmma.COMPUTED_B``), the loads that feed it (a quantised
 # GEMM's packed weights, scales and zero points, up to ``DEQUANTISED_ELEMENTS`` each) are
@@ -86,6 +93,14 @@ def _on_wgmma(dot: ir.Operation, num_warps: int) -> bool:
     return WGMMA_DEQUANTISED and wgmma.COMPUTED_B and num_warps >= 4 and rows == 16 * num_warps
 
 
+def _nibble_bytes(dot: ir.Operation, load: ir.Operation) -> bool:
+    """``load`` reads the packed bytes ``dot`` may take its B fragments from
+    (``nibble_operands``): they ride the loop's rings, and carried ahead in registers instead
+    they cost more than they hide (measured on the H100 in session 20, see ``PREFETCH_DEQUANTISED``)."""
+    source = nibble_source(dot)
+    return source is not None and source.packed is load.result
+
+
 def _eligible(loop: ir.Operation) -> bool:
     body = loop.regions[0]
     step = loop.operands[2].owner
@@ -107,6 +122,8 @@ def _qualifies(loop: ir.Operation, load: ir.Operation, num_warps: int = 0) -> bo
         v, plain = todo.pop()      # plain: reached through reshapes and transposes only
         for u in uses.get(v, ()):
             if u.op is TileOp.DOT and not plain and (PREFETCH_DEQUANTISED or _on_wgmma(u, num_warps)):
+                if not _on_wgmma(u, num_warps) and _nibble_bytes(u, load):
+                    return False   # the packed weights of B from nibbles: a ring's (ahead in registers: slower)
                 wgmma_fed |= _on_wgmma(u, num_warps)
                 continue           # a DOT operand computed from it (a dequantised tile): not a ring's
             if u.op in _FEEDS:

@@ -44,7 +44,7 @@ DEFAULTS: dict[str, dict[str, bool | int | float | tuple]] = {
     "tilejit.passes.plan_loops": {"PAIR_CTA_BYTES": 115712},
     "tilejit.passes.plan_stores": {"TMA_STORES": False},
     "tilejit.passes.prefetch_loads": {
-        "PREFETCH_ELEMENTS": 1024, "PREFETCH_AHEAD": 1, "PREFETCH_DEQUANTISED": False,
+        "PREFETCH_ELEMENTS": 1024, "PREFETCH_AHEAD": 1, "PREFETCH_DEQUANTISED": True,
         "WGMMA_DEQUANTISED": True, "DEQUANTISED_ELEMENTS": 8192},
     "tilejit.passes.remat_indices": {"REMAT": True},
     "tilejit.passes.ring_sources": {"SMALL_LOAD": 16},

@@ -134,6 +134,7 @@ def test_the_loads_of_a_b_computed_for_wgmma_are_prefetched(target, warps, switc
     on sm_80, not where the rows are not a warpgroup's 64 per four warps, not with either switch
     off."""
     from tilejit.passes import wgmma
+    monkeypatch.setattr(prefetch_module, "PREFETCH_DEQUANTISED", False)     # (which prefetches wherever the DOT runs)
     monkeypatch.setattr(prefetch_module, "WGMMA_DEQUANTISED", switch)
     monkeypatch.setattr(wgmma, "COMPUTED_B", computed_b)
     fn = prefetch_loads(compile_source(DEQUANTISED, [BF16, BF16, BF16, F32], {"B": 64}), warps, target)
