@@ -29,7 +29,10 @@ tensor cores' B fragments straight from the packed bytes (``passes/nibble_operan
 weight tiles ride the x tiles' cp.async ring, ``ldmatrix.trans`` reads two rows of four columns
 per 32-bit word, and a shift and one logic op make a bfloat16 pair; no bfloat16 copy of B in
 shared memory.  Measured on the H100 at M1, N = K = 8192: 28.7-29.1 us at 16x128x128, 4 warps,
-split 4, against 38.4 us for the best config with B staged (2026-12-06).
+split 4, against 38.4 us for the best config with B staged (2026-12-06).  The group's scales and
+zero points are loaded an iteration ahead (``prefetch_loads``), and the kernel holds 3 CTAs an
+SM (119 registers): 23.5-23.8 us at M1 N = K = 8192, 59.7-59.9 us at N 28672 (the packed weights
+read at 0.47 / 0.64x copy bandwidth; 2026-12-06, session 29).
 
 ``TILED`` (``run(..., tiled=True)``) reads the weights reordered once by ``tile_weights`` into
 (K/BK, N/BN, BK, BN/2): each tile one contiguous run of memory instead of BK rows of BN/2 bytes
