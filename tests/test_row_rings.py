@@ -93,7 +93,7 @@ def test_a_row_stride_off_16_bytes_takes_the_plain_loop(rings):
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
-def test_ringed_kernels_assemble_with_no_more_than_a_few_spilled_bytes(rings, kernel):
+def test_ringed_kernels_assemble_without_spills(rings, kernel):
     x = np.zeros((2, 65536), BF16)
     w = np.zeros(65536, BF16)
     args = {"softmax_kernel": (x, x), "layernorm_kernel": (x, w, w, x, 1e-5),
@@ -101,9 +101,7 @@ def test_ringed_kernels_assemble_with_no_more_than_a_few_spilled_bytes(rings, ke
     fn, plans = simt_of(kernel, *args, BLOCK=65536)
     assert "row ring:" in plans
     assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a")
-    # at most a few bytes: layernorm at 64 registers (2 CTAs of 512 threads an SM) has ptxas park
-    # two registers in local memory around its prologue (seen in its SASS), never in the loop
-    assert cuda.assemble_hinted(fn, "sm_90a")[0].spills <= 16
+    assert cuda.assemble_hinted(fn, "sm_90a")[0].spills == 0
 
 
 @pytest.mark.parametrize("kernel, target, cols, dtype, ringed", [
@@ -233,6 +231,4 @@ def test_ringed_packed_weights_assemble_without_spills(dot_rings):
                         GROUP=128, K_SLICE=2048)
     assert "row ring:" in plans
     assemble_or_skip(codegen.compile_ptx(fn, "sm_90a"), "sm_90a")
-    # at most a few bytes: layernorm at 64 registers (2 CTAs of 512 threads an SM) has ptxas park
-    # two registers in local memory around its prologue (seen in its SASS), never in the loop
-    assert cuda.assemble_hinted(fn, "sm_90a")[0].spills <= 16
+    assert cuda.assemble_hinted(fn, "sm_90a")[0].spills == 0
