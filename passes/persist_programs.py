@@ -270,6 +270,11 @@ class _Persist:
             if real is not None:
                 src = self.ew(block, TileOp.WHERE, [self.splat(block, real, k), src, self.const(block, [0] * k)])
             starts = self.emit(block, SimtOp.GATHER, [offs], simt.IndicesAttrs(tuple(range(0, n, per))), offs.type.dtype, k)
+            # a copy that reads nothing (a row past the array) from the array's first element: its
+            # address stays 16-byte aligned whatever the unit dims' strides (cp.async requires it)
+            reads = self.ew(block, TileOp.GT, [src, self.const(block, [0] * k)], D.bool_)
+            starts = self.ew(block, TileOp.WHERE, [reads, starts, self.const(block, [0] * k, offs.type.dtype)],
+                             offs.type.dtype)
             addr = self.ew(block, TileOp.ADD, [self.splat(block, where, k),
                                                self.const(block, [(self.first[o] + g) * self.threads * COPY for g in range(k)])])
             cp = ir.Operation(SimtOp.CP_ASYNC, [ptr, starts, addr, src], [], simt.SharedAttrs(1, self.buffer), loc=self.loc)

@@ -167,7 +167,9 @@ class AsyncOps:
             goff = (full[1] + ptr.base) * ptr.item
             reading = active & (full[2] > 0)
             self.before_wait(ptr, (full[1] + ptr.base)[reading], "copies (cp.async) from")
-            if ((ptr.address + full[1] * ptr.item) % 16 != 0)[reading].any():
+            # every issued copy, zero-filling ones too: the PTX ISA's alignment rule for cp.async
+            # operands does not depend on src-size
+            if ((ptr.address + full[1] * ptr.item) % 16 != 0)[active].any():
                 raise EmulatorError(f"cp.async from argument '{ptr.name}' at an address that is not "
                                     "16-byte aligned (the hardware requires it)")
             self.copies.cp_async(self.shared, full[0], ptr.flat, np.where(full[2] > 0, goff, 0),
