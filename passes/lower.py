@@ -20,7 +20,6 @@ from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads, row_rings
 from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
-from tilejit.passes.plans import CopyEngine
 from tilejit.simt import RegType, SimtOp
 
 I32 = D.int32

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from tilejit import dtypes as D
 from tilejit import ir, simt
-from tilejit.abi import ParamKind
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
 from tilejit.passes import lower_dot, lower_memory
