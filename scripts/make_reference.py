@@ -101,7 +101,9 @@ def render_compiler() -> str:
              "   there is one, else the driver's JIT when the kernel is loaded);",
              "4. **runtime** (`runtime/`): the on-disk cache, module loading and launches.", "",
              "`tilejit compile FILE::KERNEL --emit STAGE` prints the IR after any stage named below; the",
-             "interpret backend runs the tile IR, the emulate backend the SIMT IR.", ""]
+             "interpret backend runs the tile IR, the emulate backend the SIMT IR. `--set MODULE.NAME=VALUE`",
+             "(repeatable) turns one of the compiler's switches first, the upper-case settings at the top of a",
+             "pass (`--set prefetch_loads.PREFETCH_AHEAD=2`; the list: `tilejit.passes.switches.DEFAULTS`).", ""]
     seen = set()
     for i, stage in enumerate(PIPELINE, 1):
         module = STAGE_MODULES.get(stage.name, stage.name)

@@ -196,6 +196,30 @@ def test_cli_compile_uses_the_launchs_warps_unless_told(capsys):
     assert cli.main(base + ["--num-warps", "4"]) == 0 and "num_warps=4 " in capsys.readouterr().out
 
 
+def test_cli_compile_sets_compiler_switches(capsys, monkeypatch):
+    """``--set MODULE.NAME=VALUE`` turns a switch before the compile: W4A16 at 64 rows carries its
+    packed weights one iteration ahead (``prefetch_loads.WGMMA_DEQUANTISED``) unless it is off."""
+    from tilejit.passes import prefetch_loads
+    monkeypatch.setattr(prefetch_loads, "WGMMA_DEQUANTISED", True)       # restored after the test
+    base = ["compile", f"{os.path.join(EXAMPLES, 'w4a16_gemm.py')}::w4a16_matmul_kernel",
+            "--sig", "bf16[2],u8[4],bf16[2],bf16[2],bf16[2],f32[3],i32[1]", "--num-warps", "4",
+            "--emit", "prefetch_loads"] + [a for c in ("BM=64", "BN=128", "BK=128", "GROUP=128", "TILED=True")
+                                           for a in ("--const", c)]
+
+    def carried() -> bool:                       # the K loop carries a tile of packed bytes
+        loop = next(line for line in capsys.readouterr().out.splitlines() if " = for " in line)
+        return "xuint8>" in loop.partition(" : ")[2]
+    assert cli.main(base) == 0 and carried()
+    assert cli.main(base + ["--set", "prefetch_loads.WGMMA_DEQUANTISED=False"]) == 0
+    assert not carried() and prefetch_loads.WGMMA_DEQUANTISED is False
+    assert cli.parse_switch("tilejit.passes.prefetch_loads.PREFETCH_AHEAD=2") == (
+        "tilejit.passes.prefetch_loads.PREFETCH_AHEAD", 2)
+    for bad, says in (("prefetch_loads.NOPE=1", "naming a compiler switch"), ("PREFETCH_AHEAD", "MODULE.NAME=VALUE"),
+                      ("prefetch_loads.PREFETCH_AHEAD=two", "takes a int"),
+                      ("prefetch_loads.WGMMA_DEQUANTISED=1", "takes a bool")):
+        assert cli.main(base + ["--set", bad]) == 1 and says in capsys.readouterr().err
+
+
 class HostDLPack:
     """A foreign host array that only speaks DLPack (like a CPU torch tensor)."""
 

@@ -77,7 +77,32 @@ def _pass_names() -> list[str]:
     return [stage.name for stage in PIPELINE]
 
 
+def parse_switch(text: str) -> tuple[str, object]:
+    """``"MODULE.NAME=VALUE"`` -> ``("tilejit.passes.MODULE.NAME", VALUE)``: a compiler switch
+    (``tilejit.passes.switches.DEFAULTS``; the module by its full name or its last part) and a
+    Python literal of the switch's type."""
+    from tilejit.passes.switches import DEFAULTS
+    target, sep, value = text.partition("=")
+    name, _, attr = target.strip().rpartition(".")
+    full = [m for m in DEFAULTS if m == name or m.rpartition(".")[2] == name]
+    if not sep or len(full) != 1 or attr not in DEFAULTS[full[0]]:
+        raise ValueError(f"--set {text!r}: expected MODULE.NAME=VALUE naming a compiler switch, e.g. "
+                         "prefetch_loads.PREFETCH_AHEAD=2 (the switches: tilejit.passes.switches.DEFAULTS)")
+    default = DEFAULTS[full[0]][attr]
+    try:
+        parsed = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+        parsed = None
+    if type(parsed) is not type(default) and not (type(default) is float and type(parsed) is int):
+        raise ValueError(f"--set {text!r}: {attr} takes a {type(default).__name__} like its default {default!r}")
+    return f"{full[0]}.{attr}", parsed
+
+
 def compile_command(args) -> int:
+    settings = [parse_switch(s) for s in args.set]
+    if settings:
+        from tilejit.passes import switches
+        switches.apply(settings)
     kern = load_kernel(args.target)
     consts = dict(parse_const(c) for c in args.const)
     for name in consts:
@@ -255,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="build the cuda stages for this GPU architecture (no GPU needed here)")
     comp.add_argument("--emit", choices=list(STAGES) + _pass_names(), default="tile",
                       help="a backend stage, or the IR after one pass of the pipeline")
+    comp.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                      help="turn a compiler switch first (repeatable), e.g. --set prefetch_loads.PREFETCH_AHEAD=2")
     comp.set_defaults(handler=compile_command)
     cache = sub.add_parser("cache", help="inspect or clear the on-disk kernel cache")
     cache.add_argument("action", choices=["info", "clear"])
