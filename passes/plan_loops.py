@@ -51,6 +51,13 @@ RING_BUDGET = {"sm_80": 100 * 1024, "sm_90a": 200 * 1024}
 # (``wgmma.COMPUTED_B_BUFFERS``) gets no more slots than leave that (W4A16 64x128x128x4: 3 slots,
 # 113 KB; measured on the H100 with 4 slots, 132 KB and one CTA an SM: 67.5 against 50.0 us).
 PAIR_CTA_BYTES = 113 * 1024
+# The switch: True rings the packed loads a wgmma DOT's computed B is made from (a quantised GEMM's
+# weights, which reach B through ``tj.unpack`` and arithmetic) in thread-private cp.async slots
+# beside the loop's operand rings, so several K tiles of them are in flight (``prefetch_loads``
+# then leaves them alone, and the operand rings take cp.async, as the thread-private rings ride
+# their commit groups); the slots count in the loop's shared-memory fit.  False: they are loaded
+# in registers one iteration ahead (``prefetch_loads.WGMMA_DEQUANTISED``), one K tile in flight.
+COMPUTED_B_RINGS = False
 
 
 def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
@@ -80,6 +87,8 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
                 # and what a B the loop computes and stores each iteration holds: one buffer, two
                 # where its group may stay in flight (3+ slots), else 2 slots and one buffer
                 restaged = _restaged_bytes(o, rings, staged, facts.dot_plans)
+                weights = computed_b_rings(facts, o, rings, staged)
+                per_stage += sum(_row_slot_bytes(facts, r) for r in weights)
                 while stages > 1 and stages * per_stage > budget - restaged:
                     stages -= 1
                 if restaged and stages >= 3 and wgmma.COMPUTED_B_BUFFERS == 2 and num_warps == 4 \
@@ -89,13 +98,15 @@ def plan_loops(fn: ir.Function, num_warps: int, target: str = "sm_90a",
                 if stages < 2:
                     rings = ()
                 stages = _pair_fit(o, rings, staged, facts.dot_plans, stages, per_stage, num_warps, target)
-            engine = CopyEngine.TMA if tma and target == "sm_90a" and rings and all(
+            weights = computed_b_rings(facts, o, rings, staged)
+            engine = CopyEngine.TMA if tma and target == "sm_90a" and rings and not weights and all(
                 tma_copies.ring_copies(fn, r, facts.dot_plans.config(r.dot).tile_bytes(r.tile)) for r in rings) \
                 else CopyEngine.CP_ASYNC
             row_stages, row = (0, ()) if rings or staged else \
                 row_rings.row_ring_plans(fn, facts.layouts, facts.multiples, o, num_warps, target)
             if rings and engine is CopyEngine.CP_ASYNC:         # the loop's other big loads ride along
                 row = row_rings.dot_loop_row_rings(fn, facts.layouts, facts.multiples, o, rings, num_warps, stages)
+                row += tuple(r for r in weights if stages >= 2 and r.load not in {x.load for x in row})
             plans[o] = LoopPlan(row_stages or stages, rings,
                                 _in_flight(o, rings, stages, facts.dot_plans, staged, num_warps),
                                 tuple(staged), engine, row)
@@ -190,6 +201,45 @@ def _pair_fit(o: ir.Operation, rings, staged, dot_plans, stages: int, per_stage:
                   if d.op is TileOp.DOT and dot_plans.family(d) is DotFamily.WGMMA)
     fit = (PAIR_CTA_BYTES - 2 * b_bytes - 1024) // per_stage
     return min(stages, fit) if fit >= 3 else stages
+
+
+def computed_b_rings(facts: "Facts", o: ir.Operation, rings, staged) -> tuple:
+    """The thread-private rings (``row_rings.ringable``) of the loads loop ``o`` computes a wgmma B
+    from (``COMPUTED_B_RINGS``): each big load of the body (at least ``row_rings.DOT_LOOP_MIN_BYTES``)
+    that reaches the B operand of a wgmma DOT whose B the loop computes (``_restaged``)."""
+    if not (COMPUTED_B_RINGS and rings and _restaged(o, rings, staged, facts.dot_plans)):
+        return ()
+    body = o.regions[0]
+    feeds = set()
+    for d in body.ops:
+        if d.op is TileOp.DOT and facts.dot_plans.family(d) is DotFamily.WGMMA:
+            feeds |= _feeding(body, d.operands[1])
+    out = []
+    for x in body.ops:
+        if x.op is TileOp.LOAD and x.result in feeds and \
+                x.result.type.numel * x.result.type.dtype.itemsize >= row_rings.DOT_LOOP_MIN_BYTES:
+            r = row_rings.ringable(facts.fn, facts.layouts, facts.multiples, body, x)
+            if r is not None:
+                out.append(r)
+    return tuple(out)
+
+
+def _feeding(body: ir.Block, v: ir.Value) -> set:
+    """``v`` and every value of ``body``'s top level that it is computed from."""
+    inside = {r: x for x in body.ops for r in x.results}
+    out, todo = set(), [v]
+    while todo:
+        w = todo.pop()
+        if w in out or w not in inside:
+            continue
+        out.add(w)
+        todo.extend(inside[w].operands)
+    return out
+
+
+def _row_slot_bytes(facts: "Facts", r) -> int:
+    v = r.load.result
+    return row_rings.slot_bytes(facts.layouts[v], v.type.dtype.itemsize, facts.num_warps)
 
 
 def _restaged_bytes(o: ir.Operation, rings: tuple[RingPlan, ...], staged, dot_plans) -> int:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from tilejit import ir
 from tilejit.ir import TileOp, TileType
+from tilejit.passes import plan_loops, row_rings
 from tilejit.passes.nibble_operands import nibble_source
 from tilejit.passes.ring_sources import offset_slice
 
@@ -131,6 +132,9 @@ def _qualifies(loop: ir.Operation, load: ir.Operation, num_warps: int = 0) -> bo
             if u.op is not TileOp.YIELD and id(u) not in seen:
                 seen.add(id(u))
                 todo.extend((r, plain and u.op in (TileOp.RESHAPE, TileOp.TRANS)) for r in u.results)
+    if wgmma_fed and plan_loops.COMPUTED_B_RINGS and \
+            load.result.type.numel * load.result.type.dtype.itemsize >= row_rings.DOT_LOOP_MIN_BYTES:
+        return False               # the packed weights: a thread-private ring's (plan_loops)
     return load.result.type.numel <= (DEQUANTISED_ELEMENTS if wgmma_fed else PREFETCH_ELEMENTS)
 
 

@@ -186,3 +186,35 @@ def test_any_tiling_and_split_matches_the_dequantised_product_on_the_emulator(m,
         out = ex.run(a, packed, scales, zeros, group, BM=bm, BN=bn, BK=bk, split=split).astype(np.float64)
     ref = ex.reference(a, packed, scales, zeros, group, rounded=bm >= 64)
     np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("m, n, k, tiles, split", [(70, 256, 640, (64, 128, 64), 2), (64, 128, 384, (64, 128, 128), 1),
+                                                   (33, 192, 320, (64, 64, 64), 1)])
+def test_packed_weights_of_a_computed_wgmma_b_ride_a_ring(backend, m, n, k, tiles, split, monkeypatch):
+    """With ``plan_loops.COMPUTED_B_RINGS`` the 64-row loop's packed weights are copied several K
+    tiles ahead into thread-private cp.async slots (not carried one tile ahead in registers), the
+    slots counted in the shared-memory fit; the product still matches on odd trip counts, a ragged
+    M, N past the tiles and a split whose last slice is short."""
+    from tilejit.passes import plan_loops
+    monkeypatch.setattr(plan_loops, "COMPUTED_B_RINGS", True)
+    bm, bn, bk = tiles
+    bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
+    u8 = ArraySpec(tj.uint8, 4, True, True, False)
+    f32 = ArraySpec(tj.float32, 3, True, True, False)
+    i32 = ArraySpec(tj.int32, 1, True, True, False)
+    consts = {"BM": bm, "BN": bn, "BK": bk, "GROUP": bk, "K_SLICE": 2 * bk, "TILED": True}
+    texts = {}
+    compile_to_simt(ex.w4a16_matmul_kernel.tile_ir((bf16, u8, bf16, bf16, bf16, f32, i32), consts), num_warps=4,
+                    target="sm_90a", dump=texts.__setitem__)
+    plan = texts["plan_loops"]
+    assert "engine=cp.async" in plan and "thread-private" in plan and "row ring" in plan
+    loop = next(line for line in texts["prefetch_loads"].splitlines() if " = for " in line)
+    assert "xuint8>" not in loop.partition(" : ")[2]          # not carried in registers
+    rng = np.random.default_rng(m + n)
+    a = rng.standard_normal((m, k)).astype(tj.bfloat16.np)
+    packed, scales, zeros = ex.quantize(rng.standard_normal((k, n)).astype(np.float32), bk)
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    out = ex.run(a, packed, scales, zeros, bk, BM=bm, BN=bn, BK=bk, split=split, tiled=True).astype(np.float64)
+    ref = ex.reference(a, packed, scales, zeros, bk, rounded=True)
+    np.testing.assert_allclose(out, ref, rtol=2**-7, atol=1e-3 * np.abs(ref).max())
