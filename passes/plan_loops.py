@@ -57,6 +57,10 @@ PAIR_CTA_BYTES = 113 * 1024
 # then leaves them alone, and the operand rings take cp.async, as the thread-private rings ride
 # their commit groups); the slots count in the loop's shared-memory fit.  False: they are loaded
 # in registers one iteration ahead (``prefetch_loads.WGMMA_DEQUANTISED``), one K tile in flight.
+# Off: slower on the H100 (2026-12-06, session 30, scripts/gpu_s30a.sh, alternating, two rounds):
+# W4A16 M64 49.5-50.0 / 172.1-173.5 us against 45.7-46.2 / 159.3-160.1 at N 8192 / 28672 (best
+# configs; 4 slots at 64x128x128x4 take 164 KB, one CTA an SM: 66.9 / 213.6).  The weights'
+# latency is not what bounds that loop (ncu: 8 warps an SM, issue 0.37 a scheduler).
 COMPUTED_B_RINGS = False
 
 

@@ -78,7 +78,7 @@ DEFAULTS: dict[str, dict[str, bool | int | float | tuple]] = {
         "SLP_VECTORIZE": True},
     "tilejit.codegen.memory": {"BRANCH_FREE_LOADS": False},
     "tilejit.codegen.mma": {"FP8_MIN_PTX": 84, "CLUSTER_SCOPE_RELEASE": False},
-    "tilejit.codegen.nibbles": {"NIBBLE_PAIRS": True},
+    "tilejit.codegen.nibbles": {"NIBBLE_PAIRS": True, "REGISTER_MASK": True},
     "tilejit.codegen.ptxas": {"LINE_INFO": True},
     "tilejit.codegen.trig64": {"TABLE_BITS": 1280},
     "tilejit.backends": {"STREAM_K_SPLIT": 4},

@@ -10,10 +10,20 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_persist_programs.py tests/test_pipelining.py 2>&1 | tail -2
+cd benchmarks
+for round in 1 2; do                 # the nibble mask as a register (codegen.nibbles.REGISTER_MASK) at M1 / M16
+  for flag in True False; do
+    echo "-- round $round REGISTER_MASK=$flag"
+    BENCH_EACH=1 PROBE_SCRIPT=bench_quant.py timeout 100 python3 switch_probe.py \
+      "tilejit.codegen.nibbles.REGISTER_MASK=$flag" -- --w4 1,16 --fp8 "" --reps 30 \
+      --w4-configs 16x128x128x4x4,16x128x128x4x2,16x64x128x4x4 2>&1 | grep -E "w4a16|copy"
+  done
+done
+cd ..
 CONFIGS=64x128x128x4x4,64x128x128x4x4x2,64x64x128x4x4,64x128x64x4x4,64x128x64x4x4x3,64x64x64x4x4,64x64x64x4x8
 cd benchmarks
 for round in 1 2; do
-  for side in default tma0 ring; do
+  for side in default $([ $round = 1 ] && echo tma0) ring; do
     case $side in
       default) env=""; sets="tilejit.passes.prefetch_loads.WGMMA_DEQUANTISED=True";;
       tma0) env="TILEJIT_TMA=0"; sets="tilejit.passes.prefetch_loads.WGMMA_DEQUANTISED=True";;

@@ -112,6 +112,24 @@ class Ctx:
         # the registers ``nibbles.cast_pairs`` made: id(register) -> (the register, the pair's bits,
         # the subtracted magic, the pair's vector type, lane), for ``nibbles.offset_pairs``
         self.nibble_values: dict = {}
+        self._zero: ir.Value | None = None              # ``opaque``'s 0, made at its first use
+
+    def opaque(self, value: int) -> ir.Value:
+        """The i32 ``value`` as a register ptxas cannot fold back into an immediate: ``value ^
+        (%dynamic_smem_size >> 31)`` (the dynamic shared memory is far below 2**31 bytes, so the
+        xor is of 0), the shift made once in a block before the kernel's first.  A SASS ``LOP3``
+        takes one immediate; given two (a nibble mask and a magic exponent), ptxas rematerialises
+        one with an ``IMAD.MOV`` next to every use instead of keeping it in a register."""
+        if self._zero is None:
+            first = self.func.basic_blocks[0]
+            prelude = self.func.append_basic_block("prelude")
+            self.func.basic_blocks.remove(prelude)
+            self.func.basic_blocks.insert(0, prelude)
+            b = ir.IRBuilder(prelude)
+            size = b.asm(ir.FunctionType(I32, []), "mov.u32 $0, %dynamic_smem_size;", "=r", [], False)
+            self._zero = b.lshr(size, ir.Constant(I32, 31))
+            b.branch(first)
+        return self.builder.xor(self._zero, ir.Constant(I32, value))
 
     def fdiv(self, a: ir.Value, b: ir.Value) -> ir.Value:
         """a / b for float values: float32 ``div.full.f32`` (2 ulp) under ``division_without_calls``,
