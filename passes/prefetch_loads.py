@@ -151,13 +151,13 @@ def _prefetch(parent: ir.Block, loop: ir.Operation, load: ir.Operation) -> None:
     # before the loop: the first PREFETCH_AHEAD iterations' values
     first, values = [], []
     for j in range(PREFETCH_AHEAD):
-        first += _clone(ops, {iv: later(start, j, first)})
+        first += ir.clone_ops(ops, {iv: later(start, j, first)})
         values.append(first[-1].result)
     at = parent.ops.index(loop)
     parent.ops[at:at] = first
     # in the body, where the load was: iteration i + PREFETCH_AHEAD's
     ahead: list[ir.Operation] = []
-    ahead += _clone(ops, {iv: later(iv, PREFETCH_AHEAD, ahead)})
+    ahead += ir.clone_ops(ops, {iv: later(iv, PREFETCH_AHEAD, ahead)})
     at = body.ops.index(load)
     body.ops[at:at + 1] = ahead
     carried = [ir.Value(load.result.type) for _ in range(PREFETCH_AHEAD)]
@@ -166,17 +166,6 @@ def _prefetch(parent: ir.Block, loop: ir.Operation, load: ir.Operation) -> None:
     loop.operands += values
     body.ops[-1].operands += carried[1:] + [ahead[-1].result]
     loop.results += [ir.Value(load.result.type, owner=loop) for _ in carried]
-
-
-def _clone(ops: list[ir.Operation], subst: dict) -> list[ir.Operation]:
-    out = []
-    for o in ops:
-        c = ir.Operation(o.op, [subst.get(x, x) for x in o.operands], [r.type for r in o.results], o.attrs,
-                         None, o.loc)
-        for r, n in zip(o.results, c.results):
-            subst[r] = n
-        out.append(c)
-    return out
 
 
 def _replace_uses(block: ir.Block, old: ir.Value, new: ir.Value) -> None:

@@ -64,10 +64,21 @@ def offset_slice(body: ir.Block, load: ir.Operation, small_loads: bool = False) 
     them ahead too."""
     if ir.gathers(load):
         return None                           # per-element indices: not a block a copy can fetch ahead
+    small_loads = small_loads and not any(o.op in (TileOp.STORE, TileOp.ATOMIC) or o.regions for o in body.ops)
+
+    def allowed(o: ir.Operation, v: ir.Value) -> bool:
+        small = small_loads and (not is_tile(v) or v.type.numel <= SMALL_LOAD)
+        return not (o.regions or (is_tile(v) and not small) or o.op in (TileOp.STORE, TileOp.ATOMIC) or
+                    (o.op is TileOp.LOAD and not (small and not ir.gathers(o))))
+    return body_slice(body, load.operands[1:], allowed)
+
+
+def body_slice(body: ir.Block, values, allowed) -> list[ir.Operation] | None:
+    """The ops of ``body``'s top level (in order) that ``values`` are computed from, or None when
+    they read a loop-carried value or ``allowed(op, value)`` refuses one of them."""
     in_body = {r: o for o in body.ops for r in o.results}
     carried = set(body.args[1:])
-    small_loads = small_loads and not any(o.op in (TileOp.STORE, TileOp.ATOMIC) or o.regions for o in body.ops)
-    needed, stack = set(), list(load.operands[1:])
+    needed, stack = set(), list(values)
     while stack:
         v = stack.pop()
         if v in carried:
@@ -75,9 +86,7 @@ def offset_slice(body: ir.Block, load: ir.Operation, small_loads: bool = False) 
         o = in_body.get(v)
         if o is None or o in needed:
             continue
-        small = small_loads and (not is_tile(v) or v.type.numel <= SMALL_LOAD)
-        if o.regions or (is_tile(v) and not small) or o.op in (TileOp.STORE, TileOp.ATOMIC) or \
-                (o.op is TileOp.LOAD and not (small and not ir.gathers(o))):
+        if not allowed(o, v):
             return None
         needed.add(o)
         stack.extend(o.operands)

@@ -40,6 +40,7 @@ from tilejit.passes import wgmma
 from tilejit.passes.dce import dce
 from tilejit.passes.lower_memory import KnownMultiples
 from tilejit.passes.mma_tiling import pipeline_stages
+from tilejit.passes.ring_sources import body_slice
 
 ROTATE = False
 
@@ -87,44 +88,21 @@ def _rotatable(fn: ir.Function, loop: ir.Operation, num_warps: int, multiples):
 
 def _operand_slice(body: ir.Block, dot: ir.Operation) -> list[ir.Operation] | None:
     """The body ops (in order) that compute ``dot``'s operands (A, B and its zeros), or None when
-    they read a loop-carried value or hold regions."""
-    in_body = {r: x for x in body.ops for r in x.results}
-    carried = set(body.args[1:])
-    needed, stack = set(), list(dot.operands)
-    while stack:
-        v = stack.pop()
-        if v in carried:
-            return None
-        x = in_body.get(v)
-        if x is None or x in needed:
-            continue
-        if x.regions or x.op in (TileOp.STORE, TileOp.ATOMIC, TileOp.DOT):
-            return None
-        needed.add(x)
-        stack.extend(x.operands)
-    return [x for x in body.ops if x in needed]
-
-
-def _clone(ops: list[ir.Operation], subst: dict) -> list[ir.Operation]:
-    out = []
-    for x in ops:
-        c = ir.Operation(x.op, [subst.get(v, v) for v in x.operands], [r.type for r in x.results], x.attrs, None, x.loc)
-        for r, n in zip(x.results, c.results):
-            subst[r] = n
-        out.append(c)
-    return out
+    they read a loop-carried value, hold regions, write memory or hold another DOT."""
+    return body_slice(body, dot.operands, lambda o, v: not (
+        o.regions or o.op in (TileOp.STORE, TileOp.ATOMIC, TileOp.DOT)))
 
 
 def _rotate(parent: ir.Block, loop: ir.Operation, dot: ir.Operation, ops: list[ir.Operation]) -> None:
     body = loop.regions[0]
     iv, start, step = body.args[0], loop.operands[0], loop.operands[2]
     # before the loop: the first iteration's product
-    first = _clone(ops + [dot], {iv: start})
+    first = ir.clone_ops(ops + [dot], {iv: start})
     at = parent.ops.index(loop)
     parent.ops[at:at] = first
     # in the body, where the DOT was: the next iteration's product
     after = ir.Operation(TileOp.ADD, [iv, step], [iv.type], None, None, dot.loc)
-    ahead = [after] + _clone(ops + [dot], {iv: after.result})
+    ahead = [after] + ir.clone_ops(ops + [dot], {iv: after.result})
     at = body.ops.index(dot)
     body.ops[at:at + 1] = ahead
     # this iteration's product is the carried one

@@ -389,6 +389,18 @@ def clone_function(fn: Function) -> Function:
     return Function(fn.name, block(fn.body), list(fn.arg_names), dict(fn.meta))
 
 
+def clone_ops(ops: list[Operation], subst: dict) -> list[Operation]:
+    """Copies of region-free ``ops`` (in order), their operands mapped through ``subst``, which
+    each copy's results are added to (old result -> new), so later copies read earlier ones."""
+    out = []
+    for o in ops:
+        c = Operation(o.op, [subst.get(x, x) for x in o.operands], [r.type for r in o.results], o.attrs, None, o.loc)
+        for r, n in zip(o.results, c.results):
+            subst[r] = n
+        out.append(c)
+    return out
+
+
 def users(root: "Block | Function") -> dict[Value, list[Operation]]:
     """Every value used in ``root`` (a Function or a Block, nested regions included) -> the ops
     that use it, in pre-order (an op using a value twice appears twice)."""
