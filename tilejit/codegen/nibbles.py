@@ -31,9 +31,10 @@ from tilejit.dtypes import DType
 NIBBLE_PAIRS = True
 # The switch: True gives the nibble mask ``0x000F000F`` as a register made once per kernel
 # (``Ctx.opaque``), so the mask-and-exponent is one ``LOP3`` with the exponent as its immediate;
-# as two immediates ptxas moves the mask into a register before every ``LOP3`` (W4A16 16x128x128x4
-# on sm_90a: 50 ``IMAD.MOV`` of the mask in a 493-instruction K loop, 443 without them, 119
-# registers either way).
+# as two immediates ptxas moves the mask into a register before every ``LOP3``.  W4A16 16x128x128x4
+# on sm_90a: the K loop 500 -> 460 SASS instructions (66 -> 26 ``IMAD``), 119 -> 105 registers
+# (four CTAs an SM instead of three); on the H100 (2026-12-06, session 30, scripts/gpu_s30b.sh,
+# alternating, two rounds) M1 / M16 5-9% faster.
 REGISTER_MASK = True
 _MAGIC = {D.bfloat16: (0x4300, 128.0, BF16), D.float16: (0x6400, 1024.0, F16)}
 _FOLDS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
