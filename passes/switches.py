@@ -75,7 +75,7 @@ DEFAULTS: dict[str, dict[str, bool | int | float | tuple]] = {
         "SQRT_HALF_BITS": 1060439283,
         "TWO_OVER_PI_240": 1124809776187544279507997106716295999256865926021540629657413695461646011},
     "tilejit.codegen.llvm": {
-        "CODEGEN_OPT": 2, "DESCRIPTOR_OFFSETS": False, "PIN_PROMOTED": True, "ZERO_PRODUCTS": True,
+        "CODEGEN_OPT": 2, "IR_OPT": 3, "DESCRIPTOR_OFFSETS": False, "PIN_PROMOTED": True, "ZERO_PRODUCTS": True,
         "SLP_VECTORIZE": True},
     "tilejit.codegen.memory": {"BRANCH_FREE_LOADS": False},
     "tilejit.codegen.mma": {"FP8_MIN_PTX": 84, "CLUSTER_SCOPE_RELEASE": False},

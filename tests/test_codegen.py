@@ -406,6 +406,12 @@ def test_kernel_abi_and_constants():
     assert ".visible .entry abi_kernel_1(" in ptx and ".maxntid 256" in ptx
     assert "%ctaid.y" in ptx and "%nctaid.z" in ptx
     assert "%ctaid.y" in codegen.compile_ptx(fn, opt_level=0)          # unoptimised for debugging
+    from tilejit.codegen import llvm as codegen_llvm                  # the IR's level is a switch
+    saved, codegen_llvm.IR_OPT = codegen_llvm.IR_OPT, 0
+    try:
+        assert codegen.compile_ptx(fn) == codegen.compile_ptx(fn, opt_level=0) != ptx
+    finally:
+        codegen_llvm.IR_OPT = saved
     for kind in (".u64 .ptr .global", ".u32", ".u64", ".u8", ".align 2 .b8"):
         assert kind in ptx
     from tilejit.runtime.packing import param_format        # the runtime packs by this table

@@ -94,6 +94,11 @@ def _init_llvm() -> None:
     llvm.set_option("", "--nvptx-short-ptr")
 
 
+# LLVM's optimisation level on the IR (``optimize``); the switch for measuring it.  O1 would take
+# ~20% off the attention's LLVM stage (340 -> 269 ms with emission, build machine, 2026-12-06)
+# with the same PTX for the sm_90a attention and GEMM kernels, but it changes 21 of the 50
+# ``ptx_snapshot.py`` kernels (layernorm / softmax rows unrolled less): 3 until timed on a GPU.
+IR_OPT = 3
 # The NVPTX back end's optimisation level for emitting PTX (the IR is optimised at O3 either way).
 # 2 emits the same PTX as 3 for the 50 kernels of scripts/ptx_snapshot.py and for the 43 modules
 # the tests of W4A16, decode attention, float8, dot_scaled, attention backward, stream-K, row
@@ -806,8 +811,11 @@ def optimize(module: llvm.ModuleRef, target: str, level: int = 3) -> None:
 _LLVM_LOCK = threading.Lock()
 
 
-def ptx_from_llvm(llvm_ir: str, target: str = "sm_90a", opt_level: int = 3) -> str:
-    """PTX text for LLVM IR text (verified, optimised at ``opt_level`` unless 0)."""
+def ptx_from_llvm(llvm_ir: str, target: str = "sm_90a", opt_level: int | None = None) -> str:
+    """PTX text for LLVM IR text (verified, optimised at ``opt_level`` (default ``IR_OPT``)
+    unless 0)."""
+    if opt_level is None:
+        opt_level = IR_OPT
     last = getattr(_parsed, "last", None)
     _parsed.last = None                 # optimize changes the module: it serves one call
     module = last[1] if last is not None and last[0] is llvm_ir else _parse_verified(llvm_ir)
@@ -817,7 +825,7 @@ def ptx_from_llvm(llvm_ir: str, target: str = "sm_90a", opt_level: int = 3) -> s
         return target_machine(target, CODEGEN_OPT).emit_assembly(module)
 
 
-def compile_ptx(simt_fn: simt.Function, target: str = "sm_90a", opt_level: int = 3) -> str:
+def compile_ptx(simt_fn: simt.Function, target: str = "sm_90a", opt_level: int | None = None) -> str:
     """PTX for ``target`` ("sm_80" or "sm_90a") of a SIMT kernel."""
     return ptx_from_llvm(str(emit_module(simt_fn, target)), target, opt_level)
 
