@@ -248,17 +248,29 @@ class LayoutAssigner:
                 self.set(res, found[0] if found else default_layout(res.type, self.num_warps))
 
 
-def source_dot(v: ir.Value, shape) -> ir.Operation | None:
+def carried_yields(fn: ir.Function) -> dict:
+    """Each FOR's carried tile -> the value its body yields for it."""
+    return {a: y for o in fn.walk() if o.op is TileOp.FOR
+            for a, y in zip(o.regions[0].args[1:], o.regions[0].ops[-1].operands)}
+
+
+def source_dot(v: ir.Value, shape, carried: dict | None = None) -> ir.Operation | None:
     """The DOT whose accumulator ``v`` is computed from elementwise (through operands of the same
-    shape; row vectors broadcast in from the side do not count), or None."""
+    shape; row vectors broadcast in from the side do not count), or None.  With ``carried``
+    (``carried_yields``), through a loop-carried tile to what the loop yields for it (a product
+    computed one iteration ahead: ``rotate_products``)."""
     seen = set()
     stack = [v]
     while stack:
         x = stack.pop()
         o = x.owner
-        if o is None or x in seen or x.type.shape != shape:
+        if x in seen or x.type.shape != shape:
             continue
         seen.add(x)
+        if o is None:
+            if carried and x in carried:
+                stack.append(carried[x])
+            continue
         if o.op is TileOp.DOT:
             return o
         if o.op in ELEMENTWISE_OPS:

@@ -57,6 +57,7 @@ class Lowering:
         self.tma_loops: list = []             # pipeline_loads.TmaLoop of each TMA-filled loop
         self.tile_blocks: list = []           # the tile blocks being lowered, innermost last
         self.rotated: set = set()             # tile FORs whose wgmma product is carried in flight
+        self.wgmma_pending: dict = {}         # id(tile block) -> DOT results in flight until its next wait
         self.dot_plans = fn.meta["dot_plans"]     # DOT op -> plans.DotPlan (passes.plan_dots)
         self.grouped_ids = GROUP_PROGRAMS > 1 and any(p.config is not None for p in self.dot_plans.values())
         self.describe_params()
@@ -132,6 +133,15 @@ class Lowering:
         """Tile value ``v`` is read from ``simt_value`` from here on (an accumulator that
         came back from a wgmma wait)."""
         self.values[v] = simt_value
+
+    def take_pending(self) -> list:
+        """The DOT results of the tile block being lowered whose wgmma group is still in flight
+        (``leave_pending``); the next wait retires them, so they are handed out once."""
+        return self.wgmma_pending.pop(id(self.tile_blocks[-1]), []) if self.tile_blocks else []
+
+    def leave_pending(self, values: list) -> None:
+        """DOT results whose wgmma group stays in flight until the block's next wait."""
+        self.wgmma_pending[id(self.tile_blocks[-1])] = list(values)
 
     def mark_rotated(self, loop: ir.Operation) -> None:
         """Tile FOR ``loop`` carries a wgmma product in flight (``wgmma.carried_products``): its
@@ -612,6 +622,8 @@ class Lowering:
     def op_FOR(self, o):
         plan = self.loop_plans[o]
         for s in plan.staged_before:
+            if s.value in self.staged:      # staged already: by a rotated loop's first product
+                continue
             self.stage(s.value, lower_dot.stage_registers(self, s.value, self.dot_plans.config(s.dot),
                                                           s.tile, s.align))
         if plan.pipelined:         # (the specialisation promises the rows' alignment: no run-time check)

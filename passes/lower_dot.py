@@ -21,6 +21,7 @@ from tilejit.passes import layouts as L
 from tilejit.passes import mma_layouts as ML
 from tilejit.passes import wgmma
 from tilejit.passes.wgmma import tile_coords
+from tilejit.passes.assign_layouts import source_dot
 from tilejit.passes.plans import DotFamily, SharedTile, Staged
 from tilejit.passes.mma_tiling import DotConfig, a_in_registers, ldmatrix_a_layout, ldmatrix_b_layout, ldmatrix_b_nk_layout
 from tilejit.simt import RegType, SimtOp
@@ -231,6 +232,10 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     if cfg.registers_only:
         return lower_dmma(lw, o, cfg)
     if lw.dot_plans.family(o) is DotFamily.WGMMA:
+        if not lw.pipelining and a_v not in staged and source_dot(a_v, a_v.type.shape) is None:
+            # a rotated loop's first product, before the loop: A staged here as the loop stages it
+            # (which then reads it from here), B below as a computed B
+            lw.stage(a_v, stage_registers(lw, a_v, cfg, wgmma.ring_layout(SharedTile.A, cfg), align=1024))
         a_src = staged[a_v] if a_v in staged and staged[a_v].tile.wgmma_a else register_a_fragments(lw, a_v, cfg)
         b_src = staged[b_v] if b_v in staged and staged[b_v].tile.wgmma_b else None
         # B computed in the loop: staged N-major, which float8 wgmma cannot read (it takes mma.sync)

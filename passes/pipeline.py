@@ -152,7 +152,8 @@ PIPELINE = [
         opt.pack or opt.programs_per_cta or fn.meta.serial_programs) else fn, "simt"),
     Stage("remat_indices", lambda fn, opt: remat_module.remat_indices(fn) if remat_module.REMAT else fn, "simt"),
     Stage("plan_shared_memory", lambda fn, opt: plan_shared_memory(
-        fn, ring_buffers(fn) if opt.warp_specialize and (persistable(fn) or specialise_module.PRIVATE_RINGS) else (),
+        fn, ring_buffers(fn) if opt.warp_specialize and (persistable(fn) or specialise_module.PRIVATE_RINGS
+                                                        or specialise_module.product_before_loop(fn)) else (),
         MAX_SHARED_BYTES.get(opt.target, 0) - RING_MARGIN), "simt"),
     Stage("insert_barriers", lambda fn, opt: insert_barriers(fn), "simt"),
     Stage("specialise_warps", lambda fn, opt: specialise_warps(fn, opt.warp_specialize is True)

@@ -24,7 +24,7 @@ from tilejit.ir import TileOp
 from tilejit.passes import wgmma
 from tilejit.passes.nibble_operands import nibble_source
 from tilejit.passes.mma_layouts import nibble_ok
-from tilejit.passes.assign_layouts import source_dot
+from tilejit.passes.assign_layouts import carried_yields, source_dot
 from tilejit.passes.mma_layouts import mma_kind_for
 from tilejit.passes.mma_tiling import DEFAULT_STAGES, dot_config
 from tilejit.passes.plans import DotFamily, DotPlan, DotPlans
@@ -33,11 +33,12 @@ from tilejit.passes.plans import DotFamily, DotPlan, DotPlans
 def chained_dots(fn: ir.Function, num_warps: int) -> set[ir.Operation]:
     """The DOTs of ``dot(f(dot(a, b)), c)`` chains whose rows split evenly over the warps."""
     out = set()
+    carried = carried_yields(fn)
     for o in fn.walk():
         if o.op is not TileOp.DOT:
             continue
         a = o.operands[0]
-        first = source_dot(a, a.type.shape)
+        first = source_dot(a, a.type.shape, carried)
         kind = mma_kind_for(a.type.dtype)
         if first is None or kind is None or kind.bits != 16:
             continue

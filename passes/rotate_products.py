@@ -1,6 +1,7 @@
-"""Products issued one iteration ahead: in a pipelined loop whose one DOT starts from zeros and
-whose product the same iteration works on (a block-scaled GEMM's ``acc += dot(a, b) * scale``:
-``tj.dot_scaled``), the loop computes the next iteration's product while it works on this one's.
+"""Products issued one iteration ahead: in a pipelined loop with one DOT that starts from zeros
+and whose product the same iteration works on (a block-scaled GEMM's ``acc += dot(a, b) * scale``:
+``tj.dot_scaled``; attention's ``s = q @ k.T`` before its softmax), the loop computes the next
+iteration's product while it works on this one's.
 
     rotate_products(fn, num_warps, target="sm_90a", wgmma_switch=True) -> fn
 
@@ -8,29 +9,32 @@ whose product the same iteration works on (a block-scaled GEMM's ``acc += dot(a,
     after:   p = dot(A(start), B(start))
              for k: p_next = dot(A(k + step), B(k + step)); acc = f(p, acc, k); p = p_next
 
-On wgmma the product of iteration k + 1 then stays in flight while iteration k's is scaled into
-the accumulator (``wgmma.carried_products``: ``wait_group 1``, the loop unrolled by two so the
-two products alternate registers), instead of every iteration waiting for its own product
-before the scaling can start.  ``A(k)`` and ``B(k)`` are the DOT's operands as the body computes
-them (loads, transposes, reshapes, offset arithmetic) from the induction variable and loop
-invariants only; they are cloned before the loop with ``start`` and in the body with
-``k + step``.  On the last trip the next product reads the block past the loop's end (zeros
-where that is past the array, a load's ``other``), and is not used: one K tile of extra work.
+On wgmma the product of iteration k + 1 then stays in flight while iteration k's is worked on:
+with one DOT (the GEMM) across the loop's back edge (``wgmma.carried_products``: ``wait_group
+1``, the loop unrolled by two so the two products alternate registers); with a later wgmma DOT
+that waits for every group (attention's ``p @ v``) until that wait, so the softmax of block k
+runs under block k + 1's QK^T (FlashAttention-3's overlap within a warpgroup).  ``A(k)`` and
+``B(k)`` are the DOT's operands as the body computes them (loads, transposes, reshapes, offset
+arithmetic) from the induction variable and loop invariants only; they are cloned before the
+loop with ``start`` and in the body with ``k + step``.  On the last trip the next product reads
+the block past the loop's end (zeros where that is past the array, a load's ``other``), and is
+not used: one tile of extra work.  The first product takes wgmma too (``wgmma.first_products``,
+its operands staged by the threads), and a warp-specialised loop keeps its producer warpgroup
+(``specialise_warps.product_before_loop``: the rings' bytes are their own, and the consumers
+get 240 registers).
 
 A loop qualifies when ``wgmma.enabled``, it is pipelined (``pipeline_stages`` >= 2), writes no
-memory (a copy issued ahead might read what the iteration writes), and holds exactly one DOT
-(attention's two chained DOTs are not rotated here), at its top level, that will take wgmma
-(``wgmma.qualifies``), whose accumulator is a zeros constant and whose product is read in the
-body but not yielded (a product already carried, the user's own rotated loop, is left alone).
-``ROTATE`` switches the pass on.  Off: measured slower on the H100 (2026-12-06, session 30,
-scripts/gpu_s30d.sh, alternating, two rounds): the fp8 blockwise GEMM (weights (N, K),
-128x128x128, 8 warps) 717 / 889 TFLOP/s rotated against 961 / 1084 plain at 4096^3 / 8192^3 (the
-same spelled by hand, ``scripts/probes/fp8_rotated.py``: 714 / 855-863 against 964 / 1074-1077);
-the rotated kernel is no longer warp-specialised (no producer warpgroup, no ``setmaxnreg``: 220
-registers a thread against 168) and its first product, before the loop, runs on mma.sync from
-register loads.  Next, before it can pay: issue the first product from the loop's TMA ring (a
-peeled first trip inside the pipelined loop) so the kernel keeps its producer warpgroup; then
-FlashAttention-3's next S before this softmax is the same rotation with two DOTs.
+memory (a copy issued ahead might read what the iteration writes), and holds, at its top level,
+exactly one DOT that will take wgmma (``wgmma.qualifies``), whose accumulator is a zeros constant
+and whose product is read in the body but not yielded (a product already carried, the user's own
+rotated loop, is left alone); its other DOTs accumulate (attention's PV).  ``ROTATE`` switches
+the pass on.  Off until measured on the GPU.  The fp8 blockwise GEMM (weights (N, K),
+128x128x128, 8 warps) measured slower on the H100 (2026-12-06, session 30, scripts/gpu_s30d.sh,
+alternating, two rounds): 717 / 889 TFLOP/s rotated against 961 / 1084 plain at 4096^3 / 8192^3
+(the same spelled by hand, ``scripts/probes/fp8_rotated.py``: 714 / 855-863 against 964 /
+1074-1077): its float8 first product cannot take wgmma from N-major staged operands (it runs on
+mma.sync), and the kernel lost its producer warpgroup then (220 registers a thread against 168).
+Attention: ``scripts/gpu_s31a.sh``.
 """
 from __future__ import annotations
 
@@ -70,20 +74,26 @@ def _rotatable(fn: ir.Function, loop: ir.Operation, num_warps: int, multiples):
     """(the DOT, the body ops computing its operands, in order) when ``loop`` qualifies."""
     body = loop.regions[0]
     walked = list(body.walk())
-    dots = [x for x in walked if x.op is TileOp.DOT]
-    if len(dots) != 1 or dots[0] not in body.ops or any(x.op in (TileOp.STORE, TileOp.ATOMIC) for x in walked):
+    if any(x.op in (TileOp.STORE, TileOp.ATOMIC) for x in walked) \
+            or any(x.op is TileOp.DOT and x not in body.ops for x in walked):
         return None
-    dot = dots[0]
-    acc = dot.operands[2].owner
-    if acc is None or acc.op is not TileOp.CONSTANT or acc.attrs.value != 0:
+    found = [x for x in body.ops if x.op is TileOp.DOT and _fresh(x, body, walked)]
+    if len(found) != 1:
         return None
-    if dot.result in body.ops[-1].operands or not any(dot.result in x.operands for x in walked):
-        return None
+    dot = found[0]
     inside = {r for x in walked for r in x.results} | set(body.args)
     if not wgmma.qualifies(fn, dot, body, num_warps, inside, multiples, ir.users(body)):
         return None
     ops = _operand_slice(body, dot)
     return None if ops is None else (dot, ops)
+
+
+def _fresh(dot: ir.Operation, body: ir.Block, walked: list) -> bool:
+    """``dot`` starts from zeros and its product is read in the body, not yielded."""
+    acc = dot.operands[2].owner
+    if acc is None or acc.op is not TileOp.CONSTANT or acc.attrs.value != 0:
+        return False
+    return dot.result not in body.ops[-1].operands and any(dot.result in x.operands for x in walked)
 
 
 def _operand_slice(body: ir.Block, dot: ir.Operation) -> list[ir.Operation] | None:

@@ -35,7 +35,11 @@ GEMM's B column block, attention's K and V) is read from L2 once, each CTA copyi
 into both; then every slot waits for both CTAs' consumers.
 
 The pass refuses (returns ``fn`` unchanged) when the copies depend on anything but pure values
-of the kernel's top level, the ops before the loop in the guard and the loop body.
+of the kernel's top level, the ops before the loop in the guard and the loop body, or when a
+buffer the kernel uses before the loop shares bytes with the rings (``_shared_before``).  A loop
+after a wgmma product (``product_before_loop``: a rotated loop's first product) has its rings'
+bytes kept to themselves by ``plan_shared_memory``, and its producer keeps
+``LEAN_PRODUCER_REGISTERS`` so the consumers, which hold two products, get 240 a thread.
 
 Persistent (``PERSIST_TILES``, where ``persistable``; ``meta.persistent_tiles``): the launch
 runs at most as many CTAs as the GPU holds at once, 1-D, and passes the grid's extents
@@ -65,6 +69,10 @@ from tilejit.simt import RegType, SimtOp
 I32 = D.int32
 PRODUCER_WARPS = 4
 PRODUCER_REGISTERS = 40          # what a warpgroup that only computes addresses keeps
+# the producer's registers where the consumers carry a product in flight (a rotated loop,
+# ``product_before_loop``): attention D128 rotated (128x128, 8 warps) needs the consumers'
+# 240 registers a thread (232 with 40 spilled 80 bytes; ptxas, 2026-12-06)
+LEAN_PRODUCER_REGISTERS = 24
 REGISTER_FILE = 65536            # 32-bit registers per SM (and the most one CTA may take)
 MAX_REGISTERS = 248              # per thread: ptxas's limit is 255; setmaxnreg wants multiples of 8
 _PURE = (SimtOp.PARAM, SimtOp.THREAD_ID, SimtOp.BLOCK_ID, SimtOp.GRID_DIM, SimtOp.CONSTANT, SimtOp.SPLAT,
@@ -142,6 +150,22 @@ def specialisable(fn: ir.Function):
     return found if found is not None and not _shared_before(fn, rec, found[1]) else None
 
 
+def product_before_loop(fn: ir.Function) -> bool:
+    """Whether ``fn``'s one TMA loop (at the top level, or in a top-level IF) follows a wgmma
+    product (a rotated loop's first product, ``rotate_products``): ``plan_shared_memory`` then
+    keeps the rings' bytes to themselves, so the product's staged operands never share them
+    (``_shared_before``) and the loop can still be specialised."""
+    loops = fn.meta.tma_loops
+    if len(loops) != 1:
+        return False
+    loop = loops[0].loop
+    guard = next((o for o in fn.body.ops if o.op is SimtOp.IF and loop in o.regions[0].ops), None)
+    ops = fn.body.ops[:fn.body.ops.index(guard)] + guard.regions[0].ops if guard is not None else fn.body.ops
+    if loop not in ops:
+        return False
+    return any(x.op is SimtOp.WGMMA for o in ops[:ops.index(loop)] for x in (o, *(w for r in o.regions for w in r.walk())))
+
+
 def _shared_before(fn: ir.Function, rec, guard) -> bool:
     """Whether a buffer the kernel reads or writes before the loop (a DOT's operands staged
     for mma.sync, say) shares bytes with the rings: the producer starts filling the rings while
@@ -210,6 +234,7 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     if found is None or not (always or worth_it(found[0], fn.meta.num_warps) or persistable(fn)):
         return fn
     rec, guard = found
+    producer_registers = LEAN_PRODUCER_REGISTERS if product_before_loop(fn) else PRODUCER_REGISTERS
     persist = (persistable(fn) if persistent is None else persistent and guard is None
                and rec.loop.regions[0].args[0].type.dtype == I32) and _private(fn, rec)
     paired = not persist and multicast_module.applies(fn, rec.loop, guard)
@@ -394,10 +419,10 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     # --- registers: the producer gives back what the consumers take
     threads = consumers + 32 * PRODUCER_WARPS
     cap = min(MAX_REGISTERS, REGISTER_FILE // threads // 8 * 8)
-    more = min(MAX_REGISTERS, (REGISTER_FILE - 32 * PRODUCER_WARPS * PRODUCER_REGISTERS) // consumers // 8 * 8)
+    more = min(MAX_REGISTERS, (REGISTER_FILE - 32 * PRODUCER_WARPS * producer_registers) // consumers // 8 * 8)
     if more > cap:
         consumer.ops.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(more, True), loc=loc))
-        producer.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(PRODUCER_REGISTERS, False), loc=loc))
+        producer.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(producer_registers, False), loc=loc))
         fn.meta.max_registers = cap
     split = ir.Operation(SimtOp.IF, [is_consumer], [], simt.SplitAttrs(consumers),
                          [consumer, ir.Block([], producer)], loc)

@@ -16,6 +16,12 @@ ones ``pipeline_loads`` can ring (``ring_sources.ring_source``, the rule plan_lo
 mma.sync C-fragment layout with warps (num_warps, 1) -- wgmma's D fragment is that layout --
 so everything after the DOT (epilogue, softmax, conversions) is shared with the mma.sync path.
 
+A DOT before a loop whose product is the first value of a tile the loop carries and replaces with
+a wgmma DOT's product each iteration (a rotated loop: ``rotate_products``, or the user's own
+spelling) takes wgmma too (``first_products``), so the carried tile keeps the accumulator
+layout: its A is staged by the threads where the loop stages it (the loop then reads it from
+there), its B N-major like a computed B.
+
 Shared layouts (PTX ISA, "Shared Memory Matrix Layout" and "Matrix Descriptor Format"):
 A K-major tile (A, or a transposed B) keeps the ldmatrix tile layout when its rows are R = 32,
 64 or 128 bytes -- exactly the K-major SW32/64/128 layout (8-row groups 8R apart); wider rows
@@ -44,10 +50,10 @@ from tilejit import dtypes as D
 from tilejit import ir, simt
 from tilejit.ir import TileOp
 from tilejit.passes import layouts as L
-from tilejit.passes.assign_layouts import source_dot
+from tilejit.passes.assign_layouts import carried_yields, source_dot
 from tilejit.passes.lower_memory import KnownMultiples
 from tilejit.passes.mma_tiling import DEFAULT_STAGES, a_in_registers, pipeline_stages
-from tilejit.passes.plans import SharedTile, Staged
+from tilejit.passes.plans import DotFamily, SharedTile, Staged
 from tilejit.passes.ring_sources import ring_source
 from tilejit.simt import RegType, SimtOp
 
@@ -158,7 +164,7 @@ def qualifies(fn: ir.Function, dot: ir.Operation, body: ir.Block, num_warps: int
     fp8 = a.dtype in FP8                # float8 wgmma reads both operands K-major from shared memory
     a_src = ring_source(fn, multiples, dot, a_v, body, uses)
     a_ok = (a_src is not None and (not a_src.n_major or (TRANSPOSED_A and not fp8))) or a_v not in inside \
-        or (not fp8 and source_dot(a_v, a.shape) is not None)
+        or (not fp8 and source_dot(a_v, a.shape, carried_yields(fn)) is not None)
     b_src = ring_source(fn, multiples, dot, b_v, body, uses)
     if b_src is not None:
         b_ok = kmajor_rows_ok(k * item) if b_src.n_major else b_atoms_fit(n, a.dtype)
@@ -182,6 +188,29 @@ def wgmma_dots(fn: ir.Function, num_warps: int, target: str, switch: bool = True
         uses = ir.users(body)
         out.update(dot for dot in body.ops
                    if dot.op is TileOp.DOT and qualifies(fn, dot, body, num_warps, inside, multiples, uses))
+    out.update(first_products(fn, out))
+    return out
+
+
+def first_products(fn: ir.Function, dots: set) -> set[ir.Operation]:
+    """The DOTs before a loop whose product is the first value of a tile the loop carries and
+    replaces with the product of one of ``dots`` (wgmma) each iteration: a rotated loop's first
+    product (``rotate_products``, or spelled so by hand).  They take wgmma too, so the carried
+    tile keeps one layout; their operands are staged by the threads (A where the loop stages
+    it, B N-major as a computed B: not float8, which wgmma reads K-major only)."""
+    out = set()
+    for o in fn.walk():
+        if o.op is not TileOp.FOR:
+            continue
+        body = o.regions[0]
+        for init, y in zip(o.operands[3:], body.ops[-1].operands):
+            first, dot = init.owner, y.owner
+            if first is None or first.op is not TileOp.DOT or dot not in dots or first in body.walk() \
+                    or [v.type for v in first.operands] != [v.type for v in dot.operands] \
+                    or first.operands[0].type.dtype in FP8 or not COMPUTED_B \
+                    or source_dot(first.operands[0], first.operands[0].type.shape) is not None:
+                continue
+            out.add(first)
     return out
 
 
@@ -250,21 +279,32 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
     lw.emit(SimtOp.WGMMA_COMMIT, [])
     n = lw.in_flight_after(o)
     carried = carried_products(lw, o) if n else []
-    out = wait_group(lw, [acc] + [lw.get(a) for a in carried], n)
-    for a, v in zip(carried, out[1:]):       # read after the wait: the previous group has retired
+    pending = lw.take_pending()
+    if not n and _retired_later(lw, o):
+        # a product computed one iteration ahead whose group a later DOT of this body retires
+        # (its wait_group 0): it stays in flight while the body works on the carried one
+        # (attention's softmax of this block under the next block's QK^T)
+        n, carried = 1, _carried_after(lw, o)
+        lw.leave_pending([o.result])
+    out = wait_group(lw, [acc] + [lw.get(a) for a in carried + pending], n)
+    for a, v in zip(carried + pending, out[1:]):   # read after the wait: their groups have retired
         lw.rebind(a, v)
     return out[0]
 
 
-def carried_products(lw, o: ir.Operation) -> list:
-    """The loop-carried tiles that DOT ``o``'s product becomes in the next iteration and that
-    the loop body reads otherwise than by yielding (a product computed one iteration ahead and
-    worked on in the next: ``p_next = dot(...); acc = f(p, acc); p = p_next``).  Their group is
-    the one ``wait_group 1`` retires, so they are passed through the wait (nothing reads them
-    before it), and the loop is marked ``lw.rotated``: its codegen unrolls it by two, so the
-    product in flight and the one being read alternate registers instead of being copied at
-    the back edge (ptxas serialises every wgmma that a copy of an in-flight accumulator
-    follows)."""
+def _retired_later(lw, o: ir.Operation) -> bool:
+    """``o``'s product is carried to the next iteration and read there (``_carried_after``), and
+    a later wgmma DOT of the same body waits for every group (``wait_group 0``) before the
+    iteration ends, so no group is in flight across the loop's back edge."""
+    if not lw.tile_blocks or not _carried_after(lw, o):
+        return False
+    body = lw.tile_blocks[-1]
+    return any(d.op is TileOp.DOT and lw.dot_plans.family(d) is DotFamily.WGMMA and not lw.in_flight_after(d)
+               for d in body.ops[body.ops.index(o) + 1:])
+
+
+def _carried_after(lw, o: ir.Operation) -> list:
+    """The loop-carried tiles ``o``'s product becomes that the body reads after ``o``."""
     if not lw.tile_blocks:
         return []
     body = lw.tile_blocks[-1]
@@ -279,8 +319,21 @@ def carried_products(lw, o: ir.Operation) -> list:
                    and any(arg in z.operands for z in [x, *(w for r in x.regions for w in r.walk())])]
         if y is o.result and readers and min(readers) > at:
             out.append(arg)
+    return out
+
+
+def carried_products(lw, o: ir.Operation) -> list:
+    """The loop-carried tiles that DOT ``o``'s product becomes in the next iteration and that
+    the loop body reads otherwise than by yielding (a product computed one iteration ahead and
+    worked on in the next: ``p_next = dot(...); acc = f(p, acc); p = p_next``).  Their group is
+    the one ``wait_group 1`` retires, so they are passed through the wait (nothing reads them
+    before it), and the loop is marked ``lw.rotated``: its codegen unrolls it by two, so the
+    product in flight and the one being read alternate registers instead of being copied at
+    the back edge (ptxas serialises every wgmma that a copy of an in-flight accumulator
+    follows)."""
+    out = _carried_after(lw, o)
     if out:
-        lw.mark_rotated(loop)
+        lw.mark_rotated(next(x for x in lw.loop_plans if x.regions and x.regions[0] is lw.tile_blocks[-1]))
     return out
 
 

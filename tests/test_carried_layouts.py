@@ -30,7 +30,13 @@ def assigned(kernel, specs, consts, num_warps):
     return pipeline_until(kernel, specs, consts, "assign_layouts", num_warps)
 
 
-def test_a_carried_product_takes_the_layout_of_the_loops_dot():
+@pytest.mark.parametrize("first_on_wgmma", [False, True])
+def test_a_carried_product_takes_the_layout_of_the_loops_dot(first_on_wgmma, monkeypatch):
+    """The first product takes wgmma too where it can (``wgmma.first_products``: no conversion
+    at all); on mma.sync (``COMPUTED_B`` off: its B cannot be staged N-major) it is converted
+    once, before the loop."""
+    from tilejit.passes import wgmma
+    monkeypatch.setattr(wgmma, "COMPUTED_B", first_on_wgmma)
     bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
     fn = assigned(rotated, (bf16, bf16, ArraySpec(tj.float32, 2, True, True, False)),
                   {"BM": 128, "BN": 128, "BK": 64}, 8)
@@ -38,7 +44,8 @@ def test_a_carried_product_takes_the_layout_of_the_loops_dot():
     loop = next(o for o in fn.body.ops if o.op is TileOp.FOR)
     before = next(o for o in fn.body.ops if o.op is TileOp.DOT)
     inside = next(o for o in loop.regions[0].ops if o.op is TileOp.DOT)
-    assert layouts[before.result] != layouts[inside.result]      # mma.sync before, wgmma (warps 8x1) in it
+    # mma.sync before, wgmma (warps 8x1) in it; or wgmma in both
+    assert (layouts[before.result] == layouts[inside.result]) == first_on_wgmma
     for arg, yielded in zip(loop.regions[0].args[1:], loop.regions[0].ops[-1].operands):
         assert layouts[arg] == layouts[yielded]
     for res, arg in zip(loop.results, loop.regions[0].args[1:]):
@@ -78,8 +85,9 @@ def test_a_product_carried_in_flight_is_waited_for_before_it_is_read_and_its_loo
              and loop.regions[0].args[2] in o.operands]
     assert reads == []                              # only the waited-for copy is read
     ptx = codegen.compile_ptx(fn, "sm_90a")
-    inside = ptx.count("wgmma.mma_async")
-    assert inside == 2 * sum(o.op is SimtOp.WGMMA for o in loop.regions[0].walk())
+    first = sum(o.op is SimtOp.WGMMA for o in fn.walk()) - sum(o.op is SimtOp.WGMMA for o in loop.regions[0].walk())
+    assert first == 4                               # the first product, before the loop (BK 64: 4 k steps)
+    assert ptx.count("wgmma.mma_async") == first + 2 * sum(o.op is SimtOp.WGMMA for o in loop.regions[0].walk())
     assembled = assemble_or_skip(ptx, "sm_90a")
     assert "C7514" not in assembled.log and assembled.spills == 0
 
@@ -105,13 +113,17 @@ def test_a_product_read_before_the_next_dot_is_not_rotated():
     assert not loop.attrs.unroll
 
 
-def test_a_loop_after_shared_memory_work_that_its_rings_reuse_is_not_warp_specialised():
-    """The product computed before the loop stages its operands in shared memory that the loop's
-    rings reuse: specialised, the producer would fill the rings while the computing warps still
-    read those bytes (on the H200 that gave wrong values), so ``TILEJIT_WS=1`` leaves the kernel
-    as it is; the same loop without the product before it is specialised."""
+def test_a_loop_after_shared_memory_work_that_its_rings_reuse_is_not_warp_specialised(monkeypatch):
+    """The product computed before the loop (on mma.sync: ``COMPUTED_B`` off) stages its operands
+    in shared memory that the loop's rings reuse: specialised, the producer would fill the rings
+    while the computing warps still read those bytes (on the H200 that gave wrong values), so
+    ``TILEJIT_WS=1`` leaves the kernel as it is; the same loop without the product before it is
+    specialised, and so is the loop after a wgmma product (``product_before_loop``: the rings'
+    bytes kept to themselves)."""
     from tilejit.passes import specialise_warps as ws
+    from tilejit.passes import wgmma
     from tilejit.passes.pipeline import compile_to_simt
+    monkeypatch.setattr(wgmma, "COMPUTED_B", False)
     bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
     specs = (bf16, bf16, ArraySpec(tj.float32, 2, True, True, False))
     fn = compile_to_simt(rotated.tile_ir(specs, {"BM": 128, "BN": 128, "BK": 64}), num_warps=8, target="sm_90a",
@@ -131,6 +143,10 @@ def test_a_loop_after_shared_memory_work_that_its_rings_reuse_is_not_warp_specia
     fn = compile_to_simt(plain.tile_ir(specs, {"BM": 128, "BN": 128, "BK": 64}), num_warps=8, target="sm_90a",
                          warp_specialize=True)
     assert fn.meta.producer_warps == 4
+    monkeypatch.setattr(wgmma, "COMPUTED_B", True)
+    fn = compile_to_simt(rotated.tile_ir(specs, {"BM": 128, "BN": 128, "BK": 64}), num_warps=8, target="sm_90a",
+                         warp_specialize=True)
+    assert fn.meta.producer_warps == 4 and ws._private(fn, fn.meta.tma_loops[0])
 
 
 @pytest.mark.parametrize("private", [False, True])
@@ -143,7 +159,9 @@ def test_the_emulator_reports_a_producer_filling_rings_the_consumers_still_read(
     from tilejit import backends
     from tilejit.backends import emulate
     from tilejit.passes import specialise_warps as ws
+    from tilejit.passes import wgmma
     from tilejit.passes.pipeline import compile_to_simt
+    monkeypatch.setattr(wgmma, "COMPUTED_B", False)          # the first product on mma.sync
     monkeypatch.setattr(ws, "_shared_before", lambda *args: False)
     monkeypatch.setattr(ws, "PRIVATE_RINGS", private)
     bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)

@@ -54,6 +54,16 @@ def stores_in_the_loop(a, b, c, s, BM: tj.constexpr, BN: tj.constexpr, BK: tj.co
         tj.store(c, (0, 0), acc)
 
 
+@tj.kernel
+def two_products(a, b, c, s, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    acc = tj.zeros((BM, BN), tj.float32)
+    for k in range(0, a.shape[1], BK):
+        p = tj.dot(tj.load(a, (0, k), (BM, BK)), tj.load(b, (k, 0), (BK, BN)))
+        r = tj.dot(tj.load(a, (0, k), (BM, BK)), tj.load(b, (k, 0), (BK, BN)))
+        acc = tj.fma(p, s, acc) + tj.exp(r)
+    tj.store(c, (0, 0), acc)
+
+
 SCALED_SPECS = (BF16, BF16, F32, ScalarSpec(tj.float32))
 SCALED_CONSTS = {"BM": 128, "BN": 128, "BK": 64}
 
@@ -109,18 +119,18 @@ def test_the_compiler_gives_the_plain_spelling_the_hand_rotated_schedule(monkeyp
     assert plans[0] == plans[1]
 
 
-@pytest.mark.parametrize("case", ["hand-rotated", "carried acc", "stores", "attention", "off sm_90a", "switch off"])
+@pytest.mark.parametrize("case", ["hand-rotated", "carried acc", "stores", "two fresh", "off sm_90a", "switch off"])
 def test_loops_it_leaves_alone(case, monkeypatch):
     """A product the loop already carries (the hand-rotated spelling), an accumulating DOT (a
-    plain GEMM), a loop that stores, attention's two chained DOTs, mma.sync targets, the switch."""
+    plain GEMM), a loop that stores, two products from zeros (which one?), mma.sync targets,
+    the switch."""
     from tilejit.examples import matmul
     monkeypatch.setattr(R, "ROTATE", case != "switch off")
     kernel, specs, consts = {
         "hand-rotated": (rotated_by_hand, SCALED_SPECS, SCALED_CONSTS),
         "carried acc": (matmul.matmul_kernel.kernel, (BF16, BF16, BF16), {"BM": 128, "BN": 128, "BK": 64}),
         "stores": (stores_in_the_loop, SCALED_SPECS, SCALED_CONSTS),
-        "attention": (attention.attention_kernel, (ArraySpec(tj.bfloat16, 4, True, True, False),) * 4
-                      + (ScalarSpec(tj.float32),), {"BM": 128, "BN": 128, "BD": 128, "CAUSAL": False}),
+        "two fresh": (two_products, SCALED_SPECS, SCALED_CONSTS),
     }.get(case, (scaled, SCALED_SPECS, SCALED_CONSTS))
     target = "sm_80" if case == "off sm_90a" else "sm_90a"
     fn = pipeline_until(kernel, specs, consts, "swap_small_dots", 8, target)
@@ -158,3 +168,144 @@ def test_a_ragged_k_reads_zeros_past_the_end(backend, k, monkeypatch):
     scaled[(2,)](a, b, c, 0.5, BM=128, BN=128, BK=64, num_warps=8)
     ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64))
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+# ------------------------------------------------------------------------------------- attention
+# FlashAttention-3's overlap within a warpgroup: the next block's QK^T is issued before this
+# block's softmax, whose exponentials then run under it on the tensor cores.
+ATT_SPECS = (ArraySpec(tj.bfloat16, 4, True, True, False),) * 4 + (ScalarSpec(tj.float32),)
+ATT3_SPECS = (ArraySpec(tj.bfloat16, 3, True, True, False),) * 4 + (ScalarSpec(tj.float32),)
+
+
+def att_consts(dim=128, causal=False, bm=128, bn=128):
+    return {"BM": bm, "BN": bn, "BD": dim, "CAUSAL": causal}
+
+
+@tj.func
+def online_softmax_step(s, vt, m_i, l_i, acc):
+    """One key block's share of the softmax and its product with the block's values."""
+    m_new = tj.maximum(m_i, tj.max(s, axis=1))
+    p = tj.exp(s - m_new[:, None])
+    alpha = tj.exp(m_i - m_new)
+    return m_new, l_i * alpha + tj.sum(p, axis=1), acc * alpha[:, None] + tj.dot(p.to(tj.bfloat16), vt)
+
+
+@tj.kernel
+def plain_attention(q, k, v, o, scale, BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr):
+    """Triton's spelling: a plain ``range``, ``k.T``, the rows' bound by a ``where``."""
+    start_m, head = tj.program_id(0) * BM, tj.program_id(1)
+    qt = tj.load(q, (head, start_m, 0), (1, BM, BD)).reshape((BM, BD))
+    m_i = tj.full((BM,), -tj.inf, tj.float32)
+    l_i = tj.zeros((BM,), tj.float32)
+    acc = tj.zeros((BM, BD), tj.float32)
+    for n in range(0, k.shape[1], BN):
+        kt = tj.load(k, (head, n, 0), (1, BN, BD)).reshape((BN, BD))
+        s = tj.where((n + tj.arange(0, BN))[None, :] < k.shape[1], tj.dot(qt, kt.T) * scale, -tj.inf)
+        vt = tj.load(v, (head, n, 0), (1, BN, BD)).reshape((BN, BD))
+        m_i, l_i, acc = online_softmax_step(s, vt, m_i, l_i, acc)
+    tj.store(o, (head, start_m, 0), (acc / l_i[:, None]).to(o.dtype).reshape((1, BM, BD)))
+
+
+@tj.kernel
+def attention_rotated_by_hand(q, k, v, o, scale, BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr):
+    """``plain_attention`` with the user's own rotation: the first block's QK^T before the loop,
+    the next one's first in each iteration."""
+    start_m, head = tj.program_id(0) * BM, tj.program_id(1)
+    qt = tj.load(q, (head, start_m, 0), (1, BM, BD)).reshape((BM, BD))
+    m_i = tj.full((BM,), -tj.inf, tj.float32)
+    l_i = tj.zeros((BM,), tj.float32)
+    acc = tj.zeros((BM, BD), tj.float32)
+    qk = tj.dot(qt, tj.load(k, (head, 0, 0), (1, BN, BD)).reshape((BN, BD)).T)
+    for n in range(0, k.shape[1], BN):
+        qk_next = tj.dot(qt, tj.load(k, (head, n + BN, 0), (1, BN, BD)).reshape((BN, BD)).T)
+        s = tj.where((n + tj.arange(0, BN))[None, :] < k.shape[1], qk * scale, -tj.inf)
+        vt = tj.load(v, (head, n, 0), (1, BN, BD)).reshape((BN, BD))
+        m_i, l_i, acc = online_softmax_step(s, vt, m_i, l_i, acc)
+        qk = qk_next
+    tj.store(o, (head, start_m, 0), (acc / l_i[:, None]).to(o.dtype).reshape((1, BM, BD)))
+
+
+def test_attention_issues_the_next_blocks_qk_first(monkeypatch):
+    monkeypatch.setattr(R, "ROTATE", True)
+    fn = pipeline_until(attention.attention_kernel, ATT_SPECS, att_consts(), "rotate_products", num_warps=8)
+    [loop] = loops(fn)
+    body = loop.regions[0]
+    iv, start, step = body.args[0], loop.operands[0], loop.operands[2]
+    [first] = [o for o in fn.body.ops if o.op is TileOp.DOT]
+    qk, pv = [o for o in body.ops if o.op is TileOp.DOT]
+    assert loop.operands[-1] is first.result and body.ops[-1].operands[-1] is qk.result
+    assert qk.operands[0] is first.operands[0]                                  # the same q
+    k_next = qk.operands[1].owner.operands[0].owner.operands[0].owner           # trans(reshape(load))
+    assert k_next.op is TileOp.LOAD and k_next.operands[3].owner.operands == [iv, step]
+    assert first.operands[1].owner.operands[0].owner.operands[0].owner.operands[3] is start
+    carried = body.args[-1]
+    readers = [i for i, o in enumerate(body.ops) if any(carried in x.operands for x in (o, *(
+        w for r in o.regions for w in r.walk())))]
+    assert readers and min(readers) > body.ops.index(qk)                        # the softmax, after it
+    assert pv.operands[2].owner.op is not TileOp.CONSTANT                       # PV still accumulates
+
+
+def _schedule(kernel, specs, consts, num_warps=8):
+    texts = {}
+    fn = compile_to_simt(kernel.tile_ir(specs, consts), num_warps, "sm_90a", dump=texts.__setitem__)
+    families = [line.split(": ", 1)[1].split()[0] for line in texts["plan_loops"].split("# dot plans")[1].splitlines()
+                if ": " in line]
+    engines = [line.split("engine=")[1] for line in texts["plan_loops"].splitlines() if "engine=" in line]
+    return fn, families, engines, [o.attrs.n for o in fn.walk() if o.op is SimtOp.WGMMA_WAIT], \
+        sorted(o.attrs.n for o in fn.walk() if o.op is SimtOp.SETMAXNREG)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_rotated_attention_keeps_wgmma_tma_and_its_producer_warpgroup(causal, monkeypatch):
+    """The first product before the loop takes wgmma too (its operands staged by the threads),
+    the loop keeps its TMA rings and producer warpgroup (the rings' bytes their own: the first
+    product's staged K would otherwise share them), the next product's group stays in flight
+    until the PV product's wait, and the consumers get 240 registers (the producer 24)."""
+    monkeypatch.setattr(R, "ROTATE", False)
+    _, families, engines, waits, regs = _schedule(attention.attention_kernel, ATT_SPECS, att_consts(causal=causal))
+    assert (families, engines, waits, regs) == (["wgmma"] * 2, ["tma"], [0, 0], [40, 232])
+    monkeypatch.setattr(R, "ROTATE", True)
+    fn, families, engines, waits, regs = _schedule(attention.attention_kernel, ATT_SPECS, att_consts(causal=causal))
+    assert (families, engines, waits, regs) == (["wgmma"] * 3, ["tma"], [0, 1, 0], [24, 240])
+    assert not any(o.op is SimtOp.FOR and o.attrs and o.attrs.unroll for o in fn.walk())  # nothing in flight at the back edge
+    from tilejit.backends.cuda import assemble_hinted
+    from tilejit.codegen import ptxas
+    if ptxas.whole_program_available():
+        asm = assemble_hinted(fn, "sm_90a", whole_program=True)[0]
+        assert asm.spills == 0
+
+
+def test_the_hand_rotated_attention_gets_the_same_schedule(monkeypatch):
+    monkeypatch.setattr(R, "ROTATE", True)
+    consts = {"BM": 128, "BN": 128, "BD": 128}
+    plain, by_hand = (_schedule(kernel, ATT3_SPECS, consts)[1:] for kernel in (plain_attention, attention_rotated_by_hand))
+    assert plain == by_hand == (["wgmma"] * 3, ["tma"], [0, 1, 0], [24, 240])
+
+
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dim, causal, config", [(128, False, (128, 128, 8)), (128, True, (128, 128, 8)),
+                                                 (64, True, (64, 128, 4)), (64, False, (128, 64, 8))])
+def test_the_rotated_attention_matches_float64(backend, dim, causal, config, monkeypatch):
+    """A ragged length (the next block past the end reads zeros), GQA 4 / 2, two batches."""
+    monkeypatch.setattr(R, "ROTATE", True)
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    bm, bn, warps = config
+    q, k, v = attention.example_inputs(np.random.default_rng(dim + causal), batch=2, heads=4, kv_heads=2, seq=200,
+                                       dim=dim, dtype=tj.bfloat16.np)
+    o = np.full_like(q, np.nan)
+    attention.attention_kernel[(tj.cdiv(200, bm), 8)](q, k, v, o, dim ** -0.5, **att_consts(dim, causal, bm, bn),
+                                                       num_warps=warps)
+    ref = attention.reference(q, k, v, causal)
+    np.testing.assert_allclose(o.astype(np.float64), ref, rtol=2e-2, atol=4e-3)
+
+
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_hand_rotated_attention_matches_float64(backend, monkeypatch):
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((2, 200, 128)).astype(tj.bfloat16.np) for _ in range(3))
+    for kernel in (plain_attention, attention_rotated_by_hand):
+        o = np.full_like(q, np.nan)
+        kernel[(2, 2)](q, k, v, o, 128 ** -0.5, BM=128, BN=128, BD=128, num_warps=8)
+        ref = attention.reference(q[None], k[None], v[None])[0]
+        np.testing.assert_allclose(o.astype(np.float64), ref, rtol=2e-2, atol=4e-3)
