@@ -232,12 +232,18 @@ def lower_dot(lw, o: ir.Operation, cfg: DotConfig, staged: dict) -> ir.Value:
     if cfg.registers_only:
         return lower_dmma(lw, o, cfg)
     if lw.dot_plans.family(o) is DotFamily.WGMMA:
-        if not lw.pipelining and a_v not in staged and source_dot(a_v, a_v.type.shape) is None:
-            # a rotated loop's first product, before the loop: A staged here as the loop stages it
-            # (which then reads it from here), B below as a computed B
-            lw.stage(a_v, stage_registers(lw, a_v, cfg, wgmma.ring_layout(SharedTile.A, cfg), align=1024))
+        first = None
+        if not lw.pipelining:
+            # a rotated loop's first product, before the loop (``wgmma.first_products``): A staged
+            # here as the loop stages it (which then reads it from here); B K-major where it is a
+            # transpose (attention's k.T, weights (N, K)), else below as a computed B
+            if a_v not in staged and source_dot(a_v, a_v.type.shape) is None:
+                lw.stage(a_v, stage_registers(lw, a_v, cfg, wgmma.ring_layout(SharedTile.A, cfg), align=1024))
+            kt = wgmma.transposed(b_v)
+            if kt is not None:
+                first = stage_registers(lw, kt, cfg, wgmma.ring_layout(SharedTile.B_NK, cfg), align=1024)
         a_src = staged[a_v] if a_v in staged and staged[a_v].tile.wgmma_a else register_a_fragments(lw, a_v, cfg)
-        b_src = staged[b_v] if b_v in staged and staged[b_v].tile.wgmma_b else None
+        b_src = first or (staged[b_v] if b_v in staged and staged[b_v].tile.wgmma_b else None)
         # B computed in the loop: staged N-major, which float8 wgmma cannot read (it takes mma.sync)
         if b_src is None and wgmma.COMPUTED_B and b_v not in staged and b_v.type.dtype not in wgmma.FP8:
             half = None                                # two buffers where its group stays in flight

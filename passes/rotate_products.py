@@ -32,9 +32,11 @@ the pass on.  Off until measured on the GPU.  The fp8 blockwise GEMM (weights (N
 128x128x128, 8 warps) measured slower on the H100 (2026-12-06, session 30, scripts/gpu_s30d.sh,
 alternating, two rounds): 717 / 889 TFLOP/s rotated against 961 / 1084 plain at 4096^3 / 8192^3
 (the same spelled by hand, ``scripts/probes/fp8_rotated.py``: 714 / 855-863 against 964 /
-1074-1077): its float8 first product cannot take wgmma from N-major staged operands (it runs on
-mma.sync), and the kernel lost its producer warpgroup then (220 registers a thread against 168).
-Attention: ``scripts/gpu_s31a.sh``.
+1074-1077): its first product ran on mma.sync and the kernel lost its producer warpgroup (220
+registers a thread against 168).  Both are mended since (the first product on wgmma, its B
+staged K-major; ``specialise_warps.worth_it`` takes a loop that works on the previous
+iteration's product; 168 registers, no spills, consumers 240): not yet timed, nor is attention
+(``scripts/gpu_s31a.sh``).
 """
 from __future__ import annotations
 

@@ -112,7 +112,8 @@ def worth_it(rec, num_warps: int = 4) -> bool:
     """The default (``Options.warp_specialize="auto"``): loops whose body runs more than one
     wgmma group, such as attention's QK^T and PV with the softmax between them; and loops whose
     one group is waited for and its product worked on in the loop (a block-scaled GEMM's
-    promotion) by two or more consumer warpgroups, which then run out of step, one's tensor-core
+    promotion, or the previous iteration's product in a rotated loop) by two or more consumer
+    warpgroups, which then run out of step, one's tensor-core
     work overlapping the other's.  Measured on the H200 (ratio to the same kernel without
     specialisation): attention B4 H32 S4096 D128 at 128x128x8 +11% (full) / +6% (causal), and
     GEMM bf16 at its best configs -1% to +2% (1024^3-8192^3), -40% at 64x64x32 (3 slots, 4
@@ -122,16 +123,18 @@ def worth_it(rec, num_warps: int = 4) -> bool:
     body = rec.loop.regions[0]
     if sum(o.op is SimtOp.WGMMA_COMMIT for o in body.walk()) > 1:
         return True
-    return num_warps >= 8 and promotes(body)
+    return num_warps >= 8 and promotes(body, carried=True)
 
 
-def promotes(body: ir.Block) -> bool:
+def promotes(body: ir.Block, carried: bool = False) -> bool:
     """Whether the loop ``body`` waits for all its wgmma groups (``wgmma.wait_group 0``) and
     works on a product it waited for before the next iteration (a block-scaled GEMM scaling
-    each K block's product into its accumulator)."""
-    waits = [o for o in body.walk() if o.op is SimtOp.WGMMA_WAIT and o.attrs.n == 0]
+    each K block's product into its accumulator).  ``carried``: or works on the previous
+    iteration's product, which a ``wait_group n`` passes besides its own group's accumulator
+    (a rotated loop: ``rotate_products``)."""
+    waits = [o for o in body.walk() if o.op is SimtOp.WGMMA_WAIT and (o.attrs.n == 0 or carried)]
     read = {x for o in body.walk() if o.op is not SimtOp.YIELD for x in o.operands}
-    return any(r in read for w in waits for r in w.results)
+    return any(r in read for w in waits for r in (w.results if w.attrs.n == 0 else w.results[1:]))
 
 
 def specialisable(fn: ir.Function):

@@ -20,7 +20,8 @@ A DOT before a loop whose product is the first value of a tile the loop carries 
 a wgmma DOT's product each iteration (a rotated loop: ``rotate_products``, or the user's own
 spelling) takes wgmma too (``first_products``), so the carried tile keeps the accumulator
 layout: its A is staged by the threads where the loop stages it (the loop then reads it from
-there), its B N-major like a computed B.
+there), its B K-major where it is a transpose (``transposed``: attention's ``k.T``, weights
+stored (N, K); float8 too), else N-major like a computed B.
 
 Shared layouts (PTX ISA, "Shared Memory Matrix Layout" and "Matrix Descriptor Format"):
 A K-major tile (A, or a transposed B) keeps the ldmatrix tile layout when its rows are R = 32,
@@ -197,7 +198,8 @@ def first_products(fn: ir.Function, dots: set) -> set[ir.Operation]:
     replaces with the product of one of ``dots`` (wgmma) each iteration: a rotated loop's first
     product (``rotate_products``, or spelled so by hand).  They take wgmma too, so the carried
     tile keeps one layout; their operands are staged by the threads (A where the loop stages
-    it, B N-major as a computed B: not float8, which wgmma reads K-major only)."""
+    it; B K-major where it is a transpose, else N-major as a computed B, which float8 cannot
+    be)."""
     out = set()
     for o in fn.walk():
         if o.op is not TileOp.FOR:
@@ -207,11 +209,20 @@ def first_products(fn: ir.Function, dots: set) -> set[ir.Operation]:
             first, dot = init.owner, y.owner
             if first is None or first.op is not TileOp.DOT or dot not in dots or first in body.walk() \
                     or [v.type for v in first.operands] != [v.type for v in dot.operands] \
-                    or first.operands[0].type.dtype in FP8 or not COMPUTED_B \
+                    or not (transposed(first.operands[1]) is not None or (COMPUTED_B and b_atoms_fit(
+                        first.operands[1].type.shape[1], first.operands[1].type.dtype))) \
                     or source_dot(first.operands[0], first.operands[0].type.shape) is not None:
                 continue
             out.add(first)
     return out
+
+
+def transposed(v: ir.Value) -> ir.Value | None:
+    """The 2-D tile that ``v`` is the transpose of (``tj.trans(t)``, ``t.T``), or None."""
+    o = v.owner
+    if o is None or o.op is not TileOp.TRANS or len(v.type.shape) != 2 or tuple(o.attrs.perm) != (1, 0):
+        return None
+    return o.operands[0]
 
 
 def atom_offsets(lw, layout, item: int, k_rows: int) -> ir.Value:

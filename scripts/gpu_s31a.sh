@@ -1,27 +1,34 @@
 #!/bin/bash
-# GPU (session 31, first call): attention with each block's QK^T issued one iteration ahead of
-# its softmax (rotate_products on attention's loop: the first product before the loop on wgmma,
-# the next one's group in flight under this block's softmax, the kernel still warp-specialised):
-# correctness against float64, then bench_attention with ROTATE True / False through
-# switch_probe, alternating, two rounds (and ROTATE with the consumers' ping-pong); then the GPU
-# tests the change touches.
+# GPU (session 31, first call): each block's QK^T (attention) or K block's product (fp8
+# blockwise) issued one iteration ahead of the work on it (rotate_products: the first product
+# before the loop on wgmma, the kernel still warp-specialised): attention against float64, then
+# bench_attention and bench_quant --fp8 with ROTATE True / False through switch_probe,
+# alternating, two rounds (attention once more with the consumers' ping-pong); then the GPU tests
+# the change touches.
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
-timeout 150 python3 scripts/probes/attention_rotated.py 1000 128x128x8 64x128x4 2>&1 | tee "$OUT/check.txt"
+timeout 100 python3 scripts/probes/attention_rotated.py 1000 128x128x8 64x128x4 2>&1 | tee "$OUT/check.txt"
 cd benchmarks
+probe() {   # probe SCRIPT "SWITCH=V ..." ARGS...
+  local script=$1 flags=$2; shift 2
+  set -- "$@"; local sets=()
+  for f in $flags; do
+    case $f in ROTATE*) sets+=("tilejit.passes.rotate_products.$f");;
+               PINGPONG*) sets+=("tilejit.passes.specialise_warps.$f");; esac
+  done
+  echo "-- $script $flags"
+  PROBE_SCRIPT=$script BENCH_EACH=1 timeout 110 python3 switch_probe.py "${sets[@]}" -- "$@" 2>&1 | grep -v "^ *$"
+}
 for round in 1 2; do
-  for flags in "ROTATE=True" "ROTATE=False" "ROTATE=True PINGPONG=True"; do
-    echo "-- round $round $flags"
-    set -- ; for f in $flags; do
-      case $f in ROTATE*) set -- "$@" "tilejit.passes.rotate_products.$f";;
-                 PINGPONG*) set -- "$@" "tilejit.passes.specialise_warps.$f";; esac
-    done
-    PROBE_SCRIPT=bench_attention.py timeout 150 python3 switch_probe.py "$@" -- \
-      --configs 4x32x4096x128,16x16x1024x64 --kernel-configs 128x128x8,64x128x4 --reps 20 2>&1 | grep -v "^ *$"
+  for flags in "ROTATE=True" "ROTATE=False"; do
+    probe bench_attention.py "$flags" --configs 4x32x4096x128,16x16x1024x64 --kernel-configs 128x128x8 --reps 20
+    probe bench_quant.py "$flags" --w4 "" --fp8 4096,8192 --reps 20 --fp8-configs 128x128x128x8:nk
   done
 done 2>&1 | tee "$OUT/bench.txt"
+probe bench_attention.py "ROTATE=True PINGPONG=True" --configs 4x32x4096x128,16x16x1024x64 \
+  --kernel-configs 128x128x8 --reps 20 2>&1 | tee "$OUT/pingpong.txt"
 cd ..
-timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_rotate_products.py \
-  tests/test_attention.py tests/test_pingpong.py 2>&1 | tail -3 | tee "$OUT/tests.txt"
+timeout 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_rotate_products.py \
+  tests/test_carried_layouts.py 2>&1 | tail -3 | tee "$OUT/tests.txt"
