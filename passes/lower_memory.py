@@ -281,9 +281,10 @@ def tma_store(lw, o: ir.Operation, plan) -> None:
     array at the STORE's offsets plus the box's first column and waits until the copies have
     read the staging tile.  ``insert_barriers`` puts the proxy fence and the barrier between the
     threads' writes and the copies."""
-    array, tile = o.operands[0], ir.stored_tile(o)
+    array = o.operands[0]
+    tile = plan.tile if plan.tile is not None else ir.stored_tile(o)
     layout, item, rows = lw.layouts[tile], plan.item, plan.rows
-    width = plan.copies[0].box[1]
+    width = plan.copies[0].box[-1]
     base, buf = lw.alloc_shared(plan.nbytes, 1024)
     n = layout.n
 
@@ -306,12 +307,12 @@ def tma_store(lw, o: ir.Operation, plan) -> None:
     lw.emit(simt.SimtOp.STORE_SHARED, [addr, lw.get(tile, layout)], None, simt.SharedAttrs(vec, buf))
     lw.written(arg_index(lw, array))
     issue = lw.ew(TileOp.EQ, [lw.thread_id("tid", placing=False), lw.const(D.int32, [0])], D.bool_)
-    at = [lw.cast(lw.get(x), D.int32) for x in o.operands[1:3]]
+    at = [lw.cast(lw.get(x), D.int32) for x in o.operands[1:1 + array.type.rank]]
     arg = arg_index(lw, array)
     for copy in plan.copies:
         tmap = lw.tensor_map(arg, array.type.dtype, copy.box, copy.swizzle)
         src = lw.ew(TileOp.ADD, [base, lw.const(D.int32, [copy.dst])], D.int32)
-        col = lw.ew(TileOp.ADD, [at[1], lw.const(D.int32, [copy.inner])], D.int32)
-        lw.emit(simt.SimtOp.TMA_STORE, [tmap, src, issue, at[0], col], None,
+        col = lw.ew(TileOp.ADD, [at[-1], lw.const(D.int32, [copy.inner])], D.int32)
+        lw.emit(simt.SimtOp.TMA_STORE, [tmap, src, issue, *at[:-1], col], None,
                 simt.TmaAttrs(copy.box, copy.swizzle, buf))
     lw.emit(simt.SimtOp.TMA_STORE_WAIT, [issue], None, simt.SharedAttrs(1, buf))

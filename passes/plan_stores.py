@@ -12,7 +12,8 @@ tma_store``): no re-read into registers, no per-thread address and mask arithmet
 copy drops the elements past the array's edges, as the STORE's bounds mask does.
 
 A STORE takes this path when it is at the top level of the kernel (its epilogue), has no
-user mask, writes a 2-D tile of whole atoms (rows a multiple of 8, at most 256) held in a
+user mask, writes a 2-D tile (or one reshaped with unit dims in front, into an array of that
+rank: attention's (1, 1, BM, BD) output block) of whole atoms (rows a multiple of 8, at most 256) held in a
 tensor-core accumulator layout without replicas, into an array that TMA can describe
 (``ArraySpec.tma``) and that no other op of the kernel touches.  The others keep the
 threads' stores.
@@ -49,8 +50,9 @@ def plan_stores(fn: ir.Function, target: str = "sm_90a", tma: bool | str = "auto
 
 def store_plan(fn: ir.Function, o: ir.Operation) -> StorePlan | None:
     """The TMA boxes of top-level STORE ``o``, or None when the threads store it."""
-    array, tile = o.operands[0], ir.stored_tile(o)
-    if ir.store_mask(o) is not None or not is_tile(tile) or array.type.rank != 2 or len(tile.type.shape) != 2 \
+    array, stored = o.operands[0], ir.stored_tile(o)
+    tile = flat_tile(stored)
+    if ir.store_mask(o) is not None or tile is None or array.type.rank != len(stored.type.shape) \
             or tile.type.dtype != array.type.dtype:
         return None
     layout = fn.meta["layouts"].get(tile)
@@ -67,6 +69,21 @@ def store_plan(fn: ir.Function, o: ir.Operation) -> StorePlan | None:
     if item > 2 or (cols * item) % ATOM_BYTES or rows % 8 or rows > MAX_BOX:
         return None
     width = ATOM_BYTES // item
-    copies = tuple(TmaCopy((rows, width), ATOM_BYTES, a * rows * ATOM_BYTES, a * width)
+    front = (1,) * (array.type.rank - 2)
+    copies = tuple(TmaCopy(front + (rows, width), ATOM_BYTES, a * rows * ATOM_BYTES, a * width)
                    for a in range(cols // width))
-    return StorePlan(copies, rows, item)
+    return StorePlan(copies, rows, item, None if tile is stored else tile)
+
+
+def flat_tile(stored: ir.Value) -> ir.Value | None:
+    """The 2-D tile a STORE writes: ``stored`` itself, or the 2-D tile it reshapes with unit
+    dims in front; None for others."""
+    if not is_tile(stored):
+        return None
+    if len(stored.type.shape) == 2:
+        return stored
+    o = stored.owner
+    if o is not None and o.op is TileOp.RESHAPE and all(d == 1 for d in stored.type.shape[:-2]) \
+            and tuple(o.operands[0].type.shape) == tuple(stored.type.shape[-2:]):
+        return o.operands[0]
+    return None

@@ -213,6 +213,9 @@ class StorePlan:
     copies: tuple                           # tma.TmaCopy per box, ``dst`` its byte offset in the staging tile
     rows: int
     item: int                               # bytes per element
+    # the 2-D tile staged, where the STORE writes it reshaped with unit dims in front (an
+    # attention output (1, 1, BM, BD) of a 4-D array); None: the stored tile itself
+    tile: object = None
 
     @property
     def nbytes(self) -> int:

@@ -13,7 +13,7 @@ from tilejit.examples import matmul
 from tilejit.passes import plan_stores
 from tilejit.passes.pipeline import compile_to_simt
 from tilejit.simt import SimtOp
-from tilejit.specs import ArraySpec
+from tilejit.specs import ArraySpec, ScalarSpec
 
 from conftest import assemble_or_skip, pipeline_until
 
@@ -158,3 +158,45 @@ def test_tj_matmul_with_tma_stores_through_the_launch_path(backend, m, n, k, con
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2**-8, atol=1e-3 * np.abs(ref).max())
     assert (c[m:] == -7).all()
+
+
+ATT_SPECS = (ArraySpec(tj.bfloat16, 4),) * 4 + (ScalarSpec(tj.float32),)
+
+
+@pytest.mark.parametrize("dim, boxes", [(64, 1), (128, 2)])
+def test_attentions_4d_output_block_is_copied_out_by_4d_boxes(dim, boxes):
+    """A STORE of a 2-D tile reshaped with unit dims in front (attention's (1, 1, BM, BD) block of
+    a (B, H, S, D) array) is a TMA store too: 4-D boxes of one 128-byte atom, the 2-D tile staged,
+    every coordinate passed to the copy."""
+    from tilejit.examples import attention
+    consts = {"BM": 128, "BN": 128, "BD": dim, "CAUSAL": False}
+    [plan] = planned(attention.attention_kernel, ATT_SPECS, consts, num_warps=8).values()
+    assert [c.box for c in plan.copies] == [(1, 1, 128, 64)] * boxes and plan.tile.type.shape == (128, dim)
+    fn = compile_to_simt(attention.attention_kernel.tile_ir(ATT_SPECS, consts), num_warps=8, target="sm_90a",
+                         verify=True)
+    stores = [o for o in fn.walk() if o.op is SimtOp.TMA_STORE]
+    assert len(stores) == boxes and all(len(o.operands) == 3 + 4 for o in stores)
+    ptx = compile_ptx(fn, "sm_90a")
+    assert ptx.count("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group") == boxes
+    assert assemble_or_skip(ptx, "sm_90a").spills == 0
+
+
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("causal, config", [(False, (128, 128, 8)), (True, (64, 128, 4))])
+def test_attention_with_a_tma_store_matches_float64(backend, causal, config, monkeypatch, tmp_path):
+    """A ragged length: the last block's rows past the end are dropped by the copy (kept, they
+    would land in the next head's first rows)."""
+    from tilejit.examples import attention
+    monkeypatch.setattr(plan_stores, "TMA_STORES", False)
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    monkeypatch.setenv("TILEJIT_TMA_STORE", "1")
+    bm, bn, warps = config
+    q, k, v = attention.example_inputs(np.random.default_rng(7), batch=1, heads=4, kv_heads=2, seq=200, dim=128,
+                                       dtype=tj.bfloat16.np)
+    o = np.full_like(q, -7)
+    args = (q, k, v, o, 128 ** -0.5)
+    consts = {"BM": bm, "BN": bn, "BD": 128, "CAUSAL": causal}
+    attention.attention_kernel[(tj.cdiv(200, bm), 4)](*args, **consts, num_warps=warps)
+    assert "tma store" in attention.attention_kernel.inspect(*args, **consts, num_warps=warps).copy_engines
+    np.testing.assert_allclose(o.astype(np.float64), attention.reference(q, k, v, causal), rtol=2e-2, atol=4e-3)
