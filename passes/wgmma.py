@@ -201,13 +201,13 @@ def first_products(fn: ir.Function, dots: set) -> set[ir.Operation]:
     it; B K-major where it is a transpose, else N-major as a computed B, which float8 cannot
     be)."""
     out = set()
-    for o in fn.walk():
-        if o.op is not TileOp.FOR:
-            continue
+    loops = [o for o in fn.walk() if o.op is TileOp.FOR]
+    in_loops = {x for o in loops for x in o.regions[0].walk()}     # (staged by the threads: no loop around)
+    for o in loops:
         body = o.regions[0]
         for init, y in zip(o.operands[3:], body.ops[-1].operands):
             first, dot = init.owner, y.owner
-            if first is None or first.op is not TileOp.DOT or dot not in dots or first in body.walk() \
+            if first is None or first.op is not TileOp.DOT or dot not in dots or first in in_loops \
                     or [v.type for v in first.operands] != [v.type for v in dot.operands] \
                     or not (transposed(first.operands[1]) is not None or (COMPUTED_B and b_atoms_fit(
                         first.operands[1].type.shape[1], first.operands[1].type.dtype))) \

@@ -181,3 +181,37 @@ def test_the_emulator_reports_a_producer_filling_rings_the_consumers_still_read(
     emulate.run(fn, *geometry)
     ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64))
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+@tj.kernel
+def rotated_in_a_loop(a, b, c, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr):
+    """``rotated`` for two row blocks, one after another in an outer loop."""
+    for i in range(0, 2):
+        acc = tj.zeros((BM, BN), tj.float32)
+        p = tj.dot(tj.load(a, (i * BM, 0), (BM, BK)), tj.load(b, (0, 0), (BK, BN)))
+        for k in range(BK, a.shape[1], BK):
+            p_next = tj.dot(tj.load(a, (i * BM, k), (BM, BK)), tj.load(b, (k, 0), (BK, BN)))
+            acc = tj.fma(p, 0.5, acc)
+            p = p_next
+        tj.store(c, (i * BM, 0), tj.fma(p, 0.5, acc))
+
+
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_first_product_inside_another_loop_is_that_loops_dot(backend, monkeypatch):
+    """``wgmma.first_products`` stages a first product's operands by the threads, which only a
+    DOT outside every loop can do: one in an outer loop is left to that loop's own plan (here
+    its rings: wgmma too), with the same values."""
+    from tilejit.passes import wgmma
+    bf16 = ArraySpec(tj.bfloat16, 2, True, True, False)
+    fn = pipeline_until(rotated_in_a_loop, (bf16, bf16, ArraySpec(tj.float32, 2, True, True, False)),
+                        {"BM": 64, "BN": 64, "BK": 32}, "plan_dots", 4)
+    dots = {o for o in fn.walk() if o.op is TileOp.DOT}
+    assert len(dots) == 2 and wgmma.first_products(fn, dots) == set()
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((128, 160)).astype(tj.bfloat16.np)
+    b = rng.standard_normal((160, 64)).astype(tj.bfloat16.np)
+    c = np.full((128, 64), np.nan, np.float32)
+    rotated_in_a_loop[(1,)](a, b, c, BM=64, BN=64, BK=32, num_warps=4)
+    ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64))
+    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
