@@ -163,10 +163,17 @@ def product_before_loop(fn: ir.Function) -> bool:
         return False
     loop = loops[0].loop
     guard = next((o for o in fn.body.ops if o.op is SimtOp.IF and loop in o.regions[0].ops), None)
-    ops = fn.body.ops[:fn.body.ops.index(guard)] + guard.regions[0].ops if guard is not None else fn.body.ops
-    if loop not in ops:
+    if guard is None and loop not in fn.body.ops:
         return False
-    return any(x.op is SimtOp.WGMMA for o in ops[:ops.index(loop)] for x in (o, *(w for r in o.regions for w in r.walk())))
+    return any(x.op is SimtOp.WGMMA for o in _before(fn, loop, guard) for x in (o, *(w for r in o.regions for w in r.walk())))
+
+
+def _before(fn: ir.Function, loop: ir.Operation, guard) -> list:
+    """The ops that run before ``loop``: the top level's before it, or before its ``guard`` IF
+    and in the guard before it."""
+    block = guard.regions[0] if guard is not None else fn.body
+    ops = fn.body.ops[:fn.body.ops.index(guard)] if guard is not None else []
+    return ops + block.ops[:block.ops.index(loop)]
 
 
 def _shared_before(fn: ir.Function, rec, guard) -> bool:
@@ -175,10 +182,7 @@ def _shared_before(fn: ir.Function, rec, guard) -> bool:
     the computing warps still run that code.  (On the H200 such a kernel -- a product computed
     before the loop, then one per iteration -- gave wrong values once specialised.)"""
     mine = {rec.bar_buf} | {o.attrs.buffer for o in rec.fills + rec.body_fills if o.op is SimtOp.TMA_LOAD}
-    block = guard.regions[0] if guard is not None else fn.body
-    ops = fn.body.ops[:fn.body.ops.index(guard)] if guard is not None else []
-    ops += block.ops[:block.ops.index(rec.loop)]
-    used = {b for o in ops for x in (o, *(w for r in o.regions for w in r.walk()))
+    used = {b for o in _before(fn, rec.loop, guard) for x in (o, *(w for r in o.regions for w in r.walk()))
             for b in (getattr(x.attrs, "buffer", None), *(getattr(x.attrs, "buffers", None) or ()))
             if b is not None and b not in mine}
     spans = fn.meta.shared_buffers
