@@ -4,7 +4,7 @@ or with ``--kernel gemm`` the bf16 128x256x64 GEMM of ``examples/matmul.py`` (8 
 inputs) or ``--kernel attention`` the bf16 D128 128x128 attention of ``examples/attention.py``.
 
     python3 benchmarks/bench_compile.py [--kernel softmax|gemm|attention] [--mode auto|cpu|gpu|both]
-        [--runs 3] [--cols 1024] [--profile] [--stages] [--keep-jit-cache]
+        [--runs 3] [--cols 1024] [--profile] [--stages] [--keep-jit-cache] [--set MODULE.NAME=VALUE]
     python3 -m pytest benchmarks/bench_compile.py --benchmark-only
 
 Modes (what a child process times, from the launch call on; imports are timed separately):
@@ -41,6 +41,7 @@ from pathlib import Path
 import pytest
 
 import common
+import switch_probe
 
 TARGET_MS = {"cold": 800.0, "hit": 50.0}
 COLD_TARGET_MS = {"softmax": 800.0, "gemm": 1000.0, "attention": 1000.0}
@@ -169,6 +170,7 @@ def child_main(args) -> int:
     started = time.perf_counter()
     before = _manifests(os.environ["TILEJIT_CACHE_DIR"])
     import tilejit  # noqa: F401  (imports are timed apart from the compile)
+    switch_probe.apply(args.set)
     common.load_example({"gemm": "matmul", "attention": "attention"}.get(args.kernel, "softmax"))
     if args.mode == "gpu":
         import torch
@@ -185,6 +187,8 @@ def child_main(args) -> int:
     else:
         result["cache_ok"] = bool(before) and after == before   # read, not recompiled
     result["import_ms"] = import_ms
+    from tilejit.passes import switches
+    result["switches"] = [f"{name}={value!r}" for name, value in switches.overrides()]
     print(CHILD_TAG + json.dumps(result), flush=True)
     return 0
 
@@ -219,7 +223,7 @@ def run_child(kind: str, mode: str, cache_dir: str, args, profile: bool = False,
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--mode", mode,
            "--rows", str(args.rows), "--cols", str(args.cols), "--dtype", args.dtype,
            "--num-warps", str(args.num_warps), "--kernel", args.kernel] + (["--profile"] if profile else []) \
-        + (["--stages"] if stages else [])
+        + (["--stages"] if stages else []) + [f"--set={s}" for s in args.set]
     env = child_env(kind, mode, cache_dir, getattr(args, "keep_jit_cache", False))
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
@@ -318,6 +322,9 @@ def parse_args(argv):
     parser.add_argument("--keep-jit-cache", action="store_true",
                         help="cold processes keep the CUDA JIT cache (~/.nv/ComputeCache), which the "
                              "warm-up process fills with this kernel's assembly")
+    parser.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                        help="set a compiler switch in every measured process (a Python literal, "
+                             "as switch_probe.py takes), e.g. tilejit.codegen.llvm.IR_OPT=1")
     parser.add_argument("--child", choices=["cold", "hit"], help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -340,6 +347,7 @@ def main(argv=None) -> int:
         rows += mode_rows
     what = f"softmax BLOCK={_block(args.cols)} {args.dtype} num_warps={args.num_warps}" \
         if args.kernel == "softmax" else f"{args.kernel} (bf16, 8 warps)"
+    what += "".join(f" {s}" for s in args.set)
     common.print_table(rows, COLUMNS, title=f"compile {what} on {common.gpu_name()} "
                        f"(median of {args.runs} new processes each)")
     return 1 if failed else 0

@@ -31,10 +31,9 @@ def cache_dir_for(settings: list[str], base: str | None = None) -> str | None:
                         f"switches-{digest}")
 
 
-def main() -> None:
-    args = sys.argv[1:]
-    split = args.index("--") if "--" in args else len(args)
-    settings = args[:split]
+def apply(settings: list[str]) -> None:
+    """Set each ``MODULE.NAME=VALUE`` (a Python literal); SystemExit naming one that does not
+    exist.  Launchers already made see the new values once ``switches.changed()`` has run."""
     for setting in settings:
         target, _, value = setting.partition("=")
         module, _, name = target.rpartition(".")
@@ -42,6 +41,15 @@ def main() -> None:
         if not hasattr(mod, name):
             raise SystemExit(f"switch_probe: {module} has no {name}")
         setattr(mod, name, ast.literal_eval(value))
+    if settings:
+        importlib.import_module("tilejit.passes.switches").changed()
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    split = args.index("--") if "--" in args else len(args)
+    settings = args[:split]
+    apply(settings)
     if (cache := cache_dir_for(settings)) is not None:
         os.environ["TILEJIT_CACHE_DIR"] = cache
         print(f"switch_probe: {' '.join(settings)}; cache {cache}", file=sys.stderr)

@@ -50,3 +50,18 @@ def test_measured_processes_cache_bytecode_and_cold_ones_start_without_the_jit_c
     assert cold["CUDA_CACHE_DISABLE"] == "1" and "CUDA_CACHE_DISABLE" not in hit
     kept = bench_compile.child_env("cold", "cpu", str(tmp_path / "cold1"), keep_jit_cache=True)
     assert "CUDA_CACHE_DISABLE" not in kept
+
+
+def test_switches_set_reach_every_measured_process(tmp_path):
+    """``--set MODULE.NAME=VALUE`` (e.g. the LLVM level of #17's cold compile) is applied in each
+    new process before it compiles; an unknown name fails the process, naming it."""
+    import bench_compile
+    import pytest
+    args = bench_compile.parse_args(["--mode", "cpu", "--set", "tilejit.codegen.llvm.IR_OPT=1", "--cols", "64"])
+    result = bench_compile.run_child("cold", "cpu", str(tmp_path / "cold"), args)
+    assert result["cache_ok"] and "tilejit.codegen.llvm.IR_OPT=1" in result["switches"], result
+    plain = bench_compile.run_child("cold", "cpu", str(tmp_path / "plain"), bench_compile.parse_args(["--mode", "cpu", "--cols", "64"]))
+    assert plain["switches"] == []
+    args.set = ["tilejit.codegen.llvm.NO_SUCH_SWITCH=1"]
+    with pytest.raises(RuntimeError, match="NO_SUCH_SWITCH"):
+        bench_compile.run_child("cold", "cpu", str(tmp_path / "bad"), args)
