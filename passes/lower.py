@@ -670,6 +670,7 @@ class Lowering:
         meta.lane_bits = self.lane_bits
         meta.tma_loops = self.tma_loops
         meta.cluster_ctas = self.fn.meta.get("cluster_ctas", 1)
+        meta.scalar_dots = tuple((o.loc, plan.why_fma) for o, plan in self.dot_plans.items() if plan.why_fma)
         return ir.Function(self.fn.name, body, list(self.fn.arg_names), meta)
 
 

@@ -150,6 +150,32 @@ def dot_config(o: ir.Operation, num_warps: int, forced: tuple[int, int] | None =
     return DotConfig(kind, m, n, k, warps, a.dtype, acc)
 
 
+def no_tensor_cores(o: ir.Operation, num_warps: int, target: str = "sm_90a") -> str:
+    """Why DOT ``o``, whose operands have a tensor-core dtype, runs on CUDA cores (FMA): ``""``
+    where ``dot_config`` gives it a config or its dtype has no tensor-core instruction (float32
+    without ``allow_tf32`` is FMA by design), else what to change (a user's warning)."""
+    a, b = o.operands[0].type, o.operands[1].type
+    tf32 = o.attrs.allow_tf32 if o.attrs else False
+    kind = ML.mma_kind_for(a.dtype, tf32)
+    if kind is None and ML.mma_kind_for(b.dtype, tf32) is None:
+        return ""
+    if a.dtype != b.dtype:
+        return (f"its operands' dtypes differ ({a.dtype.name} and {b.dtype.name}): "
+                f"convert one with .to() so both match")
+    if kind.ab_type in ("e4m3", "e5m2") and target == "sm_80":
+        return "float8 has no tensor-core instruction on sm_80"
+    if dot_config(o, num_warps, None, target) is not None:
+        return ""
+    (m, k), n = a.shape, b.shape[1]
+    if not all(_pow2(x) for x in (m, n, k)):
+        return f"tensor cores take power-of-two tiles (M={m}, N={n}, K={k}): pad or split the odd one"
+    if k % kind.k:
+        return f"K={k} is not a multiple of the tensor-core step ({kind.k} for {a.dtype.name})"
+    if n * a.dtype.itemsize < ML.CHUNK:
+        return f"N={n} is under {ML.CHUNK // a.dtype.itemsize} columns"
+    return f"a {m}x{n} tile does not split over {num_warps} warps in {kind.m}x{kind.n} steps: use fewer warps or a larger tile"
+
+
 # ------------------------------------------------------------------------- address layouts
 def _log2(x: int) -> int:
     return x.bit_length() - 1

@@ -26,7 +26,7 @@ from tilejit.passes.nibble_operands import nibble_source
 from tilejit.passes.mma_layouts import nibble_ok
 from tilejit.passes.assign_layouts import carried_yields, source_dot
 from tilejit.passes.mma_layouts import mma_kind_for
-from tilejit.passes.mma_tiling import DEFAULT_STAGES, dot_config
+from tilejit.passes.mma_tiling import DEFAULT_STAGES, dot_config, no_tensor_cores
 from tilejit.passes.plans import DotFamily, DotPlan, DotPlans
 
 
@@ -62,7 +62,7 @@ def plan_dots(fn: ir.Function, num_warps: int, target: str = "sm_90a", wgmma_swi
         family = DotFamily.FMA if cfg is None else DotFamily.WGMMA if o in on_wgmma else DotFamily.MMA_SYNC
         if family is DotFamily.MMA_SYNC and nibble_ok(cfg.kind, cfg.n, cfg.warps) and nibble_source(o) is not None:
             cfg = dataclasses.replace(cfg, nibbles=True)     # B's fragments from its packed bytes
-        plans[o] = DotPlan(family, cfg)
+        plans[o] = DotPlan(family, cfg, no_tensor_cores(o, num_warps, target) if cfg is None else "")
     fn.meta["dot_plans"] = plans
     return fn
 

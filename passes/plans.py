@@ -184,10 +184,11 @@ class DotPlan:
     at lowering only where an operand did not reach a wgmma-readable shared tile."""
     family: DotFamily
     config: object = None                  # mma_tiling.DotConfig; None exactly for FMA
+    why_fma: str = ""                      # FMA on a tensor-core dtype: why (mma_tiling.no_tensor_cores)
 
     def describe(self) -> str:
         if self.config is None:
-            return self.family.value
+            return self.family.value + (f" ({self.why_fma})" if self.why_fma else "")
         c = self.config
         return (f"{self.family.value} {c.kind.ab_type} m{c.m} n{c.n} k{c.k} "
                 f"warps {c.warps[0]}x{c.warps[1]} acc {c.acc_dtype.name}" + (", B from nibbles" if c.nibbles else ""))

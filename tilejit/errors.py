@@ -88,8 +88,10 @@ class DeviceAssertError(TilejitError):
 
 
 class PerformanceWarning(UserWarning):
-    """The kernel runs, but slower than it could: e.g. its tiles spill registers to local
-    memory (issued once per compiled specialisation).
+    """The kernel runs, but slower than it could: its tiles spill registers to local memory, or
+    a ``tj.dot`` of a tensor-core dtype (16-bit, float8, int8) runs on CUDA cores (a tile that is
+    not a power of two, K not a multiple of the tensor-core step): the warning names its line
+    and why (issued once per compiled specialisation).
     Example: ``warnings.simplefilter("error", tj.PerformanceWarning)``."""
 
 

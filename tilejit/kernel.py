@@ -377,6 +377,9 @@ class Kernel:
                 "smaller tiles (e.g. a loop over the row in chunks): 32 warps is the most a CTA has"
             warnings.warn(f"kernel '{self.name}' spills {spills} bytes per thread to local memory "
                           f"(num_warps={warps}): use {fix}", PerformanceWarning, stacklevel=2)
+        for loc, why in getattr(artifact, "scalar_dots", ()):
+            warnings.warn(f"kernel '{self.name}', line {loc.line} of {os.path.basename(loc.file)}: this tj.dot runs on "
+                          f"CUDA cores (FMA), not tensor cores: {why}", PerformanceWarning, stacklevel=2)
         return entry
 
     def _compile_keys(self, specs, consts, num_warps, backend_name, num_stages, fast_math, debug):

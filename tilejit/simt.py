@@ -84,6 +84,7 @@ class SimtMeta:
     cluster_ctas: int = 1                  # cluster_rows: CTAs per cluster along grid axis 0 (each program's)
     paired_ctas: bool = False              # specialise_warps (MULTICAST): clusters of 2 CTAs along axis 0, each
     #                                        its own program: the launch pads axis 0 to even and passes its extent
+    scalar_dots: tuple = ()                # lowering: (Loc, why) of each DOT of a tensor-core dtype left on FMA
 
     @property
     def cta_threads(self) -> int:

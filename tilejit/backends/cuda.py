@@ -44,6 +44,7 @@ class CudaArtifact:
     stream_k: int = 0                      # words of a stream-K workspace slot (0: none; passes/stream_k.py)
     paired_ctas: bool = False              # clusters of 2 CTAs, one program each (launch_geometry's paired)
     dependent_launch: bool = False         # launched with programmatic stream serialization (it waits: tj.wait_prior_kernels)
+    scalar_dots: tuple = ()                # (Loc, why) of each tensor-core-typed tj.dot left on FMA (a warning)
 
     def __post_init__(self):
         if not self.cta_threads:
@@ -130,6 +131,7 @@ class CudaArtifact:
                 "producer_warps": self.producer_warps, "cluster_ctas": self.cluster_ctas,
                 "persistent_tiles": self.persistent_tiles, "stream_k": self.stream_k, "paired_ctas": self.paired_ctas,
                 "dependent_launch": self.dependent_launch,
+                "scalar_dots": [[loc.file, loc.line, loc.col, loc.end_col, loc.func, why] for loc, why in self.scalar_dots],
                 "asserts": [[m, s, r, loc.file, loc.line, loc.col, loc.end_col, loc.func] for m, s, r, loc in self.asserts],
                 "params": [[p.kind.value, p.arg, p.axis, p.dtype.name, list(p.box), p.swizzle] for p in self.params]}
 
@@ -145,7 +147,8 @@ class CudaArtifact:
                    tuple(meta.get("copy_engines", ())), int(meta.get("producer_warps", 0)),
                    int(meta.get("cluster_ctas", 1)), bool(meta.get("persistent_tiles", False)),
                    int(meta.get("stream_k", 0)), bool(meta.get("paired_ctas", False)),
-                   bool(meta.get("dependent_launch", False)))
+                   bool(meta.get("dependent_launch", False)),
+                   tuple((Loc(f, ln, c, e, fn), why) for f, ln, c, e, fn, why in meta.get("scalar_dots", ())))
 
 
 # ------------------------------------------------------------------------------------------ stages
@@ -297,7 +300,8 @@ class CudaBackend:
                            simt_fn.meta.cta_threads, simt_fn.meta.persistent, copy_engines(simt_fn),
                            simt_fn.meta.producer_warps, simt_fn.meta.cluster_ctas, simt_fn.meta.persistent_tiles,
                            simt_fn.meta.stream_k, simt_fn.meta.paired_ctas,
-                           self.target != "sm_80" and simt.waits_on_prior_kernels(simt_fn))
+                           self.target != "sm_80" and simt.waits_on_prior_kernels(simt_fn),
+                           simt_fn.meta.scalar_dots)
         if options.get("cache_key"):
             from tilejit.runtime import cache
             cache.put(options["cache_key"], art.files(), art.meta())
