@@ -1,6 +1,7 @@
 """The compiler's pass pipeline, in order, in one list: tile IR -> tile IR passes, the lowering
 to SIMT IR, then SIMT IR passes.  ``fold_exp`` turns softmax exponentials into exp2 with the
-log2(e) scale folded into one FMA; ``uniform_masks`` skips a block mask behind a scalar bound
+log2(e) scale folded into one FMA, ``fuse_fma`` contracts a product into the sum it feeds;
+``uniform_masks`` skips a block mask behind a scalar bound
 check when the whole block is inside it; ``hoist_loads`` issues each top-level load as early as
 its operands allow (never past a store).  ``plan_dots`` decides each DOT's instructions (wgmma,
 mma.sync or FMA) and warp split (``plans.DotPlan``); ``assign_layouts`` gives every tile a
@@ -30,6 +31,7 @@ from tilejit.passes import cluster_rows as cluster_module
 from tilejit.passes import coarsen_programs as coarsen
 from tilejit.passes.dce import dce
 from tilejit.passes.fold_exp import fold_exp
+from tilejit.passes.fuse_fma import fuse_fma
 from tilejit.passes.hoist_loads import hoist_loads
 from tilejit.passes.lower import lower_to_simt
 from tilejit.passes.mma_tiling import DEFAULT_STAGES
@@ -131,6 +133,7 @@ PIPELINE = [
     Stage("widen_offsets", lambda fn, opt: widen_offsets(fn), "tile"),
     Stage("canonicalize", lambda fn, opt: canonicalize(fn), "tile"),
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
+    Stage("fuse_fma", lambda fn, opt: fuse_fma(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
     Stage("sink_transposes", lambda fn, opt: sink_transposes(fn), "tile"),
     Stage("uniform_masks", lambda fn, opt: uniform_masks(fn), "tile"),

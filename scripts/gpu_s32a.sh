@@ -2,6 +2,7 @@
 # GPU (session 32, first call): session 31's rotation (rotate_products.ROTATE: each block's QK^T,
 # or each K block's fp8 product, issued one iteration ahead) timed at last, in order of need, each
 # step written to $OUT as it ends: attention against float64; bench_attention ROTATE True / False;
+# attention spelled with exp2(s * qk_scale - m) (one FFMA a score after fuse_fma) against the example;
 # the fp8 blockwise GEMM the same; ncu of attention (full, S4096 D128 128x128x8) with the switch
 # off and on (speed of light, warp stalls: the profile #15's note needs); a second attention
 # round; rotated with the TMA-stored output and with ping-pong; then the GPU tests it touches.
@@ -23,6 +24,7 @@ probe() {   # probe SCRIPT "SWITCH=V ..." ARGS...
 }
 ATT="--configs 4x32x4096x128,16x16x1024x64 --kernel-configs 128x128x8 --reps 15"
 for flags in "ROTATE=True" "ROTATE=False"; do probe bench_attention.py "$flags" $ATT; done 2>&1 | tee "$OUT/att1.txt"
+cd ..; timeout 100 python3 scripts/probes/attention_exp2.py bench --reps 15 2>&1 | grep -v "^ *$" | tee "$OUT/exp2.txt"; cd benchmarks
 for flags in "ROTATE=True" "ROTATE=False"; do
   probe bench_quant.py "$flags" --w4 "" --fp8 4096,8192 --reps 15 --fp8-configs 128x128x128x8:nk
 done 2>&1 | tee "$OUT/fp8.txt"

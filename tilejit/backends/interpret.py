@@ -46,8 +46,8 @@ def _fma1(a: float, b: float, c: float) -> float:
         return a * b + c if (a == 0 or b == 0) and c == 0 else 0.0
     try:
         return float(exact)     # correctly rounded
-    except OverflowError:
-        return math.copysign(math.inf, exact)
+    except OverflowError:       # (copysign would convert ``exact`` to float again)
+        return math.inf if exact > 0 else -math.inf
 
 
 _fma_ufunc = np.frompyfunc(getattr(math, "fma", _fma1), 3, 1)

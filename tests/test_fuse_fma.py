@@ -1,0 +1,136 @@
+"""The ``fuse_fma`` pass: IR text in -> out (a*b + c, c + a*b, a*b - c, c - a*b on float32;
+products with another use, in another block, of integers or float64 (Dekker's exact products in
+the float64 math library) left alone, and loops' accumulators; the switch),
+values on the interpret and emulate backends against NumPy, and the attention softmax spelled
+as Triton's tutorial spells it compiled with one FFMA a score (sm_90a, no GPU needed)."""
+import numpy as np
+import pytest
+
+import tilejit as tj
+from tilejit import ir
+from tilejit.passes import fuse_fma as fuse_module
+from tilejit.passes.dce import dce
+from tilejit.passes.fuse_fma import fuse_fma
+from tilejit.verifier import verify
+
+
+def run_pass(text: str) -> str:
+    fn = ir.parse_function(text)
+    fn = dce(fuse_fma(fn))
+    verify(fn)
+    return ir.print_function(fn)
+
+
+LOADS = """  %50 = constant {value=0} : int32
+  %0 = load %90, %50 {other=0.0} : tile<8xfloat32>
+  %1 = load %91, %50 {other=0.0} : tile<8xfloat32>
+  %2 = load %92, %50 {other=0.0} : tile<8xfloat32>
+"""
+SUMS = """func @k(%90: array<1xfloat32>, %91: array<1xfloat32>, %92: array<1xfloat32>) {
+""" + LOADS + """  %3 = mul %0, %1 : tile<8xfloat32>
+  %4 = add %3, %2 : tile<8xfloat32>
+  %5 = mul %0, %2 : tile<8xfloat32>
+  %6 = add %4, %5 : tile<8xfloat32>
+  %7 = mul %1, %2 : tile<8xfloat32>
+  %8 = sub %7, %6 : tile<8xfloat32>
+  %9 = mul %0, %0 : tile<8xfloat32>
+  %10 = sub %8, %9 : tile<8xfloat32>
+  store %90, %50, %10
+}"""
+
+
+def test_each_form_of_a_sum_of_a_product_becomes_one_fma():
+    out = run_pass(SUMS)
+    assert "mul" not in out and "add" not in out and "sub" not in out, out
+    assert out.count("fma") == 4 and out.count("neg") == 2, out
+    assert out.splitlines()[5:11] == [
+        "  %7 = fma %4, %5, %6 : tile<8xfloat32>",        # a*b + c
+        "  %8 = fma %4, %6, %7 : tile<8xfloat32>",        # c + a*b
+        "  %9 = neg %8 : tile<8xfloat32>",                # a*b - c: c negated
+        "  %10 = fma %5, %6, %9 : tile<8xfloat32>",
+        "  %11 = neg %4 : tile<8xfloat32>",               # c - a*b: a negated
+        "  %12 = fma %11, %4, %10 : tile<8xfloat32>"], out
+
+
+KEPT = """func @k(%90: array<1xfloat32>, %91: array<1xfloat32>, %92: array<1xfloat32>, %93: array<1xint32>) {
+""" + LOADS + """  %3 = load %93, %50 {other=0} : tile<8xint32>
+  %4 = mul %0, %1 : tile<8xfloat32>
+  %5 = add %4, %1 : tile<8xfloat32>
+  %6 = add %4, %0 : tile<8xfloat32>
+  %7 = mul %3, %3 : tile<8xint32>
+  %8 = add %7, %3 : tile<8xint32>
+  %9 = mul %0, %0 : tile<8xfloat32>
+  %10 = constant {value=0} : int32
+  %11 = constant {value=1} : int32
+  %19 = dim %90 {axis=0} : int32
+  %12 = for %10, %19, %11, %5 {stages=1, unroll=False} : tile<8xfloat32> {
+    ^(%13: int32, %14: tile<8xfloat32>):
+    %20 = mul %14, %14 : tile<8xfloat32>
+    %21 = add %14, %9 : tile<8xfloat32>
+    %15 = add %20, %21 : tile<8xfloat32>
+    yield %15
+  }
+  %16 = cast %8 : tile<8xfloat32>
+  %17 = add %12, %6 : tile<8xfloat32>
+  %18 = add %17, %16 : tile<8xfloat32>
+  store %90, %50, %18
+}"""
+
+
+def test_shared_products_integers_products_outside_the_loop_and_accumulators_are_left_alone():
+    """A product read twice (fusing would keep it and add nothing), an integer product, a
+    loop-invariant product summed inside the loop (fusing would compute it every trip), and a
+    loop's accumulator (``acc + x * x``: kept as tuned)."""
+    out = run_pass(KEPT)
+    assert "fma" not in out and out.count("mul") == 4, out
+
+
+def test_float64_products_are_left_alone():
+    assert "fma" not in run_pass(SUMS.replace("float32", "float64"))
+
+
+def test_the_emulators_fma_overflows_to_a_signed_infinity():
+    """An exact a*b + c past float64's range (the rational arithmetic's float() overflows)."""
+    from tilejit.backends.interpret import _fma1, fma64
+    assert _fma1(1e308, 10.0, 1.0) == np.inf and _fma1(-1e308, 10.0, 1.0) == -np.inf
+    assert list(fma64(np.array([1e308, -1e308]), 10.0, 1.0)) == [np.inf, -np.inf]
+
+
+def test_the_switch_keeps_products_and_sums_apart(monkeypatch):
+    monkeypatch.setattr(fuse_module, "FUSE", False)
+    assert run_pass(SUMS).count("mul") == 4
+
+
+@tj.kernel
+def axpby(x, y, z, out, a, BLOCK: tj.constexpr):
+    i = tj.program_id(0) * BLOCK
+    xv, yv, zv = tj.load(x, (i,), (BLOCK,)), tj.load(y, (i,), (BLOCK,)), tj.load(z, (i,), (BLOCK,))
+    tj.store(out, (i,), xv * a + yv - zv * xv + (yv * zv - xv))
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_values_match_numpy(backend, dtype, monkeypatch):
+    rng = np.random.default_rng(3)
+    x, y, z = (rng.standard_normal(300).astype(dtype) for _ in range(3))
+    out = np.full_like(x, np.nan)
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    axpby[(tj.cdiv(300, 128),)](x, y, z, out, 1.5, BLOCK=128)
+    ref = x.astype(np.float64) * 1.5 + y - z.astype(np.float64) * x + (y.astype(np.float64) * z - x)
+    np.testing.assert_allclose(out, ref, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
+
+
+def test_the_tutorial_softmax_takes_one_ffma_a_score():
+    """scripts/probes/attention_exp2.py's kernel (``exp2(s * qk_scale - m)``): the loop's PTX has
+    as many fma as multiplications of the scores would have been, and no separate sub."""
+    import runpy
+    from tilejit.passes.pipeline import compile_to_simt
+    probe = runpy.run_path("scripts/probes/attention_exp2.py", run_name="probe")
+    kernel = probe["attention_exp2"]
+    kernel = getattr(kernel, "kernel", kernel)
+    q = np.zeros((1, 2, 512, 64), tj.bfloat16.np)
+    specs, consts, _ = kernel.specialise(kernel.bind((q, q, q, q, 0.125), dict(BM=64, BN=64, BD=64, CAUSAL=False)))
+    stages = {}
+    compile_to_simt(kernel.tile_ir(specs, consts), 4, "sm_90a", dump=lambda name, text: stages.setdefault(name, text))
+    loop = stages["fuse_fma"].split(" for ", 1)[1]
+    assert "= fma " in loop and "= sub " not in loop.split("exp2")[0].rsplit("reduce", 1)[-1], loop
