@@ -5,7 +5,8 @@
   ratio to copy, and the time against bf16 cuBLAS (``torch.matmul`` on the dequantised weights);
 - fp8 blockwise (``examples/fp8_blockwise_gemm.py``, 1x128 / 128x128 scales) at 4096³ and 8192³:
   TFLOP/s against ``torch._scaled_mm`` with rowwise scales (torch rejects blockwise ones) and
-  bf16 cuBLAS.
+  bf16 cuBLAS, and the error of each path (the data quantised blockwise, and rowwise for
+  ``_scaled_mm``) against the float64 product of the unquantised data.
 
     python3 benchmarks/bench_quant.py [--w4 1,16,64] [--fp8 4096,8192] [--reps 30]
 
@@ -33,6 +34,20 @@ FP8_CONFIGS = [(64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 128, 4)]
 # the weights stored (N, K), as DeepGEMM keeps them (``B_NK``): float8 wgmma, TMA rings
 FP8_NK_CONFIGS = [(128, 128, 128, 8, 0), (64, 128, 128, 4, 0), (128, 128, 64, 8, 0), (128, 128, 128, 8, 4),
                   (64, 128, 128, 4, 4), (128, 128, 128, 8, 3)]          # ..., stages (0: the compiler's)
+
+
+def quantize_rowwise(x, axis: int, e4m3_max: float = 448.0):
+    """``x`` as float8 e4m3 values with one float32 scale per row (``axis=1``: (M, 1) scales) or
+    per column (``axis=0``: (1, N)), ``x ≈ x8 * scale``: what ``torch._scaled_mm``'s rowwise mode
+    takes, for comparing its error with the blockwise path's on the same data."""
+    scale = np.maximum(np.abs(x).max(axis=axis, keepdims=True), 1e-12) / e4m3_max
+    return (x / scale).astype(tj.float8e4m3.np), scale.astype(np.float32)
+
+
+def relative_error64(out, ref) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64 (NumPy arrays; inf where out is not finite)."""
+    out = np.asarray(out, np.float64)
+    return float("inf") if not np.isfinite(out).all() else float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
 def bench_w4(torch, m: int, n: int, k: int, reps: int, copy_gbps: float, configs=None) -> None:
@@ -98,8 +113,9 @@ def bench_fp8(torch, size: int, reps: int, configs=None) -> None:
     and FP8_NK_CONFIGS)."""
     ex = common.load_example("fp8_blockwise_gemm")
     rng = np.random.default_rng(size)
-    a8, sa = ex.quantize_rows(rng.standard_normal((size, size)).astype(np.float32))
-    b8, sb = ex.quantize_blocks(rng.standard_normal((size, size)).astype(np.float32))
+    x, w = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
+    a8, sa = ex.quantize_rows(x)
+    b8, sb = ex.quantize_blocks(w)
     to_dev = lambda x: torch.from_numpy(x.view(np.uint8)).cuda().view(torch.float8_e4m3fn)  # noqa: E731
     a, b = to_dev(a8), to_dev(b8)
     sa_d, sb_d = torch.from_numpy(sa).cuda(), torch.from_numpy(sb).cuda()
@@ -132,7 +148,7 @@ def bench_fp8(torch, size: int, reps: int, configs=None) -> None:
         if os.environ.get("BENCH_EACH"):
             print(f"  fp8 blockwise {size}³ {name}: {flop / (ms * 1e-3) / 1e12:.0f} TFLOP/s", file=sys.stderr)
         if best is None or ms < best[0]:
-            best = (ms, name)
+            best = (ms, name, c.float().cpu().numpy())
     refs = {}
     try:                                   # rowwise scales: what torch's fp8 GEMM takes
         row_a = torch.ones(size, 1, device="cuda")
@@ -142,6 +158,20 @@ def bench_fp8(torch, size: int, reps: int, configs=None) -> None:
             lambda: torch._scaled_mm(a, bt, scale_a=row_a, scale_b=row_b, out_dtype=torch.bfloat16), reps=reps).median_ms
     except Exception as e:
         print(f"  torch._scaled_mm: {type(e).__name__}: {str(e)[:120]}")
+    accuracy = ""
+    if best is not None:                   # both paths' error against the unquantised product
+        try:
+            xr, sxr = quantize_rowwise(x, 1)
+            wr, swr = quantize_rowwise(w, 0)
+            wr_d = to_dev(np.ascontiguousarray(wr.T)).t()          # column-major, as _scaled_mm wants it
+            rowwise = torch._scaled_mm(to_dev(xr), wr_d, scale_a=torch.from_numpy(sxr).cuda(),
+                                       scale_b=torch.from_numpy(swr).cuda(), out_dtype=torch.bfloat16)
+            exact64 = x.astype(np.float64) @ w.astype(np.float64)
+            ours, theirs = relative_error64(best[2], exact64), relative_error64(rowwise.float().cpu().numpy(), exact64)
+            accuracy = f"; error vs the float64 product of the unquantised data: blockwise {ours:.2e}, " \
+                       f"rowwise _scaled_mm {theirs:.2e} ({ours / theirs:.2f}x)"
+        except Exception as e:
+            accuracy = f"; accuracy vs rowwise: {type(e).__name__}: {str(e)[:120]}"
     abf, bbf = a.to(torch.bfloat16), b.to(torch.bfloat16)
     refs["bf16 cuBLAS"] = common.time_cuda(lambda: torch.matmul(abf, bbf), reps=reps).median_ms
     if best is None:
@@ -149,7 +179,7 @@ def bench_fp8(torch, size: int, reps: int, configs=None) -> None:
         return
     tflops = flop / (best[0] * 1e-3) / 1e12
     line = ", ".join(f"{name} {flop / (ms * 1e-3) / 1e12:.0f} TFLOP/s -> {ms / best[0]:.2f}x" for name, ms in refs.items())
-    print(f"fp8 blockwise {size}³: {tflops:.0f} TFLOP/s ({best[1]}); {line}")
+    print(f"fp8 blockwise {size}³: {tflops:.0f} TFLOP/s ({best[1]}); {line}{accuracy}")
 
 
 def main(argv=None) -> int:
