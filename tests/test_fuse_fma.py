@@ -134,3 +134,23 @@ def test_the_tutorial_softmax_takes_one_ffma_a_score():
     compile_to_simt(kernel.tile_ir(specs, consts), 4, "sm_90a", dump=lambda name, text: stages.setdefault(name, text))
     loop = stages["fuse_fma"].split(" for ", 1)[1]
     assert "= fma " in loop and "= sub " not in loop.split("exp2")[0].rsplit("reduce", 1)[-1], loop
+
+
+def test_both_softmax_spellings_reach_one_schedule_and_the_tutorials_has_no_score_multiply():
+    """The example (``s = dot * scale``) and the tutorial spelling (``exp2(s * qk_scale - m)``)
+    at D128 128x128, 8 warps on sm_90a (ptxas here where it exists): the same warp-specialised
+    wgmma schedule with TMA copies and no spills; the tutorial's PTX has no multiply a score
+    (about 64 a thread fewer: its scale rides in the FMA)."""
+    import runpy
+    from tilejit.examples import attention
+    probe = runpy.run_path("scripts/probes/attention_exp2.py", run_name="probe")
+    q = np.zeros((1, 2, 4096, 128), tj.bfloat16.np)
+    seen = {}
+    for name, kernel in (("example", attention.attention_kernel), ("tutorial", probe["attention_exp2"])):
+        kernel = getattr(kernel, "kernel", kernel)
+        specs, consts, _ = kernel.specialise(kernel.bind((q, q, q, q, 0.088), dict(BM=128, BN=128, BD=128, CAUSAL=False)))
+        art = kernel.compile(specs, consts, 8, "cuda").artifact
+        seen[name] = (art.producer_warps, art.ptx.count("wgmma.mma_async"), art.ptx.count("cp.async.bulk.tensor"),
+                      art.spills or 0), art.ptx.count("mul.rn.f32")
+    assert seen["example"][0] == seen["tutorial"][0] and seen["example"][0][0] == 4 and seen["example"][0][3] == 0, seen
+    assert seen["tutorial"][1] <= seen["example"][1] - 60, seen
