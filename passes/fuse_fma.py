@@ -64,19 +64,20 @@ def _block(block: ir.Block, uses: dict, carried: frozenset = frozenset()) -> Non
 def _fused(o: ir.Operation, here: set, uses: dict) -> list[ir.Operation] | None:
     """The ops replacing sum ``o`` (an optional NEG, then the FMA), or None."""
     x, y = o.operands
-    product, addend, negate = _product(x, here, uses), y, "addend"
-    if product is None:
-        product, addend, negate = _product(y, here, uses), x, "factor" if o.op is TileOp.SUB else None
+    sub = o.op is TileOp.SUB
+    product = _product(x, here, uses)
+    if product is not None:                    # a*b + c, a*b - c (c negated)
+        (a, b), addend, negated = product.operands, y, "addend" if sub else None
+    else:                                      # c + a*b, c - a*b (a negated)
+        product = _product(y, here, uses)
         if product is None:
             return None
-    elif o.op is not TileOp.SUB:
-        negate = None
-    a, b = product.operands
+        (a, b), addend, negated = product.operands, x, "factor" if sub else None
     out = []
-    if negate == "addend":                     # a*b - c
+    if negated == "addend":
         out.append(ir.Operation(TileOp.NEG, [addend], [addend.type], loc=o.loc))
         addend = out[-1].result
-    elif negate == "factor":                   # c - a*b
+    elif negated == "factor":
         out.append(ir.Operation(TileOp.NEG, [a], [a.type], loc=o.loc))
         a = out[-1].result
     fma = ir.Operation(TileOp.FMA, [a, b, addend], [], loc=o.loc)

@@ -36,7 +36,7 @@ alternating, two rounds): 717 / 889 TFLOP/s rotated against 961 / 1084 plain at 
 registers a thread against 168).  Both are mended since (the first product on wgmma, its B
 staged K-major; ``specialise_warps.worth_it`` takes a loop that works on the previous
 iteration's product; 168 registers, no spills, consumers 240): not yet timed, nor is attention
-(``scripts/gpu_s31a.sh``).
+(``scripts/gpu_s32a.sh``).
 """
 from __future__ import annotations
 
