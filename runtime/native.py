@@ -25,10 +25,11 @@ import tempfile
 import threading
 
 from tilejit.abi import ParamKind
+from tilejit.specs import positive_float
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_launch.c")
 MODULE = "tilejit_native_launch"
-ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY, ARG_BOOL = range(7)
+ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY, ARG_BOOL, ARG_FLOAT_POSITIVE = range(8)
 P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64, P_MAP = range(6)
 _INT_PARAMS = {"int32": 4, "int64": 8}
 _FLOAT_PARAMS = {"float32": P_FLOAT32, "float64": P_FLOAT64}
@@ -182,8 +183,8 @@ def _arg_guard(value, device_array_type, tensor_type):
         return (ARG_NONE, None, None, None, False)
     if type(value) is int:
         return (ARG_INT32 if -2**31 <= value < 2**31 else ARG_INT64, None, None, None, False)
-    if type(value) is float:
-        return (ARG_FLOAT, None, None, None, False)
+    if type(value) is float:            # specialised on its sign (ScalarSpec.positive)
+        return (ARG_FLOAT_POSITIVE if positive_float(value) else ARG_FLOAT, None, None, None, False)
     if type(value) is bool:
         return (ARG_BOOL, None, None, None, False)
     if type(value) is device_array_type:

@@ -29,7 +29,9 @@ typedef struct {
 } launch_config;
 #define PROGRAMMATIC_STREAM_SERIALIZATION 6
 
-enum { ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY, ARG_BOOL };
+enum { ARG_NONE, ARG_INT32, ARG_INT64, ARG_FLOAT, ARG_TENSOR, ARG_DEVICE_ARRAY, ARG_BOOL, ARG_FLOAT_POSITIVE };
+#define FLOAT32_MIN 1.1754943508222875e-38      /* specs.positive_float's range */
+#define FLOAT32_MAX 3.4028234663852886e38
 enum { P_PTR, P_CONST, P_INT, P_FLOAT32, P_FLOAT64, P_MAP };
 #define MAP_BYTES 128                   /* a CUtensorMap, 64-byte aligned */
 
@@ -166,7 +168,7 @@ static int Launcher_init(Launcher *self, PyObject *call_args, PyObject *kw) {
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(args, i), "iOOOp", &g->kind, &g->dtype, &g->shape,
                               &g->strides, &g->aligned))
             return -1;
-        if (g->kind < ARG_NONE || g->kind > ARG_BOOL) {
+        if (g->kind < ARG_NONE || g->kind > ARG_FLOAT_POSITIVE) {
             PyErr_SetString(PyExc_ValueError, "Launcher: unknown argument kind");
             return -1;
         }
@@ -357,9 +359,11 @@ static int run(Launcher *self, PyObject *args, PyObject *kwargs, PyObject *num_w
             ok = PyBool_Check(v);
             values[i] = v == Py_True;
             break;
-        case ARG_FLOAT: {
+        case ARG_FLOAT:
+        case ARG_FLOAT_POSITIVE: {              /* specialised on specs.positive_float */
             if (!PyFloat_CheckExact(v)) { ok = 0; break; }
             double d = PyFloat_AS_DOUBLE(v);
+            ok = (d >= FLOAT32_MIN && d <= FLOAT32_MAX) == (g->kind == ARG_FLOAT_POSITIVE);
             memcpy(&values[i], &d, 8);
             break;
         }

@@ -97,7 +97,7 @@ def test_grid_forms_and_callable_sees_all_arguments():
 ])
 def test_scalar_specs(value, dtype):
     spec, launch_value = classify_argument("x", value)
-    assert spec == ScalarSpec(dtype)
+    assert spec == ScalarSpec(dtype, dtype.is_float)            # positive floats: ScalarSpec.positive
     assert np.asarray(launch_value).dtype == dtype.np
 
 

@@ -156,7 +156,7 @@ def test_a_given_stream_is_used_and_device_arrays_have_none(fake_torch):
 
 
 @pytest.mark.parametrize("change", ["dtype", "shape", "strides", "alignment", "device", "type", "int64",
-                                    "float for int", "int for float", "arity", "constexpr", "constexpr type",
+                                    "float for int", "int for float", "float sign", "arity", "constexpr", "constexpr type",
                                     "constexpr added", "num_warps", "environment", "environment unset",
                                     "stream object"])
 def test_anything_that_differs_takes_the_python_path_and_launches_nothing(fake_torch, change):
@@ -177,6 +177,8 @@ def test_anything_that_differs_takes_the_python_path_and_launches_nothing(fake_t
         args[2] = 7.0
     elif change == "int for float":
         args[3] = 1
+    elif change == "float sign":                  # floats are specialised on > 0 (ScalarSpec.positive)
+        args[3] = -0.5
     elif change == "arity":
         args.append(None)
     elif change.startswith("constexpr"):
@@ -315,14 +317,14 @@ def test_the_native_path_packs_what_the_python_path_packs(launches):
     x, y, out = _device_arrays(1000)
     axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
     driver.nparams = len(python_path[0][3])
-    for a in (2.5, 2.5, -1.0):
+    for a in (2.5, 2.5, 0.75):
         axpy[(8,)](x, y, out, a, 1000, BLOCK=128)
     assert len(python_path) == 2                 # the full path, then the Python re-launch path
     assert len(driver.launches) == 2
     (grid, threads, stream, slots), (first, second) = python_path[1], driver.launches
     assert first[1:6] == (0x1000, grid, (threads, 1, 1), 0, stream)
     assert first[6] == slots                     # every parameter's bytes alike
-    assert second[6] != slots and second[6][:3] == slots[:3]     # a = -1.0 packed anew
+    assert second[6] != slots and second[6][:3] == slots[:3]     # a = 0.75 packed anew
 
 
 def test_a_changed_specialisation_or_switch_goes_back_to_python(launches, monkeypatch):
@@ -336,12 +338,14 @@ def test_a_changed_specialisation_or_switch_goes_back_to_python(launches, monkey
     assert len(python_path) == 3                 # compiled anew: another specialisation
     axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=64)
     assert (len(python_path), len(driver.launches)) == (4, 1)
+    axpy[(8,)](x, y, out, -2.5, 1000, BLOCK=128)             # a float's sign is specialised on
+    assert (len(python_path), len(driver.launches)) == (5, 1)
     monkeypatch.setenv("TILEJIT_DEBUG", "1")
     axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
-    assert (len(python_path), len(driver.launches)) == (5, 1)
+    assert (len(python_path), len(driver.launches)) == (6, 1)
     monkeypatch.delenv("TILEJIT_DEBUG")
     axpy[(8,)](x, y, out, 2.5, 1000, BLOCK=128)
-    assert (len(python_path), len(driver.launches)) == (5, 2)
+    assert (len(python_path), len(driver.launches)) == (6, 2)
 
 
 OFFSET = 1.0

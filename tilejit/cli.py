@@ -17,11 +17,12 @@ from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec
 STAGES = {"tile": "tile_ir", "simt": "simt_ir", "llvm": "llvm_ir", "ptx": "ptx", "sass": "sass"}
 _SHORT_DTYPES = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "e4m3": "float8e4m3", "e5m2": "float8e5m2", "i8": "int8", "i16": "int16",
                  "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "i1": "bool"}
-_SIG_ITEM = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(?:\[\s*(\d+)\s*\])?\s*$")
+_SIG_ITEM = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(?:\[\s*(\d+)\s*\]|(\+))?\s*$")
 
 
 def parse_signature(text: str) -> list:
     """``"float16[2], float16[2], int32"`` -> specs: ``DTYPE[RANK]`` an array, ``DTYPE`` a scalar,
+    ``DTYPE+`` a float scalar greater than zero (as a launch with ``0.125`` specialises it),
     ``None`` a parameter passed None."""
     specs = []
     for item in filter(None, (s.strip() for s in text.split(","))):
@@ -35,7 +36,9 @@ def parse_signature(text: str) -> list:
             dt = dtypes.lookup(_SHORT_DTYPES.get(match[1], match[1]))
         except TypeError as err:
             raise ValueError(str(err)) from None
-        specs.append(ScalarSpec(dt) if match[2] is None else ArraySpec(dt, int(match[2])))
+        if match[3] and not dt.is_float:
+            raise ValueError(f"signature item {item!r}: only a float scalar is specialised as positive")
+        specs.append(ScalarSpec(dt, bool(match[3])) if match[2] is None else ArraySpec(dt, int(match[2])))
     return specs
 
 
@@ -271,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("target", help="FILE::KERNEL")
     comp.add_argument("--const", action="append", default=[], metavar="NAME=VALUE")
     comp.add_argument("--sig", help="the runtime parameters in order, comma-separated: DTYPE[RANK] for an array "
-                      "(float16[2]: a 2-D float16 array), DTYPE for a scalar, None for a parameter passed None; "
+                      "(float16[2]: a 2-D float16 array), DTYPE for a scalar, DTYPE+ for a float scalar > 0 (launches "
+                      "specialise floats on it), None for a parameter passed None; "
                       "dtypes by name or short (f32 f16 bf16 i32 u8 ...), e.g. 'f16[2], f16[2], i32'")
     comp.add_argument("--num-warps", type=int, default=None,
                       help="warps per program (default: the compiler's choice, as a launch without num_warps)")

@@ -34,7 +34,9 @@ from tilejit import backends, dtypes, fingerprint, ir
 from tilejit.passes import switches as module_switches
 from tilejit.errors import CompileError, LaunchError, PerformanceWarning, TilejitError, for_user
 from tilejit.language import constexpr
-from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides
+from tilejit.specs import FLOAT32_MAX as _FLOAT32_MAX
+from tilejit.specs import FLOAT32_MIN as _FLOAT32_MIN
+from tilejit.specs import ArraySpec, NoneSpec, ScalarSpec, array_spec, array_spec_fields, contiguous_strides, positive_float
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "fast_math", "debug", "stream")   # keywords of kernel[grid](...)
 _GRID_LIMITS = (2**31 - 1, 65535, 65535)        # CUDA's gridDim.x, .y, .z maxima
@@ -475,7 +477,7 @@ class Kernel:
             if t is int:
                 parts.append(_INT32_MIN <= v < _INT32_LIMIT)
             elif t is float:
-                parts.append("f")
+                parts.append("f+" if _FLOAT32_MIN <= v <= _FLOAT32_MAX else "f")   # ScalarSpec.positive
             elif t is bool:
                 parts.append("b")
             elif v is None:
@@ -487,7 +489,7 @@ class Kernel:
                     if t not in _NUMPY_SCALARS:           # a NumPy scalar's type is its dtype
                         if not _is_numpy_scalar(t):
                             return None
-                    parts.append(t)
+                    parts.append((t, _FLOAT32_MIN <= v <= _FLOAT32_MAX))
                     views.append(v)
                     continue
                 v = view
@@ -643,7 +645,7 @@ def classify_argument(name: str, value):
                           f"{type(err).__name__}: {err}") from None
     if isinstance(value, np.generic) or not protocol:
         dt = _scalar_dtype(name, value)
-        return ScalarSpec(dt), dt.np.type(value)
+        return ScalarSpec(dt, bool(dt.is_float and positive_float(value))), dt.np.type(value)
     device = getattr(value, "__dlpack_device__", None)
     if device is not None and device()[0] == 1:           # kDLCPU: a zero-copy NumPy view
         if torch is not None and isinstance(value, torch.Tensor) and getattr(value, "requires_grad", False):

@@ -23,8 +23,13 @@ class ArraySpec:
 
 @dataclass(frozen=True)
 class ScalarSpec:
-    """A scalar argument of ``dtype`` (Python int -> int32, or int64 if it does not fit)."""
+    """A scalar argument of ``dtype`` (Python int -> int32, or int64 if it does not fit).
+    ``positive``: a float argument in float32's positive normal range (``positive_float``: not
+    zero, negative, tiny, huge, infinite or NaN).  Float arguments are specialised on it, as
+    integers are on their width: ``max(x * scale) == max(x) * scale`` holds for a positive
+    ``scale`` only, and softmax scales are positive (``passes/fold_scale``)."""
     dtype: DType
+    positive: bool = False
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,14 @@ class NoneSpec:
 
 
 ArgSpec = ArraySpec | ScalarSpec | NoneSpec
+FLOAT32_MIN = 1.1754943508222875e-38         # float32's smallest positive normal and largest finite values
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def positive_float(value) -> bool:
+    """``ScalarSpec.positive`` of a float argument, judged on the value as passed (a Python
+    float's double: in this range it rounds to a float32 in it, so no launch is judged twice)."""
+    return FLOAT32_MIN <= value <= FLOAT32_MAX
 
 
 def contiguous_strides(shape: tuple) -> tuple:
