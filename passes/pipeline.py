@@ -1,6 +1,7 @@
 """The compiler's pass pipeline, in order, in one list: tile IR -> tile IR passes, the lowering
 to SIMT IR, then SIMT IR passes.  ``fold_exp`` turns softmax exponentials into exp2 with the
-log2(e) scale folded into one FMA, ``fuse_fma`` contracts a product into the sum it feeds;
+log2(e) scale folded into one FMA, ``fold_scale`` moves a positive scale off the scores (onto
+their maximum and into that FMA), ``fuse_fma`` contracts a product into the sum it feeds;
 ``uniform_masks`` skips a block mask behind a scalar bound
 check when the whole block is inside it; ``hoist_loads`` issues each top-level load as early as
 its operands allow (never past a store).  ``plan_dots`` decides each DOT's instructions (wgmma,
@@ -31,6 +32,7 @@ from tilejit.passes import cluster_rows as cluster_module
 from tilejit.passes import coarsen_programs as coarsen
 from tilejit.passes.dce import dce
 from tilejit.passes.fold_exp import fold_exp
+from tilejit.passes.fold_scale import fold_scale
 from tilejit.passes.fuse_fma import fuse_fma
 from tilejit.passes.hoist_loads import hoist_loads
 from tilejit.passes.lower import lower_to_simt
@@ -133,6 +135,7 @@ PIPELINE = [
     Stage("widen_offsets", lambda fn, opt: widen_offsets(fn), "tile"),
     Stage("canonicalize", lambda fn, opt: canonicalize(fn), "tile"),
     Stage("fold_exp", lambda fn, opt: fold_exp(fn), "tile"),
+    Stage("fold_scale", lambda fn, opt: fold_scale(fn), "tile"),
     Stage("fuse_fma", lambda fn, opt: fuse_fma(fn), "tile"),
     Stage("dce", lambda fn, opt: dce(fn), "tile"),
     Stage("sink_transposes", lambda fn, opt: sink_transposes(fn), "tile"),

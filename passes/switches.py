@@ -28,6 +28,7 @@ DEFAULTS: dict[str, dict[str, bool | int | float | tuple]] = {
         "MAX_CTAS": 8, "CLUSTER_BYTES": 131072, "ONE_LOAD": True, "ONE_EXCHANGE": True,
         "THREADS_PER_SM": 1024, "VALUES_PER_THREAD": 32},
     "tilejit.passes.coarsen_programs": {"COARSEN": 1},
+    "tilejit.passes.fold_scale": {"FOLD": True},
     "tilejit.passes.fuse_fma": {"FUSE": True},
     "tilejit.passes.layouts": {"WARP_SIZE": 32},
     "tilejit.passes.lower": {"GROUP_PROGRAMS": 8},

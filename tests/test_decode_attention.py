@@ -36,11 +36,13 @@ def test_decode_matches_float64(backend, monkeypatch, batch, heads, kv_heads, wi
 def test_one_launch_merges_in_the_last_slice_with_the_two_kernels_bits(backend, monkeypatch, batch, heads, kv_heads,
                                                                         window, seq, dim, split):
     """``fused``: the slice that counts last merges its heads, in slice order, so the output has
-    the two-kernel path's bits (whoever finishes last), and the counts are back at zero: the same
-    buffers serve the next launch (the output poisoned before each)."""
+    the bits of the two-kernel path with the looping combine (the same merge, whoever finishes
+    last; the gathering combine sums in another order: within bfloat16 rounding), and the counts
+    are back at zero: the same buffers serve the next launch (the output poisoned before each)."""
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     q, k, v = ex.example_inputs(np.random.default_rng(seq + window), batch, heads, kv_heads, window, seq, dim)
-    want = ex.run(q, k, v, split=split)
+    want = ex.run(q, k, v, split=split, gather_combine=False)
+    tj.testing.assert_close(ex.run(q, k, v, split=split), want, dtype=tj.bfloat16)
     count = ex.counts(q, kv_heads)
     for _ in range(2):
         out = np.full_like(q, np.nan)
