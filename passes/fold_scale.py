@@ -25,36 +25,17 @@ the loop from the first HGMMA to the last takes 635 / 772 instructions (full / c
 """
 from __future__ import annotations
 
-import numpy as np
-
 from tilejit import dtypes, ir
-from tilejit.ir import ConstAttrs, ReduceKind, TileOp, TileType
-from tilejit.passes.fold_exp import LOG2E
+from tilejit.ir import ReduceKind, TileOp
+from tilejit.passes.fold_exp import LOG2E, positive_args, positive_scale, times
 
 FOLD = True
 
 
-def _through_splats(v: ir.Value) -> ir.Value:
+def _constant(v: ir.Value):
     while v.owner is not None and v.owner.op is TileOp.SPLAT:
         v = v.owner.operands[0]
-    return v
-
-
-def _constant(v: ir.Value):
-    v = _through_splats(v)
     return v.owner.attrs.value if v.owner is not None and v.owner.op is TileOp.CONSTANT else None
-
-
-def _positive_scale(v: ir.Value, positive_args: set):
-    """What ``v`` multiplies by when that is known > 0: a float (a CONSTANT, of any shape, through
-    SPLATs) or a float32 parameter (its Value); else None."""
-    c = _through_splats(v)
-    if c.type.dtype != dtypes.float32:
-        return None
-    value = _constant(c)
-    if value is not None:
-        return float(value) if isinstance(value, float) and 0 < value < float("inf") else None
-    return c if c in positive_args else None
 
 
 def _is_neg_inf(v: ir.Value) -> bool:
@@ -87,23 +68,6 @@ class _Scores:
         return bool(self.reduces or self.fmas)
 
 
-def _times(c, k: float, type_: TileType, loc: ir.Loc) -> tuple[list[ir.Operation], ir.Value]:
-    """(ops, value): ``c * k`` at ``type_``'s shape, one CONSTANT when c is a float, else the
-    float32 scalar product and its SPLAT."""
-    if isinstance(c, float):
-        const = ir.Operation(TileOp.CONSTANT, [], [type_], ConstAttrs(float(np.float32(c) * np.float32(k))), loc=loc)
-        return [const], const.result
-    scalar, ops = TileType((), dtypes.float32), []
-    if k != 1.0:
-        ops.append(ir.Operation(TileOp.CONSTANT, [], [scalar], ConstAttrs(k), loc=loc))
-        ops.append(ir.Operation(TileOp.MUL, [c, ops[0].result], [scalar], loc=loc))
-        c = ops[-1].result
-    if type_.shape != ():
-        ops.append(ir.Operation(TileOp.SPLAT, [c], [type_], loc=loc))
-        c = ops[-1].result
-    return ops, c
-
-
 def _rewrite(s: _Scores, before: dict, replace: dict) -> None:
     for w in s.wheres:                      # the masks now select the unscaled scores
         if w.operands[1] is s.mul.result:
@@ -111,26 +75,26 @@ def _rewrite(s: _Scores, before: dict, replace: dict) -> None:
     for r in s.reduces:                     # max(d) * c takes over the maximum's result value
         src = s.d if r.operands[0] is s.mul.result else r.operands[0]
         new = ir.Operation(TileOp.REDUCE, [src], [r.result.type], r.attrs, loc=r.loc)
-        factor, c = _times(s.c, 1.0, r.result.type, r.loc)
+        factor, c = times(s.c, 1.0, r.result.type, r.loc)
         mul = ir.Operation(TileOp.MUL, [new.result, c], [], loc=r.loc)
         mul.results = [r.result]
         r.result.owner = mul
         replace[r] = [new, *factor, mul]
     for f in s.fmas:                        # fma(d, c * log2(e), nb)
-        factor, f.operands[1] = _times(s.c, LOG2E, f.result.type, f.loc)
+        factor, f.operands[1] = times(s.c, LOG2E, f.result.type, f.loc)
         if f.operands[0] is s.mul.result:
             f.operands[0] = s.d
         before.setdefault(f, []).extend(factor)
 
 
-def _find(block: ir.Block, positive_args: set, users: dict, found: list) -> None:
+def _find(block: ir.Block, positive: set, users: dict, found: list) -> None:
     for o in block.ops:
         for r in o.regions:
-            _find(r, positive_args, users, found)
+            _find(r, positive, users, found)
         if o.op is not TileOp.MUL or o.result.type.dtype != dtypes.float32 or o.result.type.shape == ():
             continue
         for d, c in (o.operands, o.operands[::-1]):
-            scale = _positive_scale(c, positive_args)
+            scale = positive_scale(c, positive)
             if scale is not None and d.type.shape == o.result.type.shape and d.type.dtype == dtypes.float32:
                 scores = _Scores(o, d, scale, users)
                 if scores.ok:
@@ -153,10 +117,8 @@ def fold_scale(fn: ir.Function) -> ir.Function:
     left for ``dce``."""
     if not FOLD:
         return fn
-    specs = fn.meta.get("specs") or []
-    positive = {a for a, s in zip(fn.args, specs) if getattr(s, "positive", False)}
     found: list[_Scores] = []
-    _find(fn.body, positive, ir.users(fn), found)
+    _find(fn.body, positive_args(fn), ir.users(fn), found)
     before, replace = {}, {}
     for s in found:
         _rewrite(s, before, replace)

@@ -132,3 +132,30 @@ def test_a_whole_tile_maximum_folds_too(scale, monkeypatch):
     scaled_lse[(1,)](x, y, scale, BLOCK=64)
     s = x.astype(np.float64) * np.float32(scale)
     np.testing.assert_allclose(y[0], s.max() + np.log(np.exp(s - s.max()).sum()), rtol=1e-6)
+
+
+@tj.kernel
+def raw_softmax(x, y, scale, n, BLOCK: tj.constexpr):
+    row = tj.program_id(0)
+    cols = tj.arange(0, BLOCK)
+    s = tj.where(cols[None, :] < n, tj.load(x, (row, 0), (1, BLOCK)), -tj.inf)
+    p = tj.exp(scale * (s - tj.max(s, axis=1)[:, None]))         # scaled inside the exponential
+    tj.store(y, (row, 0), p / tj.sum(p, axis=1)[:, None])
+
+
+@pytest.mark.parametrize("backend", ["interpret", "emulate"])
+@pytest.mark.parametrize("scale", [0.37, 5.0, 1e-30, -0.37])
+def test_an_exponential_scaled_inside_takes_exp2_when_the_scale_is_positive(backend, scale, monkeypatch):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((4, 64)).astype(np.float32) * 6
+    stages = _stage(raw_softmax, (x, x, scale, 60), dict(BLOCK=64), "fold_exp")
+    assert ("= exp2 " in stages["fold_exp"] and "= exp " not in stages["fold_exp"]) == (scale > 0)
+    if scale < 0:
+        return                   # exp(-c * (-inf)) = inf: not a softmax, nothing to compare
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    y = np.full_like(x, np.nan)
+    raw_softmax[(4,)](x, y, scale, 60, BLOCK=64)
+    s = x[:, :60].astype(np.float64)
+    p = np.exp(np.float32(scale) * (s - s.max(axis=1, keepdims=True)))
+    np.testing.assert_allclose(y[:, :60], p / p.sum(axis=1, keepdims=True), rtol=2e-5, atol=1e-7)
+    np.testing.assert_array_equal(y[:, 60:], 0.0)

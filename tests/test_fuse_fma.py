@@ -142,7 +142,8 @@ def test_both_softmax_spellings_reach_one_schedule_and_neither_multiplies_a_scor
     at D128 128x128, 8 warps on sm_90a (ptxas here where it exists): the same warp-specialised
     wgmma schedule with TMA copies and no spills; the tutorial's PTX has no multiply a score
     (its scale rides in the FMA), nor, with a positive scale, has the example's (``fold_scale``;
-    without it, about 64 a thread more)."""
+    without it, about 64 a thread more) or the raw one's (``exp((s - m) * scale)``: ``fold_exp``
+    takes the positive scale into its FMA; it took the accurate exp, three times the instructions)."""
     from tilejit.passes import fold_scale
     monkeypatch.setattr(fold_scale, "FOLD", fold)
     import runpy
@@ -150,13 +151,15 @@ def test_both_softmax_spellings_reach_one_schedule_and_neither_multiplies_a_scor
     probe = runpy.run_path("scripts/probes/attention_exp2.py", run_name="probe")
     q = np.zeros((1, 2, 4096, 128), tj.bfloat16.np)
     seen = {}
-    for name, kernel in (("example", attention.attention_kernel), ("tutorial", probe["attention_exp2"])):
+    for name, kernel in (("example", attention.attention_kernel), ("tutorial", probe["attention_exp2"]),
+                         ("raw", probe["attention_raw"])):
         kernel = getattr(kernel, "kernel", kernel)
         specs, consts, _ = kernel.specialise(kernel.bind((q, q, q, q, 0.088), dict(BM=128, BN=128, BD=128, CAUSAL=False)))
         art = kernel.compile(specs, consts, 8, "cuda").artifact
         seen[name] = (art.producer_warps, art.ptx.count("wgmma.mma_async"), art.ptx.count("cp.async.bulk.tensor"),
                       art.spills or 0), art.ptx.count("mul.rn.f32")
     assert seen["example"][0] == seen["tutorial"][0] and seen["example"][0][0] == 4 and seen["example"][0][3] == 0, seen
+    assert seen["raw"][0] == seen["tutorial"][0] and abs(seen["raw"][1] - seen["tutorial"][1]) <= 8, seen
     if fold:
         assert abs(seen["tutorial"][1] - seen["example"][1]) <= 8, seen
     else:

@@ -50,6 +50,44 @@ def attention_exp2(q, k, v, o, scale, BM: tj.constexpr, BN: tj.constexpr, BD: tj
     tj.store(o, (batch, head, start_m, 0), (acc / l_i[:, None]).to(o.dtype).reshape((1, 1, BM, BD)))
 
 
+@tj.kernel
+def attention_raw(q, k, v, o, scale, BM: tj.constexpr, BN: tj.constexpr, BD: tj.constexpr, CAUSAL: tj.constexpr):
+    """The softmax kept in the raw scores' units, scaled inside the exponential
+    (``exp((s - m) * scale)``), as FlashAttention-2's CUDA spells ``exp2f(s * scale - m * scale)``."""
+    start_m = tj.program_id(0) * BM
+    heads = q.shape[1]
+    batch, head = tj.program_id(1) // heads, tj.program_id(1) % heads
+    kv_head = head // (heads // k.shape[1])
+    seq_k = k.shape[2]
+    qt = tj.load(q, (batch, head, start_m, 0), (1, 1, BM, BD)).reshape((BM, BD))
+    rows = start_m + tj.arange(0, BM)
+    m_i = tj.full((BM,), -tj.inf, tj.float32)
+    l_i = tj.zeros((BM,), tj.float32)
+    acc = tj.zeros((BM, BD), tj.float32)
+    end = seq_k
+    if CAUSAL:
+        end = tj.minimum(seq_k, start_m + BM)
+    for start_n in range(0, end, BN):
+        kt = tj.load(k, (batch, kv_head, start_n, 0), (1, 1, BN, BD)).reshape((BN, BD))
+        vt = tj.load(v, (batch, kv_head, start_n, 0), (1, 1, BN, BD)).reshape((BN, BD))
+        s = tj.dot(qt, kt.T)
+        cols = start_n + tj.arange(0, BN)
+        keep = cols[None, :] < seq_k
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None])
+        s = tj.where(keep, s, -tj.inf)
+        m_new = tj.maximum(m_i, tj.max(s, axis=1))
+        p = tj.exp((s - m_new[:, None]) * scale)
+        alpha = tj.exp((m_i - m_new) * scale)
+        l_i = l_i * alpha + tj.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tj.dot(p.to(vt.dtype), vt)
+        m_i = m_new
+    tj.store(o, (batch, head, start_m, 0), (acc / l_i[:, None]).to(o.dtype).reshape((1, 1, BM, BD)))
+
+
+SPELLINGS = (("example", attention.attention_kernel), ("exp2", attention_exp2), ("raw", attention_raw))
+
+
 def _loop_counts(kernel, causal):
     import collections
     import re
@@ -70,7 +108,7 @@ if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "sass"
     if what == "sass":
         for causal in (False, True):
-            for name, kernel in (("example", attention.attention_kernel), ("exp2", attention_exp2)):
+            for name, kernel in SPELLINGS:
                 n, ops = _loop_counts(getattr(kernel, "kernel", kernel), causal)
                 print(f"causal={causal} {name}: {n} SASS instructions from the first HGMMA to the last "
                       f"(FMUL {ops['FMUL']}, FFMA {ops['FFMA']}, FMNMX {ops['FMNMX']}, MUFU {ops['MUFU']}, FSEL {ops['FSEL']})")
