@@ -28,9 +28,13 @@ def test_gradients_match_numpy_in_float64(backend, causal, heads, kv_heads, seq,
         np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-10, err_msg=name)
 
 
+@pytest.mark.parametrize("base2", [True, False], ids=["exp2", "exp"])
 @pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_float16_gradients_within_tolerance_with_keys_longer_than_queries(backend, monkeypatch):
+def test_float16_gradients_within_tolerance_with_keys_longer_than_queries(backend, base2, monkeypatch):
+    """Also with P recomputed as exp(s - lse) (``BASE2 = False``, what the base-2 form is timed
+    against)."""
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    monkeypatch.setattr(ab, "BASE2", base2)
     rng = np.random.default_rng(3)
     q, k, v, do = ab.example_inputs(rng, heads=2, kv_heads=1, seq=40, dim=32, dtype=np.float16)
     k, v = (np.concatenate([t, t[:, :, :9]], axis=2) for t in (k, v))          # 49 keys, 40 queries

@@ -2,8 +2,9 @@
 one constant applied to the row max and, in one FMA, to the scores (``exp2(s * qk_scale - m)``,
 exact for a positive scale), against ``examples/attention.py`` (``s = dot * scale`` then the max
 and ``exp``).  ``sass``: the loop's SASS instruction counts of both on the build machine;
-``check``: both against float64 on whichever backend runs; ``bench``: both timed against SDPA
-(cuDNN) in one run on the GPU.
+``check``: both against float64 on whichever backend runs; ``bench``: the three spellings
+(``SPELLINGS``: also ``attention_raw``, ``exp((s - m) * scale)``) timed against SDPA (cuDNN) in
+one run on the GPU.
 
     python3 scripts/probes/attention_exp2.py [sass | check | bench] [--reps N]"""
 import sys
@@ -135,8 +136,7 @@ if __name__ == "__main__":
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
                 row = []
-                for name, kernel in (("example", attention.attention_kernel), ("exp2", attention_exp2),
-                                     ("example", attention.attention_kernel), ("exp2", attention_exp2)):
+                for name, kernel in SPELLINGS * 2:
                     o = torch.full_like(q, float("nan"))
                     run = lambda: kernel[(tj.cdiv(s, 128), b * h)](q, k, v, o, 1 / d ** 0.5, BM=128, BN=128, BD=d,
                                                                   CAUSAL=causal, num_warps=8)
