@@ -14,7 +14,8 @@ inside the exponential, becomes ``exp2(fma(a, K, nb))`` with ``K = float32(c * L
 float parameter the launch specialised as positive), so the argument is still <= 0 and the
 bound below holds with the one rounding of K added (|x| * 2**-24 relative, as L's own).  Without
 it that spelling took the accurate EXP: the attention loop of ``scripts/probes/attention_exp2.py``
-(``raw``) was 1951 SASS instructions against 633 now (sm_90a, D128 128x128, 8 warps).
+(``raw``) was 1951 SASS instructions against 633 now (sm_90a, D128 128x128, 8 warps).  The same
+for ``exp2((a - b) * c)`` (k = 1 in place of L): one FFMA a score instead of FADD and FMUL.
 
 Why the pattern restriction makes the fast form accurate enough.  In a softmax ``a <= b``, so
 the argument x = a - b is <= 0 and exp(x) is in (0, 1]; errors are *absolute*, at most ~1.
@@ -100,9 +101,10 @@ def positive_args(fn: ir.Function) -> set:
 
 
 def match(o: ir.Operation, positive: set = frozenset()):
-    """``(a, b0, chain, c)`` when ``o`` is a float32 ``exp(a - b)`` with b a maximum (c None), or
-    ``exp((a - b) * c)`` with c known positive (``positive_scale``), else None."""
-    if o.op is not TileOp.EXP or o.result.type.dtype != dtypes.float32:
+    """``(a, b0, chain, c, k)`` when ``o`` is a float32 ``exp(a - b)`` with b a maximum (c None),
+    ``exp((a - b) * c)`` with c known positive (``positive_scale``), both with k = L, or
+    ``exp2((a - b) * c)`` (k = 1), else None."""
+    if o.op not in (TileOp.EXP, TileOp.EXP2) or o.result.type.dtype != dtypes.float32:
         return None
     x, c = o.operands[0], None
     mul = x.owner
@@ -113,12 +115,14 @@ def match(o: ir.Operation, positive: set = frozenset()):
                 if c is not None:
                     x = diff
                     break
+    if o.op is TileOp.EXP2 and c is None:
+        return None                        # exp2(a - b): one FADD, as short as an FFMA
     sub = x.owner
     if sub is None or sub.op is not TileOp.SUB or sub.result.type.dtype != dtypes.float32:
         return None
     a, b = sub.operands
     found = maximum_chain(b)
-    return None if found is None else (a, *found, c)
+    return None if found is None else (a, *found, c, LOG2E if o.op is TileOp.EXP else 1.0)
 
 
 # --------------------------------------------------------------------------------- rewriting
@@ -145,20 +149,21 @@ def times(c, k: float, type_: TileType, loc: ir.Loc) -> tuple[list[ir.Operation]
     return ops, c
 
 
-def negated_scaled_max(b0: ir.Value, loc: ir.Loc, c=None) -> list[ir.Operation]:
-    """``nb = b0 * -(c L)`` at b0's shape (negating is exact, so this is -(b0 * (c L)))."""
-    ops, minus_k = times(c, -LOG2E, b0.type, loc)
+def negated_scaled_max(b0: ir.Value, loc: ir.Loc, c=None, k: float = LOG2E) -> list[ir.Operation]:
+    """``nb = b0 * -(c k)`` at b0's shape (negating is exact, so this is -(b0 * (c k)))."""
+    ops, minus_k = times(c, -k, b0.type, loc)
     return ops + [ir.Operation(TileOp.MUL, [b0, minus_k], [b0.type], loc=loc)]
 
 
-def fast_exp(exp: ir.Operation, a: ir.Value, nb: ir.Value, chain: list[ir.Operation], c=None) -> list[ir.Operation]:
-    """The ops replacing ``exp``: nb re-shaped like the maximum was, ``exp2(fma(a, c L, nb))``;
+def fast_exp(exp: ir.Operation, a: ir.Value, nb: ir.Value, chain: list[ir.Operation], c=None,
+             k: float = LOG2E) -> list[ir.Operation]:
+    """The ops replacing ``exp``: nb re-shaped like the maximum was, ``exp2(fma(a, c k, nb))``;
     the EXP2 takes over the EXP's result value, so its users need no update."""
     ops = []
     for shape_op in chain:
         ops.append(ir.Operation(shape_op.op, [nb], [shape_op.result.type], shape_op.attrs, loc=exp.loc))
         nb = ops[-1].result
-    scale_ops, scale = times(c, LOG2E, a.type, exp.loc)
+    scale_ops, scale = times(c, k, a.type, exp.loc)
     fma = ir.Operation(TileOp.FMA, [a, scale, nb], [a.type], loc=exp.loc)
     exp2 = ir.Operation(TileOp.EXP2, [fma.result], [], loc=exp.loc)
     exp2.results = [exp.result]
@@ -174,13 +179,13 @@ def _plan(block: ir.Block, after: dict, replace: dict, nbs: dict, positive: set)
         found = match(o, positive)
         if found is None:
             continue
-        a, b0, chain, c = found
-        key = (b0, c if isinstance(c, ir.Value) else ("c", c))
+        a, b0, chain, c, k = found
+        key = (b0, c if isinstance(c, ir.Value) else ("c", c), k)
         if key not in nbs:                 # computed once, right after the maximum: it dominates
-            ops = negated_scaled_max(b0, o.loc, c)
+            ops = negated_scaled_max(b0, o.loc, c, k)
             after.setdefault(b0.owner, []).extend(ops)
             nbs[key] = ops[-1].result
-        replace[o] = fast_exp(o, a, nbs[key], chain, c)
+        replace[o] = fast_exp(o, a, nbs[key], chain, c, k)
 
 
 def _apply(block: ir.Block, after: dict, replace: dict) -> None:
@@ -195,8 +200,8 @@ def _apply(block: ir.Block, after: dict, replace: dict) -> None:
 
 def fold_exp(fn: ir.Function) -> ir.Function:
     """Rewrite every float32 ``exp(a - maximum)`` into ``exp2(fma(a, L, -maximum*L))``, and
-    ``exp((a - maximum) * c)`` for a positive c into ``exp2(fma(a, c*L, -maximum*c*L))`` (in
-    place; returns ``fn``).  The SUB, MUL and the old shape ops are left for ``dce``."""
+    ``exp((a - maximum) * c)`` for a positive c into ``exp2(fma(a, c*L, -maximum*c*L))`` and
+    ``exp2((a - maximum) * c)`` into ``exp2(fma(a, c, -maximum*c))`` (in place; returns ``fn``).  The SUB, MUL and the old shape ops are left for ``dce``."""
     after, replace = {}, {}
     _plan(fn.body, after, replace, {}, positive_args(fn))
     _apply(fn.body, after, replace)

@@ -159,3 +159,29 @@ def test_an_exponential_scaled_inside_takes_exp2_when_the_scale_is_positive(back
     p = np.exp(np.float32(scale) * (s - s.max(axis=1, keepdims=True)))
     np.testing.assert_allclose(y[:, :60], p / p.sum(axis=1, keepdims=True), rtol=2e-5, atol=1e-7)
     np.testing.assert_array_equal(y[:, 60:], 0.0)
+
+
+@tj.kernel
+def raw2_softmax(x, y, scale, n, BLOCK: tj.constexpr):
+    row = tj.program_id(0)
+    cols = tj.arange(0, BLOCK)
+    s = tj.where(cols[None, :] < n, tj.load(x, (row, 0), (1, BLOCK)), -tj.inf)
+    p = tj.exp2((s - tj.max(s, axis=1)[:, None]) * scale)        # base 2, scaled inside
+    tj.store(y, (row, 0), p / tj.sum(p, axis=1)[:, None])
+
+
+@pytest.mark.parametrize("scale", [0.37, 5.0, -0.37])
+def test_a_scaled_exp2_takes_one_fma_when_the_scale_is_positive(scale, monkeypatch):
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((4, 64)).astype(np.float32) * 6
+    stages = _stage(raw2_softmax, (x, x, scale, 60), dict(BLOCK=64), "fold_exp")
+    assert ("x64xfloat32" in stages["dce"].split("= fma ")[-1].split("\n")[0]) == (scale > 0)
+    if scale < 0:
+        assert stages["fold_exp"] == stages["canonicalize"]
+        return
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    y = np.full_like(x, np.nan)
+    raw2_softmax[(4,)](x, y, scale, 60, BLOCK=64)
+    s = x[:, :60].astype(np.float64)
+    p = np.exp2(np.float32(scale) * (s - s.max(axis=1, keepdims=True)))
+    np.testing.assert_allclose(y[:, :60], p / p.sum(axis=1, keepdims=True), rtol=2e-5, atol=1e-7)
