@@ -14,7 +14,8 @@ cd benchmarks
 for base2 in True False True; do
   echo "-- backward BASE2=$base2"
   PROBE_SCRIPT=bench_attention_backward.py timeout 100 python3 switch_probe.py \
-    tilejit.examples.attention_backward.BASE2=$base2 -- --reps 10 2>&1 | grep -v "^ *$" | tail -6
+    tilejit.examples.attention_backward.BASE2=$base2 -- --reps 10 \
+    --kernel-configs 32x128x8/128x64x8,64x128x8/128x64x8 2>&1 | grep -v "^ *$" | tail -8
 done 2>&1 | tee "$OUT/bwd.txt"
 probe() {   # probe SCRIPT SECONDS "MODULE.SWITCH=V" ARGS...
   local script=$1 limit=$2 flag=$3; shift 3
