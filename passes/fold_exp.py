@@ -59,12 +59,12 @@ def is_maximum(v: ir.Value) -> bool:
     if o.op is TileOp.WHERE:                # where(m == -inf, 0, m): a part's maximum (cluster_rows)
         cond, zero, m = o.operands
         test = cond.owner
-        return (_constant_of(zero) == 0.0 and test is not None and test.op is TileOp.EQ
-                and test.operands[0] is m and _constant_of(test.operands[1]) == float("-inf") and is_maximum(m))
+        return (constant_of(zero) == 0.0 and test is not None and test.op is TileOp.EQ
+                and test.operands[0] is m and constant_of(test.operands[1]) == float("-inf") and is_maximum(m))
     return o.op is TileOp.MAXIMUM or (o.op in (TileOp.REDUCE, TileOp.CLUSTER_REDUCE) and o.attrs.kind is ReduceKind.MAX)
 
 
-def _constant_of(v: ir.Value):
+def constant_of(v: ir.Value):
     """The value of a CONSTANT, seen through SPLAT (None for anything else)."""
     while v.owner is not None and v.owner.op is TileOp.SPLAT:
         v = v.owner.operands[0]
@@ -89,7 +89,7 @@ def positive_scale(v: ir.Value, positive_args: set):
         v = v.owner.operands[0]
     if v.type.dtype != dtypes.float32:
         return None
-    value = _constant_of(v)
+    value = constant_of(v)
     if value is not None:
         return float(value) if isinstance(value, float) and 0 < value < math.inf else None
     return v if v in positive_args else None

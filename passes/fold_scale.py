@@ -27,23 +27,18 @@ from __future__ import annotations
 
 from tilejit import dtypes, ir
 from tilejit.ir import ReduceKind, TileOp
-from tilejit.passes.fold_exp import LOG2E, positive_args, positive_scale, times
+from tilejit.passes.fold_exp import LOG2E, constant_of, positive_args, positive_scale, times
 
 FOLD = True
 
 
-def _constant(v: ir.Value):
-    while v.owner is not None and v.owner.op is TileOp.SPLAT:
-        v = v.owner.operands[0]
-    return v.owner.attrs.value if v.owner is not None and v.owner.op is TileOp.CONSTANT else None
-
-
 def _is_neg_inf(v: ir.Value) -> bool:
-    return _constant(v) == float("-inf")
+    return constant_of(v) == float("-inf")
 
 
 class _Scores:
-    """The uses of one ``d * c`` (and of the WHEREs masking it): what to rewrite, or None."""
+    """The uses of one ``d * c`` (and of the WHEREs masking it) to rewrite; ``ok`` is False where
+    any live use is not a mask, a maximum or fold_exp's FMA."""
 
     def __init__(self, mul: ir.Operation, d: ir.Value, c: ir.Value, users: dict):
         self.mul, self.d, self.c = mul, d, c
@@ -61,7 +56,7 @@ class _Scores:
             elif u.op is TileOp.REDUCE and u.attrs.kind is ReduceKind.MAX:
                 self.reduces.append(u)
             elif u.op is TileOp.FMA and u.operands[0] is v and u.operands[2] is not v \
-                    and _constant(u.operands[1]) == LOG2E:      # fold_exp's exponent
+                    and constant_of(u.operands[1]) == LOG2E:      # fold_exp's exponent
                 self.fmas.append(u)
             else:
                 return False
