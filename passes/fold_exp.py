@@ -188,11 +188,14 @@ def _plan(block: ir.Block, after: dict, replace: dict, nbs: dict, positive: set)
         replace[o] = fast_exp(o, a, nbs[key], chain, c, k)
 
 
-def _apply(block: ir.Block, after: dict, replace: dict) -> None:
-    ops = []
+def apply(block: ir.Block, replace: dict, before: dict | None = None, after: dict | None = None) -> None:
+    """Rebuild ``block`` and its regions: each op becomes ``before[op] + replace[op] (or op) +
+    after[op]``."""
+    before, after, ops = before or {}, after or {}, []
     for o in block.ops:
         for r in o.regions:
-            _apply(r, after, replace)
+            apply(r, replace, before, after)
+        ops.extend(before.get(o, []))
         ops.extend(replace.get(o, [o]))
         ops.extend(after.get(o, []))
     block.ops = ops
@@ -201,8 +204,9 @@ def _apply(block: ir.Block, after: dict, replace: dict) -> None:
 def fold_exp(fn: ir.Function) -> ir.Function:
     """Rewrite every float32 ``exp(a - maximum)`` into ``exp2(fma(a, L, -maximum*L))``, and
     ``exp((a - maximum) * c)`` for a positive c into ``exp2(fma(a, c*L, -maximum*c*L))`` and
-    ``exp2((a - maximum) * c)`` into ``exp2(fma(a, c, -maximum*c))`` (in place; returns ``fn``).  The SUB, MUL and the old shape ops are left for ``dce``."""
+    ``exp2((a - maximum) * c)`` into ``exp2(fma(a, c, -maximum*c))`` (in place; returns
+    ``fn``).  The SUB, MUL and the old shape ops are left for ``dce``."""
     after, replace = {}, {}
     _plan(fn.body, after, replace, {}, positive_args(fn))
-    _apply(fn.body, after, replace)
+    apply(fn.body, replace, after=after)
     return fn

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from tilejit import dtypes, ir
 from tilejit.ir import ReduceKind, TileOp
-from tilejit.passes.fold_exp import LOG2E, constant_of, positive_args, positive_scale, times
+from tilejit.passes.fold_exp import LOG2E, apply, constant_of, positive_args, positive_scale, times
 
 FOLD = True
 
@@ -97,16 +97,6 @@ def _find(block: ir.Block, positive: set, users: dict, found: list) -> None:
                 break
 
 
-def _apply(block: ir.Block, before: dict, replace: dict) -> None:
-    ops = []
-    for o in block.ops:
-        for r in o.regions:
-            _apply(r, before, replace)
-        ops.extend(before.get(o, []))
-        ops.extend(replace.get(o, [o]))
-    block.ops = ops
-
-
 def fold_scale(fn: ir.Function) -> ir.Function:
     """Move positive scales off softmax scores (in place; returns ``fn``).  The scaled MULs are
     left for ``dce``."""
@@ -117,5 +107,5 @@ def fold_scale(fn: ir.Function) -> ir.Function:
     before, replace = {}, {}
     for s in found:
         _rewrite(s, before, replace)
-    _apply(fn.body, before, replace)
+    apply(fn.body, replace, before=before)
     return fn
