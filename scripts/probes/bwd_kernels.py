@@ -2,7 +2,9 @@
 tensors, for a profiler to time each of its kernels:
 
     ncu --clock-control none --metrics gpu__time_duration.sum python3 scripts/probes/bwd_kernels.py \
-        16x16x1024x64 64x128x8/128x64x8 64x128x8/atomic [--causal]
+        16x16x1024x64 64x128x8/128x64x8 64x128x8/atomic [--causal] [--exp]
+
+``--exp``: P spelled ``exp(s - lse)`` (``attention_backward.BASE2 = False``).
 """
 import sys
 
@@ -14,7 +16,8 @@ from tilejit.examples import attention_backward as ab
 
 def main(argv):
     causal = "--causal" in argv
-    argv = [a for a in argv if a != "--causal"]
+    ab.BASE2 = "--exp" not in argv
+    argv = [a for a in argv if a not in ("--causal", "--exp")]
     batch, heads, seq, dim = map(int, argv[0].split("x"))
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, do = (torch.randn(batch, heads, seq, dim, device="cuda", generator=gen, dtype=torch.bfloat16)
