@@ -56,6 +56,7 @@ class Lowering:
         self.self_synced: set = set()         # shared accesses the pipeliner orders itself
         self.tma_loops: list = []             # pipeline_loads.TmaLoop of each TMA-filled loop
         self.tile_blocks: list = []           # the tile blocks being lowered, innermost last
+        self._users = None                    # value -> its readers (``users``)
         self.rotated: set = set()             # tile FORs whose wgmma product is carried in flight
         self.wgmma_pending: dict = {}         # id(tile block) -> DOT results in flight until its next wait
         self.dot_plans = fn.meta["dot_plans"]     # DOT op -> plans.DotPlan (passes.plan_dots)
@@ -634,6 +635,12 @@ class Lowering:
             self.plain_for(o)
         for s in plan.staged_before:
             self.unstage(s.value)
+
+    def users(self, v: ir.Value) -> list:
+        """The tile ops that read ``v`` anywhere in the function (computed once)."""
+        if self._users is None:
+            self._users = ir.users(self.fn)
+        return self._users.get(v, [])
 
     def in_flight_after(self, dot: ir.Operation) -> int:
         """wgmma groups DOT ``dot`` leaves pending: its loop's plan, in the pipelined body."""

@@ -18,7 +18,9 @@ runs under block k + 1's QK^T (FlashAttention-3's overlap within a warpgroup).  
 arithmetic) from the induction variable and loop invariants only; they are cloned before the
 loop with ``start`` and in the body with ``k + step``.  On the last trip the next product reads
 the block past the loop's end (zeros where that is past the array, a load's ``other``), and is
-not used: one tile of extra work.  The first product takes wgmma too (``wgmma.first_products``,
+not used: in attention's form its wgmmas are skipped there (``wgmma.ahead_guard``: a branch on
+``k + step < end`` around the group; the copies still land, so the rings keep their count),
+in the GEMM's form it is one tile of extra work.  The first product takes wgmma too (``wgmma.first_products``,
 its operands staged by the threads), and a warp-specialised loop keeps its producer warpgroup
 (``specialise_warps.product_before_loop``: the rings' bytes are their own, and the consumers
 get 240 registers).
@@ -28,15 +30,13 @@ memory (a copy issued ahead might read what the iteration writes), and holds, at
 exactly one DOT that will take wgmma (``wgmma.qualifies``), whose accumulator is a zeros constant
 and whose product is read in the body but not yielded (a product already carried, the user's own
 rotated loop, is left alone); its other DOTs accumulate (attention's PV).  ``ROTATE`` switches
-the pass on.  Off until measured on the GPU.  The fp8 blockwise GEMM (weights (N, K),
-128x128x128, 8 warps) measured slower on the H100 (2026-12-06, session 30, scripts/gpu_s30d.sh,
-alternating, two rounds): 717 / 889 TFLOP/s rotated against 961 / 1084 plain at 4096^3 / 8192^3
-(the same spelled by hand, ``scripts/probes/fp8_rotated.py``: 714 / 855-863 against 964 /
-1074-1077): its first product ran on mma.sync and the kernel lost its producer warpgroup (220
-registers a thread against 168).  Both are mended since (the first product on wgmma, its B
-staged K-major; ``specialise_warps.worth_it`` takes a loop that works on the previous
-iteration's product; 168 registers, no spills, consumers 240): not yet timed, nor is attention
-(``scripts/gpu_s32a.sh``).
+the pass on; ``ROTATE_GEMM`` also lets it take a loop with no other DOT (the GEMM's form).
+Measured on the H100 (session 34, ``scripts/gpu_s34a.sh``), before the last trip's skip:
+attention 128x128x8 +3.5% at D128 S4096, -7% at D64 S1024 (8 blocks a row: the extra product
+was 1/16 of the tensor work); the fp8 blockwise GEMM 903 / 1031 TFLOP/s rotated against
+972 / 1087 plain (4096^3 / 8192^3); in session 30 it had been 717 / 889 against 961 / 1084, when
+its first product ran on mma.sync and the kernel lost its producer warpgroup (both mended since:
+168 registers, consumers 240).
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ from tilejit.passes.mma_tiling import pipeline_stages
 from tilejit.passes.ring_sources import body_slice
 
 ROTATE = False
+ROTATE_GEMM = False     # the single-DOT form too (a block-scaled GEMM); off: measured slower (below)
 
 
 def rotate_products(fn: ir.Function, num_warps: int, target: str = "sm_90a", wgmma_switch: bool = True) -> ir.Function:
@@ -80,7 +81,7 @@ def _rotatable(fn: ir.Function, loop: ir.Operation, num_warps: int, multiples):
             or any(x.op is TileOp.DOT and x not in body.ops for x in walked):
         return None
     found = [x for x in body.ops if x.op is TileOp.DOT and _fresh(x, body, walked)]
-    if len(found) != 1:
+    if len(found) != 1 or not (ROTATE_GEMM or any(x.op is TileOp.DOT and x is not found[0] for x in body.ops)):
         return None
     dot = found[0]
     inside = {r for x in walked for r in x.results} | set(body.args)

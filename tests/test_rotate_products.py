@@ -68,12 +68,18 @@ SCALED_SPECS = (BF16, BF16, F32, ScalarSpec(tj.float32))
 SCALED_CONSTS = {"BM": 128, "BN": 128, "BK": 64}
 
 
+def _rotate(monkeypatch, on=True):
+    """Both forms of the pass on (or off): attention's and the single-DOT GEMM's (``ROTATE_GEMM``)."""
+    monkeypatch.setattr(R, "ROTATE", on)
+    monkeypatch.setattr(R, "ROTATE_GEMM", on)
+
+
 def loops(fn):
     return [o for o in fn.walk() if o.op is TileOp.FOR]
 
 
 def test_the_product_is_carried_and_the_next_one_computed_in_the_body(monkeypatch):
-    monkeypatch.setattr(R, "ROTATE", True)
+    _rotate(monkeypatch, True)
     fn = pipeline_until(scaled, SCALED_SPECS, SCALED_CONSTS, "rotate_products", num_warps=8)
     [loop] = loops(fn)
     body = loop.regions[0]
@@ -96,7 +102,7 @@ def test_the_product_is_carried_and_the_next_one_computed_in_the_body(monkeypatc
 
 def test_the_plan_keeps_a_group_in_flight_and_the_loop_waits_for_one(monkeypatch):
     for on, in_flight, waits in ((False, 0, [0]), (True, 1, [0, 1, 0])):      # (the first product: wait 0)
-        monkeypatch.setattr(R, "ROTATE", on)
+        _rotate(monkeypatch, on)
         texts = {}
         fn = compile_to_simt(fp8.fp8_blockwise_matmul_kernel.tile_ir(FP8_SPECS, FP8_CONSTS), 8, "sm_90a",
                              dump=texts.__setitem__)
@@ -109,7 +115,7 @@ def test_the_plan_keeps_a_group_in_flight_and_the_loop_waits_for_one(monkeypatch
 
 
 def test_the_compiler_gives_the_plain_spelling_the_hand_rotated_schedule(monkeypatch):
-    monkeypatch.setattr(R, "ROTATE", True)
+    _rotate(monkeypatch, True)
     plans = []
     for kernel in (scaled, rotated_by_hand):
         texts = {}
@@ -126,7 +132,7 @@ def test_loops_it_leaves_alone(case, monkeypatch):
     plain GEMM), a loop that stores, two products from zeros (which one?), mma.sync targets,
     the switch."""
     from tilejit.examples import matmul
-    monkeypatch.setattr(R, "ROTATE", case != "switch off")
+    _rotate(monkeypatch, case != "switch off")
     kernel, specs, consts = {
         "hand-rotated": (rotated_by_hand, SCALED_SPECS, SCALED_CONSTS),
         "carried acc": (matmul.matmul_kernel.kernel, (BF16, BF16, BF16), {"BM": 128, "BN": 128, "BK": 64}),
@@ -142,11 +148,24 @@ def test_loops_it_leaves_alone(case, monkeypatch):
     assert shape(R.rotate_products(fn, 8, target)) == was
 
 
+def test_the_gemm_form_has_its_own_switch(monkeypatch):
+    """``ROTATE_GEMM`` off (its default: the fp8 blockwise GEMM measured slower rotated): the
+    single-DOT loop is left alone while attention's loop, whose later DOT retires the next
+    product, is still rotated."""
+    _rotate(monkeypatch, True)
+    monkeypatch.setattr(R, "ROTATE_GEMM", False)
+    fn = pipeline_until(scaled, SCALED_SPECS, SCALED_CONSTS, "swap_small_dots", 8, "sm_90a")
+    dots = sum(o.op is TileOp.DOT for o in fn.walk())
+    assert sum(o.op is TileOp.DOT for o in R.rotate_products(fn, 8, "sm_90a").walk()) == dots
+    fn = pipeline_until(attention.attention_kernel, ATT_SPECS, att_consts(), "rotate_products", num_warps=8)
+    assert len([o for o in fn.body.ops if o.op is TileOp.DOT]) == 1                # the first product, before
+
+
 @pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("m, n, k", [(200, 256, 384), (128, 128, 128), (130, 384, 256)])
 def test_the_rotated_fp8_blockwise_gemm_matches_float64(backend, m, n, k, monkeypatch):
     """Ragged M and N, one K block (the next product entirely past the end) and several."""
-    monkeypatch.setattr(R, "ROTATE", True)
+    _rotate(monkeypatch, True)
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     rng = np.random.default_rng(m + n + k)
     a8, sa = fp8.quantize_rows(rng.standard_normal((m, k)).astype(np.float32))
@@ -160,7 +179,7 @@ def test_the_rotated_fp8_blockwise_gemm_matches_float64(backend, m, n, k, monkey
 @pytest.mark.parametrize("k", [64, 200, 320])
 def test_a_ragged_k_reads_zeros_past_the_end(backend, k, monkeypatch):
     """K not a multiple of BK: the last tile and the product past the end read zeros."""
-    monkeypatch.setattr(R, "ROTATE", True)
+    _rotate(monkeypatch, True)
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     rng = np.random.default_rng(k)
     a = rng.standard_normal((256, k)).astype(tj.bfloat16.np)
@@ -227,7 +246,7 @@ def attention_rotated_by_hand(q, k, v, o, scale, BM: tj.constexpr, BN: tj.conste
 
 
 def test_attention_issues_the_next_blocks_qk_first(monkeypatch):
-    monkeypatch.setattr(R, "ROTATE", True)
+    _rotate(monkeypatch, True)
     fn = pipeline_until(attention.attention_kernel, ATT_SPECS, att_consts(), "rotate_products", num_warps=8)
     [loop] = loops(fn)
     body = loop.regions[0]
@@ -261,14 +280,25 @@ def test_the_rotated_attention_keeps_wgmma_tma_and_its_producer_warpgroup(causal
     """The first product before the loop takes wgmma too (its operands staged by the threads),
     the loop keeps its TMA rings and producer warpgroup (the rings' bytes their own: the first
     product's staged K would otherwise share them), the next product's group stays in flight
-    until the PV product's wait, and the consumers get 240 registers (the producer 24)."""
-    monkeypatch.setattr(R, "ROTATE", False)
+    until the PV product's wait (``wait_group 2``: its wgmmas are skipped on the last trip, and
+    ptxas fills that empty group with a wgmma of its own after the join), and the consumers get
+    240 registers (the producer 24)."""
+    _rotate(monkeypatch, False)
     _, families, engines, waits, regs = _schedule(attention.attention_kernel, ATT_SPECS, att_consts(causal=causal))
     assert (families, engines, waits, regs) == (["wgmma"] * 2, ["tma"], [0, 0], [40, 232])
-    monkeypatch.setattr(R, "ROTATE", True)
+    _rotate(monkeypatch, True)
     fn, families, engines, waits, regs = _schedule(attention.attention_kernel, ATT_SPECS, att_consts(causal=causal))
-    assert (families, engines, waits, regs) == (["wgmma"] * 3, ["tma"], [0, 1, 0], [24, 240])
+    assert (families, engines, waits, regs) == (["wgmma"] * 3, ["tma"], [0, 2, 0], [24, 240])
     assert not any(o.op is SimtOp.FOR and o.attrs and o.attrs.unroll for o in fn.walk())  # nothing in flight at the back edge
+    # the next block's QK^T (its 8 k steps) is skipped on the last trip by one branch around the group
+    guarded = [o for o in fn.walk() if o.op is SimtOp.WGMMA and len(o.operands) == 4]
+    assert len(guarded) == 8 and len({id(o.operands[3]) for o in guarded}) == 1
+    from tilejit import codegen
+    ptx = codegen.ptx_from_llvm(codegen.emit_llvm(fn, "sm_90a"), "sm_90a")
+    before = ptx[:ptx.index("wgmma.wait_group.sync.aligned \t2")]
+    group = before[before.rindex("wgmma.fence"):]
+    assert group.count("wgmma.mma_async") == 8 and "bra" in group.split("wgmma.mma_async")[0]
+    assert all("bra" not in x for x in group.split("wgmma.mma_async")[1:-1])     # straight-line inside
     from tilejit.backends.cuda import assemble_hinted
     from tilejit.codegen import ptxas
     if ptxas.whole_program_available():
@@ -277,10 +307,10 @@ def test_the_rotated_attention_keeps_wgmma_tma_and_its_producer_warpgroup(causal
 
 
 def test_the_hand_rotated_attention_gets_the_same_schedule(monkeypatch):
-    monkeypatch.setattr(R, "ROTATE", True)
+    _rotate(monkeypatch, True)
     consts = {"BM": 128, "BN": 128, "BD": 128}
     plain, by_hand = (_schedule(kernel, ATT3_SPECS, consts)[1:] for kernel in (plain_attention, attention_rotated_by_hand))
-    assert plain == by_hand == (["wgmma"] * 3, ["tma"], [0, 1, 0], [24, 240])
+    assert plain == by_hand == (["wgmma"] * 3, ["tma"], [0, 2, 0], [24, 240])
 
 
 @pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -288,7 +318,7 @@ def test_the_hand_rotated_attention_gets_the_same_schedule(monkeypatch):
                                                  (64, True, (64, 128, 4)), (64, False, (128, 64, 8))])
 def test_the_rotated_attention_matches_float64(backend, dim, causal, config, monkeypatch):
     """A ragged length (the next block past the end reads zeros), GQA 4 / 2, two batches."""
-    monkeypatch.setattr(R, "ROTATE", True)
+    _rotate(monkeypatch, True)
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     bm, bn, warps = config
     q, k, v = attention.example_inputs(np.random.default_rng(dim + causal), batch=2, heads=4, kv_heads=2, seq=200,

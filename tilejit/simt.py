@@ -185,7 +185,8 @@ class SimtOp(enum.Enum):
     WGMMA = enum.auto()          # (acc: <N/2 x f32>, a: i32 n=1 | <4 x i32>, b: i32 n=1) -> like acc:
     #   wgmma.mma_async m64nNk16: D(64 x N) += A(64 x 16 at shared byte a, or each warp's
     #   16 rows as mma.sync A fragments when attrs.a_regs) @ B(16 x N at b); the
-    #   accumulator in the mma C-fragment order (warp w of the group: rows 16w..16w+15)  WgmmaAttrs
+    #   accumulator in the mma C-fragment order (warp w of the group: rows 16w..16w+15); a 4th
+    #   operand (bool, warpgroup-uniform) guards it: false skips it, the result undefined  WgmmaAttrs
     WGMMA_FENCE = enum.auto()    # () -> (): wgmma.fence (registers and shared written before it are seen)
     WGMMA_COMMIT = enum.auto()   # () -> (): close the wgmmas issued since the last commit into a group
     WGMMA_WAIT = enum.auto()     # (*accs) -> (*accs): wait until at most attrs.n wgmma groups are
@@ -486,7 +487,9 @@ _SPECS = {
     else "WGMMA_WAIT gives back its operands, one result each",
     SimtOp.WGMMA: lambda o: None if _n(o.operands[0]) == o.attrs.n // 2 == _n(o.results[0])
     and _n(o.operands[1]) == (4 if o.attrs.a_regs else 1) and _n(o.operands[2]) == 1
-    else "WGMMA takes N/2 accumulators, A (an address or 4 registers) and B's address",
+    and len(o.operands) in (3, 4) and all(_n(x) == 1 and x.type.dtype.name == "bool" for x in o.operands[3:])
+    else "WGMMA takes N/2 accumulators, A (an address or 4 registers), B's address and optionally a "
+         "guard (one bool register: false skips it, its accumulators then undefined)",
 }
 
 

@@ -56,13 +56,23 @@ class AsyncOps:
 
     def op_WGMMA(self, o, f):
         """Computed at issue; the bytes it reads stay *in flight* (the hardware may read them
-        any time) until a WGMMA_WAIT retires its group: writing them before that is a race."""
-        acc, a, b = (f[x] for x in o.operands)
+        any time) until a WGMMA_WAIT retires its group: writing them before that is a race.
+        A guard (a 4th operand) must be uniform over each warpgroup; where it is false the wgmma
+        reads nothing and its accumulators become NaN (undefined: reading them is a bug)."""
+        acc, a, b = (f[x] for x in o.operands[:3])
         n = o.attrs.n
         B, A = emulate_mma.ML.Operand.B, emulate_mma.ML.Operand.A
+        on = np.ones((len(f.ids), self.threads), bool)
+        if len(o.operands) > 3:
+            on = f[o.operands[3]][:, :, 0].astype(bool)
+            groups = on.reshape(len(f.ids), -1, emulate_mma.WARPGROUP)
+            if (groups != groups[:, :, :1]).any():
+                raise EmulatorError("WGMMA: its guard differs within a warpgroup")
         for v, operand in ((b, B),) if o.attrs.a_regs else ((a, A), (b, B)):
             for c, cta in enumerate(f.ids):
                 for first in range(0, self.threads, emulate_mma.WARPGROUP):
+                    if not on[c, first]:
+                        continue
                     addrs = emulate_mma.wgmma_operand_addresses(int(v[c, first, 0]), o.attrs, operand, n)
                     self.check_landed(o, np.full(addrs.shape, cta), addrs)
                     read = np.unique(addrs.ravel()[:, None] + np.arange(emulate_mma.wgmma_item(o.attrs)))
@@ -74,8 +84,9 @@ class AsyncOps:
                         self.reader[cta, read] = first
                     self.consumer_touch(cta, read)
                     self.wgmma_open.append((int(cta), read))
-        return emulate_mma.wgmma(self.shared[f.ids], a if o.attrs.a_regs else a[:, :, 0], b[:, :, 0],
-                                  acc, o.attrs)
+        out = emulate_mma.wgmma(self.shared[f.ids], a if o.attrs.a_regs else a[:, :, 0], b[:, :, 0],
+                                acc, o.attrs)
+        return out if on.all() else np.where(on[:, :, None], out, np.float32(np.nan)).astype(out.dtype)
 
     def op_WGMMA_COMMIT(self, o, f):
         self.wgmma_groups.append(self.wgmma_open)

@@ -239,6 +239,7 @@ class KernelEmitter:
         self.b.debug_metadata = self.lines.location(fn.meta.loc)
         self.values: dict[int, list] = {}
         self.descriptors: dict = {}           # wgmma descriptors of tile bases, per basic block (_descriptor)
+        self.wgmma_skip = None                # an open guarded wgmma group: [block before, join, acc, last]
         self.asserts = simt.assert_sites(fn)  # op_ASSERT numbers them; the runtime maps numbers back
         self.used = {id(v) for o in fn.walk() for v in o.operands}     # values some op reads
 
@@ -525,15 +526,18 @@ class KernelEmitter:
         mma.cp_async_wait_group(self.b, op.attrs.n)
 
     def op_WGMMA(self, op):
-        acc, a, b = (self.get(v) for v in op.operands)
+        acc, a, b = (self.get(v) for v in op.operands[:3])
         at = op.attrs
         if not at.a_regs:         # K-major A: LBO unused (16), SBO eight rows; M-major A: one
             # 64-row atom per warpgroup (LBO, the next atom along M, unused), SBO eight k rows
             a = self._descriptor(op.operands[1], 16, 8 * at.a_row_bytes, at.a_row_bytes)
         lbo = at.b_atom_bytes if at.b_n_major else 16   # N-major: one 64-column atom to the next
         desc_b = self._descriptor(op.operands[2], lbo, 8 * at.b_row_bytes, at.b_row_bytes)
+        self._guard_wgmma(op, None if ZERO_PRODUCTS and _zeros(op.operands[0]) else acc, a, desc_b)
         self.set(op.result, mma.wgmma(self.b, None if ZERO_PRODUCTS and _zeros(op.operands[0]) else acc, a, desc_b,
                                       at.kind, at.n, at.b_n_major, at.a_m_major))
+        if self.wgmma_skip is not None:
+            self.wgmma_skip[3] = op.result
 
     def _descriptor(self, address, lbo: int, sbo: int, swizzle: int) -> ir.Value:
         """The wgmma descriptor of the tile at SIMT i32 ``address``.  With ``DESCRIPTOR_OFFSETS``,
@@ -559,7 +563,44 @@ class KernelEmitter:
     def op_WGMMA_FENCE(self, op):
         mma.wgmma_fence(self.b)
 
+    def _guard_wgmma(self, op, acc, a, desc_b) -> None:
+        """A guarded WGMMA (a 4th operand, ``passes.wgmma.ahead_guard``) opens a branch on the
+        guard around the group's wgmmas, which the COMMIT closes: one uniform branch around
+        straight-line wgmmas (a guard on each, ``@g wgmma``, makes ptxas branch around each
+        and wait for each: serialised).  Skipped, the accumulators keep their inputs (undefined
+        where the first wgmma starts from zero), and one m64n8 wgmma of the same operands (a
+        few rows of the tiles the group would read) fills the group: with an empty group on one
+        path, ptxas issues its own filler after the join on both paths, and the wait that
+        should leave this group in flight then waits for it."""
+        if len(op.operands) < 4 or self.wgmma_skip is not None:
+            return
+        guard = self.get(op.operands[3])[0]
+        if guard.type != ir.IntType(1):
+            guard = self.b.icmp_unsigned("!=", guard, ir.Constant(guard.type, 0))
+        fn = self.b.function
+        on, off, done = (fn.append_basic_block(f"wgmma_{x}") for x in ("on", "off", "done"))
+        self.b.cbranch(guard, on, off)
+        self.b.position_at_end(off)
+        self.b.branch(done)
+        self.wgmma_skip = [off, done, acc, None]
+        self.b.position_at_end(on)
+
     def op_WGMMA_COMMIT(self, op):
+        if self.wgmma_skip is not None:          # close the guarded group's branch
+            before, done, acc, last = self.wgmma_skip
+            self.wgmma_skip = None
+            values = self.get(last)
+            self.b.branch(done)
+            end = self.b.block
+            self.b.position_at_end(done)
+            joined = []
+            for i, v in enumerate(values):
+                phi = self.b.phi(v.type)
+                phi.add_incoming(v, end)
+                phi.add_incoming(acc[i] if acc is not None and i < len(acc) else ir.Constant(v.type, ir.Undefined),
+                                 before)
+                joined.append(phi)
+            self.set(last, joined)
         mma.wgmma_commit_group(self.b)
 
     def op_WGMMA_WAIT(self, op):
