@@ -17,17 +17,20 @@ for flags in "rotate_products.ROTATE=False" "rotate_products.ROTATE=True" \
   PROBE_SCRIPT=bench_attention.py timeout 65 python3 switch_probe.py tilejit.passes.$flags -- \
     $ATT 2>&1 | grep -v "^ *$" | tail -6
 done 2>&1 | tee "$OUT/att.txt"
+echo "-- attention D64 tiles (256x64x16: four consumer warpgroups, 96 registers, no spills)"
+BENCH_EACH=1 timeout 60 python3 bench_attention.py --configs 16x16x1024x64 --reps 12 \
+  --kernel-configs 128x128x8,256x64x16,128x64x8 2>&1 | grep -v "^ *$" | tail -9 | tee "$OUT/d64.txt"
 cd ..
 for args in "--causal" "--causal --exp"; do
   echo "-- ncu bwd_kernels 16x16x1024x64 32x128x8/128x64x8 $args"
-  TILEJIT_CACHE_DIR=/tmp/tjc_b timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum \
+  TILEJIT_CACHE_DIR=/tmp/tjc_b timeout 80 ncu --clock-control none --metrics gpu__time_duration.sum \
     python3 scripts/probes/bwd_kernels.py 16x16x1024x64 32x128x8/128x64x8 $args 2>&1 \
     | grep -E "^  [A-Za-z_]|gpu__time_duration" | cut -c1-70 | tail -12
 done 2>&1 | tee "$OUT/ncu.txt"
 cd benchmarks
 for base2 in True False; do
   echo "-- backward BASE2=$base2"
-  PROBE_SCRIPT=bench_attention_backward.py timeout 50 python3 switch_probe.py \
+  PROBE_SCRIPT=bench_attention_backward.py timeout 45 python3 switch_probe.py \
     tilejit.examples.attention_backward.BASE2=$base2 -- --reps 10 --configs 16x16x1024x64 \
     --kernel-configs 32x128x8/128x64x8 2>&1 | grep -v "^ *$" | tail -4
 done 2>&1 | tee "$OUT/bwd.txt"
