@@ -2,8 +2,10 @@
 # GPU (session 34, second call): (1) attention with rotate_products.ROTATE off / on, the next
 # block's QK^T now skipped on the last trip (passes.wgmma.ahead_guard: a branch around its
 # wgmmas; before, one product a row was extra work: -7% at D64 S1024), each against SDPA cuDNN
-# in its run, then with specialise_warps.PINGPONG too; (2) why the backward at B16 H16 S1024 D64 causal fell from 109 to 62 TFLOP/s with
-# P in base 2: each kernel's time under ncu with BASE2 on / off, then the benchmark again.
+# in its run, then with specialise_warps.PINGPONG too, then the output through TMA
+# (plan_stores.TMA_STORES) without rotation; (2) D64 tiles; (3) why the backward at B16 H16
+# S1024 D64 causal fell from 109 to 62 TFLOP/s with P in base 2: each kernel's time under ncu
+# with BASE2 on / off.
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -12,7 +14,8 @@ timeout 40 python3 scripts/probes/attention_rotated.py 600 128x128x8 2>&1 | tail
 cd benchmarks
 ATT="--configs 4x32x4096x128,16x16x1024x64 --kernel-configs 128x128x8 --reps 12"
 for flags in "rotate_products.ROTATE=False" "rotate_products.ROTATE=True" \
-             "rotate_products.ROTATE=True tilejit.passes.specialise_warps.PINGPONG=True"; do
+             "rotate_products.ROTATE=True tilejit.passes.specialise_warps.PINGPONG=True" \
+             "plan_stores.TMA_STORES=True"; do
   echo "-- attention $flags"
   PROBE_SCRIPT=bench_attention.py timeout 65 python3 switch_probe.py tilejit.passes.$flags -- \
     $ATT 2>&1 | grep -v "^ *$" | tail -6
@@ -27,10 +30,3 @@ for args in "--causal" "--causal --exp"; do
     python3 scripts/probes/bwd_kernels.py 16x16x1024x64 32x128x8/128x64x8 $args 2>&1 \
     | grep -E "^  [A-Za-z_]|gpu__time_duration" | cut -c1-70 | tail -12
 done 2>&1 | tee "$OUT/ncu.txt"
-cd benchmarks
-for base2 in True False; do
-  echo "-- backward BASE2=$base2"
-  PROBE_SCRIPT=bench_attention_backward.py timeout 45 python3 switch_probe.py \
-    tilejit.examples.attention_backward.BASE2=$base2 -- --reps 10 --configs 16x16x1024x64 \
-    --kernel-configs 32x128x8/128x64x8 2>&1 | grep -v "^ *$" | tail -4
-done 2>&1 | tee "$OUT/bwd.txt"
