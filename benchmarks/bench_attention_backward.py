@@ -30,7 +30,8 @@ CONFIGS = [(4, 32, 4096, 128), (16, 16, 1024, 64)]
 # (dK/dV BM, BN, num_warps), (dQ BM, BN, num_warps): each DOT on wgmma from TMA rings on sm_90a
 # (ptxas, whole: no spills but 64x128x8 at D128, 416 bytes)
 KERNEL_CONFIGS = [((32, 64, 4), (64, 64, 4)), ((32, 128, 8), (128, 64, 8)), ((32, 64, 4), (128, 64, 8)),
-                  ((64, 128, 8), (128, 64, 8)), ((64, 128, 8), "atomic"), ((32, 128, 8), "atomic")]
+                  ((64, 128, 8), (128, 64, 8)), ((64, 128, 8), (128, 128, 8)), ((64, 128, 8), "atomic"),
+                  ((32, 128, 8), "atomic")]     # (64 x 128 + 128 x 128: the torch op's at D64, backward_tiles)
 FORWARD = {"BM": 128, "BN": 128, "num_warps": 8}
 
 

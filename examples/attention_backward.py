@@ -309,7 +309,8 @@ def torch_attention():
         def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                                lse: torch.Tensor, do: torch.Tensor,
                                causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            return backward(q, k, v, o, lse, do.contiguous(), causal, empty=allocator(q))
+            return backward(q, k, v, o, lse, do.contiguous(), causal, empty=allocator(q),
+                            **backward_tiles(q.shape[-1]))
 
         def setup_context(ctx, inputs, output):
             ctx.save_for_backward(*inputs[:3], *output)
@@ -325,8 +326,20 @@ def torch_attention():
 
 
 _TORCH_OP = None
-# the torch op's forward tiles (the backward's are its defaults): wgmma on sm_90a at D 64 and 128
+# the torch op's forward tiles (the backward's: ``backward_tiles``): wgmma on sm_90a at D 64 and 128
 FORWARD_TILES = {"BM": 128, "BN": 64, "num_warps": 8}
+
+
+def backward_tiles(dim: int) -> dict:
+    """``backward``'s tiles for head dim ``dim`` (the torch op's): the largest that keep every
+    DOT on wgmma without spilling on sm_90a.  At D <= 64, dK/dV 64 query rows an iteration
+    against 128 keys and dQ 128 x 128: on the H100 (session 34, ``scripts/gpu_s34c.sh``) 1.09x /
+    1.16x SDPA flash's backward at B16 H16 S1024 D64 full / causal, where 32 x 128 and 128 x 64
+    took 1.20x / 1.39x their time.  Above, 32 x 128 and 128 x 64 (64 x 128 and 128 x 128 spill
+    at D128): 1.09x / 1.13x at B4 H32 S4096 D128."""
+    if dim <= 64:
+        return {"BM": 64, "BN": 128, "num_warps": 8, "dq_config": (128, 128, 8)}
+    return {"BM": 32, "BN": 128, "num_warps": 8, "dq_config": (128, 64, 8)}
 
 
 def example_inputs(rng, batch=1, heads=4, kv_heads=2, seq=100, dim=32, dtype=np.float32):

@@ -30,10 +30,14 @@ memory (a copy issued ahead might read what the iteration writes), and holds, at
 exactly one DOT that will take wgmma (``wgmma.qualifies``), whose accumulator is a zeros constant
 and whose product is read in the body but not yielded (a product already carried, the user's own
 rotated loop, is left alone); its other DOTs accumulate (attention's PV).  ``ROTATE`` switches
-the pass on; ``ROTATE_GEMM`` also lets it take a loop with no other DOT (the GEMM's form).
-Measured on the H100 (session 34, ``scripts/gpu_s34a.sh``), before the last trip's skip:
-attention 128x128x8 +3.5% at D128 S4096, -7% at D64 S1024 (8 blocks a row: the extra product
-was 1/16 of the tensor work); the fp8 blockwise GEMM 903 / 1031 TFLOP/s rotated against
+the pass on (default); ``ROTATE_GEMM`` also lets it take a loop with no other DOT (the GEMM's
+form), and attention's form is taken only where the later DOT's N (the head dim) is from
+``ROTATE_MIN_N`` to ``ROTATE_MAX_N`` (at D256, 128x64x8, the second S tile spills 2000 bytes
+even with the consumers' 240 registers, whole-program ptxas).  Measured on the H100 (session 34, two runs, ``scripts/gpu_s34a.sh`` /
+``gpu_s34c.sh``, 128x128x8): attention +3-4% at D128 S4096 (full 583-587 -> 600-608 TFLOP/s,
+causal 517-521 -> 537-538), -7% at D64 S1024 (308-309 -> 287-288, 216 -> 200-202), the latter
+with and without the last trip's skip (so not the extra product: at D64 the PV group is half
+as long, less to hide the softmax under); the fp8 blockwise GEMM 903 / 1031 TFLOP/s rotated against
 972 / 1087 plain (4096^3 / 8192^3); in session 30 it had been 717 / 889 against 961 / 1084, when
 its first product ran on mma.sync and the kernel lost its producer warpgroup (both mended since:
 168 registers, consumers 240).
@@ -48,8 +52,10 @@ from tilejit.passes.lower_memory import KnownMultiples
 from tilejit.passes.mma_tiling import pipeline_stages
 from tilejit.passes.ring_sources import body_slice
 
-ROTATE = False
+ROTATE = True
 ROTATE_GEMM = False     # the single-DOT form too (a block-scaled GEMM); off: measured slower (below)
+ROTATE_MIN_N = 128      # attention's form only where the later DOTs' N (the head dim) is in
+ROTATE_MAX_N = 128      # [ROTATE_MIN_N, ROTATE_MAX_N]: slower at D64, spills at D256 (below)
 
 
 def rotate_products(fn: ir.Function, num_warps: int, target: str = "sm_90a", wgmma_switch: bool = True) -> ir.Function:
@@ -81,7 +87,10 @@ def _rotatable(fn: ir.Function, loop: ir.Operation, num_warps: int, multiples):
             or any(x.op is TileOp.DOT and x not in body.ops for x in walked):
         return None
     found = [x for x in body.ops if x.op is TileOp.DOT and _fresh(x, body, walked)]
-    if len(found) != 1 or not (ROTATE_GEMM or any(x.op is TileOp.DOT and x is not found[0] for x in body.ops)):
+    later = [x for x in body.ops if x.op is TileOp.DOT and x not in found]
+    if len(found) != 1 or not (ROTATE_GEMM if not later else
+                               ROTATE_MIN_N <= min(x.result.type.shape[-1] for x in later)
+                               and max(x.result.type.shape[-1] for x in later) <= ROTATE_MAX_N):
         return None
     dot = found[0]
     inside = {r for x in walked for r in x.results} | set(body.args)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tilejit as tj
 
 from examples import attention_backward as ab
 
@@ -107,3 +108,30 @@ def test_atomic_dq_on_wgmma_matches_float64(backend, monkeypatch):
     got = ab.backward(q, k, v, o, lse, do, True, BM=64, BN=64, num_warps=4, dq_config="atomic")
     for g, want in zip(got, ab.gradients(q, k, v, do, True)[1:]):
         assert np.abs(g.astype(np.float64) - want).max() <= 2e-2 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("dim", [64, 128])
+def test_the_torch_ops_tiles_keep_every_dot_on_wgmma_without_spills(dim):
+    """``backward_tiles``: the larger D64 tiles (dK/dV 64 x 128, dQ 128 x 128) and the D128 ones
+    compile for sm_90a with every DOT on wgmma from TMA rings and, where ptxas is here, no
+    spills (64 x 128 spills at D128, which is why D128 keeps 32 x 128)."""
+    from tilejit.backends.cuda import assemble_hinted
+    from tilejit.codegen import ptxas
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+    tiles = ab.backward_tiles(dim)
+    assert (tiles["BM"], tiles["dq_config"][1]) == ((64, 128) if dim == 64 else (32, 64))
+    q = np.zeros((2, 4, 512, dim), tj.bfloat16.np)
+    lse = np.zeros((2, 4, 512), np.float32)
+    for kernel, args, consts, warps in (
+            (ab.dkdv_kernel, (q, q, q, q, lse, lse, q, q, None, dim ** -0.5),
+             dict(BM=tiles["BM"], BN=tiles["BN"]), tiles["num_warps"]),
+            (ab.dq_kernel, (q, q, q, q, lse, lse, q, dim ** -0.5),
+             dict(BM=tiles["dq_config"][0], BN=tiles["dq_config"][1]), tiles["dq_config"][2])):
+        k = getattr(kernel, "kernel", kernel)
+        specs, consts, _ = k.specialise(k.bind(args, dict(consts, BD=dim, CAUSAL=True)))
+        fn = compile_to_simt(k.tile_ir(specs, consts), warps, "sm_90a")
+        assert sum(o.op is SimtOp.WGMMA_COMMIT for o in fn.walk()) >= 3 and fn.meta.producer_warps
+        assert not any(o.op is SimtOp.MMA for o in fn.walk())
+        if ptxas.whole_program_available():
+            assert assemble_hinted(fn, "sm_90a", whole_program=True)[0].spills == 0
