@@ -331,7 +331,9 @@ def test_attention_ptx_takes_wgmma_with_p_from_registers_and_assembles(bm, bn, w
     wgmmas = [line for line in ptx.splitlines() if "wgmma.mma_async" in line]
     from_regs = [line for line in wgmmas if re.search(r"\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+, p", line)]
     assert from_regs and len(from_regs) < len(wgmmas), wgmmas[:2]
-    whole = "setmaxnreg" in ptx and ptxas.whole_program_available()      # as the cuda backend assembles it
+    whole = "setmaxnreg" in ptx                          # assembled whole, as the cuda backend does
+    if whole and not ptxas.whole_program_available():
+        pytest.skip("a setmaxnreg kernel is assembled whole: no ptxas command here")
     out = ptxas.assemble(ptx, "sm_90a", whole_program=whole)
     assert "serialized" not in out.log and (out.spills == 0 or not spill_free), out.log
 
