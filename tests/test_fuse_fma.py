@@ -140,7 +140,7 @@ def test_the_tutorial_softmax_takes_one_ffma_a_score():
 def test_both_softmax_spellings_reach_one_schedule_and_neither_multiplies_a_score(fold, monkeypatch):
     """The example (``s = dot * scale``) and the tutorial spelling (``exp2(s * qk_scale - m)``)
     at D128 128x128, 8 warps on sm_90a (ptxas here where it exists): the same warp-specialised
-    wgmma schedule with TMA copies and no spills; the tutorial's PTX has no multiply a score
+    wgmma schedule with TMA copies, no spills and the loop rotated (``rotate_products``); the tutorial's PTX has no multiply a score
     (its scale rides in the FMA), nor, with a positive scale, has the example's (``fold_scale``;
     without it, about 64 a thread more) or the raw one's (``exp((s - m) * scale)``: ``fold_exp``
     takes the positive scale into its FMA; it took the accurate exp, three times the instructions)."""
@@ -157,8 +157,9 @@ def test_both_softmax_spellings_reach_one_schedule_and_neither_multiplies_a_scor
         specs, consts, _ = kernel.specialise(kernel.bind((q, q, q, q, 0.088), dict(BM=128, BN=128, BD=128, CAUSAL=False)))
         art = kernel.compile(specs, consts, 8, "cuda").artifact
         seen[name] = (art.producer_warps, art.ptx.count("wgmma.mma_async"), art.ptx.count("cp.async.bulk.tensor"),
-                      art.spills or 0), art.ptx.count("mul.rn.f32")
+                      art.spills or 0, art.ptx.count("wgmma.wait_group.sync.aligned \t2")), art.ptx.count("mul.rn.f32")
     assert seen["example"][0] == seen["tutorial"][0] and seen["example"][0][0] == 4 and seen["example"][0][3] == 0, seen
+    assert seen["example"][0][4] >= 1, seen           # rotated (the next QK^T in flight past the softmax), each spelling
     assert seen["raw"][0] == seen["tutorial"][0] and abs(seen["raw"][1] - seen["tutorial"][1]) <= 8, seen
     if fold:
         assert abs(seen["tutorial"][1] - seen["example"][1]) <= 8, seen
