@@ -316,8 +316,7 @@ def ahead_guard(lw, o: ir.Operation) -> ir.Value | None:
     unused, and the loop's step a positive constant: ``iv + step < end``, a bool register,
     false on the last trip, where the product would not be read; codegen branches around its
     wgmmas there (a rotated attention at 8 blocks a row would otherwise do 1/16 more tensor
-    work; on the H100, session 34, rotation lost 7% at D64 S1024 and gained 3.5% at D128
-    S4096).  ``lower_wgmma`` asks only where a later DOT's ``wait_group 0`` retires it
+    work).  ``lower_wgmma`` asks only where a later DOT's ``wait_group 0`` retires it
     (attention's form); a GEMM's product carried across the back edge keeps its every-trip
     wgmma.  None: issued on every trip."""
     if not lw.tile_blocks:

@@ -533,7 +533,7 @@ class KernelEmitter:
             a = self._descriptor(op.operands[1], 16, 8 * at.a_row_bytes, at.a_row_bytes)
         lbo = at.b_atom_bytes if at.b_n_major else 16   # N-major: one 64-column atom to the next
         desc_b = self._descriptor(op.operands[2], lbo, 8 * at.b_row_bytes, at.b_row_bytes)
-        self._guard_wgmma(op, None if ZERO_PRODUCTS and _zeros(op.operands[0]) else acc, a, desc_b)
+        self._guard_wgmma(op, None if ZERO_PRODUCTS and _zeros(op.operands[0]) else acc)
         self.set(op.result, mma.wgmma(self.b, None if ZERO_PRODUCTS and _zeros(op.operands[0]) else acc, a, desc_b,
                                       at.kind, at.n, at.b_n_major, at.a_m_major))
         if self.wgmma_skip is not None:
@@ -563,26 +563,22 @@ class KernelEmitter:
     def op_WGMMA_FENCE(self, op):
         mma.wgmma_fence(self.b)
 
-    def _guard_wgmma(self, op, acc, a, desc_b) -> None:
+    def _guard_wgmma(self, op, acc) -> None:
         """A guarded WGMMA (a 4th operand, ``passes.wgmma.ahead_guard``) opens a branch on the
         guard around the group's wgmmas, which the COMMIT closes: one uniform branch around
         straight-line wgmmas (a guard on each, ``@g wgmma``, makes ptxas branch around each
         and wait for each: serialised).  Skipped, the accumulators keep their inputs (undefined
-        where the first wgmma starts from zero), and one m64n8 wgmma of the same operands (a
-        few rows of the tiles the group would read) fills the group: with an empty group on one
-        path, ptxas issues its own filler after the join on both paths, and the wait that
-        should leave this group in flight then waits for it."""
+        where the first wgmma starts from zero) and the commit makes an empty group (which
+        ptxas fills with a wgmma of its own after the join: ``lower_wgmma`` waits down to 2)."""
         if len(op.operands) < 4 or self.wgmma_skip is not None:
             return
         guard = self.get(op.operands[3])[0]
         if guard.type != ir.IntType(1):
             guard = self.b.icmp_unsigned("!=", guard, ir.Constant(guard.type, 0))
         fn = self.b.function
-        on, off, done = (fn.append_basic_block(f"wgmma_{x}") for x in ("on", "off", "done"))
-        self.b.cbranch(guard, on, off)
-        self.b.position_at_end(off)
-        self.b.branch(done)
-        self.wgmma_skip = [off, done, acc, None]
+        on, done = fn.append_basic_block("wgmma_on"), fn.append_basic_block("wgmma_done")
+        self.wgmma_skip = [self.b.block, done, acc, None]
+        self.b.cbranch(guard, on, done)
         self.b.position_at_end(on)
 
     def op_WGMMA_COMMIT(self, op):
