@@ -135,3 +135,17 @@ def test_the_torch_ops_tiles_keep_every_dot_on_wgmma_without_spills(dim):
         assert not any(o.op is SimtOp.MMA for o in fn.walk())
         if ptxas.whole_program_available():
             assert assemble_hinted(fn, "sm_90a", whole_program=True)[0].spills == 0
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_torch_ops_d64_tiles_match_float64(backend, causal, monkeypatch):
+    """``backward_tiles(64)`` (dK/dV 64 x 128, 8 warps; dQ 128 x 128, 8 warps) on wgmma from TMA
+    rings: GQA 4 / 2, 150 rows (a ragged last block of each kernel), bfloat16."""
+    monkeypatch.setenv("TILEJIT_BACKEND", backend)
+    q, k, v, do = ab.example_inputs(np.random.default_rng(11), heads=4, kv_heads=2, seq=150, dim=64,
+                                    dtype=tj.bfloat16.np)
+    o, lse = ab.forward(q, k, v, causal, BM=128, BN=128, num_warps=8)
+    got = ab.backward(q, k, v, o, lse, do, causal, **ab.backward_tiles(64))
+    for name, g, want in zip(("dq", "dk", "dv"), got, ab.gradients(q, k, v, do, causal)[1:]):
+        assert np.abs(g.astype(np.float64) - want).max() <= 2e-2 * np.abs(want).max(), name
