@@ -423,10 +423,13 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
                             + [ir.Operation(SimtOp.YIELD, [], loc=loc)])
     producer.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
 
-    # --- registers: the producer gives back what the consumers take
+    # --- registers: the producer gives back what the consumers take.  The CTA holds ``cap``
+    # registers a thread from its launch (not the whole register file: 640 threads get 96 of
+    # 102.4), and a setmaxnreg.inc waits until the pool has them: ask for more than the
+    # producer's decrease frees and the consumers wait forever
     threads = consumers + 32 * PRODUCER_WARPS
     cap = min(MAX_REGISTERS, REGISTER_FILE // threads // 8 * 8)
-    more = min(MAX_REGISTERS, (REGISTER_FILE - 32 * PRODUCER_WARPS * producer_registers) // consumers // 8 * 8)
+    more = min(MAX_REGISTERS, (cap * threads - 32 * PRODUCER_WARPS * producer_registers) // consumers // 8 * 8)
     if more > cap:
         consumer.ops.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(more, True), loc=loc))
         producer.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(producer_registers, False), loc=loc))

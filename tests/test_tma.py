@@ -359,3 +359,25 @@ def test_a_side_that_waits_after_the_other_ended_is_told_so():
     for w in workers:
         w.join(timeout=5)
     assert out == [False, False] and not any(w.is_alive() for w in workers)
+
+
+@pytest.mark.parametrize("bm, bn, dim, warps", [(128, 128, 128, 8), (256, 64, 64, 16)])
+def test_the_consumers_take_no_more_registers_than_the_producer_frees(bm, bn, dim, warps):
+    """A CTA holds its launch's registers a thread (``meta.max_registers``: 168 for 384 threads,
+    96 for 640, not the register file's 65536), and a consumer's ``setmaxnreg.inc`` waits until
+    the pool has what it asks: asking for more than the producer's decrease frees (16 warps'
+    attention asked 112 against 96 + the producer's 56 spare: 8192 registers for 7168) waits
+    forever on the GPU."""
+    from tilejit.examples import attention
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+    from tilejit.specs import ArraySpec, ScalarSpec
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = attention.attention_kernel.tile_ir((arr,) * 4 + (ScalarSpec(D.float32),),
+                                              {"BM": bm, "BN": bn, "BD": dim, "CAUSAL": False})
+    fn = compile_to_simt(tile, num_warps=warps, target="sm_90a")
+    [inc] = [o.attrs.n for o in fn.walk() if o.op is SimtOp.SETMAXNREG and o.attrs.inc]
+    [dec] = [o.attrs.n for o in fn.walk() if o.op is SimtOp.SETMAXNREG and not o.attrs.inc]
+    consumers, producers = 32 * warps, 32 * fn.meta.producer_warps
+    assert inc > fn.meta.max_registers > dec
+    assert inc * consumers + dec * producers <= fn.meta.max_registers * (consumers + producers)
