@@ -136,6 +136,24 @@ def test_the_tutorial_softmax_takes_one_ffma_a_score():
     assert "= fma " in loop and "= sub " not in loop.split("exp2")[0].rsplit("reduce", 1)[-1], loop
 
 
+def _spellings_compiled(seq, dim, scale, tile, causal, warps) -> dict:
+    """name -> the cuda artifact of the example's attention, the tutorial's exp2 spelling and the
+    raw ``exp((s - m) * scale)`` (``scripts/probes/attention_exp2.py``), each at ``tile`` x
+    ``tile``, ``warps`` warps, for sm_90a."""
+    import runpy
+    from tilejit.examples import attention
+    probe = runpy.run_path("scripts/probes/attention_exp2.py", run_name="probe")
+    q = np.zeros((1, 2, seq, dim), tj.bfloat16.np)
+    out = {}
+    for name, kernel in (("example", attention.attention_kernel), ("tutorial", probe["attention_exp2"]),
+                         ("raw", probe["attention_raw"])):
+        kernel = getattr(kernel, "kernel", kernel)
+        specs, consts, _ = kernel.specialise(kernel.bind((q, q, q, q, scale),
+                                                         dict(BM=tile, BN=tile, BD=dim, CAUSAL=causal)))
+        out[name] = kernel.compile(specs, consts, warps, "cuda").artifact
+    return out
+
+
 @pytest.mark.parametrize("fold", [True, False])
 def test_both_softmax_spellings_reach_one_schedule_and_neither_multiplies_a_score(fold, monkeypatch):
     """The example (``s = dot * scale``) and the tutorial spelling (``exp2(s * qk_scale - m)``)
@@ -146,18 +164,9 @@ def test_both_softmax_spellings_reach_one_schedule_and_neither_multiplies_a_scor
     takes the positive scale into its FMA; it took the accurate exp, three times the instructions)."""
     from tilejit.passes import fold_scale
     monkeypatch.setattr(fold_scale, "FOLD", fold)
-    import runpy
-    from tilejit.examples import attention
-    probe = runpy.run_path("scripts/probes/attention_exp2.py", run_name="probe")
-    q = np.zeros((1, 2, 4096, 128), tj.bfloat16.np)
-    seen = {}
-    for name, kernel in (("example", attention.attention_kernel), ("tutorial", probe["attention_exp2"]),
-                         ("raw", probe["attention_raw"])):
-        kernel = getattr(kernel, "kernel", kernel)
-        specs, consts, _ = kernel.specialise(kernel.bind((q, q, q, q, 0.088), dict(BM=128, BN=128, BD=128, CAUSAL=False)))
-        art = kernel.compile(specs, consts, 8, "cuda").artifact
-        seen[name] = (art.producer_warps, art.ptx.count("wgmma.mma_async"), art.ptx.count("cp.async.bulk.tensor"),
-                      art.spills or 0, art.ptx.count("wgmma.wait_group.sync.aligned \t2")), art.ptx.count("mul.rn.f32")
+    seen = {name: ((art.producer_warps, art.ptx.count("wgmma.mma_async"), art.ptx.count("cp.async.bulk.tensor"),
+                    art.spills or 0, art.ptx.count("wgmma.wait_group.sync.aligned \t2")), art.ptx.count("mul.rn.f32"))
+            for name, art in _spellings_compiled(4096, 128, 0.088, 128, False, 8).items()}
     assert seen["example"][0] == seen["tutorial"][0] and seen["example"][0][0] == 4 and seen["example"][0][3] == 0, seen
     assert seen["example"][0][4] >= 1, seen           # rotated (the next QK^T in flight past the softmax), each spelling
     assert seen["raw"][0] == seen["tutorial"][0] and abs(seen["raw"][1] - seen["tutorial"][1]) <= 8, seen
@@ -171,18 +180,9 @@ def test_the_three_softmax_spellings_match_at_64x64_tiles_and_4_warps():
     """The same at D64, 64 x 64 tiles, 4 warps (one warpgroup, causal): the example, the tutorial's
     exp2 and the raw ``exp((s - m) * scale)`` compile to one schedule with mul.rn.f32 counts
     within 8 of each other (``fold_scale`` and ``fold_exp`` reach every spelling)."""
-    import runpy
-    from tilejit.examples import attention
-    probe = runpy.run_path("scripts/probes/attention_exp2.py", run_name="probe")
-    q = np.zeros((1, 2, 1024, 64), tj.bfloat16.np)
-    seen = {}
-    for name, kernel in (("example", attention.attention_kernel), ("tutorial", probe["attention_exp2"]),
-                         ("raw", probe["attention_raw"])):
-        kernel = getattr(kernel, "kernel", kernel)
-        specs, consts, _ = kernel.specialise(kernel.bind((q, q, q, q, 0.125), dict(BM=64, BN=64, BD=64, CAUSAL=True)))
-        art = kernel.compile(specs, consts, 4, "cuda").artifact
-        seen[name] = (art.ptx.count("wgmma.mma_async"), art.spills or 0, art.ptx.count("ex2.approx")), \
-            art.ptx.count("mul.rn.f32")
+    seen = {name: ((art.ptx.count("wgmma.mma_async"), art.spills or 0, art.ptx.count("ex2.approx")),
+                   art.ptx.count("mul.rn.f32"))
+            for name, art in _spellings_compiled(1024, 64, 0.125, 64, True, 4).items()}
     assert seen["example"][0] == seen["tutorial"][0] == seen["raw"][0] and seen["example"][0][1] == 0, seen
     assert seen["example"][0][2] > 0, seen
     counts = [seen[n][1] for n in seen]
