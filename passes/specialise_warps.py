@@ -74,6 +74,8 @@ PRODUCER_REGISTERS = 40          # what a warpgroup that only computes addresses
 # 240 registers a thread (232 with 40 spilled 80 bytes; ptxas, 2026-12-06)
 LEAN_PRODUCER_REGISTERS = 24
 REGISTER_FILE = 65536            # 32-bit registers per SM (and the most one CTA may take)
+SHARED_PER_SM = 228 * 1024       # shared memory per SM on sm_90a ...
+CTA_SHARED_RESERVED = 1024       # ... of which the system takes this much per CTA
 MAX_REGISTERS = 248              # per thread: ptxas's limit is 255; setmaxnreg wants multiples of 8
 _PURE = (SimtOp.PARAM, SimtOp.THREAD_ID, SimtOp.BLOCK_ID, SimtOp.GRID_DIM, SimtOp.CONSTANT, SimtOp.SPLAT,
          SimtOp.GATHER, SimtOp.CONCAT, SimtOp.ELEMENTWISE, SimtOp.SHARED_ALLOC)
@@ -82,6 +84,13 @@ _IDS = (SimtOp.BLOCK_ID, SimtOp.GRID_DIM)
 # The switch (benchmarks/switch_probe.py): True makes every specialised kernel that can be
 # persistent (``persistable``), False none.
 PERSIST_TILES = False
+# CTAs of a warp-specialised kernel an SM should hold: the CTA's register budget (and so the
+# consumers' ``setmaxnreg``) is the register file's share of one of this many CTAs, where their
+# shared memory fits that many (else one).  1 (the default): one CTA takes the whole file.  More
+# lets a small-tile kernel (attention at head dim 64 on 128x64 tiles: 104 registers a consumer,
+# no spills) run two CTAs' warpgroups side by side on an SM, each one's softmax beside the
+# other's wgmma, each one's start and end beside the other's loop.
+CTAS_PER_SM = 1
 # The switch: True keeps every TMA ring's bytes to itself (``plan_shared_memory(keep=)``) where
 # warp specialisation is allowed, so shared memory the kernel uses before the loop never
 # shares them (``_shared_before``) and such loops can be specialised too; False (the default)
@@ -428,12 +437,15 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
     # 102.4), and a setmaxnreg.inc waits until the pool has them: ask for more than the
     # producer's decrease frees and the consumers wait forever
     threads = consumers + 32 * PRODUCER_WARPS
-    cap = min(MAX_REGISTERS, REGISTER_FILE // threads // 8 * 8)
+    ctas = CTAS_PER_SM if CTAS_PER_SM * (fn.meta.shared_bytes + CTA_SHARED_RESERVED) <= SHARED_PER_SM else 1
+    cap = min(MAX_REGISTERS, REGISTER_FILE // ctas // threads // 8 * 8)
     more = min(MAX_REGISTERS, (cap * threads - 32 * PRODUCER_WARPS * producer_registers) // consumers // 8 * 8)
     if more > cap:
         consumer.ops.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(more, True), loc=loc))
         producer.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(producer_registers, False), loc=loc))
         fn.meta.max_registers = cap
+    elif ctas > 1:
+        fn.meta.max_registers = cap         # (no setmaxnreg: every warp fits the CTAs' share)
     split = ir.Operation(SimtOp.IF, [is_consumer], [], simt.SplitAttrs(consumers),
                          [consumer, ir.Block([], producer)], loc)
     fn.body.ops[:] = head + [split]

@@ -381,3 +381,40 @@ def test_the_consumers_take_no_more_registers_than_the_producer_frees(bm, bn, di
     consumers, producers = 32 * warps, 32 * fn.meta.producer_warps
     assert inc > fn.meta.max_registers > dec
     assert inc * consumers + dec * producers <= fn.meta.max_registers * (consumers + producers)
+
+
+@pytest.mark.parametrize("bm, bn, dim, warps, ctas, fits", [(128, 64, 64, 8, 2, True), (64, 128, 64, 4, 2, True),
+                                                            (64, 128, 128, 4, 2, False)])
+def test_ctas_per_sm_gives_each_cta_its_share_of_the_registers(bm, bn, dim, warps, ctas, fits, monkeypatch):
+    """``specialise_warps.CTAS_PER_SM``: a warp-specialised kernel whose shared memory fits that
+    many CTAs an SM is compiled for the register file's share of one of them (``.maxnreg``), and
+    its consumers' increase stays inside that share; where the shared memory does not fit (D128
+    on 64x128 tiles: 181 KB), the kernel keeps the whole file.  The values do not change: the
+    emulator's output matches float64 attention."""
+    from tilejit import codegen
+    from tilejit.examples import attention
+    from tilejit.passes import specialise_warps
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.simt import SimtOp
+    from tilejit.specs import ArraySpec, ScalarSpec
+    monkeypatch.setattr(specialise_warps, "CTAS_PER_SM", ctas)
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = attention.attention_kernel.tile_ir((arr,) * 4 + (ScalarSpec(D.float32),),
+                                              {"BM": bm, "BN": bn, "BD": dim, "CAUSAL": True})
+    fn = compile_to_simt(tile, num_warps=warps, target="sm_90a")
+    threads = 32 * (warps + fn.meta.producer_warps)
+    counts = {o.attrs.inc: o.attrs.n for o in fn.walk() if o.op is SimtOp.SETMAXNREG}
+    if not fits:
+        assert fn.meta.max_registers * threads * ctas > 65536 or not fn.meta.max_registers
+        return
+    assert ctas * threads * fn.meta.max_registers <= 65536 and ctas * fn.meta.shared_bytes <= 227 * 1024
+    assert counts[True] * 32 * warps + counts[False] * 32 * fn.meta.producer_warps <= fn.meta.max_registers * threads
+    assert f".maxnreg {fn.meta.max_registers}" in codegen.compile_ptx(fn, "sm_90a")
+    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    rng = np.random.default_rng(bm + bn)
+    q, k, v = attention.example_inputs(rng, batch=1, heads=2, kv_heads=1, seq=150, dim=dim, dtype=D.bfloat16.np)
+    o = np.full_like(q, np.nan)
+    attention.attention_kernel[(-(-150 // bm), 2)](q, k, v, o, 1 / np.sqrt(dim), BM=bm, BN=bn, BD=dim, CAUSAL=True,
+                                                      num_warps=warps)
+    ref = attention.reference(q, k, v, True)
+    np.testing.assert_allclose(o.astype(np.float64), ref, atol=2e-2, rtol=2e-2)
