@@ -71,7 +71,7 @@ DEFAULTS: dict[str, dict[str, bool | int | float | tuple]] = {
         "MAX_VALUES_PER_THREAD": 1024},
     "tilejit.passes.wgmma": {
         "ATOM_BYTES": 128, "K_STEP_BYTES": 32, "TRANSPOSED_A": True, "COMPUTED_B": True,
-        "COMPUTED_B_BUFFERS": 2, "A_ROW_BYTES": (32, 64, 128)},
+        "COMPUTED_B_BUFFERS": 2, "A_ROW_BYTES": (32, 64, 128), "UNROLL_AHEAD": False},
     "tilejit.codegen.base": {"FAST_DIVISION": True, "MAGIC_INT_TO_FLOAT": True},
     "tilejit.codegen.elementwise": {"POW2_DIVMOD": True},
     "tilejit.codegen.floatmath": {

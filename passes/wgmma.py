@@ -304,10 +304,19 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
         # Nothing older is in flight here: the later DOT's wait_group 0 retired it)
         n, carried = 1 if guard is None else 2, _carried_after(lw, o)
         lw.leave_pending([o.result])
+        if UNROLL_AHEAD:       # the product ahead and the one read alternate registers: no copy
+            lw.mark_rotated(next(x for x in lw.loop_plans if x.regions and x.regions[0] is lw.tile_blocks[-1]))
     out = wait_group(lw, [acc] + [lw.get(a) for a in carried + pending], n)
     for a, v in zip(carried + pending, out[1:]):   # read after the wait: their groups have retired
         lw.rebind(a, v)
     return out[0]
+
+
+# The switch: True unrolls by two a loop whose product computed one iteration ahead a later DOT's
+# wait retires (attention's rotated form), so that product and the one the body reads alternate
+# registers instead of being copied at the back edge (a D64 128x128 loop: 64 moves a thread an
+# iteration, after the wait).  False until timed: at D128 the unrolled loop spills (432 bytes).
+UNROLL_AHEAD = False
 
 
 def ahead_guard(lw, o: ir.Operation) -> ir.Value | None:

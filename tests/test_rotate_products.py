@@ -351,3 +351,25 @@ def test_the_hand_rotated_attention_matches_float64(backend, monkeypatch):
         kernel[(2, 2)](q, k, v, o, 128 ** -0.5, BM=128, BN=128, BD=128, num_warps=8)
         ref = attention.reference(q[None], k[None], v[None])[0]
         np.testing.assert_allclose(o.astype(np.float64), ref, rtol=2e-2, atol=4e-3)
+
+
+def test_unroll_ahead_gives_the_two_products_registers_of_their_own(monkeypatch):
+    """``wgmma.UNROLL_AHEAD``: the rotated attention loop at head dim 64 is unrolled by two, so the
+    product issued ahead and the one the softmax reads alternate registers (no copy of the S tile
+    at the back edge): two copies of the next block's QK^T group in the loop, and no spill."""
+    from tilejit import codegen
+    from tilejit.passes import wgmma
+    _rotate(monkeypatch, True)
+    counts = {}
+    for unroll in (False, True):
+        monkeypatch.setattr(wgmma, "UNROLL_AHEAD", unroll)
+        specs = ATT_SPECS[:4] + (ScalarSpec(tj.float32, True),)      # (a positive scale, as launches give)
+        fn = _schedule(attention.attention_kernel, specs, att_consts(dim=64))[0]
+        assert any(o.op is SimtOp.FOR and o.attrs and o.attrs.unroll for o in fn.walk()) == unroll
+        ptx = codegen.ptx_from_llvm(codegen.emit_llvm(fn, "sm_90a"), "sm_90a")
+        counts[unroll] = ptx.count("wgmma.mma_async.sync.aligned.m64n128k16")
+    assert counts == {False: 8, True: 12}       # 4 k steps: the first product, then one / two in the loop
+    from tilejit.backends.cuda import assemble_hinted
+    from tilejit.codegen import ptxas
+    if ptxas.whole_program_available():
+        assert assemble_hinted(fn, "sm_90a", whole_program=True)[0].spills == 0
