@@ -4,7 +4,7 @@
         --section WarpStateStats --section ComputeWorkloadAnalysis python3 benchmarks/profile_one.py attention
     python3 benchmarks/profile_one.py matmul --config 256x128x64x3x8
 
-``attention``: B4 H32 S<size> D128 bf16 (``--causal``), config BMxBNxwarps (default 128x64x4);
+``attention``: B4 H32 S<size> D128 bf16 (``--shape BxHxSxD``, ``--causal``), config BMxBNxwarps (default 128x64x4);
 ``softmax``, ``layernorm``, ``rmsnorm``: the examples over 2**26 values in rows of ``--columns``
 (``--dtype``, default bfloat16), as ``bench_sweep`` runs them (no num_warps unless ``--num-warps``;
 ``--triton``: Triton's tutorial kernel from ``triton_kernels.py``);
@@ -35,6 +35,7 @@ def main() -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--config", default=None)
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--shape", default=None, help="attention: BxHxSxD (default 4x32x<size>x128)")
     parser.add_argument("--size", type=int, default=4096, help="GEMM M = N = K, attention seq")
     parser.add_argument("--triton", action="store_true", help="row kernels: Triton's tutorial kernel instead")
     parser.add_argument("--num-warps", type=int, default=None, help="row kernels: the warps (default: the compiler's)")
@@ -45,14 +46,14 @@ def main() -> int:
         return 2
     if args.kernel == "attention":
         BM, BN, nw = (int(x) for x in (args.config or "128x64x4").split("x"))
-        seq = args.size
-        q, k, v = (common.random_tensor(torch, (4, 32, seq, 128), torch.bfloat16, seed=s) for s in (1, 2, 3))
+        batch, heads, seq, dim = (int(x) for x in (args.shape or f"4x32x{args.size}x128").split("x"))
+        q, k, v = (common.random_tensor(torch, (batch, heads, seq, dim), torch.bfloat16, seed=s) for s in (1, 2, 3))
         o = torch.empty_like(q)
         kernel = common.load_example("attention").attention_kernel
 
         def launch():
-            kernel[(tj.cdiv(seq, BM), 4 * 32)](q, k, v, o, 128 ** -0.5, BM=BM, BN=BN, BD=128,
-                                                 CAUSAL=args.causal, num_warps=nw)
+            kernel[(tj.cdiv(seq, BM), batch * heads)](q, k, v, o, dim ** -0.5, BM=BM, BN=BN, BD=dim,
+                                                      CAUSAL=args.causal, num_warps=nw)
     elif args.kernel in ("softmax", "layernorm", "rmsnorm"):
         C, dt = args.columns, getattr(torch, args.dtype)
         x = common.random_tensor(torch, (2**26 // C, C), dt, seed=1)

@@ -19,6 +19,14 @@ the then-branch of a top-level IF (the kernel's own ``if`` around its loop).  Ou
         for each iteration t < trips - ahead: wait empty[p % S] (parity (p // S + 1) & 1, which a
             fresh mbarrier passes) for p = t + ahead; expect_tx(full[p % S]); the boxes of p
 
+Registers (``ctas_per_sm``): built for one CTA an SM, whose consumers' ``setmaxnreg.inc`` takes
+what the producer's ``.dec`` gives back of the register file.  Where the CTA's shared memory
+fits 2 or 3 on an SM (up to ``CTAS_PER_SM``), the kernel wishes for that many
+(``meta.ws_ctas_wishes``), most first: the cuda backend assembles it for each wish, with the
+register file's share of one of that many CTAs, and keeps the first that ptxas neither refuses
+nor spills (``backends.cuda.assemble_wished``).  Small tiles (attention at head dim 64) then run
+the warpgroups of several CTAs side by side on an SM.
+
 The producer's thread C issues (the copies are predicated on it); all four producer warps run
 the loop and wait.  The mbarriers are never invalidated: the loop runs once per CTA, and its
 mbarrier buffer is too small to be shared with another (``shared_memory.DEDICATED_BYTES``).
@@ -84,13 +92,18 @@ _IDS = (SimtOp.BLOCK_ID, SimtOp.GRID_DIM)
 # The switch (benchmarks/switch_probe.py): True makes every specialised kernel that can be
 # persistent (``persistable``), False none.
 PERSIST_TILES = False
-# CTAs of a warp-specialised kernel an SM should hold: the CTA's register budget (and so the
-# consumers' ``setmaxnreg``) is the register file's share of one of this many CTAs, where their
-# shared memory fits that many (else one).  1 (the default): one CTA takes the whole file.  More
-# lets a small-tile kernel (attention at head dim 64 on 128x64 tiles: 104 registers a consumer,
-# no spills) run two CTAs' warpgroups side by side on an SM, each one's softmax beside the
-# other's wgmma, each one's start and end beside the other's loop.
-CTAS_PER_SM = 1
+# The most CTAs an SM a warp-specialised kernel wishes to run at once.  It is built for one CTA
+# (the whole register file: the consumers' ``setmaxnreg`` takes what the producer gives back) and
+# records as wishes (``meta.ws_ctas_wishes``) each larger count, down from this, whose CTAs'
+# shared memory fits an SM; the cuda backend assembles the kernel for each wish in turn
+# (``ctas_per_sm``: the register file's share of one of that many CTAs) and keeps the first that
+# ptxas neither refuses nor spills.  Small tiles then run several CTAs' warpgroups side by side,
+# each one's softmax beside another's wgmma and each one's start and end beside another's loop:
+# attention at B16 H16 S1024 D64 on the H100 (2026-12-07, same runs, against SDPA cuDNN):
+# 128x64 (8 warps) at 2 CTAs 373-378 TFLOP/s (0.90x), causal 64x64 (4 warps) at 3 CTAs 270-271
+# (0.87x), against 307 / 235 (0.74x / 0.76x) with one CTA at the best tiling; 64x64 at 4 CTAs
+# spills (57 TFLOP/s: the reason spills end a wish).  1: no wishes.
+CTAS_PER_SM = 3
 # The switch: True keeps every TMA ring's bytes to itself (``plan_shared_memory(keep=)``) where
 # warp specialisation is allowed, so shared memory the kernel uses before the loop never
 # shares them (``_shared_before``) and such loops can be specialised too; False (the default)
@@ -432,23 +445,15 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
                             + [ir.Operation(SimtOp.YIELD, [], loc=loc)])
     producer.append(ir.Operation(SimtOp.YIELD, [], loc=loc))
 
-    # --- registers: the producer gives back what the consumers take.  The CTA holds ``cap``
-    # registers a thread from its launch (not the whole register file: 640 threads get 96 of
-    # 102.4), and a setmaxnreg.inc waits until the pool has them: ask for more than the
-    # producer's decrease frees and the consumers wait forever
-    threads = consumers + 32 * PRODUCER_WARPS
-    ctas = CTAS_PER_SM if CTAS_PER_SM * (fn.meta.shared_bytes + CTA_SHARED_RESERVED) <= SHARED_PER_SM else 1
-    cap = min(MAX_REGISTERS, REGISTER_FILE // ctas // threads // 8 * 8)
-    more = min(MAX_REGISTERS, (cap * threads - 32 * PRODUCER_WARPS * producer_registers) // consumers // 8 * 8)
-    if more > cap:
-        consumer.ops.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(more, True), loc=loc))
-        producer.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(producer_registers, False), loc=loc))
-        fn.meta.max_registers = cap
-    elif ctas > 1:
-        fn.meta.max_registers = cap         # (no setmaxnreg: every warp fits the CTAs' share)
+    # --- registers: the producer gives back what the consumers take (``ctas_per_sm``), for one
+    # CTA an SM; the backend tries the wishes (more CTAs, each a share of the file) first
     split = ir.Operation(SimtOp.IF, [is_consumer], [], simt.SplitAttrs(consumers),
                          [consumer, ir.Block([], producer)], loc)
     fn.body.ops[:] = head + [split]
+    fn.meta.ws_producer_registers = producer_registers
+    ctas_per_sm(fn, 1, split)
+    fn.meta.ws_ctas_wishes = tuple(k for k in range(CTAS_PER_SM, 1, -1)
+                                   if k * (fn.meta.shared_bytes + CTA_SHARED_RESERVED) <= SHARED_PER_SM)
     fn.meta.producer_warps = PRODUCER_WARPS
     fn.meta.persistent_tiles = persist
     fn.meta.stream_k = tiles.stream.words if persist and tiles.stream else 0
@@ -456,6 +461,32 @@ def specialise_warps(fn: ir.Function, always: bool = True, persistent: bool | No
         multicast_module.multicast(fn, buffers, consumers)
     fn.meta.self_synced_ops = set(fn.meta.self_synced_ops) | {o for o in fn.walk() if o.op in simt.TMA_OPS}
     return fn
+
+
+def ctas_per_sm(fn: ir.Function, ctas: int, split: ir.Operation | None = None) -> None:
+    """(Re)set a warp-specialised kernel's registers for ``ctas`` CTAs an SM: a CTA holds
+    ``cap`` registers a thread from its launch (``meta.max_registers``: the register file's share
+    of one of ``ctas`` CTAs, not the whole file: 640 threads get 96 of 102.4), and a
+    ``setmaxnreg.inc`` waits until the pool has what it asks, so the consumers take only what the
+    producer's decrease gives back (ask for more and they wait forever).  Where the consumers
+    gain nothing over ``cap``, no setmaxnreg; ``cap`` is the kernel's register count only where
+    it is below what ptxas may use anyway (more than one CTA, or setmaxnreg)."""
+    if split is None:
+        split = next(o for o in fn.walk() if o.op is SimtOp.IF and isinstance(o.attrs, simt.SplitAttrs))
+    consumer, producer = split.regions
+    for block in (consumer, producer):
+        while block.ops and block.ops[0].op is SimtOp.SETMAXNREG:
+            del block.ops[0]
+    consumers = split.attrs.threads
+    threads = consumers + 32 * PRODUCER_WARPS
+    keep = fn.meta.ws_producer_registers
+    cap = min(MAX_REGISTERS, REGISTER_FILE // ctas // threads // 8 * 8)
+    more = min(MAX_REGISTERS, (cap * threads - 32 * PRODUCER_WARPS * keep) // consumers // 8 * 8)
+    fn.meta.max_registers = cap if more > cap or ctas > 1 else 0
+    if more > cap:
+        loc = split.loc
+        consumer.ops.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(more, True), loc=loc))
+        producer.ops.insert(0, ir.Operation(SimtOp.SETMAXNREG, [], [], simt.RegCountAttrs(keep, False), loc=loc))
 
 
 def pingpong_groups(body: ir.Block, consumers: int, many: bool = True,

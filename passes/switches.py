@@ -59,7 +59,7 @@ DEFAULTS: dict[str, dict[str, bool | int | float | tuple]] = {
     "tilejit.passes.sink_transposes": {"SINK_TRANSPOSES": True},
     "tilejit.passes.specialise_warps": {
         "PRODUCER_WARPS": 4, "PRODUCER_REGISTERS": 40, "LEAN_PRODUCER_REGISTERS": 24, "REGISTER_FILE": 65536, "MAX_REGISTERS": 248,
-        "SHARED_PER_SM": 233472, "CTA_SHARED_RESERVED": 1024, "CTAS_PER_SM": 1,
+        "SHARED_PER_SM": 233472, "CTA_SHARED_RESERVED": 1024, "CTAS_PER_SM": 3,
         "PERSIST_TILES": False, "PRIVATE_RINGS": False, "PINGPONG": False, "PINGPONG_PROMOTION": True,
         "ELECT_RELEASES": False, "PINGPONG_BARRIERS": (2, 3, 4)},
     "tilejit.passes.split_dot_loads": {"SPLIT_DOT_LOADS": True},

@@ -128,7 +128,8 @@ def cases():
         q, k, v = dec.example_inputs(rng, 2, 8, 2, 1, 2048, 128)
         yield (f"decode {split}x{bn} w{w}",
                lambda q=q, k=k, v=v, c=dict(split=split, BN=bn, num_warps=w): dec.run(q, k, v, **c))
-    for bm, bn, w, dq in ((32, 64, 4, (64, 64, 4)), (32, 128, 8, (128, 64, 8)), (64, 64, 4, (64, 64, 4))):
+    for bm, bn, w, dq in ((32, 64, 4, (64, 64, 4)), (32, 128, 8, (128, 64, 8)), (64, 64, 4, (64, 64, 4)),
+                          (64, 128, 8, (128, 128, 8))):       # (the last: the torch op's at D64, backward_tiles)
         for dim in (64, 128):
             q = arr(1, 4, 256, dim)
             lse = arr(1, 4, 256, dtype=np.float32)

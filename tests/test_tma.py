@@ -383,38 +383,62 @@ def test_the_consumers_take_no_more_registers_than_the_producer_frees(bm, bn, di
     assert inc * consumers + dec * producers <= fn.meta.max_registers * (consumers + producers)
 
 
-@pytest.mark.parametrize("bm, bn, dim, warps, ctas, fits", [(128, 64, 64, 8, 2, True), (64, 128, 64, 4, 2, True),
-                                                            (64, 128, 128, 4, 2, False)])
-def test_ctas_per_sm_gives_each_cta_its_share_of_the_registers(bm, bn, dim, warps, ctas, fits, monkeypatch):
-    """``specialise_warps.CTAS_PER_SM``: a warp-specialised kernel whose shared memory fits that
-    many CTAs an SM is compiled for the register file's share of one of them (``.maxnreg``), and
-    its consumers' increase stays inside that share; where the shared memory does not fit (D128
-    on 64x128 tiles: 181 KB), the kernel keeps the whole file.  The values do not change: the
-    emulator's output matches float64 attention."""
+@pytest.mark.parametrize("bm, bn, dim, warps, wishes", [(128, 64, 64, 8, (3, 2)), (64, 128, 64, 4, (3, 2)),
+                                                         (64, 128, 128, 4, ())])
+def test_a_warp_specialised_kernel_wishes_for_the_ctas_its_shared_memory_fits(bm, bn, dim, warps, wishes):
+    """``specialise_warps``: built for one CTA an SM, a warp-specialised kernel wishes for each
+    larger count (up to ``CTAS_PER_SM``) whose CTAs' shared memory fits an SM (D128 on 64x128
+    tiles, 181 KB: none); ``ctas_per_sm(fn, k)`` gives it the register file's share of one of
+    k CTAs (``.maxnreg``), its consumers' increase inside that share; the emulator's values are
+    the same at any count."""
     from tilejit import codegen
     from tilejit.examples import attention
-    from tilejit.passes import specialise_warps
     from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.passes.specialise_warps import ctas_per_sm
     from tilejit.simt import SimtOp
     from tilejit.specs import ArraySpec, ScalarSpec
-    monkeypatch.setattr(specialise_warps, "CTAS_PER_SM", ctas)
     arr = ArraySpec(D.bfloat16, 4, True, True, False)
     tile = attention.attention_kernel.tile_ir((arr,) * 4 + (ScalarSpec(D.float32),),
                                               {"BM": bm, "BN": bn, "BD": dim, "CAUSAL": True})
     fn = compile_to_simt(tile, num_warps=warps, target="sm_90a")
+    assert fn.meta.ws_ctas_wishes == wishes
     threads = 32 * (warps + fn.meta.producer_warps)
-    counts = {o.attrs.inc: o.attrs.n for o in fn.walk() if o.op is SimtOp.SETMAXNREG}
-    if not fits:
-        assert fn.meta.max_registers * threads * ctas > 65536 or not fn.meta.max_registers
-        return
-    assert ctas * threads * fn.meta.max_registers <= 65536 and ctas * fn.meta.shared_bytes <= 227 * 1024
-    assert counts[True] * 32 * warps + counts[False] * 32 * fn.meta.producer_warps <= fn.meta.max_registers * threads
-    assert f".maxnreg {fn.meta.max_registers}" in codegen.compile_ptx(fn, "sm_90a")
-    monkeypatch.setenv("TILEJIT_BACKEND", "emulate")
+    for ctas in wishes:
+        ctas_per_sm(fn, ctas)
+        counts = {o.attrs.inc: o.attrs.n for o in fn.walk() if o.op is SimtOp.SETMAXNREG}
+        assert ctas * threads * fn.meta.max_registers <= 65536 < (ctas * threads * (fn.meta.max_registers + 8))
+        assert counts[True] * 32 * warps + counts[False] * 32 * fn.meta.producer_warps <= fn.meta.max_registers * threads
+        assert f".maxnreg {fn.meta.max_registers}" in codegen.compile_ptx(fn, "sm_90a")
+    ctas_per_sm(fn, 1)
+    assert fn.meta.max_registers in (0, 65536 // threads // 8 * 8)
     rng = np.random.default_rng(bm + bn)
     q, k, v = attention.example_inputs(rng, batch=1, heads=2, kv_heads=1, seq=150, dim=dim, dtype=D.bfloat16.np)
-    o = np.full_like(q, np.nan)
-    attention.attention_kernel[(-(-150 // bm), 2)](q, k, v, o, 1 / np.sqrt(dim), BM=bm, BN=bn, BD=dim, CAUSAL=True,
-                                                      num_warps=warps)
     ref = attention.reference(q, k, v, True)
-    np.testing.assert_allclose(o.astype(np.float64), ref, atol=2e-2, rtol=2e-2)
+    for ctas in wishes[:1] + (1,):
+        ctas_per_sm(fn, ctas)
+        o = np.full_like(q, np.nan)
+        emulate.run(fn, (-(-150 // bm), 2), [q, k, v, o, np.float32(1 / np.sqrt(dim))])
+        np.testing.assert_allclose(o.astype(np.float64), ref, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("bm, bn, warps, ctas", [(128, 64, 8, 2), (64, 64, 4, 3), (128, 128, 8, 1)])
+def test_the_backend_keeps_the_first_wish_ptxas_neither_refuses_nor_spills(bm, bn, warps, ctas):
+    """D64 attention: 128x64 tiles (8 warps) assemble at 2 CTAs an SM (3 are refused: too few
+    registers for a wgmma), 64x64 (4 warps) at 3, and 128x128 (8 warps) at 1 (2 are refused);
+    the kernel's register count is that many CTAs' share, and the wishes are spent."""
+    from tilejit.backends.cuda import assemble_hinted
+    from tilejit.examples import attention
+    from tilejit.passes.pipeline import compile_to_simt
+    from tilejit.specs import ArraySpec, ScalarSpec
+    if not ptxas.whole_program_available():
+        pytest.skip("a setmaxnreg kernel is assembled whole: no ptxas command here")
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = attention.attention_kernel.tile_ir((arr,) * 4 + (ScalarSpec(D.float32, True),),
+                                              {"BM": bm, "BN": bn, "BD": 64, "CAUSAL": False})
+    fn = compile_to_simt(tile, num_warps=warps, target="sm_90a")
+    assert fn.meta.ws_ctas_wishes
+    asm, _, ptx = assemble_hinted(fn, "sm_90a", whole_program=True)
+    threads = 32 * (warps + fn.meta.producer_warps)
+    assert asm.spills == 0 and not fn.meta.ws_ctas_wishes
+    assert fn.meta.max_registers == min(248, 65536 // ctas // threads // 8 * 8)
+    assert f".maxnreg {fn.meta.max_registers}" in ptx

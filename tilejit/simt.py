@@ -80,6 +80,10 @@ class SimtMeta:
     producer_warps: int = 0                # specialise_warps: a warpgroup that only issues TMA copies,
     #                                        after the num_warps warps that compute
     max_registers: int = 0                 # registers per thread the kernel is compiled for (0: ptxas picks)
+    ws_ctas_wishes: tuple = ()             # specialise_warps: CTAs an SM to compile a warp-specialised kernel
+    #                                        for first, most first (the backend assembles each until one
+    #                                        neither spills nor is refused; else the one CTA it is built for)
+    ws_producer_registers: int = 0         # specialise_warps: what its producer warpgroup keeps
     tma_loops: list = field(default_factory=list)       # lowering: pipeline_loads.TmaLoop records
     cluster_ctas: int = 1                  # cluster_rows: CTAs per cluster along grid axis 0 (each program's)
     paired_ctas: bool = False              # specialise_warps (MULTICAST): clusters of 2 CTAs along axis 0, each

@@ -200,6 +200,8 @@ def stage_cubin(state: dict) -> None:
     # (nvJitLink compiles relocatable code, where ptxas ignores setmaxnreg (C7504): a
     # warp-specialised kernel is then JIT-compiled whole by the driver, which honours it)
     meta = state["simt_fn"].meta if "simt_fn" in state else None
+    if meta and meta.ws_ctas_wishes:               # (nor a warp-specialised one: one CTA an SM)
+        meta.ws_ctas_wishes = ()
     if meta and meta.min_ctas_fallbacks:           # no spill report to judge a wish by: the plain hint
         meta.min_ctas_per_sm, meta.min_ctas_fallbacks = meta.min_ctas_fallbacks[-1], ()
         stage_llvm(state)
@@ -220,6 +222,10 @@ def assemble_hinted(fn, target: str, llvm_ir: str | None = None, ptx: str | None
     if ptx is None:
         llvm_ir = codegen.emit_llvm(fn, target)
         ptx = codegen.ptx_from_llvm(llvm_ir, target)
+    if fn.meta.ws_ctas_wishes:
+        wished = assemble_wished(fn, target, ptx)
+        if wished is not None:
+            return wished
     first = fn.meta.min_ctas_per_sm
     best = ptxas.assemble(ptx, target, whole_program=whole_program), first, ptx
     for hint in fn.meta.min_ctas_fallbacks:
@@ -234,6 +240,44 @@ def assemble_hinted(fn, target: str, llvm_ir: str | None = None, ptx: str | None
     if fn.meta.min_ctas_per_sm != first:        # (only the hint changed: the PTX was edited, not remade)
         llvm_ir = codegen.emit_llvm(fn, target)
     return asm, llvm_ir, ptx
+
+
+def assemble_wished(fn, target: str, ptx: str):
+    """A warp-specialised kernel built for one CTA an SM, assembled for each of its wishes in turn
+    (``meta.ws_ctas_wishes``: more CTAs, each the register file's share, ``specialise_warps.
+    ctas_per_sm``): the first that ptxas neither refuses nor spills, as (``ptxas.Assembled``,
+    LLVM IR, PTX) with ``fn`` set for it; else None, ``fn`` back at one CTA.  The wishes are
+    spent either way.  A wish whose PTX moves registers between warpgroups is assembled
+    whole-program (skipped without the ``ptxas`` command)."""
+    from tilejit import codegen
+    from tilejit.codegen import ptxas
+    from tilejit.passes.specialise_warps import ctas_per_sm
+    wishes, fn.meta.ws_ctas_wishes = fn.meta.ws_ctas_wishes, ()
+    one = _register_counts(fn)
+    for ctas in wishes:
+        ctas_per_sm(fn, ctas)
+        counts = _register_counts(fn)
+        edited = ptxas.with_registers(ptx, *counts) if None not in counts and None not in one else None
+        again = edited or codegen.ptx_from_llvm(codegen.emit_llvm(fn, target), target)
+        whole = "setmaxnreg" in again
+        if whole and not ptxas.whole_program_available():
+            continue
+        try:
+            asm = ptxas.assemble(again, target, whole_program=whole)
+        except ptxas.PtxAssemblyError:
+            continue                  # (ptxas: "Insufficient registers" for some instruction)
+        if not asm.spills:
+            return asm, codegen.emit_llvm(fn, target), again
+    ctas_per_sm(fn, 1)
+    return None
+
+
+def _register_counts(fn) -> tuple:
+    """(``meta.max_registers``, the consumers' setmaxnreg.inc, the producer's .dec) of a
+    warp-specialised SIMT ``fn``, None for each it lacks."""
+    from tilejit.simt import SimtOp
+    counts = {o.attrs.inc: o.attrs.n for o in fn.walk() if o.op is SimtOp.SETMAXNREG}
+    return fn.meta.max_registers or None, counts.get(True), counts.get(False)
 
 
 STAGES = {"simt": stage_simt, "llvm": stage_llvm, "ptx": stage_ptx, "cubin": stage_cubin}

@@ -206,3 +206,29 @@ def with_min_ctas(ptx: str, n: int) -> str | None:
     if n:
         lines.insert(anchors[0] + 1, f".minnctapersm {n}")
     return "\n".join(lines)
+
+
+def with_registers(ptx: str, max_registers: int, increase: int, decrease: int) -> str | None:
+    """``ptx`` of a warp-specialised kernel with its register count (``.maxnreg``) and its one
+    ``setmaxnreg.inc`` / ``.dec`` pair set to other values (what ``specialise_warps.ctas_per_sm``
+    gives for another count of CTAs an SM; nothing else of the PTX depends on them).  None where
+    the PTX has no such line, or more than one of any."""
+    lines = ptx.split("\n")
+    found = {}
+    for i, line in enumerate(lines):
+        text = line.strip()
+        for key, prefix in (("max", ".maxnreg "), ("inc", "setmaxnreg.inc.sync.aligned.u32 "),
+                            ("dec", "setmaxnreg.dec.sync.aligned.u32 ")):
+            if text.startswith(prefix):
+                if key in found:
+                    return None
+                found[key] = i
+    if len(found) != 3:
+        return None
+    for key, value in (("max", max_registers), ("inc", increase), ("dec", decrease)):
+        line = lines[found[key]]
+        head = line[:len(line) - len(line.lstrip())]
+        text = line.strip()
+        lines[found[key]] = head + (f".maxnreg {value}" if key == "max" else
+                                    text[:text.rindex(" ") + 1] + f"{value};")
+    return "\n".join(lines)
