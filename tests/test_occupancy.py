@@ -255,3 +255,29 @@ def test_the_decode_wish_does_not_depend_on_the_spelling(monkeypatch):
     assert (fn.meta.min_ctas_per_sm, fn.meta.min_ctas_fallbacks) == (1024 // fn.meta.cta_threads, (0,))
     wide = compile_to_simt(gemv.tile_ir((bf16, bf16, f32), {"BM": 64, "BN": 64, "BK": 64}), 8)
     assert (wide.meta.min_ctas_per_sm, wide.meta.min_ctas_fallbacks) == (0, ())
+
+
+def test_with_registers_edits_the_ptx_as_if_it_were_emitted_for_that_many_ctas():
+    """``ptxas.with_registers``: the PTX of a warp-specialised kernel built for one CTA an SM,
+    its ``.maxnreg`` and setmaxnreg pair set to ``ctas_per_sm(fn, 2)``'s, is the PTX emitted
+    for two CTAs (what ``cuda.assemble_wished`` relies on to skip LLVM); a PTX without the
+    three lines is not edited."""
+    from tilejit.codegen import ptxas
+    from tilejit.examples import attention
+    from tilejit.passes.specialise_warps import ctas_per_sm
+    from tilejit.specs import ScalarSpec
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = attention.attention_kernel.tile_ir((arr,) * 4 + (ScalarSpec(D.float32, True),),
+                                              {"BM": 128, "BN": 64, "BD": 64, "CAUSAL": False})
+    fn = compile_to_simt(tile, num_warps=8, target="sm_90a")
+    one = codegen.compile_ptx(fn, "sm_90a")
+    ctas_per_sm(fn, 2)
+    counts = cuda._register_counts(fn)
+    two = codegen.compile_ptx(fn, "sm_90a")
+    assert one != two and None not in counts
+    assert ptxas.with_registers(one, *counts) == two
+    assert ptxas.with_registers(one.replace("setmaxnreg.inc", "setmaxnreg.dec"), *counts) is None   # two .dec
+    plain = codegen.compile_ptx(compile_to_simt(matmul_kernel.kernel.tile_ir(
+        (ArraySpec(D.float32, 2, True, True, False),) * 3, {"BM": 32, "BN": 32, "BK": 32}), num_warps=4,
+        target="sm_80"), "sm_80")
+    assert ptxas.with_registers(plain, 80, 96, 40) is None
