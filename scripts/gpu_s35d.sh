@@ -8,11 +8,11 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
-timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py \
-  tests/test_rotate_products.py tests/test_attention_backward.py 2>&1 | tail -4 | tee "$OUT/tests.txt"
+timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py \
+  tests/test_attention_backward.py 2>&1 | tail -4 | tee "$OUT/tests.txt"
 cd benchmarks
 echo "-- attention, wishes on (default)" | tee "$OUT/att.txt"
-timeout 100 python3 bench_attention.py --configs 4x32x4096x128,16x16x1024x64 --reps 10 \
+timeout 70 python3 bench_attention.py --configs 16x16x1024x64 --reps 10 \
   2>&1 | grep -v "^ *$" | tail -6 | tee -a "$OUT/att.txt"
 echo "-- attention backward D64 (the torch op's tiles; its forward 128x64x8 now wishes for 2 CTAs)" | tee "$OUT/bwd.txt"
-timeout 60 python3 bench_attention_backward.py --configs 16x16x1024x64 --reps 8 2>&1 | grep -v "^ *$" | tail -5 | tee -a "$OUT/bwd.txt"
+timeout 50 python3 bench_attention_backward.py --configs 16x16x1024x64 --reps 8 2>&1 | grep -v "^ *$" | tail -5 | tee -a "$OUT/bwd.txt"
