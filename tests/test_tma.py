@@ -421,20 +421,26 @@ def test_a_warp_specialised_kernel_wishes_for_the_ctas_its_shared_memory_fits(bm
         np.testing.assert_allclose(o.astype(np.float64), ref, atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("bm, bn, warps, ctas", [(128, 64, 8, 2), (64, 64, 4, 3), (128, 128, 8, 1)])
-def test_the_backend_keeps_the_first_wish_ptxas_neither_refuses_nor_spills(bm, bn, warps, ctas):
+@pytest.mark.parametrize("bm, bn, warps, ctas, spelling", [(128, 64, 8, 2, "example"), (64, 64, 4, 3, "example"),
+                                                           (128, 128, 8, 1, "example"), (128, 64, 8, 2, "triton"),
+                                                           (64, 64, 4, 3, "triton")])
+def test_the_backend_keeps_the_first_wish_ptxas_neither_refuses_nor_spills(bm, bn, warps, ctas, spelling):
     """D64 attention: 128x64 tiles (8 warps) assemble at 2 CTAs an SM (3 are refused: too few
     registers for a wgmma), 64x64 (4 warps) at 3, and 128x128 (8 warps) at 1 (2 are refused);
-    the kernel's register count is that many CTAs' share, and the wishes are spent."""
+    the kernel's register count is that many CTAs' share, and the wishes are spent.  The same
+    for Triton's spelling (a plain ``range``, ``k.T``, 3-D arrays: ``test_rotate_products.
+    plain_attention``)."""
     from tilejit.backends.cuda import assemble_hinted
     from tilejit.examples import attention
     from tilejit.passes.pipeline import compile_to_simt
     from tilejit.specs import ArraySpec, ScalarSpec
+    from test_rotate_products import plain_attention
     if not ptxas.whole_program_available():
         pytest.skip("a setmaxnreg kernel is assembled whole: no ptxas command here")
-    arr = ArraySpec(D.bfloat16, 4, True, True, False)
-    tile = attention.attention_kernel.tile_ir((arr,) * 4 + (ScalarSpec(D.float32, True),),
-                                              {"BM": bm, "BN": bn, "BD": 64, "CAUSAL": False})
+    rank, kernel, consts = (4, attention.attention_kernel, {"CAUSAL": False}) if spelling == "example" else \
+        (3, plain_attention, {})
+    arr = ArraySpec(D.bfloat16, rank, True, True, False)
+    tile = kernel.tile_ir((arr,) * 4 + (ScalarSpec(D.float32, True),), {"BM": bm, "BN": bn, "BD": 64, **consts})
     fn = compile_to_simt(tile, num_warps=warps, target="sm_90a")
     assert fn.meta.ws_ctas_wishes
     asm, _, ptx = assemble_hinted(fn, "sm_90a", whole_program=True)
