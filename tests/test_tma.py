@@ -448,3 +448,24 @@ def test_the_backend_keeps_the_first_wish_ptxas_neither_refuses_nor_spills(bm, b
     assert asm.spills == 0 and not fn.meta.ws_ctas_wishes
     assert fn.meta.max_registers == min(248, 65536 // ctas // threads // 8 * 8)
     assert f".maxnreg {fn.meta.max_registers}" in ptx
+
+
+@pytest.mark.parametrize("bm, bn, warps", [(128, 64, 8), (64, 128, 4)])
+def test_without_the_ptxas_command_a_wishing_kernel_stays_at_one_cta(bm, bn, warps, monkeypatch):
+    """With no ``ptxas`` command (nvJitLink only, or nothing) there is no whole-program spill
+    report to judge a wish by: the kernel keeps the registers of one CTA an SM (the setmaxnreg
+    pair of the whole file, or none at 64x128 on 4 warps) and its wishes are spent; the PTX the
+    driver will JIT-compile is that one."""
+    from tilejit.backends import cuda
+    from tilejit.examples import attention
+    from tilejit.specs import ArraySpec, ScalarSpec
+    monkeypatch.setattr(ptxas, "ptxas_command", lambda: None)
+    arr = ArraySpec(D.bfloat16, 4, True, True, False)
+    tile = attention.attention_kernel.tile_ir((arr,) * 4 + (ScalarSpec(D.float32, True),),
+                                              {"BM": bm, "BN": bn, "BD": 64, "CAUSAL": False})
+    state = cuda.build(tile, warps, "sm_90a")
+    fn = state["simt_fn"]
+    threads = 32 * (warps + fn.meta.producer_warps)
+    assert not fn.meta.ws_ctas_wishes
+    assert fn.meta.max_registers in (0, min(248, 65536 // threads // 8 * 8))
+    assert (f".maxnreg {fn.meta.max_registers}" in state["ptx"]) == bool(fn.meta.max_registers)
