@@ -15,6 +15,9 @@ cd benchmarks
 echo "-- attention, defaults" | tee "$OUT/att.txt"
 timeout 100 python3 bench_attention.py --configs 4x32x4096x128,16x16x1024x64 --reps 10 \
   2>&1 | grep -v "^ *$" | tail -8 | tee -a "$OUT/att.txt"
+echo "-- attention, codegen.llvm.DESCRIPTOR_OFFSETS (a k step's descriptor = the tile's + a constant)" | tee "$OUT/desc.txt"
+PROBE_SCRIPT=bench_attention.py timeout 100 python3 switch_probe.py tilejit.codegen.llvm.DESCRIPTOR_OFFSETS=True -- \
+  --configs 4x32x4096x128,16x16x1024x64 --reps 10 --kernel-configs 128x128x8,128x64x8,64x64x4 2>&1 | grep -v "^ *$" | tail -8 | tee -a "$OUT/desc.txt"
 cd ..
 echo "-- ncu D128 128x128x8 full (rotated)" | tee "$OUT/ncu128.txt"
 timeout 120 bash scripts/ncu_profile.sh attention attention --shape 4x32x4096x128 --config 128x128x8 2>&1 | tail -40 | tee -a "$OUT/ncu128.txt"
