@@ -258,7 +258,8 @@ def source_dot(v: ir.Value, shape, carried: dict | None = None) -> ir.Operation 
     """The DOT whose accumulator ``v`` is computed from elementwise (through operands of the same
     shape; row vectors broadcast in from the side do not count), or None.  With ``carried``
     (``carried_yields``), through a loop-carried tile to what the loop yields for it (a product
-    computed one iteration ahead: ``rotate_products``)."""
+    computed one iteration ahead: ``rotate_products``), and from a loop's result to what its body
+    yields for it (the product a loop's last trip leaves for after it: ``defer_products``)."""
     seen = set()
     stack = [v]
     while stack:
@@ -275,6 +276,8 @@ def source_dot(v: ir.Value, shape, carried: dict | None = None) -> ir.Operation 
             return o
         if o.op in ELEMENTWISE_OPS:
             stack.extend(o.operands)
+        elif o.op is TileOp.FOR and carried:      # a loop's result: what its body yields for it
+            stack.append(o.regions[0].ops[-1].operands[o.results.index(x)])
         elif o.op is TileOp.IF:           # e.g. a mask skipped on uniform blocks (uniform_masks)
             i = o.results.index(x)
             stack.extend(r.ops[-1].operands[i] for r in o.regions)

@@ -18,7 +18,7 @@ from tilejit import ir, simt
 from tilejit.errors import CompileError
 from tilejit.ir import ELEMENTWISE_OPS, ArrayType, TileOp
 from tilejit.passes import layouts as L
-from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads, row_rings
+from tilejit.passes import lower_dot, lower_memory, lower_reduce, lower_shared, pipeline_loads, row_rings, wgmma
 from tilejit.passes.assign_layouts import array_spec, default_layout, is_tile
 from tilejit.simt import RegType, SimtOp
 
@@ -59,6 +59,7 @@ class Lowering:
         self._users = None                    # value -> its readers (``users``)
         self.rotated: set = set()             # tile FORs whose wgmma product is carried in flight
         self.wgmma_pending: dict = {}         # id(tile block) -> DOT results in flight until its next wait
+        self.wgmma_past: set = set()          # id(tile block) whose pending product waits past the next DOT
         self.dot_plans = fn.meta["dot_plans"]     # DOT op -> plans.DotPlan (passes.plan_dots)
         self.grouped_ids = GROUP_PROGRAMS > 1 and any(p.config is not None for p in self.dot_plans.values())
         self.describe_params()
@@ -140,9 +141,20 @@ class Lowering:
         (``leave_pending``); the next wait retires them, so they are handed out once."""
         return self.wgmma_pending.pop(id(self.tile_blocks[-1]), []) if self.tile_blocks else []
 
-    def leave_pending(self, values: list) -> None:
-        """DOT results whose wgmma group stays in flight until the block's next wait."""
+    def leave_pending(self, values: list, past: bool = False) -> None:
+        """DOT results whose wgmma group stays in flight until the block's next wait; ``past``:
+        until the next DOT's, which leaves its own group in flight (``take_past``)."""
         self.wgmma_pending[id(self.tile_blocks[-1])] = list(values)
+        if past:
+            self.wgmma_past.add(id(self.tile_blocks[-1]))
+
+    def take_past(self) -> bool:
+        """Whether the pending product waits past this DOT (``leave_pending(..., past=True)``);
+        asked once."""
+        if not self.tile_blocks or id(self.tile_blocks[-1]) not in self.wgmma_past:
+            return False
+        self.wgmma_past.discard(id(self.tile_blocks[-1]))
+        return True
 
     def mark_rotated(self, loop: ir.Operation) -> None:
         """Tile FOR ``loop`` carries a wgmma product in flight (``wgmma.carried_products``): its
@@ -605,6 +617,10 @@ class Lowering:
         self.tile_blocks.append(tile_block)
         try:
             self.block(tile_block)
+            pending = self.take_pending()
+            if pending:                # wgmma groups still in flight (wgmma.lower_wgmma): retired here
+                for a, v in zip(pending, wgmma.wait_group(self, [self.get(a) for a in pending], 0)):
+                    self.rebind(a, v)
         finally:
             self.tile_blocks.pop()
         ys = tile_block.ops[-1].operands

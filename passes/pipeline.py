@@ -50,6 +50,7 @@ from tilejit.passes.specialise_warps import persistable, specialise_warps
 from tilejit.passes.sink_transposes import sink_transposes
 from tilejit.passes.split_dot_loads import split_dot_loads
 from tilejit.passes.strip_asserts import strip_asserts
+from tilejit.passes.defer_products import defer_products
 from tilejit.passes.rotate_products import rotate_products
 from tilejit.passes.swap_small_dots import swap_small_dots
 from tilejit.passes.uniform_masks import uniform_masks
@@ -145,6 +146,7 @@ PIPELINE = [
           "tile"),
     Stage("split_dot_loads", lambda fn, opt: split_dot_loads(fn, opt.target), "tile"),
     Stage("swap_small_dots", lambda fn, opt: swap_small_dots(fn, opt.num_warps, opt.target, opt.wgmma), "tile"),
+    Stage("defer_products", lambda fn, opt: defer_products(fn, opt.num_warps, opt.target, opt.wgmma), "tile"),
     Stage("rotate_products", lambda fn, opt: rotate_products(fn, opt.num_warps, opt.target, opt.wgmma), "tile"),
     Stage("plan_dots", lambda fn, opt: plan_dots(fn, opt.num_warps, opt.target, opt.wgmma, opt.num_stages or DEFAULT_STAGES), "tile"),
     Stage("assign_layouts", lambda fn, opt: assign_layouts(fn, opt.num_warps), "tile"),

@@ -61,20 +61,22 @@ ROTATE_MAX_N = 128      # [ROTATE_MIN_N, ROTATE_MAX_N]: slower at D64, spills at
 def rotate_products(fn: ir.Function, num_warps: int, target: str = "sm_90a", wgmma_switch: bool = True) -> ir.Function:
     if not (ROTATE and wgmma.enabled(target, wgmma_switch)):
         return fn
-    if _block(fn, fn.body, num_warps, KnownMultiples(fn)):
+    if pipelined_loops(fn, fn.body, num_warps, KnownMultiples(fn), _rotatable, lambda b, o, f: _rotate(b, o, *f)):
         dce(fn)
     return fn
 
 
-def _block(fn: ir.Function, block: ir.Block, num_warps: int, multiples) -> bool:
+def pipelined_loops(fn: ir.Function, block: ir.Block, num_warps: int, multiples, find, apply) -> bool:
+    """``apply(block, loop, found)`` to each pipelined loop under ``block`` (inner ones first) for
+    which ``find(fn, loop, num_warps, multiples)`` finds something (not None); whether any."""
     changed = False
     for o in list(block.ops):
         for r in o.regions:
-            changed |= _block(fn, r, num_warps, multiples)
+            changed |= pipelined_loops(fn, r, num_warps, multiples, find, apply)
         if o.op is TileOp.FOR and pipeline_stages(o) >= 2:
-            found = _rotatable(fn, o, num_warps, multiples)
+            found = find(fn, o, num_warps, multiples)
             if found is not None:
-                _rotate(block, o, *found)
+                apply(block, o, found)
                 changed = True
     return changed
 
@@ -88,6 +90,8 @@ def _rotatable(fn: ir.Function, loop: ir.Operation, num_warps: int, multiples):
         return None
     found = [x for x in body.ops if x.op is TileOp.DOT and _fresh(x, body, walked)]
     later = [x for x in body.ops if x.op is TileOp.DOT and x not in found]
+    if any(_carried_source(x.operands[0], body) for x in later):
+        return None                     # a later product one iteration behind (defer_products)
     if len(found) != 1 or not (ROTATE_GEMM if not later else
                                ROTATE_MIN_N <= min(x.result.type.shape[-1] for x in later)
                                and max(x.result.type.shape[-1] for x in later) <= ROTATE_MAX_N):
@@ -98,6 +102,13 @@ def _rotatable(fn: ir.Function, loop: ir.Operation, num_warps: int, multiples):
         return None
     ops = _operand_slice(body, dot)
     return None if ops is None else (dot, ops)
+
+
+def _carried_source(v: ir.Value, body: ir.Block) -> bool:
+    """``v`` is a carried tile of ``body``, or a conversion of one."""
+    while v.owner is not None and v.owner.op is TileOp.CAST:
+        v = v.owner.operands[0]
+    return v in body.args
 
 
 def _fresh(dot: ir.Operation, body: ir.Block, walked: list) -> bool:

@@ -294,7 +294,21 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
     lw.emit(SimtOp.WGMMA_COMMIT, [])
     n = lw.in_flight_after(o)
     carried = carried_products(lw, o) if n else []
+    if not n and not carried and waits_past_next(lw, o):
+        # first read after the next wgmma DOT of the body (its accumulation one iteration
+        # behind: defer_products): that DOT's wait retires it, leaving its own group in flight
+        lw.leave_pending([o.result], past=True)
+        return acc
+    past = lw.take_past()
     pending = lw.take_pending()
+    if past and pending and not n and _only_yielded(lw, o):
+        # the earlier product's group retires here (wait_group 1); this accumulation stays in
+        # flight under the body's work on it, retired by the wait at the body's end
+        # (``lower.region``) before the ring's slots are released
+        for a, v in zip(pending, wait_group(lw, [lw.get(a) for a in pending], 1)):
+            lw.rebind(a, v)
+        lw.leave_pending([o.result])
+        return acc
     if not n and _retired_later(lw, o):
         # a product computed one iteration ahead whose group a later DOT of this body retires
         # (its wait_group 0): it stays in flight while the body works on the carried one
@@ -317,6 +331,29 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
 # registers instead of being copied at the back edge (a D64 128x128 loop: 64 moves a thread an
 # iteration, after the wait).  False until timed: at D128 the unrolled loop spills (432 bytes).
 UNROLL_AHEAD = False
+
+
+def waits_past_next(lw, o: ir.Operation) -> bool:
+    """DOT ``o``'s product is read in its body (at the top level or in a region there, not only
+    by the YIELD), first after the body's next wgmma DOT: attention's QK^T with the previous
+    block's PV issued after it (``defer_products``)."""
+    if not lw.tile_blocks or o not in lw.tile_blocks[-1].ops:
+        return False
+    body = lw.tile_blocks[-1]
+    at = body.ops.index(o)
+    nxt = next((j for j in range(at + 1, len(body.ops)) if body.ops[j].op is TileOp.DOT
+                and lw.dot_plans.family(body.ops[j]) is DotFamily.WGMMA), None)
+    readers = [j for j, x in enumerate(body.ops[:-1])        # (a product only yielded: rotate_products')
+               if any(o.result in z.operands for z in [x, *(w for r in x.regions for w in r.walk())])]
+    return nxt is not None and bool(readers) and min(readers) > nxt and not lw.in_flight_after(body.ops[nxt])
+
+
+def _only_yielded(lw, o: ir.Operation) -> bool:
+    """DOT ``o``'s product is read only by its body's YIELD (a carried accumulator)."""
+    if not lw.tile_blocks or o not in lw.tile_blocks[-1].ops:
+        return False
+    body = lw.tile_blocks[-1]
+    return all(x is body.ops[-1] for x in lw.users(o.result))
 
 
 def ahead_guard(lw, o: ir.Operation) -> ir.Value | None:

@@ -139,7 +139,7 @@ def softmax_ir(block=256, dtype=F32):
 
 def test_pipeline_is_one_ordered_list_and_every_stage_dumps():
     names = [s.name for s in PIPELINE]
-    assert names == ["strip_asserts", "cluster_rows", "chunk_rows", "widen_offsets", "canonicalize", "fold_exp", "fold_scale", "fuse_fma", "dce", "sink_transposes", "uniform_masks", "hoist_loads", "prefetch_loads", "split_dot_loads", "swap_small_dots", "rotate_products", "plan_dots", "assign_layouts", "plan_loops", "plan_stores",
+    assert names == ["strip_asserts", "cluster_rows", "chunk_rows", "widen_offsets", "canonicalize", "fold_exp", "fold_scale", "fuse_fma", "dce", "sink_transposes", "uniform_masks", "hoist_loads", "prefetch_loads", "split_dot_loads", "swap_small_dots", "defer_products", "rotate_products", "plan_dots", "assign_layouts", "plan_loops", "plan_stores",
                      "lower_to_simt", "coarsen_programs", "persist_programs", "remat_indices", "plan_shared_memory", "insert_barriers", "specialise_warps",
                      "pack_programs"]
     seen = {}
