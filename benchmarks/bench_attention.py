@@ -3,7 +3,7 @@ with the flash (FlashAttention-2) and cuDNN backends, measured in the same run. 
 ≥ 1.0× SDPA flash on all four configurations.
 
     python3 benchmarks/bench_attention.py [--configs 4x32x4096x128,16x16x1024x64] [--reps 20]
-        [--kernel-configs 64x64x4,128x128x8]
+        [--kernel-configs 64x64x4,128x128x8]   (BENCH_EACH=1: every config's figure)
 
 Each output is checked against SDPA (math backend, float32) before it is timed. FLOPs counted as
 4·B·H·S²·D (halved for causal), as FlashAttention reports them.
@@ -11,6 +11,7 @@ Each output is checked against SDPA (math backend, float32) before it is timed. 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import common
@@ -38,6 +39,10 @@ def measure(torch, batch, heads, seq, dim, causal, reps, kernel_configs=None):
                                     num_warps=nw)
     results = common.sweep(torch, kernel_configs or KERNEL_CONFIGS, launcher, o, ref, 2e-2, reps)
     best = None
+    if os.environ.get("BENCH_EACH"):               # every config's figure, not only the best
+        for cfg, (t, err) in results.items():
+            print(f"  {row['config']} {'causal' if causal else 'full'} {'x'.join(map(str, cfg))}: "
+                  f"{flops / t.median_ms / 1e9:.0f} TFLOP/s", file=sys.stderr)
     if results:
         cfg, (t, err) = min(results.items(), key=lambda item: item[1][0].median_ms)
         best = ("x".join(map(str, cfg)), t.median_ms, err)

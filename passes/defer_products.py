@@ -31,7 +31,8 @@ memory, and holds at its top level exactly two DOTs that will take wgmma: the fi
 zeros and its product is read in the body, not yielded; the second comes after it, its product
 is only yielded (for carried tile ``acc``), its accumulator is ``acc`` or ``acc * X`` with
 ``X`` broadcast from a body value (``x``), its B a load the pipeliner rings
-(``ring_sources.ring_source``) and its A a body value.  ``DEFER`` switches the pass on (off
+(``ring_sources.ring_source``) and its A a body value; and the tiles a thread holds fit
+``MAX_VALUES`` registers.  ``DEFER`` switches the pass on (off
 until timed on the GPU); where it takes a loop, ``rotate_products`` leaves it alone.
 """
 from __future__ import annotations
@@ -45,6 +46,10 @@ from tilejit.passes.ring_sources import ring_source
 from tilejit.passes.rotate_products import pipelined_loops
 
 DEFER = False
+# A thread's registers for the loop's tiles at most (``deferrable``): at head dim 128, 128x128 tiles
+# hold 224 a thread (product 64, p 64 and its bf16 fragments 32, accumulator 64) and spill 176 bytes
+# of the consumers' 240 (whole-program ptxas); 128x64 (144) and head dim 64 (112-192) do not.
+MAX_VALUES = 200
 SHAPE_OPS = (TileOp.RESHAPE, TileOp.BROADCAST)
 
 
@@ -100,6 +105,13 @@ def deferrable(fn: ir.Function, loop: ir.Operation, num_warps: int, multiples=No
         cast = a.owner
         a = cast.operands[0]
     if a.owner is None or a.owner not in body.ops or a in body.args or body.ops.index(acc_dot) < body.ops.index(first):
+        return None
+    # registers a thread: the product in flight, the carried p (float32), its A fragments while the
+    # accumulation reads them, the accumulator (a rotated loop holds two products instead)
+    threads = 32 * num_warps
+    values = (first.result.type.numel + a.type.numel * (1 + acc_dot.operands[0].type.dtype.itemsize / 4)
+              + acc_dot.result.type.numel) / threads
+    if values > MAX_VALUES:
         return None
     src = ring_source(fn, multiples, acc_dot, b, body, uses)
     if src is None:

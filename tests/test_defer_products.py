@@ -36,14 +36,14 @@ def _simt_loop(fn):
 
 def test_the_accumulation_reads_last_trips_values_and_the_last_one_follows_the_loop(monkeypatch):
     _defer(monkeypatch)
-    fn = pipeline_until(attention.attention_kernel, ATT_SPECS, att_consts(), "defer_products", num_warps=8)
+    fn = pipeline_until(attention.attention_kernel, ATT_SPECS, att_consts(dim=64), "defer_products", num_warps=8)
     loop = _loop(fn)
     body = loop.regions[0]
     iv, step = body.args[0], loop.operands[2]
     first, acc_dot = [o for o in body.ops if o.op is TileOp.DOT]
     # the carried p (float32, converted in the body), the carried alpha and the trip's iv
     p_prev, alpha_prev, last = body.args[-3:]
-    assert p_prev.type.dtype is tj.float32 and p_prev.type.shape == (128, 128)
+    assert p_prev.type.dtype is tj.float32 and p_prev.type.shape == (128, 128)   # (BM, BN)
     assert alpha_prev.type.shape == (128,) and last.type == iv.type
     cast = acc_dot.operands[0].owner
     assert cast.op is TileOp.CAST and cast.operands[0] is p_prev
@@ -72,7 +72,7 @@ def test_the_accumulation_reads_last_trips_values_and_the_last_one_follows_the_l
 
 def test_rotation_leaves_a_deferred_loop_alone(monkeypatch):
     _defer(monkeypatch)
-    fn = pipeline_until(attention.attention_kernel, ATT_SPECS, att_consts(), "rotate_products", num_warps=8)
+    fn = pipeline_until(attention.attention_kernel, ATT_SPECS, att_consts(dim=64), "rotate_products", num_warps=8)
     body = _loop(fn).regions[0]
     assert len([o for o in body.ops if o.op is TileOp.DOT]) == 2
     assert [o for o in fn.body.ops if o.op is TileOp.DOT][0].result not in _loop(fn).operands   # no first product
@@ -92,9 +92,9 @@ def test_loops_without_an_accumulation_behind_a_product_are_left_alone(kernel, s
 
 
 @pytest.mark.parametrize("kernel, specs, consts", [
-    (attention.attention_kernel, ATT_SPECS, att_consts()),
+    (attention.attention_kernel, ATT_SPECS, att_consts(bn=64)),
     (attention.attention_kernel, ATT_SPECS, att_consts(dim=64, causal=True)),
-    (plain_attention, ATT3_SPECS, {"BM": 128, "BN": 128, "BD": 128})])
+    (plain_attention, ATT3_SPECS, {"BM": 128, "BN": 128, "BD": 64})])
 def test_the_first_products_wait_follows_the_accumulations_issue(kernel, specs, consts, monkeypatch):
     """The loop's waits: ``wait_group 1`` after the PV's issue (the QK^T retired, the PV in
     flight), ``wait_group 0`` at the body's end (the PV); the example and Triton's spelling (a
@@ -117,7 +117,7 @@ def test_the_first_products_wait_follows_the_accumulations_issue(kernel, specs, 
 
 
 @pytest.mark.parametrize("backend", ["emulate", pytest.param("cuda", marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("dim, causal, config, seq", [(128, False, (128, 128, 8), 200), (128, True, (128, 64, 8), 200),
+@pytest.mark.parametrize("dim, causal, config, seq", [(128, False, (128, 64, 8), 200), (128, True, (128, 64, 8), 200),
                                                       (64, True, (64, 128, 4), 200), (64, False, (128, 64, 8), 200),
                                                       (64, False, (64, 64, 4), 40)])
 def test_the_deferred_attention_matches_float64(backend, dim, causal, config, seq, monkeypatch):
@@ -141,9 +141,24 @@ def test_the_deferred_plain_spelling_matches_float64(backend, monkeypatch):
     _defer(monkeypatch)
     monkeypatch.setenv("TILEJIT_BACKEND", backend)
     rng = np.random.default_rng(5)
-    q, k, v = (rng.standard_normal((2, 200, 128)).astype(tj.bfloat16.np) for _ in range(3))
+    q, k, v = (rng.standard_normal((2, 200, 64)).astype(tj.bfloat16.np) for _ in range(3))
     o = np.full_like(q, np.nan)
-    plain_attention[(2, 2)](q, k, v, o, 128 ** -0.5, BM=128, BN=128, BD=128, num_warps=8)
+    plain_attention[(2, 2)](q, k, v, o, 64 ** -0.5, BM=128, BN=128, BD=64, num_warps=8)
     ref = attention.reference(q[None], k[None], v[None])[0]
     np.testing.assert_allclose(o.astype(np.float64), ref, rtol=2e-2, atol=4e-3)
 
+
+
+@pytest.mark.parametrize("dim, bn, deferred", [(128, 128, False), (128, 64, True), (64, 128, True)])
+def test_tiles_past_the_register_budget_are_left_to_rotation(dim, bn, deferred, monkeypatch):
+    """``MAX_VALUES``: at head dim 128 with 128x128 tiles a thread would hold 224 values (it
+    spills), so the loop stays as it was and ``rotate_products`` takes it; 128x64 (144) and head
+    dim 64 (192) are deferred."""
+    _defer(monkeypatch)
+    consts = att_consts(dim=dim, bn=bn)
+    before = pipeline_until(attention.attention_kernel, ATT_SPECS, consts, "swap_small_dots", num_warps=8)
+    after = pipeline_until(attention.attention_kernel, ATT_SPECS, consts, "defer_products", num_warps=8)
+    assert (len(_loop(after).regions[0].args) > len(_loop(before).regions[0].args)) == deferred
+    if not deferred:
+        rotated = pipeline_until(attention.attention_kernel, ATT_SPECS, consts, "rotate_products", num_warps=8)
+        assert len(_loop(rotated).regions[0].args) == len(_loop(before).regions[0].args) + 1
