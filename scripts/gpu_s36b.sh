@@ -14,3 +14,7 @@ for f in "tilejit.passes.defer_products.DEFER=False" "tilejit.passes.defer_produ
   BENCH_EACH=1 PROBE_SCRIPT=bench_attention.py timeout 120 python3 switch_probe.py $f -- --configs 4x32x4096x128,16x16x1024x64 --reps 10 \
     --kernel-configs 128x128x8,128x64x8,64x64x4 2>&1 | grep -v "^ *$" | tail -18
 done
+echo "-- DEFER with MAX_VALUES=1000: D128 128x128x8 deferred (176 bytes spilled)"
+BENCH_EACH=1 PROBE_SCRIPT=bench_attention.py timeout 90 python3 switch_probe.py tilejit.passes.defer_products.DEFER=True \
+  tilejit.passes.defer_products.MAX_VALUES=1000 -- --configs 4x32x4096x128 --reps 10 --kernel-configs 128x128x8 \
+  2>&1 | grep -v "^ *$" | tail -6
