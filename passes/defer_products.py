@@ -32,8 +32,19 @@ zeros and its product is read in the body, not yielded; the second comes after i
 is only yielded (for carried tile ``acc``), its accumulator is ``acc`` or ``acc * X`` with
 ``X`` broadcast from a body value (``x``), its B a load the pipeliner rings
 (``ring_sources.ring_source``) and its A a body value; and the tiles a thread holds fit
-``MAX_VALUES`` registers.  ``DEFER`` switches the pass on (off
-until timed on the GPU); where it takes a loop, ``rotate_products`` leaves it alone.
+``MAX_VALUES`` registers.  ``DEFER`` switches the pass on (off: measured below); where it
+takes a loop, ``rotate_products`` leaves it alone.
+
+Measured on the H100 (session 36, ``scripts/gpu_s36c.sh``, off / on in one series): head dim 128
+with 128x64x8 tiles 493 -> 535 TFLOP/s full, 454 -> 478 causal (+5-9%), 64x64x4 +7% / equal;
+but the rotated 128x128x8 (``rotate_products``: 611 / 539) stays the best D128 tiling, and the
+deferred 128x128x8 (spilling, ``MAX_VALUES`` raised) measured 607 / 516.  At head dim 64 it is
+12-29% slower: the carried float32 p lifts a thread's registers (128x64x8: 80 -> 149), so the
+kernel loses its 2-3 CTAs an SM (``specialise_warps.CTAS_PER_SM``).  Two other forms were
+tried on the SASS first: a bfloat16 p (32 registers) let ptxas give the next p the registers
+the PV in flight reads and hoist its wait above the softmax (no overlap left), also with the
+loop unrolled by two; skipping the first trip's PV (a branch on ``iv > start``) made ptxas
+serialise every wgmma (C7514: the skipped path has one group fewer than the wait counts on).
 """
 from __future__ import annotations
 
