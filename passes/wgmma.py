@@ -294,9 +294,10 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
     lw.emit(SimtOp.WGMMA_COMMIT, [])
     n = lw.in_flight_after(o)
     carried = carried_products(lw, o) if n else []
-    if not n and not carried and waits_past_next(lw, o):
+    if not n and not carried and waits_past_next(lw, o) and not lw.wgmma_pending.get(id(lw.tile_blocks[-1])):
         # first read after the next wgmma DOT of the body (its accumulation one iteration
         # behind: defer_products): that DOT's wait retires it, leaving its own group in flight
+        # (only where nothing else is pending: the pending list is replaced, not extended)
         lw.leave_pending([o.result], past=True)
         return acc
     past = lw.take_past()
