@@ -16,15 +16,21 @@ The first trip's accumulation adds a product of zeros (``p'`` starts at zeros, `
 and the block before the loop's start is read through the load's mask, or a TMA box's zero
 fill, where it lies outside the array): ``acc`` keeps its start value.  The last block's
 accumulation runs after the loop (its B staged by the threads, on mma.sync); with no trip it
-adds zeros too.  What the loop carries across its back edge is the bf16 ``p`` (32 registers a
-thread for a 64x128 warpgroup slice) and the row vector ``x``, where ``rotate_products``
-carries the next float32 product (64): no copy of a product at the back edge, and the
-accumulator's rescale runs while the first product is in flight.
+adds zeros too.  What the loop carries across its back edge is the accumulation's bf16 A
+``p`` (32 registers a thread for a 64x128 warpgroup slice) and the row vector ``x``, where
+``rotate_products`` carries the next float32 product (64): no copy of a product at the back
+edge.  The accumulator's rescale is issued before the first product (ptxas retires every
+wgmma group in flight before a wgmma whose accumulator the threads wrote after that group's
+issue).  With ``CARRY_FLOAT`` the loop carries p in float32 instead and converts it before the
+next accumulation (64 + 32 registers: D128 128x128 tiles spill).
 
 On wgmma (``lower_wgmma``) the first product's wait moves past the accumulation's issue
 (``wait_group 1``: it retires the first product and leaves the accumulation in flight under
 the body's work on that product); the accumulation is retired by a ``wait_group 0`` at the end
-of the body, before the ring's slots are released.
+of the body, before the ring's slots are released.  That wait is held there
+(``WaitAttrs.hold``: a branch ptxas cannot decide just before it, ``mma.hold_point``):
+without it ptxas hoists the wait above the softmax, since the body's next p goes into the
+registers the accumulation in flight reads.
 
 A loop qualifies when ``wgmma.enabled``, it is pipelined (``pipeline_stages`` >= 2), writes no
 memory, and holds at its top level exactly two DOTs that will take wgmma: the first starts from
@@ -35,15 +41,18 @@ is only yielded (for carried tile ``acc``), its accumulator is ``acc`` or ``acc 
 ``MAX_VALUES`` registers.  ``DEFER`` switches the pass on (off: measured below); where it
 takes a loop, ``rotate_products`` leaves it alone.
 
-Measured on the H100 (session 36, ``scripts/gpu_s36c.sh``, off / on in one series): head dim 128
+Measured on the H100 with ``CARRY_FLOAT`` (the form first built; session 36, ``scripts/gpu_s36c.sh``,
+off / on in one series): head dim 128
 with 128x64x8 tiles 493 -> 535 TFLOP/s full, 454 -> 478 causal (+5-9%), 64x64x4 +7% / equal;
 but the rotated 128x128x8 (``rotate_products``: 611 / 539) stays the best D128 tiling, and the
 deferred 128x128x8 (spilling, ``MAX_VALUES`` raised) measured 607 / 516.  At head dim 64 it is
 12-29% slower: the carried float32 p lifts a thread's registers (128x64x8: 80 -> 149), so the
-kernel loses its 2-3 CTAs an SM (``specialise_warps.CTAS_PER_SM``).  Two other forms were
-tried on the SASS first: a bfloat16 p (32 registers) let ptxas give the next p the registers
-the PV in flight reads and hoist its wait above the softmax (no overlap left), also with the
-loop unrolled by two; skipping the first trip's PV (a branch on ``iv > start``) made ptxas
+kernel loses its 2-3 CTAs an SM (``specialise_warps.CTAS_PER_SM``).  The bfloat16 carry with
+the held wait (the default form, not yet timed) keeps them at 64x64x4 (80 registers, 3 CTAs;
+128x64x8 still needs 128 at one CTA) and takes D128 128x128x8 without spills (its loop 683 SASS
+instructions a warp an iteration against the rotated loop's 723).  Without the hold the
+bfloat16 carry had no overlap (the wait hoisted to the mask's join), also with the loop
+unrolled by two.  Skipping the first trip's PV (a branch on ``iv > start``) made ptxas
 serialise every wgmma (C7514: the skipped path has one group fewer than the wait counts on).
 """
 from __future__ import annotations
@@ -61,6 +70,10 @@ DEFER = False
 # hold 224 a thread (product 64, p 64 and its bf16 fragments 32, accumulator 64) and spill 176 bytes
 # of the consumers' 240 (whole-program ptxas); 128x64 (144) and head dim 64 (112-192) do not.
 MAX_VALUES = 200
+# True carries p in float32 and converts it before the next trip's PV (measured, below); False
+# carries the PV's bf16 A itself, converted at the body's end after the PV's wait, which is held
+# there (``WaitAttrs.hold``) so ptxas cannot hoist it above the softmax.
+CARRY_FLOAT = False
 SHAPE_OPS = (TileOp.RESHAPE, TileOp.BROADCAST)
 
 
@@ -111,8 +124,9 @@ def deferrable(fn: ir.Function, loop: ir.Operation, num_warps: int, multiples=No
         scale = (mul, chain[::-1], x)
     if uses.get(carried) != [scale[0] if scale else acc_dot]:
         return None
-    cast = None             # A converted from the body's value: the conversion moves with the DOT
-    if a.owner is not None and a.owner.op is TileOp.CAST and a.owner in body.ops and uses.get(a) == [acc_dot]:
+    cast = None             # A converted from the body's value: with CARRY_FLOAT the conversion moves with the DOT
+    if CARRY_FLOAT and a.owner is not None and a.owner.op is TileOp.CAST and a.owner in body.ops \
+            and uses.get(a) == [acc_dot]:
         cast = a.owner
         a = cast.operands[0]
     if a.owner is None or a.owner not in body.ops or a in body.args or body.ops.index(acc_dot) < body.ops.index(first):
@@ -120,7 +134,7 @@ def deferrable(fn: ir.Function, loop: ir.Operation, num_warps: int, multiples=No
     # registers a thread: the product in flight, the carried p (float32), its A fragments while the
     # accumulation reads them, the accumulator (a rotated loop holds two products instead)
     threads = 32 * num_warps
-    values = (first.result.type.numel + a.type.numel * (1 + acc_dot.operands[0].type.dtype.itemsize / 4)
+    values = (first.result.type.numel + a.type.numel * (a.type.dtype.itemsize / 4 + (cast is not None) / 2)
               + acc_dot.result.type.numel) / threads
     if values > MAX_VALUES:
         return None

@@ -618,8 +618,9 @@ class Lowering:
         try:
             self.block(tile_block)
             pending = self.take_pending()
-            if pending:                # wgmma groups still in flight (wgmma.lower_wgmma): retired here
-                for a, v in zip(pending, wgmma.wait_group(self, [self.get(a) for a in pending], 0)):
+            if pending:     # wgmma groups still in flight (wgmma.lower_wgmma): retired here, the wait
+                # held at the body's end (ptxas would hoist it above the work it should overlap)
+                for a, v in zip(pending, wgmma.wait_group(self, [self.get(a) for a in pending], 0, hold=True)):
                     self.rebind(a, v)
         finally:
             self.tile_blocks.pop()

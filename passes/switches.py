@@ -43,7 +43,7 @@ DEFAULTS: dict[str, dict[str, bool | int | float | tuple]] = {
     "tilejit.passes.pipeline": {
         "PACKED_THREADS_PER_SM": (2048, 1536), "ROW_THREADS_PER_SM": (2048, 1536), "PERSIST_THREADS_PER_SM": (),
         "ROW_MIN_THREADS": 512, "DECODE_DOT_THREADS_PER_SM": (640, 512, 384), "DECODE_DOT_ROWS": 16, "RING_MARGIN": 1024},
-    "tilejit.passes.defer_products": {"DEFER": False, "MAX_VALUES": 200},
+    "tilejit.passes.defer_products": {"DEFER": False, "MAX_VALUES": 200, "CARRY_FLOAT": False},
     "tilejit.passes.rotate_products": {"ROTATE": True, "ROTATE_GEMM": False, "ROTATE_MIN_N": 128, "ROTATE_MAX_N": 128},
     "tilejit.passes.plan_loops": {"PAIR_CTA_BYTES": 115712, "COMPUTED_B_RINGS": False},
     "tilejit.passes.plan_stores": {"TMA_STORES": False},

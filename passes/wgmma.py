@@ -428,9 +428,10 @@ def carried_products(lw, o: ir.Operation) -> list:
     return out
 
 
-def wait_group(lw, accs: list, n: int) -> list:
-    """``wgmma.wait_group n``, giving back ``accs`` (the accumulators read after it)."""
-    wait = lw.emit(SimtOp.WGMMA_WAIT, list(accs), None, simt.WaitAttrs(n))
+def wait_group(lw, accs: list, n: int, hold: bool = False) -> list:
+    """``wgmma.wait_group n``, giving back ``accs`` (the accumulators read after it); ``hold``:
+    ptxas keeps it where it is (``WaitAttrs.hold``)."""
+    wait = lw.emit(SimtOp.WGMMA_WAIT, list(accs), None, simt.WaitAttrs(n, hold))
     wait.results = [ir.Value(a.type, owner=wait) for a in accs]
     return wait.results
 

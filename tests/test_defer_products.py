@@ -41,12 +41,11 @@ def test_the_accumulation_reads_last_trips_values_and_the_last_one_follows_the_l
     body = loop.regions[0]
     iv, step = body.args[0], loop.operands[2]
     first, acc_dot = [o for o in body.ops if o.op is TileOp.DOT]
-    # the carried p (float32, converted in the body), the carried alpha and the trip's iv
+    # the carried p (the PV's bfloat16 A), the carried alpha and the trip's iv
     p_prev, alpha_prev, last = body.args[-3:]
-    assert p_prev.type.dtype is tj.float32 and p_prev.type.shape == (128, 128)   # (BM, BN)
+    assert p_prev.type.dtype is tj.bfloat16 and p_prev.type.shape == (128, 128)   # (BM, BN)
     assert alpha_prev.type.shape == (128,) and last.type == iv.type
-    cast = acc_dot.operands[0].owner
-    assert cast.op is TileOp.CAST and cast.operands[0] is p_prev
+    assert acc_dot.operands[0] is p_prev
     # the accumulator: the carried acc times the carried alpha, rescaled before the first product
     mul = acc_dot.operands[2].owner
     assert mul.op is TileOp.MUL and body.args[2] in mul.operands
@@ -58,16 +57,31 @@ def test_the_accumulation_reads_last_trips_values_and_the_last_one_follows_the_l
     # the yields: the new acc, then the values the next trip's accumulation reads
     yields = body.ops[-1].operands
     assert yields[1] is acc_dot.result and yields[-1] is iv
-    assert yields[-3].owner.op is TileOp.EXP2 and yields[-2].owner.op is TileOp.EXP2
+    assert yields[-3].owner.op is TileOp.CAST and yields[-2].owner.op is TileOp.EXP2
     # the inits: zeros for p, ones for alpha, start - step for the iv
     inits = [x.owner for x in loop.operands[-3:]]
     assert inits[0].attrs.value == 0 and inits[1].attrs.value == 1 and inits[2].op is TileOp.SUB
     # after the loop: the last block's accumulation, which the normalisation reads
     after = fn.body.ops[fn.body.ops.index(loop) + 1:]
     [last_dot] = [o for o in after if o.op is TileOp.DOT]
-    assert last_dot.operands[0].owner.operands[0] is loop.results[-3]
+    assert last_dot.operands[0] is loop.results[-3]
     div = next(o for o in after if o.op is TileOp.TRUEDIV)
     assert div.operands[0] is last_dot.result
+
+
+def test_carry_float_converts_p_before_the_next_accumulation(monkeypatch):
+    """``CARRY_FLOAT``: the loop carries p in float32 and the PV reads its conversion, made in
+    the body before the first product."""
+    _defer(monkeypatch)
+    monkeypatch.setattr(DP, "CARRY_FLOAT", True)
+    fn = pipeline_until(attention.attention_kernel, ATT_SPECS, att_consts(dim=64), "defer_products", num_warps=8)
+    body = _loop(fn).regions[0]
+    first, acc_dot = [o for o in body.ops if o.op is TileOp.DOT]
+    p_prev = body.args[-3]
+    cast = acc_dot.operands[0].owner
+    assert p_prev.type.dtype is tj.float32 and cast.op is TileOp.CAST and cast.operands[0] is p_prev
+    assert body.ops.index(cast) < body.ops.index(first)
+    assert body.ops[-1].operands[-3].owner.op is TileOp.EXP2
 
 
 def test_rotation_leaves_a_deferred_loop_alone(monkeypatch):
@@ -110,9 +124,10 @@ def test_the_first_products_wait_follows_the_accumulations_issue(kernel, specs, 
     assert [o.attrs.n for o in body.ops if o.op is SimtOp.WGMMA_WAIT] == [1, 0]
     last_wait = [o for o in body.ops if o.op is SimtOp.WGMMA_WAIT][-1]
     assert body.ops[-1].op is SimtOp.YIELD and last_wait.results[0] in body.ops[-1].operands
-    # the exponentials run between the two waits, under the PV
+    # the exponentials run between the two waits, under the PV; the last wait is held there
     waits = [i for i, o in enumerate(body.ops) if o.op is SimtOp.WGMMA_WAIT]
     assert any(o.op is SimtOp.ELEMENTWISE and o.attrs.op is TileOp.EXP2 for o in body.ops[waits[0]:waits[1]])
+    assert [body.ops[i].attrs.hold for i in waits] == [False, True]
     assert families[:2] == ["wgmma", "wgmma"] and engines == ["tma"] and regs[-1] >= 232
 
 
@@ -149,12 +164,14 @@ def test_the_deferred_plain_spelling_matches_float64(backend, monkeypatch):
 
 
 
-@pytest.mark.parametrize("dim, bn, deferred", [(128, 128, False), (128, 64, True), (64, 128, True)])
-def test_tiles_past_the_register_budget_are_left_to_rotation(dim, bn, deferred, monkeypatch):
-    """``MAX_VALUES``: at head dim 128 with 128x128 tiles a thread would hold 224 values (it
-    spills), so the loop stays as it was and ``rotate_products`` takes it; 128x64 (144) and head
-    dim 64 (192) are deferred."""
+@pytest.mark.parametrize("carry_float, dim, bn, deferred", [(True, 128, 128, False), (True, 128, 64, True),
+                                                             (True, 64, 128, True), (False, 128, 128, True)])
+def test_tiles_past_the_register_budget_are_left_to_rotation(carry_float, dim, bn, deferred, monkeypatch):
+    """``MAX_VALUES``: at head dim 128 with 128x128 tiles and a float32 p a thread would hold 224
+    values (it spills), so the loop stays as it was and ``rotate_products`` takes it; 128x64 (144)
+    and head dim 64 (192) are deferred, and so is 128x128 with the bfloat16 p (160)."""
     _defer(monkeypatch)
+    monkeypatch.setattr(DP, "CARRY_FLOAT", carry_float)
     consts = att_consts(dim=dim, bn=bn)
     before = pipeline_until(attention.attention_kernel, ATT_SPECS, consts, "swap_small_dots", num_warps=8)
     after = pipeline_until(attention.attention_kernel, ATT_SPECS, consts, "defer_products", num_warps=8)
@@ -162,3 +179,19 @@ def test_tiles_past_the_register_budget_are_left_to_rotation(dim, bn, deferred, 
     if not deferred:
         rotated = pipeline_until(attention.attention_kernel, ATT_SPECS, consts, "rotate_products", num_warps=8)
         assert len(_loop(rotated).regions[0].args) == len(_loop(before).regions[0].args) + 1
+
+
+def test_the_held_wait_is_a_branch_ptxas_cannot_fold_then_the_wait(monkeypatch):
+    """The PTX of the deferred loop: the PV's wait (``wait_group 0``) right after a branch on
+    ``%nctaid.x == 0`` around a ``nanosleep`` (``mma.hold_point``), and no other hold."""
+    from tilejit import codegen
+    _defer(monkeypatch)
+    fn = _schedule(attention.attention_kernel, ATT_SPECS, att_consts(dim=64))[0]
+    ptx = codegen.ptx_from_llvm(codegen.emit_llvm(fn, "sm_90a"), "sm_90a")
+    assert ptx.count("nanosleep.u32") == 1 and "%nctaid.x" in ptx
+    after = ptx[ptx.index("nanosleep.u32"):]
+    label = after.index("TJ_HOLD_")
+    assert 0 < after.index("wgmma.wait_group.sync.aligned \t0;") - label < 200     # the wait just after it
+    _defer(monkeypatch, False)
+    fn = _schedule(attention.attention_kernel, ATT_SPECS, att_consts(dim=64))[0]
+    assert "nanosleep" not in codegen.ptx_from_llvm(codegen.emit_llvm(fn, "sm_90a"), "sm_90a")

@@ -348,6 +348,7 @@ class TmaAttrs(Attrs):
 @dataclass(frozen=True)
 class WaitAttrs(Attrs):
     n: int                        # groups allowed to stay pending
+    hold: bool = False            # kept where it is: ptxas must not hoist it (``mma.hold_point``)
 
 
 @dataclass(frozen=True)

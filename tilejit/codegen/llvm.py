@@ -600,6 +600,8 @@ class KernelEmitter:
         mma.wgmma_commit_group(self.b)
 
     def op_WGMMA_WAIT(self, op):
+        if op.attrs.hold:
+            mma.hold_point(self.b)
         mma.wgmma_wait_group(self.b, op.attrs.n)
         for a, r in zip(op.operands, op.results):      # the registers pass through the wait
             self.set(r, mma.fence_registers(self.b, self.get(a)))

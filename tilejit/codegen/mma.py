@@ -240,6 +240,16 @@ def wgmma_wait_group(builder: ir.IRBuilder, n: int) -> None:
     builder.call(fn, [ir.Constant(I64, n)])
 
 
+def hold_point(builder: ir.IRBuilder) -> None:
+    """A point ptxas does not move instructions across: a branch on a condition it cannot decide
+    (``%nctaid.x == 0``, never true) around a ``nanosleep``.  Before a ``wgmma.wait_group`` it keeps
+    the wait there: without it ptxas hoists the wait above the work between the wgmma and the wait
+    (an accumulation in flight under attention's softmax: ``defer_products``), as soon as the
+    threads' next writes of the registers the wgmma reads would otherwise have to wait for it."""
+    _void_asm(builder, "{\n.reg .pred %p;\n.reg .b32 %tjn;\nmov.u32 %tjn, %nctaid.x;\nsetp.eq.u32 %p, %tjn, 0;\n"
+              "@!%p bra TJ_HOLD_${:uid};\nnanosleep.u32 0;\nTJ_HOLD_${:uid}:\n}", "~{memory}", [])
+
+
 def fence_registers(builder: ir.IRBuilder, regs: list) -> list:
     """``regs`` through an empty asm that reads and writes them: code after it cannot be moved
     above it (CUTLASS's ``warpgroup_fence_operand``), so no accumulator is read before the
