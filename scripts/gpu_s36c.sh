@@ -1,5 +1,6 @@
 #!/bin/bash
-# GPU (session 36, the short form of gpu_s36b.sh): attention with defer_products.DEFER off / on,
+# GPU (session 36, the short form of gpu_s36b.sh): attention with defer_products.DEFER off / on (the
+# bf16 carry with the held wait since 304b4b8; the float32 carry measured before it),
 # every tiling's figure (BENCH_EACH), SDPA in each run.
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
