@@ -59,7 +59,6 @@ class Lowering:
         self._users = None                    # value -> its readers (``users``)
         self.rotated: set = set()             # tile FORs whose wgmma product is carried in flight
         self.wgmma_pending: dict = {}         # id(tile block) -> DOT results in flight until its next wait
-        self.wgmma_past: set = set()          # id(tile block) whose pending product waits past the next DOT
         self.dot_plans = fn.meta["dot_plans"]     # DOT op -> plans.DotPlan (passes.plan_dots)
         self.grouped_ids = GROUP_PROGRAMS > 1 and any(p.config is not None for p in self.dot_plans.values())
         self.describe_params()
@@ -141,20 +140,9 @@ class Lowering:
         (``leave_pending``); the next wait retires them, so they are handed out once."""
         return self.wgmma_pending.pop(id(self.tile_blocks[-1]), []) if self.tile_blocks else []
 
-    def leave_pending(self, values: list, past: bool = False) -> None:
-        """DOT results whose wgmma group stays in flight until the block's next wait; ``past``:
-        until the next DOT's, which leaves its own group in flight (``take_past``)."""
+    def leave_pending(self, values: list) -> None:
+        """DOT results whose wgmma group stays in flight until the block's next wait."""
         self.wgmma_pending[id(self.tile_blocks[-1])] = list(values)
-        if past:
-            self.wgmma_past.add(id(self.tile_blocks[-1]))
-
-    def take_past(self) -> bool:
-        """Whether the pending product waits past this DOT (``leave_pending(..., past=True)``);
-        asked once."""
-        if not self.tile_blocks or id(self.tile_blocks[-1]) not in self.wgmma_past:
-            return False
-        self.wgmma_past.discard(id(self.tile_blocks[-1]))
-        return True
 
     def mark_rotated(self, loop: ir.Operation) -> None:
         """Tile FOR ``loop`` carries a wgmma product in flight (``wgmma.carried_products``): its

@@ -298,11 +298,11 @@ def lower_wgmma(lw, o: ir.Operation, cfg, a_src: Staged | list, b_src: Staged) -
         # first read after the next wgmma DOT of the body (its accumulation one iteration
         # behind: defer_products): that DOT's wait retires it, leaving its own group in flight
         # (only where nothing else is pending: the pending list is replaced, not extended)
-        lw.leave_pending([o.result], past=True)
+        lw.leave_pending([o.result])
         return acc
-    past = lw.take_past()
     pending = lw.take_pending()
-    if past and pending and not n and _only_yielded(lw, o):
+    if pending and not n and _only_yielded(lw, o) and all(
+            p.owner is not None and p.owner.op is TileOp.DOT and waits_past_next(lw, p.owner) for p in pending):
         # the earlier product's group retires here (wait_group 1); this accumulation stays in
         # flight under the body's work on it, retired by the wait at the body's end
         # (``lower.region``) before the ring's slots are released
